@@ -1,0 +1,31 @@
+# Two commands do all set-up on a fresh machine: `make run` and `make test`.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: run test test-slow bench install clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	# torch first, pinned to the CPU-usable builds this project is tested with
+	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)  ## the main job on the embedded default (digits, VGG4)
+	$(BIN)/visionbench run
+
+test: $(STAMP)  ## the default test suite (no slow tests)
+	$(BIN)/python -m pytest -q
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+bench: $(STAMP)
+	$(BIN)/visionbench bench activations
+
+clean:
+	rm -rf $(VENV) build *.egg-info

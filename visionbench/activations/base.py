@@ -1,0 +1,259 @@
+"""The base class of every learnable activation: coefficients, channel layout, inits, fitting.
+
+A family subclasses `LearnableActivation`, creates its coefficients with `self.coefficient(...)`,
+and implements `forward`, `init_default` and (where the paper gives one)
+`init_variance_preserving`. Families linear in their coefficients implement `basis(x)`
+and get an exact least-squares `fit`; the others get a linearised start
+(`fit_start`) followed by a short float64 L-BFGS refinement of the same objective.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+from torch import nn
+
+from .targets import get_target, target_names, value_and_derivative
+
+FIT_POINTS = 1001  # grid on the fit interval; dense enough that max-error on it is the sup-norm to ~1e-4
+
+
+@dataclass
+class FitResult:
+    """How well a fit matched its target on the interval (errors are sup-norms on a dense grid)."""
+
+    target: str
+    max_abs_error: float
+    max_abs_deriv_error: float
+    seconds: float
+
+
+class LearnableActivation(nn.Module):
+    """Base class of learnable activations.
+
+    Args:
+        per_channel: one coefficient set per channel instead of one per module.
+        num_channels: channel count, required with `per_channel=True`.
+        channel_dim: which input dim holds channels. None = dim 1 for inputs with 4 or
+            more dims (NCHW conv maps), the last dim otherwise (tokens, NHWC MLPs pass -1).
+        learnable: False freezes coefficients at their init (paper 001 Table 5 ablation).
+        inplace: accepted for timm's `act_layer(inplace=True)`; learnable activations
+            never work in place.
+    """
+
+    registry_name: str = "learnable"
+    has_variance_preserving_init: bool = False
+
+    def __init__(
+        self,
+        per_channel: bool = False,
+        num_channels: int | None = None,
+        channel_dim: int | None = None,
+        learnable: bool = True,
+        inplace: bool = False,
+    ):
+        super().__init__()
+        if per_channel and (num_channels is None or int(num_channels) < 1):
+            raise ValueError(f"{self.registry_name}: per_channel=True needs num_channels >= 1, got {num_channels!r}")
+        self.per_channel = bool(per_channel)
+        self.num_channels = int(num_channels) if per_channel else None
+        self.channel_dim = channel_dim
+        self.learnable = bool(learnable)
+
+    # ---- coefficients -------------------------------------------------------------
+    def coefficient(self, values) -> nn.Parameter:
+        """A coefficient parameter: shape (K,), or (num_channels, K) with per_channel."""
+        t = torch.as_tensor(values, dtype=torch.get_default_dtype()).reshape(-1)
+        if self.per_channel:
+            t = t.unsqueeze(0).repeat(self.num_channels, 1)
+        return nn.Parameter(t.clone(), requires_grad=self.learnable)
+
+    def channel_axis(self, x: torch.Tensor) -> int:
+        if self.channel_dim is not None:
+            return self.channel_dim % x.dim()
+        return 1 if x.dim() >= 4 else x.dim() - 1
+
+    def coef(self, p: torch.Tensor, k: int, x: torch.Tensor) -> torch.Tensor:
+        """Coefficient k of parameter p, shaped to broadcast against x (a scalar tensor unless per_channel)."""
+        c = p[..., k]
+        if not self.per_channel:
+            return c
+        shape = [1] * x.dim()
+        shape[self.channel_axis(x)] = -1
+        return c.reshape(shape)
+
+    def set_coefficients(self, **values: torch.Tensor) -> None:
+        """Copy 1-D coefficient vectors into the named parameters (every channel alike)."""
+        with torch.no_grad():
+            for name, v in values.items():
+                p = getattr(self, name)
+                p.copy_(torch.as_tensor(v, dtype=p.dtype, device=p.device).expand_as(p))
+
+    # ---- initialisation -----------------------------------------------------------
+    def reset_parameters(self, init: str = "default") -> None:
+        """`default`, `variance_preserving` or the name of a fit target (fitted on [-3, 3])."""
+        init = str(init).lower()
+        if init == "default":
+            self.init_default()
+        elif init == "variance_preserving":
+            if not self.has_variance_preserving_init:
+                raise ValueError(
+                    f"{self.registry_name} has no variance-preserving init; accepted inits: {', '.join(self.inits())}"
+                )
+            self.init_variance_preserving()
+        elif init in target_names():
+            self.fit(init)
+        else:
+            raise ValueError(f"{self.registry_name}: unknown init {init!r}; accepted: {', '.join(self.inits())}")
+
+    @classmethod
+    def inits(cls) -> list[str]:
+        base = ["default"] + (["variance_preserving"] if cls.has_variance_preserving_init else [])
+        return base + target_names()
+
+    def init_default(self) -> None:
+        raise NotImplementedError
+
+    def init_variance_preserving(self) -> None:
+        raise NotImplementedError
+
+    # ---- fitting ("Hermite interpolation", paper 001 Sec 3.5) ----------------------
+    def basis(self, x: torch.Tensor) -> torch.Tensor | None:
+        """For families linear in their coefficients: features [len(x), K] of 1-D float64 x
+        such that F(x) = features @ theta, and `theta_to_coefficients` maps theta back.
+        Return None for nonlinear families."""
+        return None
+
+    def theta_to_coefficients(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def fit_start(self, x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor) -> None:
+        """Nonlinear families: set a good starting point before refinement (default: keep current)."""
+
+    def fit_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The scalar function being fitted, evaluated on 1-D float64 x (default: forward in eval mode;
+        per-channel modules see x in every channel, as [N, C] tokens, and return the channel mean)."""
+        if not self.per_channel:
+            return self(x)
+        c = self.num_channels
+        return self(x[:, None].expand(-1, c)).mean(dim=1) if self.channel_axis(x[:, None].expand(-1, c)) == 1 \
+            else self(x[None, :].expand(c, -1)).mean(dim=0)
+
+    def fit(
+        self,
+        target: str | Callable[[torch.Tensor], torch.Tensor],
+        interval: tuple[float, float] = (-3.0, 3.0),
+        derivative: bool = True,
+        refine_steps: int = 200,
+    ) -> FitResult:
+        """Choose coefficients so that F ≈ g (and F' ≈ g' if `derivative`) on `interval`.
+
+        Linear families: one least-squares solve. Others: `fit_start`, then L-BFGS in
+        float64 on mean (F-g)^2 + mean (F'-g')^2. Every channel gets the same coefficients.
+        """
+        t0 = time.perf_counter()
+        name = target if isinstance(target, str) else getattr(target, "__name__", "callable")
+        get_target(target)  # validates names early
+        lo, hi = float(interval[0]), float(interval[1])
+        if not hi > lo:
+            raise ValueError(f"fit interval must have lo < hi, got {interval!r}")
+        x = torch.linspace(lo, hi, FIT_POINTS, dtype=torch.float64)
+        y, dy = value_and_derivative(target, x)
+        was_training, dtype = self.training, self._param_dtype()
+        self.eval()
+        self.to(torch.float64)
+        if self.per_channel:  # start every channel from channel 0, so all stay identical
+            with torch.no_grad():
+                for p in self.parameters():
+                    p.copy_(p[0:1].expand_as(p))
+        try:
+            features = self.basis(x)
+            if features is not None:
+                self._fit_linear(x, features, y, dy, derivative)
+            else:
+                self.fit_start(x, y, dy)
+                self._refine(x, y, dy, derivative, refine_steps)
+            err, derr = self._fit_errors(x, y, dy)
+        finally:
+            self.to(dtype)
+            self.train(was_training)
+        return FitResult(str(name), err, derr, time.perf_counter() - t0)
+
+    def _param_dtype(self) -> torch.dtype:
+        p = next(self.parameters(), None)
+        return p.dtype if p is not None else torch.get_default_dtype()
+
+    def _fit_linear(self, x, features, y, dy, derivative: bool) -> None:
+        rows, rhs = [features], [y]
+        if derivative:
+            xg = x.clone().requires_grad_(True)
+            f = self.basis(xg)
+            dfeat = torch.stack(
+                [torch.autograd.grad(f[:, k].sum(), xg, retain_graph=True)[0] for k in range(f.shape[1])], dim=1
+            )
+            rows.append(dfeat)
+            rhs.append(dy)
+        a, b = torch.cat(rows), torch.cat(rhs)
+        theta = torch.linalg.lstsq(a, b.unsqueeze(1), driver="gelsd").solution.squeeze(1)
+        self.set_coefficients(**self.theta_to_coefficients(theta))
+
+    def _objective(self, x, y, dy, derivative: bool) -> torch.Tensor:
+        xg = x.clone().requires_grad_(derivative)
+        f = self.fit_forward(xg)
+        loss = (f - y).pow(2).mean()
+        if derivative:
+            (df,) = torch.autograd.grad(f.sum(), xg, create_graph=True)
+            loss = loss + (df - dy).pow(2).mean()
+        return loss
+
+    def _refine(self, x, y, dy, derivative: bool, steps: int) -> None:
+        params = list(self.parameters())
+        if steps <= 0 or not params:
+            return
+        flags = [p.requires_grad for p in params]
+        for p in params:
+            p.requires_grad_(True)
+        opt = torch.optim.LBFGS(params, lr=1.0, max_iter=steps, tolerance_grad=1e-12,
+                                tolerance_change=1e-15, history_size=50, line_search_fn="strong_wolfe")
+
+        def closure():
+            opt.zero_grad()
+            loss = self._objective(x, y, dy, derivative)
+            loss.backward()
+            return loss
+
+        best = {k: v.detach().clone() for k, v in self.state_dict().items()}
+        best_loss = float(self._objective(x, y, dy, derivative))
+        opt.step(closure)
+        final = float(self._objective(x, y, dy, derivative))
+        if not (final <= best_loss):  # a diverged refinement must never make the start worse
+            self.load_state_dict(best)
+        for p, f in zip(params, flags):
+            p.requires_grad_(f)
+
+    def _fit_errors(self, x, y, dy) -> tuple[float, float]:
+        xg = x.clone().requires_grad_(True)
+        f = self.fit_forward(xg)
+        (df,) = torch.autograd.grad(f.sum(), xg)
+        return float((f - y).abs().max().detach()), float((df - dy).abs().max().detach())
+
+    def extra_repr(self) -> str:
+        parts = []
+        if self.per_channel:
+            parts.append(f"per_channel=True, num_channels={self.num_channels}")
+        if not self.learnable:
+            parts.append("learnable=False")
+        return ", ".join(parts)
+
+
+def learnable_parameters(model: nn.Module) -> Iterator[nn.Parameter]:
+    """Exactly the parameters of every LearnableActivation in `model` (each once)."""
+    seen: set[int] = set()
+    for module in model.modules():
+        if isinstance(module, LearnableActivation):
+            for p in module.parameters(recurse=False):
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield p

@@ -1,0 +1,102 @@
+"""Activation registry: look activations up by name, build them, hand them to timm.
+
+    >>> from visionbench import activations
+    >>> activations.create("rational", version="B")
+    >>> activations.get_act_layer("hermite", degree=4)   # what timm takes as act_layer
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable
+
+from torch import nn
+
+_REGISTRY: dict[str, Callable[..., nn.Module]] = {}
+_ALIASES: dict[str, str] = {}
+
+
+def register(name: str | None = None, *, aliases: tuple[str, ...] = ()):
+    """Class decorator: register an activation under `name` (default: lower-cased class name)."""
+
+    def decorator(cls):
+        key = (name or cls.__name__).lower()
+        if key in _REGISTRY or key in _ALIASES:
+            raise ValueError(f"activation {key!r} is registered twice")
+        _REGISTRY[key] = cls
+        cls.registry_name = key
+        for alias in aliases:
+            _ALIASES[alias] = key
+        return cls
+
+    return decorator
+
+
+def names(include_aliases: bool = False) -> list[str]:
+    """Registered activation names, sorted."""
+    out = list(_REGISTRY) + (list(_ALIASES) if include_aliases else [])
+    return sorted(out)
+
+
+def resolve(name: str) -> str:
+    """Canonical registry name of `name` (aliases resolved); ValueError listing the known names."""
+    if not isinstance(name, str):
+        raise ValueError(f"activation name must be a string, got {type(name).__name__}")
+    key = name.lower().strip()
+    key = _ALIASES.get(key, key)
+    if key not in _REGISTRY:
+        raise ValueError(f"unknown activation {name!r}; known: {', '.join(names(include_aliases=True))}")
+    return key
+
+
+def get_class(name: str) -> type[nn.Module]:
+    return _REGISTRY[resolve(name)]
+
+
+def is_learnable(name: str) -> bool:
+    from .base import LearnableActivation
+
+    return issubclass(get_class(name), LearnableActivation)
+
+
+def accepted_kwargs(name: str) -> list[str]:
+    """Keyword arguments the activation's constructor accepts (for error messages and the CLI)."""
+    out: list[str] = []
+    for klass in get_class(name).__mro__:  # follow **kwargs up to the base classes
+        if "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(klass.__init__).parameters
+        out += [p for p, v in params.items() if p != "self" and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD)
+                and p not in out]
+        if not any(v.kind == v.VAR_KEYWORD for v in params.values()):
+            break
+    return out
+
+
+def create(name: str, **kwargs: Any) -> nn.Module:
+    """Build a fresh activation module by name. Bad names or options raise ValueError."""
+    key = resolve(name)
+    cls = _REGISTRY[key]
+    unknown = sorted(set(kwargs) - set(accepted_kwargs(key)))
+    if unknown:
+        raise ValueError(
+            f"activation {key!r} does not take {', '.join(unknown)}; accepted: {', '.join(accepted_kwargs(key))}"
+        )
+    return cls(**kwargs)
+
+
+def get_act_layer(spec: str | type | functools.partial | Callable | None, **kwargs: Any):
+    """Something timm accepts as `act_layer`: a class, or a partial that builds a fresh module per call.
+
+    Strings are resolved through this registry (never through timm's private name table);
+    classes and partials pass through unchanged (kwargs bound onto them if given).
+    """
+    if spec is None:
+        return None
+    if isinstance(spec, str):
+        key = resolve(spec)
+        create(key, **kwargs)  # validate options now, not deep inside a timm constructor
+        return functools.partial(create, key, **kwargs) if kwargs else _REGISTRY[key]
+    if kwargs:
+        return functools.partial(spec, **kwargs)
+    return spec
