@@ -1,0 +1,98 @@
+"""The `visionbench` command.
+
+    visionbench run [recipe=NAME] [act=a,b,...] [seeds=N] [key=value ...]
+    visionbench report RESULTS_DIR [--metric ...] [--baseline ...] [--test student|welch|paired]
+    visionbench list
+    visionbench bench activations|train [...]
+    visionbench plot boundaries [--acts ...] [--out FILE]
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+USAGE = __doc__
+
+
+def _run(args: list[str]) -> int:
+    from .runner.config import ConfigError, load_config
+    from .runner.sweep import run_sweep
+
+    try:
+        cfg = load_config(args)
+    except ConfigError as e:
+        print(f"visionbench run: {e}", file=sys.stderr)
+        return 2
+    recipe_dir = Path(cfg.results_dir) / cfg.recipe
+    print(f"recipe {cfg.recipe}: act={cfg.act} seeds={cfg.seeds} epochs={cfg.epochs} -> {recipe_dir}", flush=True)
+
+    def show(o):
+        m = o.summary.get("metrics") or {}
+        best = m.get("val_top1_best")
+        extra = f" val_top1_best={best:.2f}" if isinstance(best, (int, float)) else ""
+        test = m.get("test_top1_at_best_val")
+        extra += f" test_top1_at_best_val={test:.2f}" if isinstance(test, (int, float)) else ""
+        why = f" ({o.summary.get('error')})" if o.status in ("failed", "diverged") else ""
+        print(f"  {o.act:<18} seed {o.seed}: {o.status}{extra}{why}", flush=True)
+
+    try:
+        outcomes = run_sweep(cfg, progress=sys.stderr.isatty(), on_outcome=show)
+    except ConfigError as e:
+        print(f"visionbench run: {e}", file=sys.stderr)
+        return 2
+    from .report import main as report_main
+
+    report_args = [str(recipe_dir), "--baseline", str(cfg.baseline)]
+    if any(o.summary.get("metrics", {}).get("test_top1_at_best_val") is not None for o in outcomes):
+        report_args += ["--metric", "test_top1_at_best_val"]
+    report_main(report_args)
+    failed = [o for o in outcomes if o.status == "failed"]
+    if failed:
+        print("failed runs:\n" + "\n".join(f"  {o.run_dir}: {o.summary.get('error')}" for o in failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _list(args: list[str]) -> int:
+    from . import activations, models
+    from .runner.config import recipe_description, recipe_names
+
+    print("recipes:")
+    for name in recipe_names():
+        print(f"  {name:<30} {recipe_description(name)}")
+    print("activations:")
+    print("  fixed:     " + ", ".join(n for n in activations.names() if not activations.is_learnable(n)))
+    print("  learnable: " + ", ".join(n for n in activations.names() if activations.is_learnable(n)))
+    print("models:")
+    print("  " + ", ".join(models.names()) + ", or any timm model name")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "run":
+        return _run(rest)
+    if cmd == "list":
+        return _list(rest)
+    if cmd == "report":
+        from .report import main as report_main
+
+        return report_main(rest)
+    if cmd == "plot":
+        from .report import plot_main
+
+        return plot_main(rest)
+    if cmd == "bench":
+        from .bench import main as bench_main
+
+        return bench_main(rest)
+    print(f"visionbench: unknown command {cmd!r}; commands: run, report, list, bench, plot\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Data modules of visionbench: one per dataset, built from a recipe's `data:` block.
+
+    >>> from visionbench import data
+    >>> dm = data.create_datamodule({"name": "digits", "val_split": 0.2}, batch_size=64, seed=0)
+    >>> dm.num_classes, dm.in_chans, dm.img_size, dm.has_test
+    (10, 1, 8, True)
+    >>> x, y = next(iter(dm.train_dataloader()))      # x: (64, 1, 8, 8) normalised, y: (64,)
+
+Datasets live under `data.root`, else `$VISIONBENCH_DATA`, else `./data` (docs/data.md).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .base import VisionDataModule
+from .cifar10 import CIFAR10DataModule
+from .config import DATA_ENV_VAR, AugmentConfig, DataConfig
+from .datasets import DatasetNotFoundError
+from .digits import DigitsDataModule
+from .imagenet import ImageNetDataModule
+from .synthetic import SyntheticDataModule
+from .tiny_imagenet import TinyImageNetDataModule
+
+DATAMODULES: dict[str, type[VisionDataModule]] = {
+    cls.name: cls
+    for cls in (
+        CIFAR10DataModule,
+        TinyImageNetDataModule,
+        ImageNetDataModule,
+        DigitsDataModule,
+        SyntheticDataModule,
+    )
+}
+
+
+def names() -> list[str]:
+    """Known dataset names (`data.name`)."""
+    return sorted(DATAMODULES)
+
+
+def create_datamodule(
+    data_cfg: Mapping | DataConfig | None, batch_size: int, seed: int = 0, *, test_in_val: bool = False
+) -> VisionDataModule:
+    """Build the data module a recipe's `data:` block describes.
+
+    Args:
+        data_cfg: the `data:` block (dict or OmegaConf DictConfig; missing keys take the
+            `_base.yaml` defaults, unknown keys are an error), or a `DataConfig`.
+        batch_size: per-process batch size.
+        seed: the run's seed; fixes shuffling and augmentation, never the splits.
+        test_in_val: when there is a test split (`val_split > 0`), `val_dataloader()`
+            returns `[val, test]`, so the test set is scored every epoch.
+
+    Returns:
+        A LightningDataModule with `num_classes`, `in_chans`, `img_size`, `mean`, `std`, `has_test`.
+
+    Raises:
+        ValueError: unknown dataset name or invalid settings.
+        DatasetNotFoundError: the dataset is not on disk (a FileNotFoundError).
+    """
+    cfg = data_cfg if isinstance(data_cfg, DataConfig) else DataConfig.from_mapping(data_cfg)
+    if cfg.name not in DATAMODULES:
+        raise ValueError(f"unknown dataset data.name={cfg.name!r}; known: {', '.join(names())}")
+    return DATAMODULES[cfg.name](cfg, batch_size=batch_size, seed=seed, test_in_val=test_in_val)
+
+
+__all__ = [
+    "AugmentConfig",
+    "DATAMODULES",
+    "DATA_ENV_VAR",
+    "DataConfig",
+    "DatasetNotFoundError",
+    "VisionDataModule",
+    "create_datamodule",
+    "names",
+]

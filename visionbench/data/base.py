@@ -1,0 +1,172 @@
+"""`VisionDataModule`: splits, transforms and loaders common to every dataset.
+
+A dataset module subclasses it, sets the class attributes (size, statistics, classes) and
+implements `load_source(train)`; `check()` can fail early when files are missing.
+
+Split semantics (`data.val_split`):
+- `> 0`: val = a stratified, fixed held-out part of train (model selection), test = the
+  official test/val set, `has_test` is True;
+- `== 0`: val = the official test/val set (as the papers report), no test split.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
+
+from .config import DataConfig
+from .datasets import TransformSubset
+from .loading import RepeatAugSampler, make_loader
+from .splits import stratified_limit, stratified_split
+from .transforms import build_eval_transform, build_train_transform
+
+
+class VisionDataModule(L.LightningDataModule):
+    """Base data module.
+
+    Args:
+        cfg: the validated `data:` block.
+        batch_size: per-process batch size of every loader.
+        seed: the run's seed (shuffle order, loader workers); splits do not depend on it.
+        test_in_val: when `has_test`, `val_dataloader()` returns `[val, test]` (in that order).
+
+    Attributes:
+        num_classes, in_chans, img_size, mean, std: what the model and Mixup need.
+        has_test: True when there is a test split apart from val (`val_split > 0`).
+    """
+
+    name: ClassVar[str] = ""
+    native_size: ClassVar[int | None] = None  # side of the stored images; None = sizes vary
+    default_img_size: ClassVar[int] = 224
+    default_mean: ClassVar[tuple[float, ...]] = (0.485, 0.456, 0.406)
+    default_std: ClassVar[tuple[float, ...]] = (0.229, 0.224, 0.225)
+    in_memory: ClassVar[bool] = False  # small and decoded: cache deterministic transforms
+    num_classes: int = 0
+    in_chans: int = 3
+
+    def __init__(self, cfg: DataConfig, batch_size: int, seed: int = 0, test_in_val: bool = False):
+        super().__init__()
+        self.cfg = cfg
+        self.batch_size = int(batch_size)
+        self.seed = int(seed)
+        self.test_in_val = bool(test_in_val)
+        self.root = cfg.root_dir()
+        self.img_size = cfg.img_size or self.default_img_size
+        self.mean = tuple(cfg.mean or self.default_mean)
+        self.std = tuple(cfg.std or self.default_std)
+        self.has_test = cfg.val_split > 0
+        self.train_set: TransformSubset | None = None
+        self.val_set: TransformSubset | None = None
+        self.test_set: TransformSubset | None = None
+        self.check()  # fail at construction, before a model is built, when data is missing
+        for key, stats in (("mean", self.mean), ("std", self.std)):
+            if len(stats) != self.in_chans:
+                raise ValueError(f"data.{key} has {len(stats)} values, {self.name} has {self.in_chans} channels")
+
+    # ---- what a dataset module provides -------------------------------------------
+    def check(self) -> None:
+        """Raise `DatasetNotFoundError` if the dataset is not on disk (and will not be downloaded)."""
+
+    def load_source(self, train: bool) -> Dataset:
+        """The untransformed official train (or test/val) set, with a `targets` array."""
+        raise NotImplementedError
+
+    # ---- Lightning hooks ------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        """Load sources, split, cap and wrap them in transforms (once; every stage shares them)."""
+        if self.train_set is not None:
+            return
+        cfg = self.cfg
+        train_src, official = self.load_source(train=True), self.load_source(train=False)
+        train_idx = np.arange(len(train_src))
+        if self.has_test:
+            train_idx, held_idx = stratified_split(train_src.targets, cfg.val_split)
+            val_part, test_part = (train_src, held_idx), (official, np.arange(len(official)))
+        else:
+            val_part, test_part = (official, np.arange(len(official))), None
+        train_idx = self._limit(train_src, train_idx, cfg.limit_train)
+
+        native = self.native_size
+        train_tf = build_train_transform(cfg.augment, self.img_size, self.mean, self.std, native)
+        eval_tf = build_eval_transform(self.img_size, self.mean, self.std, native)
+        # a training transform without randomness is as cacheable as the eval one
+        cache_train = self.in_memory and not cfg.augment.enabled
+        self.train_set = TransformSubset(train_src, train_idx, train_tf, cache=cache_train)
+        src, idx = val_part
+        self.val_set = TransformSubset(src, self._limit(src, idx, cfg.limit_val), eval_tf, cache=self.in_memory)
+        if test_part is not None:
+            src, idx = test_part
+            self.test_set = TransformSubset(src, self._limit(src, idx, cfg.limit_val), eval_tf, cache=self.in_memory)
+
+    @staticmethod
+    def _limit(source: Dataset, indices: np.ndarray, n: int | None) -> np.ndarray:
+        if n is None:
+            return indices
+        return indices[stratified_limit(np.asarray(source.targets)[indices], n)]
+
+    def _ensure_setup(self) -> None:
+        # outside a Trainer (notebooks, tests) nobody calls the hooks for us
+        if self.train_set is None:
+            self.prepare_data()
+            self.setup()
+
+    def _world(self) -> tuple[int, int]:
+        """(world size, global rank): from the Trainer if attached, else torch.distributed."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is not None:
+            return int(trainer.world_size), int(trainer.global_rank)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_world_size(), torch.distributed.get_rank()
+        return 1, 0
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled (or repeated-augmentation sampled) training batches.
+
+        The shuffle is a sampler seeded with (seed, epoch), which the Trainer advances with
+        `set_epoch`: a run resumed at epoch k sees epoch k's order. Both samplers are
+        `DistributedSampler`s that shard per rank, so Lightning keeps them under DDP.
+        """
+        self._ensure_setup()
+        world, rank = self._world()
+        if self.cfg.augment.repeated_aug > 1:
+            sampler = RepeatAugSampler(
+                self.train_set, num_replicas=world, rank=rank, num_repeats=self.cfg.augment.repeated_aug, seed=self.seed
+            )
+        else:
+            sampler = DistributedSampler(self.train_set, num_replicas=world, rank=rank, shuffle=True, seed=self.seed)
+        return make_loader(
+            self.train_set, self.batch_size, self.seed, self.cfg.num_workers, train=True, sampler=sampler, rank=rank
+        )
+
+    def val_dataloader(self) -> DataLoader | list[DataLoader]:
+        """Model-selection set: held-out train part if `has_test`, else the official test/val set.
+
+        With `test_in_val` (and `has_test`) it is `[val, test]`, so the test set is scored
+        every epoch and the test accuracy at the best-val epoch can be reported.
+        """
+        self._ensure_setup()
+        val = make_loader(self.val_set, self.batch_size, self.seed, self.cfg.num_workers, train=False)
+        if self.test_in_val and self.test_set is not None:
+            return [val, self.test_dataloader()]
+        return val
+
+    def test_dataloader(self) -> DataLoader | None:
+        """The official test/val set when `has_test`; None otherwise (it is already val)."""
+        self._ensure_setup()
+        if self.test_set is None:
+            return None
+        return make_loader(self.test_set, self.batch_size, self.seed, self.cfg.num_workers, train=False)
+
+    def __str__(self) -> str:
+        # Lightning's __str__ builds every dataloader, i.e. loads the data just to print it
+        return repr(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(root={str(self.root)!r}, classes={self.num_classes}, "
+            f"img_size={self.img_size}, in_chans={self.in_chans}, has_test={self.has_test})"
+        )

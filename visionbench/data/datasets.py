@@ -1,0 +1,112 @@
+"""Dataset building blocks shared by every data module.
+
+A *source* dataset returns untransformed `(PIL image, label)` pairs and has a `targets`
+array, so splits can be computed from labels without decoding a single image;
+`TransformSubset` picks indices of a source and applies a transform. The same source thus
+serves the training part (augmented) and the held-out validation part (eval transform).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+
+from .config import DATA_ENV_VAR, DataConfig
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A dataset is missing on disk; the message says where it was looked for and how to fix it."""
+
+
+def missing_dataset(title: str, cfg: DataConfig, expected: Path, layout: str, download: bool = False):
+    """A `DatasetNotFoundError` naming `data.root`, the expected path and the fixes."""
+    fixes = [f"point data.root=/path/to/datasets (or ${DATA_ENV_VAR}) at the directory holding it"]
+    if download:
+        fixes.insert(0, "set data.download=true on a machine with internet access")
+    return DatasetNotFoundError(
+        f"{title} not found at {expected}\n"
+        f"  data root: {cfg.root_dir()} (from {cfg.root_source()})\n"
+        f"  expected layout:\n{layout}\n"
+        f"  fix: " + "; or ".join(fixes)
+    )
+
+
+def find_dataset_dir(root: Path, folder: str, marker: str) -> Path | None:
+    """`root/folder` if it holds `marker`, else `root` itself if it does (root may be the dataset)."""
+    for candidate in (root / folder, root):
+        if (candidate / marker).exists():
+            return candidate
+    return None
+
+
+def load_rgb(path: str | Path) -> Image.Image:
+    """Open an image file as RGB (Tiny ImageNet and ImageNet hold some grayscale/CMYK JPEGs)."""
+    with open(path, "rb") as f:
+        img = Image.open(f)
+        return img.convert("RGB")
+
+
+class ArrayDataset(Dataset):
+    """In-memory uint8 images (N, H, W, C) with labels; items are PIL images (mode L or RGB)."""
+
+    def __init__(self, images: np.ndarray, targets: Sequence[int]):
+        if images.ndim != 4 or images.dtype != np.uint8:
+            raise ValueError(f"expected uint8 images of shape (N, H, W, C), got {images.dtype} {images.shape}")
+        self.images = images
+        self.targets = np.asarray(targets, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> tuple[Image.Image, int]:
+        img = self.images[index]
+        img = Image.fromarray(img[..., 0] if img.shape[-1] == 1 else img)
+        return img, int(self.targets[index])
+
+
+class FileDataset(Dataset):
+    """Image files with labels, decoded lazily to RGB."""
+
+    def __init__(self, samples: Sequence[tuple[str, int]]):
+        self.paths = [str(p) for p, _ in samples]
+        self.targets = np.asarray([t for _, t in samples], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[Image.Image, int]:
+        return load_rgb(self.paths[index]), int(self.targets[index])
+
+
+class TransformSubset(Dataset):
+    """`source[indices]` with `transform` applied to the image.
+
+    Args:
+        source: a source dataset (untransformed items, `targets` attribute).
+        indices: which of its samples to use.
+        transform: PIL image -> tensor.
+        cache: apply the (deterministic!) transform once up front and keep the tensors;
+            for small in-memory datasets (digits, synthetic), where per-item work dominates.
+    """
+
+    def __init__(self, source: Dataset, indices: Sequence[int], transform: Callable, cache: bool = False):
+        self.source = source
+        self.indices = np.asarray(indices, dtype=np.int64)
+        self.transform = transform
+        self.targets = np.asarray(source.targets)[self.indices]
+        self._cache = None
+        if cache:
+            self._cache = torch.stack([transform(source[int(i)][0]) for i in self.indices]) if len(self) else None
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if self._cache is not None:
+            return self._cache[index], int(self.targets[index])
+        img, target = self.source[int(self.indices[index])]
+        return self.transform(img), target

@@ -1,0 +1,158 @@
+"""Callbacks: the per-epoch metrics.csv, activation snapshots, atomic checkpoints, RNG state,
+per-epoch reseeding (so a resumed run repeats the uninterrupted one), and the progress bar."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+
+from ..activations import LearnableActivation
+from .io import atomic_write_text, write_csv_rows
+
+SNAPSHOT_POINTS = 201
+HIST_BINS = 60
+
+
+class EpochSeeder(L.Callback):
+    """Reseeds every RNG at the start of each epoch from (seed, epoch): a run resumed at an
+    epoch boundary draws the same dropout masks, augmentations and mixup as one never stopped."""
+
+    def __init__(self, seed: int):
+        self.seed = int(seed)
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        s = (self.seed * 1_000_003 + trainer.current_epoch) % (2**32)
+        random.seed(s)
+        np.random.seed(s)
+        torch.manual_seed(s)
+
+
+class MetricsWriter(L.Callback):
+    """Appends one row per epoch to metrics.csv (rewritten atomically), times epochs."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.rows: list[dict] = []
+        self._t0 = None
+
+    def load_existing(self, upto_epoch: int) -> None:
+        """On resume: keep rows of the epochs the checkpoint has completed, drop later ones."""
+        import csv
+
+        if self.path.exists():
+            with open(self.path, newline="") as f:
+                self.rows = [r for r in csv.DictReader(f) if int(r["epoch"]) <= upto_epoch]
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._t0 = time.perf_counter()
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or self._t0 is None:
+            return
+        m = {k: float(v) for k, v in trainer.callback_metrics.items() if "/" not in k}
+        row = {"epoch": trainer.current_epoch + 1}
+        row.update({k: m[k] for k in sorted(m) if k != "lr" and k != "train_loss"})
+        row["train_loss"] = m.get("train_loss", float("nan"))
+        row["lr"] = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else float("nan")
+        row["epoch_time_s"] = round(time.perf_counter() - self._t0, 4)
+        self.rows = [r for r in self.rows if int(r["epoch"]) < row["epoch"]] + [row]
+        if trainer.is_global_zero:
+            write_csv_rows(self.path, self.rows)
+
+
+class ActivationSnapshots(L.Callback):
+    """Stores, at chosen epochs, each learnable activation's shape over the histogram of its inputs
+    (report plots: paper 004 Fig 2/7). Epoch 0 is the init, -1 the last epoch."""
+
+    def __init__(self, out_dir: Path, epochs, max_epochs: int, act: str):
+        self.out_dir = Path(out_dir)
+        self.epochs = {max_epochs if int(e) == -1 else int(e) for e in epochs}
+        self.act = act
+        self._batch = None
+
+    def _layers(self, model):
+        return [(n, m) for n, m in model.named_modules() if isinstance(m, LearnableActivation)]
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+        if trainer.global_step == 0 and batch_idx == 0 and 0 in self.epochs:
+            self._snapshot(trainer, pl_module, batch[0], 0)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
+        if batch_idx == 0 and dataloader_idx == 0:
+            self._batch = batch[0]
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        epoch = trainer.current_epoch + 1
+        if not trainer.sanity_checking and epoch in self.epochs and self._batch is not None:
+            self._snapshot(trainer, pl_module, self._batch, epoch)
+
+    @torch.no_grad()
+    def _snapshot(self, trainer, pl_module, x: torch.Tensor, epoch: int) -> None:
+        layers = self._layers(pl_module.model)
+        if not layers or not trainer.is_global_zero:
+            return
+        inputs: dict[str, torch.Tensor] = {}
+        hooks = [m.register_forward_hook(lambda mod, inp, out, n=n: inputs.__setitem__(n, inp[0].detach().float()))
+                 for n, m in layers]
+        was_training = pl_module.model.training
+        pl_module.model.eval()
+        try:
+            pl_module.model(x)
+        finally:
+            for h in hooks:
+                h.remove()
+            pl_module.model.train(was_training)
+        records = []
+        for name, module in layers:
+            v = inputs.get(name)
+            if v is None:
+                continue
+            v = v.flatten()
+            v = v[torch.isfinite(v)].cpu().numpy()
+            lo, hi = (np.percentile(v, [0.1, 99.9]) if v.size else (-3.0, 3.0))
+            lo, hi = float(min(lo, -1.0)), float(max(hi, 1.0))
+            counts, edges = np.histogram(v, bins=HIST_BINS, range=(lo, hi))
+            grid = torch.linspace(lo, hi, SNAPSHOT_POINTS, dtype=torch.float64)
+            p = next(module.parameters(), None)
+            dev = p.device if p is not None else torch.device("cpu")
+            was = module.training
+            module.eval()
+            y = module.fit_forward(grid.to(dev, dtype=p.dtype if p is not None else torch.float32))
+            module.train(was)
+            records.append({"name": name, "x": grid.tolist(), "y": y.double().cpu().tolist(),
+                            "hist_edges": edges.tolist(), "hist_counts": counts.tolist()})
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.out_dir / f"epoch_{epoch:03d}.json",
+                          json.dumps({"epoch": epoch, "act": self.act, "layers": records}))
+
+
+class AtomicCheckpoint(ModelCheckpoint):
+    """ModelCheckpoint that writes to a temporary file and renames: a kill never leaves a torn last.ckpt."""
+
+    def _save_checkpoint(self, trainer, filepath: str) -> None:
+        tmp = f"{filepath}.tmp"
+        trainer.save_checkpoint(tmp, self.save_weights_only)
+        if trainer.is_global_zero:
+            os.replace(tmp, filepath)
+        self._last_global_step_saved = trainer.global_step
+        self._last_checkpoint_saved = filepath
+        trainer.strategy.barrier()
+
+
+class RunProgressBar(TQDMProgressBar):
+    """Lightning's tqdm bar, described with the activation, seed and epoch of the run."""
+
+    def __init__(self, label: str, **kwargs):
+        super().__init__(**kwargs)
+        self.label = label
+
+    def on_train_epoch_start(self, trainer, *args) -> None:
+        super().on_train_epoch_start(trainer, *args)
+        self.train_progress_bar.set_description(f"{self.label} epoch {trainer.current_epoch + 1}/{trainer.max_epochs}")

@@ -1,0 +1,140 @@
+"""Train one run — one recipe, one activation, one seed — from its resolved config.
+
+    from visionbench.train.fit import train_run
+    result = train_run(run_cfg, Path("results/digits_vgg4/relu/seed_0"))
+
+Builds data, model and trainer; resumes from checkpoints/last.ckpt when it exists.
+Raises `Diverged` on a non-finite loss; the runner turns outcomes into summary.json.
+"""
+from __future__ import annotations
+
+import logging
+import resource
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+from .. import models
+from ..activations import is_learnable
+from ..data import create_datamodule
+from .callbacks import ActivationSnapshots, AtomicCheckpoint, EpochSeeder, MetricsWriter, RunProgressBar
+from .module import ClassificationModule
+
+
+@dataclass
+class RunResult:
+    rows: list[dict] = field(default_factory=list)
+    params: int = 0
+    act_params: int = 0
+    train_time_s: float = 0.0
+    throughput_img_s: float = float("nan")
+    peak_mem_mb: float = float("nan")
+
+
+class _Throughput(L.Callback):
+    """Training images per second, over train batches only (validation excluded)."""
+
+    def __init__(self):
+        self.images, self.seconds, self._t = 0, 0.0, None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._t = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self._t is not None:
+            self.seconds += time.perf_counter() - self._t
+            self.images += int(batch[0].shape[0]) * trainer.world_size
+
+
+def _quiet_lightning() -> None:
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*GPU available but not used.*")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+
+
+def build_model(cfg: Mapping[str, Any], num_classes: int, in_chans: int, img_size: int | None):
+    """The network of a run config (before any fine-tuning surgery)."""
+    m = cfg["model"]
+    act = cfg["act"]
+    kwargs = dict(m.get("kwargs") or {})
+    if m.get("dropout"):
+        kwargs["drop_rate"] = float(m["dropout"])
+    if m.get("drop_path"):
+        kwargs["drop_path_rate"] = float(m["drop_path"])
+    return models.create(
+        m["name"], act=act, act_kwargs=dict((cfg.get("act_options") or {}).get(act) or {}),
+        num_classes=num_classes, img_size=img_size, in_chans=in_chans, norm=m.get("norm"),
+        norm_free=bool(m.get("norm_free")), pretrained=bool(m.get("pretrained")), **kwargs,
+    )
+
+
+def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> RunResult:
+    """Train (or resume) the run described by `cfg` (a plain dict) into `run_dir`."""
+    _quiet_lightning()
+    run_dir = Path(run_dir)
+    seed, act, epochs = int(cfg["seed"]), str(cfg["act"]), int(cfg["epochs"])
+    L.seed_everything(seed, workers=True, verbose=False)
+
+    dm = create_datamodule(cfg["data"], batch_size=int(cfg["batch_size"]), seed=seed, test_in_val=True)
+    model = build_model(cfg, dm.num_classes, dm.in_chans, dm.img_size)
+    if cfg["model"].get("lsuv"):
+        dm.setup("fit")
+        models.lsuv_init(model, next(iter(dm.train_dataloader()))[0])
+    counts = models.count_parameters(model)
+
+    eval_names = ("val", "test") if dm.has_test else ("val",)
+    module = ClassificationModule(
+        model, num_classes=dm.num_classes, optim=cfg["optim"], sched=cfg["sched"], loss=cfg["loss"],
+        ema_decay=(cfg.get("ema") or {}).get("decay"), act_lr_mult=float((cfg.get("act_lr_mult") or {}).get(act, 1.0)),
+        batch_size=int(cfg["batch_size"]), eval_names=eval_names,
+    )
+
+    ckpt_dir = run_dir / "checkpoints"
+    last = ckpt_dir / "last.ckpt"
+    writer = MetricsWriter(run_dir / "metrics.csv")
+    resume_from = None
+    if last.exists():
+        done = int(torch.load(last, map_location="cpu", weights_only=False)["epoch"]) + 1
+        writer.load_existing(upto_epoch=done)
+        resume_from = str(last)
+    throughput = _Throughput()
+    callbacks = [
+        EpochSeeder(seed), writer, throughput,
+        AtomicCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val_top1", mode="max", save_top_k=1,
+                         save_last=True, enable_version_counter=False),
+    ]
+    if is_learnable(act):
+        callbacks.append(ActivationSnapshots(run_dir / "act_snapshots", cfg.get("snapshot_epochs") or [], epochs, act))
+    if progress:
+        callbacks.append(RunProgressBar(f"{act} seed {seed}", leave=False))
+    t = cfg["trainer"]
+    trainer = L.Trainer(
+        max_epochs=epochs, accelerator=t["accelerator"], devices=t["devices"], num_nodes=t["num_nodes"],
+        strategy=t["strategy"], precision=t["precision"], gradient_clip_val=t.get("gradient_clip_val"),
+        limit_train_batches=t.get("limit_train_batches"), limit_val_batches=t.get("limit_val_batches"),
+        logger=[TensorBoardLogger(run_dir, name="tb", version=""), CSVLogger(run_dir, name="logs", version="")],
+        callbacks=callbacks, enable_progress_bar=progress, enable_model_summary=False,
+        num_sanity_val_steps=0, default_root_dir=run_dir, log_every_n_steps=10,
+    )
+    t0 = time.perf_counter()
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    trainer.fit(module, datamodule=dm, ckpt_path=resume_from)
+    elapsed = time.perf_counter() - t0
+    if torch.cuda.is_available() and next(model.parameters()).is_cuda:
+        peak = torch.cuda.max_memory_allocated() / 2**20
+    else:  # CPU: the process's peak resident set (Linux reports KiB)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return RunResult(
+        rows=writer.rows, params=counts["params"], act_params=counts["act_params"], train_time_s=elapsed,
+        throughput_img_s=throughput.images / throughput.seconds if throughput.seconds else float("nan"),
+        peak_mem_mb=peak,
+    )

@@ -1,0 +1,184 @@
+"""The LightningModule that trains any classifier: loss, mixup/cutmix, EMA, metrics, optimizer groups.
+
+The network is injected (built by `visionbench.models`); this file only knows how to train it.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from timm.data import Mixup
+from timm.loss import SoftTargetCrossEntropy
+from timm.utils.model_ema import ModelEmaV3
+from torch import nn
+from torchmetrics import MeanMetric, MetricCollection
+from torchmetrics.classification import MulticlassAccuracy
+
+from ..models import param_groups
+from .schedules import lr_lambda
+
+OPTIMIZERS = ("sgd", "adamw")
+
+
+class Diverged(RuntimeError):
+    """A non-finite training loss: the run ends with status `diverged`."""
+
+    def __init__(self, epoch: int, step: int, loss: float):
+        super().__init__(f"non-finite training loss {loss} at epoch {epoch}, step {step}")
+        self.epoch, self.step, self.loss = epoch, step, loss
+
+
+def _metrics(num_classes: int) -> MetricCollection:
+    metrics = {"top1": MulticlassAccuracy(num_classes, top_k=1, average="micro"), "loss": MeanMetric()}
+    if num_classes > 5:
+        metrics["top5"] = MulticlassAccuracy(num_classes, top_k=5, average="micro")
+    return MetricCollection(metrics)
+
+
+class ClassificationModule(L.LightningModule):
+    """Trains `model` for classification.
+
+    Args:
+        model: the network (any nn.Module mapping images to logits).
+        num_classes: number of classes.
+        optim: the recipe's `optim` block (name, lr, momentum, nesterov, betas, eps, weight_decay,
+            act_weight_decay, lr_base_batch).
+        sched: the recipe's `sched` block.
+        loss: the recipe's `loss` block (label_smoothing, mixup, cutmix, mixup_prob, switch_prob, act_l2).
+        ema_decay: weight-EMA decay (timm ModelEmaV3), None for no EMA.
+        act_lr_mult: learning-rate multiplier of the activation coefficients.
+        batch_size: global batch size, for lr scaling with `optim.lr_base_batch`.
+        eval_names: names of the evaluation dataloaders, in order ("val", then "test" if any).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        num_classes: int,
+        optim: Mapping[str, Any],
+        sched: Mapping[str, Any],
+        loss: Mapping[str, Any],
+        ema_decay: float | None = None,
+        act_lr_mult: float = 1.0,
+        batch_size: int = 128,
+        eval_names: tuple[str, ...] = ("val",),
+    ):
+        super().__init__()
+        self.model = model
+        self.num_classes = num_classes
+        self.optim_cfg, self.sched_cfg, self.loss_cfg = dict(optim), dict(sched), dict(loss)
+        self.act_lr_mult = float(act_lr_mult)
+        self.batch_size = int(batch_size)
+        self.eval_names = tuple(eval_names)
+        if str(self.optim_cfg.get("name", "sgd")).lower() not in OPTIMIZERS:
+            raise ValueError(f"unknown optim.name {self.optim_cfg.get('name')!r}; accepted: {', '.join(OPTIMIZERS)}")
+
+        smoothing = float(self.loss_cfg.get("label_smoothing", 0.0) or 0.0)
+        mixup, cutmix = float(self.loss_cfg.get("mixup", 0.0) or 0.0), float(self.loss_cfg.get("cutmix", 0.0) or 0.0)
+        self.mixup = None
+        if mixup > 0 or cutmix > 0:
+            # timm's Mixup folds label smoothing into the soft targets
+            self.mixup = Mixup(mixup_alpha=mixup, cutmix_alpha=cutmix, prob=float(self.loss_cfg.get("mixup_prob", 1.0)),
+                               switch_prob=float(self.loss_cfg.get("switch_prob", 0.5)),
+                               label_smoothing=smoothing, num_classes=num_classes)
+            self.train_criterion: nn.Module = SoftTargetCrossEntropy()
+        else:
+            self.train_criterion = nn.CrossEntropyLoss(label_smoothing=smoothing)
+        self.act_l2 = float(self.loss_cfg.get("act_l2", 0.0) or 0.0)
+
+        self.ema = ModelEmaV3(model, decay=float(ema_decay)) if ema_decay else None
+        variants = ["raw"] + (["ema"] if self.ema is not None else [])
+        self.eval_metrics = nn.ModuleDict(
+            {f"{v}_{n}": _metrics(num_classes) for v in variants for n in self.eval_names}
+        )
+        self.train_loss = MeanMetric()
+
+    # ---- training --------------------------------------------------------------------
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        if self.mixup is not None:
+            if x.shape[0] % 2:  # timm's batch mixup pairs images with the flipped batch: needs an even size
+                x, y = x[:-1], y[:-1]
+            x, y = self.mixup(x, y)
+        logits = self.model(x)
+        loss = self.train_criterion(logits, y)
+        if self.act_l2 > 0:  # L2 penalty on activation coefficients (SLAF, paper 003 Sec 2.1)
+            loss = loss + self.act_l2 * sum(m.penalty() for m in self.model.modules() if hasattr(m, "penalty"))
+        if not torch.isfinite(loss):
+            raise Diverged(self.current_epoch + 1, self.global_step, float(loss.detach()))
+        self.train_loss.update(loss.detach(), weight=x.shape[0])
+        self.log("train/loss_step", loss.detach(), prog_bar=True, batch_size=x.shape[0])
+        return loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        if self.ema is not None:
+            self.ema.update(self.model, step=self.global_step)
+
+    def on_train_epoch_end(self) -> None:
+        self.log("train_loss", self.train_loss.compute(), sync_dist=True)
+        self.train_loss.reset()
+        self.log("lr", self.optimizers().param_groups[0]["lr"])
+
+    # ---- evaluation ------------------------------------------------------------------
+    def _eval_step(self, batch, name: str) -> None:
+        x, y = batch
+        nets = [("raw", self.model)] + ([("ema", self.ema.module)] if self.ema is not None else [])
+        for variant, net in nets:
+            logits = net(x)
+            m = self.eval_metrics[f"{variant}_{name}"]
+            loss = F.cross_entropy(logits.float(), y)
+            for key, metric in m.items():
+                metric.update(loss, weight=x.shape[0]) if key == "loss" else metric.update(logits, y)
+
+    def validation_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval_step(batch, self.eval_names[dataloader_idx])
+
+    def test_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval_step(batch, self.eval_names[dataloader_idx])
+
+    def _log_eval(self) -> None:
+        for key, m in self.eval_metrics.items():
+            variant, name = key.split("_", 1)
+            prefix = name if variant == "raw" else f"ema_{name}"
+            for metric_name, metric in m.items():
+                value = metric.compute()
+                if metric_name.startswith("top"):
+                    value = value * 100.0  # accuracies in percent, as the papers report them
+                self.log(f"{prefix}_{metric_name}", value, sync_dist=True)
+                metric.reset()
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_eval()
+
+    def on_test_epoch_end(self) -> None:
+        self._log_eval()
+
+    # ---- optimisation ----------------------------------------------------------------
+    def base_lr(self) -> float:
+        lr = float(self.optim_cfg["lr"])
+        ref = self.optim_cfg.get("lr_base_batch")
+        return lr * self.batch_size / float(ref) if ref else lr  # linear scaling rule (004 Table 9: 2e-3 x bs/512)
+
+    def configure_optimizers(self):
+        lr = self.base_lr()
+        groups = param_groups(self.model, lr=lr, weight_decay=float(self.optim_cfg.get("weight_decay", 0.0) or 0.0),
+                              act_lr_mult=self.act_lr_mult,
+                              act_weight_decay=float(self.optim_cfg.get("act_weight_decay", 0.0) or 0.0))
+        name = str(self.optim_cfg.get("name", "sgd")).lower()
+        if name == "sgd":
+            opt = torch.optim.SGD(groups, lr=lr, momentum=float(self.optim_cfg.get("momentum", 0.9)),
+                                  nesterov=bool(self.optim_cfg.get("nesterov", False)))
+        else:
+            opt = torch.optim.AdamW(groups, lr=lr, betas=tuple(self.optim_cfg.get("betas", (0.9, 0.999))),
+                                    eps=float(self.optim_cfg.get("eps", 1e-8)))
+        steps = self.trainer.estimated_stepping_batches
+        epochs = max(1, int(self.trainer.max_epochs or 1))
+        per_epoch = max(1, math.ceil(steps / epochs))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(self.sched_cfg, lr, per_epoch, epochs))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
