@@ -3,6 +3,8 @@ import os
 import pytest
 import torch
 
+from .fixtures import write_cifar10, write_imagenet, write_tiny_imagenet
+
 # 2-core machines: one thread each keeps tests predictable and parallel helpers polite
 torch.set_num_threads(int(os.environ.get("VISIONBENCH_TEST_THREADS", "2")))
 
@@ -10,3 +12,18 @@ torch.set_num_threads(int(os.environ.get("VISIONBENCH_TEST_THREADS", "2")))
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def cifar_root(tmp_path_factory):
+    return write_cifar10(tmp_path_factory.mktemp("cifar"))
+
+
+@pytest.fixture(scope="session")
+def tiny_root(tmp_path_factory):
+    return write_tiny_imagenet(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def imagenet_root(tmp_path_factory):
+    return write_imagenet(tmp_path_factory.mktemp("imagenet"))

@@ -42,7 +42,7 @@ def _run(args: list[str]) -> int:
         return 2
     from .report import main as report_main
 
-    report_args = [str(recipe_dir), "--baseline", str(cfg.baseline)]
+    report_args = [str(recipe_dir)] + (["--baseline", str(cfg.baseline)] if cfg.baseline else [])
     if any(o.summary.get("metrics", {}).get("test_top1_at_best_val") is not None for o in outcomes):
         report_args += ["--metric", "test_top1_at_best_val"]
     report_main(report_args)

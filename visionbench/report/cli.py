@@ -1,0 +1,146 @@
+"""Command lines `visionbench report` and `visionbench plot` (the top-level CLI delegates here).
+
+    visionbench report results/cifar10_vgg8                       # one recipe
+    visionbench report results --metric ema_val_top1_best --test welch --extras
+    visionbench plot boundaries --acts relu,gelu,rational,hermite --out boundaries.png
+
+Both return an exit code instead of exiting: 0 on success, 2 on a usage or data error
+(the message, printed to stderr, lists the valid choices).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import plots, tables
+from .collect import metric_names, scan_runs
+from .stats import TESTS, summarize
+
+DEFAULT_METRIC = "val_top1_best"
+
+
+class UsageError(Exception):
+    """A bad argument or an empty results tree: reported as one line, exit code 2."""
+
+
+def report_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="visionbench report",
+        description="Aggregate the runs under RESULTS_DIR into mean ± std tables with t-tests against a baseline.")
+    p.add_argument("results_dir", metavar="RESULTS_DIR",
+                   help="a recipe dir (results/cifar10_vgg8) or a parent of several")
+    p.add_argument("--metric", default=DEFAULT_METRIC, help=f"summary metric to compare (default {DEFAULT_METRIC})")
+    p.add_argument("--baseline", default=None,
+                   help="act to test against (default: the summaries' baseline field, else relu, else gelu)")
+    p.add_argument("--test", choices=TESTS, default="student",
+                   help="student: equal variances, as the papers (default); welch; paired: over shared seeds")
+    p.add_argument("--format", default=",".join(tables.FORMATS),
+                   help="table files to write in each recipe dir, comma-separated subset of md,csv,tex")
+    p.add_argument("--extras", action="store_true",
+                   help="add Holm-adjusted p, Cohen's d and the bootstrap CI to md/tex (always in the CSV)")
+    p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=None,
+                   help="write curves and activation-shape PNGs (default: on when metrics.csv files exist)")
+    p.add_argument("--digits", type=int, default=2, help="decimals of mean, std and differences (default 2)")
+    p.add_argument("--bootstrap", type=int, default=10_000, metavar="N", help="bootstrap resamples (default 10000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`visionbench report RESULTS_DIR [...]`: print the Markdown tables, write table.{md,csv,tex} and plots."""
+    try:
+        args = report_parser().parse_args(argv)
+        return _report(args)
+    except SystemExit as exc:  # argparse's --help and usage errors
+        return exc.code if isinstance(exc.code, int) else 2
+    except UsageError as exc:
+        print(f"visionbench report: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _report(args) -> int:
+    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    unknown = sorted(set(formats) - set(tables.FORMATS))
+    if unknown:
+        raise UsageError(f"unknown format {', '.join(unknown)}; choose from {', '.join(tables.FORMATS)}")
+    try:
+        runs, notes = scan_runs(args.results_dir)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if not len(runs):
+        raise UsageError(f"no finished run (summary.json) under {args.results_dir!r}; "
+                         "expected <recipe>/<act>/seed_<k>/summary.json")
+    available = metric_names(runs)
+    if args.metric not in available:
+        raise UsageError(f"unknown metric {args.metric!r}; available: {', '.join(available)}")
+    acts = sorted(set(runs["act"]))
+    if args.baseline is not None and args.baseline not in acts:
+        raise UsageError(f"unknown baseline {args.baseline!r}; acts: {', '.join(acts)}")
+    want_plots = plots.has_curves(runs) if args.plots is None else args.plots
+
+    # one call for all recipes: an explicit baseline missing from one recipe marks that
+    # recipe "no baseline" instead of failing the others
+    summaries = summarize(runs, args.metric, args.baseline, args.test, n_boot=args.bootstrap, seed=args.seed)
+    written = []
+    for recipe_dir, summary in summaries.groupby("recipe_dir", sort=True):
+        summary = summary.reset_index(drop=True)
+        recipe_runs = runs[runs["recipe_dir"] == recipe_dir]
+        recipe_notes = _recipe_notes(summary, recipe_runs, notes, Path(recipe_dir), args.baseline)
+        print(tables.markdown(summary, recipe_notes, args.digits, args.extras))
+        written += tables.write(summary, recipe_dir, formats, recipe_notes, args.digits, args.extras)
+        if want_plots:
+            written += plots.make_plots(recipe_runs, args.metric, recipe_dir, tables.baseline_of(summary))
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _recipe_notes(summary, runs, notes: list[str], recipe_dir: Path, baseline: str | None) -> list[str]:
+    """The skipped-run notes of this recipe plus what the table itself cannot show."""
+    out = [n for n in notes if n.startswith(recipe_dir.name + "/")]
+    used = tables.baseline_of(summary)
+    declared = sorted(set(runs["baseline"].dropna()) - set(runs["act"]))
+    if baseline is None and declared:
+        out.append(f"the summaries name baseline {', '.join(declared)}, which has no run here; "
+                   f"{'using ' + used if used else 'no fallback (relu, gelu) either'}")
+    if used is None:
+        wanted = f"baseline {baseline!r} has no run here" if baseline else \
+            "no baseline found (no summary names one, no relu or gelu run)"
+        out.append(f"{wanted}: no differences or tests; pass --baseline ACT")
+    for _, row in summary[summary["n_missing"] > 0].iterrows():
+        out.append(f"{row['act']}: {row['n_missing']} completed run(s) without a finite {row['metric']}; not scored")
+    return out
+
+
+def plot_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="visionbench plot", description="Stand-alone figures.")
+    sub = p.add_subparsers(dest="what", required=True)
+    b = sub.add_parser("boundaries", help="decision boundaries of a tiny MLP per activation on 2-D toy data")
+    b.add_argument("--acts", default="relu,gelu,rational,hermite", help="comma-separated activation names")
+    b.add_argument("--out", required=True, help="PNG file to write")
+    b.add_argument("--datasets", default="moons", help="comma-separated: moons,circles,spirals,classification")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--steps", type=int, default=300, help="full-batch Adam steps per network")
+    return p
+
+
+def plot_main(argv: list[str] | None = None) -> int:
+    """`visionbench plot boundaries --acts relu,gelu --out FILE`: returns an exit code."""
+    from .boundaries import plot_decision_boundaries
+
+    try:
+        args = plot_parser().parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    acts = [a.strip() for a in args.acts.split(",") if a.strip()]
+    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    try:
+        out = plot_decision_boundaries(acts, args.out, seed=args.seed, datasets=datasets, steps=args.steps)
+    except ValueError as exc:
+        print(f"visionbench plot: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,164 @@
+"""Find the runs under a results directory and read their `summary.json` files into a DataFrame.
+
+    >>> from visionbench.report import load_runs
+    >>> runs = load_runs("results/cifar10_vgg8")      # or the parent `results/`
+    >>> runs.groupby(["recipe", "act"]).val_top1_best.mean()
+
+Layout read (DESIGN.md §6): `<recipe_dir>/<act>/seed_<k>/summary.json`. Labels come from the
+directory names, which are unique on disk by construction (two variants of one family, e.g.
+rational fitted to GELU and to LeakyReLU, live in two act dirs); the summary's own fields are
+only a fallback for the seed, and a disagreement is reported as a note.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+
+RUN_DIR = re.compile(r"seed_\d+")
+SCHEMA = 1  # the summary.json version this reader understands
+STATUSES = ("completed", "diverged", "failed")  # scored or counted; "running" is skipped
+# per-run scalars that are not in summary["metrics"] but may still be asked for as --metric
+RUN_SCALARS = ("train_time_s", "throughput_img_s", "peak_mem_mb")
+BASE_COLUMNS = [
+    "recipe", "act", "seed", "status", "baseline", "train_time_s", "throughput_img_s", "peak_mem_mb",
+    "params", "act_params", "diverged_epoch", "error", "act_family", "run_dir", "recipe_dir",
+]
+
+
+def find_run_dirs(path: str | Path) -> list[Path]:
+    """Every `seed_<k>` directory below `path` (a recipe dir, a parent of recipes, or one run), sorted."""
+    root = Path(path)
+    if RUN_DIR.fullmatch(root.name) and root.is_dir():
+        return [root]
+    found = [p for p in root.rglob("seed_*") if p.is_dir() and _is_run_dir(p)]
+    return sorted(found)
+
+
+def _is_run_dir(path: Path) -> bool:
+    # seed_<k> folders inside a run (e.g. checkpoints/seed_0) are not runs: a run sits at <act>/seed_<k>
+    return RUN_DIR.fullmatch(path.name) is not None and not any(
+        RUN_DIR.fullmatch(part) for part in path.parent.parts[-3:])
+
+
+def _seed_from_dir(run_dir: Path) -> int | None:
+    return int(run_dir.name[len("seed_"):]) if RUN_DIR.fullmatch(run_dir.name) else None
+
+
+def _finite_or_nan(value) -> float:
+    """Metric values as floats; anything non-numeric or non-finite becomes NaN (never a score)."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return out if math.isfinite(out) else math.nan
+
+
+def read_summary(run_dir: Path) -> tuple[dict | None, str | None]:
+    """One run's row, or (None, note) when the run is skipped (missing, unreadable, running)."""
+    label = "/".join(run_dir.parts[-3:])
+    path = run_dir / "summary.json"
+    if not path.is_file():
+        return None, f"{label}: no summary.json (still running or crashed before writing it); ignored"
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"{label}: unreadable summary.json ({exc}); ignored"
+    if not isinstance(summary, dict):
+        return None, f"{label}: summary.json is not an object; ignored"
+    schema = summary.get("schema", SCHEMA)
+    if schema != SCHEMA:
+        return None, f"{label}: summary schema {schema!r}, this report reads schema {SCHEMA}; ignored"
+    status = summary.get("status")
+    if status == "running":
+        return None, f"{label}: still running; ignored"
+    if status not in STATUSES:
+        return None, f"{label}: unknown status {status!r}; ignored"
+
+    seed = _seed_from_dir(run_dir)
+    row = {
+        "recipe": run_dir.parent.parent.name,
+        "act": run_dir.parent.name,
+        "seed": seed if seed is not None else summary.get("seed"),
+        "status": status,
+        "baseline": summary.get("baseline"),
+        "params": summary.get("params"),
+        "act_params": summary.get("act_params"),
+        "diverged_epoch": summary.get("diverged_epoch"),
+        "error": summary.get("error"),
+        "act_family": summary.get("act"),
+        "run_dir": str(run_dir),
+        "recipe_dir": str(run_dir.parent.parent),
+    }
+    for key in RUN_SCALARS:
+        row[key] = _finite_or_nan(summary.get(key))
+    metrics = summary.get("metrics") or {}
+    if isinstance(metrics, dict):
+        for key, value in metrics.items():
+            if key not in row:  # a metric may never shadow a bookkeeping column
+                row[key] = _finite_or_nan(value)
+    notes = []
+    if summary.get("recipe") not in (None, row["recipe"]):
+        notes.append(f"{label}: summary recipe {summary['recipe']!r} differs from its directory; "
+                     "the directory name is used")
+    if summary.get("seed") not in (None, row["seed"]):
+        notes.append(f"{label}: summary seed {summary['seed']!r} differs from its directory; "
+                     "the directory name is used")
+    return row, "; ".join(notes) or None
+
+
+def scan_runs(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
+    """Read every run below `path`; returns the runs table and notes about what was skipped.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+    """
+    root = Path(path)
+    if not root.exists():
+        raise FileNotFoundError(f"results directory {str(root)!r} does not exist")
+    rows, notes = [], []
+    for run_dir in find_run_dirs(root):
+        row, note = read_summary(run_dir)
+        if note:
+            notes.append(note)
+        if row is not None:
+            rows.append(row)
+    frame = pd.DataFrame(rows)
+    for col in BASE_COLUMNS:
+        if col not in frame.columns:
+            frame[col] = pd.Series(dtype=object)
+    extra = [c for c in frame.columns if c not in BASE_COLUMNS]
+    frame = frame[BASE_COLUMNS[:4] + extra + BASE_COLUMNS[4:]]
+    if len(frame):
+        frame["seed"] = frame["seed"].astype("Int64")
+        frame = frame.sort_values(["recipe_dir", "act", "seed"], kind="stable").reset_index(drop=True)
+    return frame, notes
+
+
+def load_runs(path: str | Path) -> pd.DataFrame:
+    """One row per run: recipe, act, seed, status, every metric, time, throughput, sizes.
+
+    Runs still `running`, without or with an unreadable `summary.json` are left out; the
+    reasons are in `runs.attrs["notes"]`. Non-finite metric values are NaN.
+
+    Args:
+        path: a recipe directory (`results/cifar10_vgg8`), a parent of several, or one run dir.
+
+    Returns:
+        DataFrame with columns `recipe, act, seed, status, <metrics...>, baseline, train_time_s,
+        throughput_img_s, peak_mem_mb, params, act_params, diverged_epoch, error, act_family,
+        run_dir, recipe_dir`.
+    """
+    frame, notes = scan_runs(path)
+    frame.attrs["notes"] = notes
+    return frame
+
+
+def metric_names(runs: pd.DataFrame) -> list[str]:
+    """The metrics present in `runs` (summary metrics first, then the per-run scalars)."""
+    metrics = [c for c in runs.columns if c not in BASE_COLUMNS]
+    scalars = [c for c in RUN_SCALARS if c in runs.columns and runs[c].notna().any()]
+    return metrics + scalars
