@@ -99,8 +99,20 @@ def _execute_in_subprocess(run: dict, out: str, threads: int) -> Outcome:
     return execute(run, Path(out), progress=False)
 
 
+def check_data(cfg: DictConfig) -> None:
+    """Fail before any training when the dataset is not where the config says."""
+    from ..data import DatasetNotFoundError, create_datamodule
+
+    try:
+        create_datamodule(cfg.data, batch_size=int(cfg.batch_size), seed=0)
+    except DatasetNotFoundError as e:
+        raise ConfigError(str(e)) from None
+
+
 def plan(cfg: DictConfig) -> list[tuple[dict, Path]]:
-    """(run config, run directory) of every run of the sweep; fails early on a config mismatch."""
+    """(run config, run directory) of every run of the sweep; fails early on a config mismatch
+    or a missing dataset."""
+    check_data(cfg)
     jobs = []
     for act in sweep_acts(cfg):
         for seed in range(int(cfg.seeds)):
@@ -127,7 +139,14 @@ def run_sweep(cfg: DictConfig, progress: bool = True, on_outcome: Callable[[Outc
             futures = {pool.submit(_execute_in_subprocess, run, str(out), threads): i for i, (run, out) in enumerate(jobs)}
             for fut in as_completed(futures):
                 i = futures[fut]
-                outcomes[i] = fut.result()
+                try:
+                    outcomes[i] = fut.result()
+                except Exception as e:  # noqa: BLE001 - a crashed worker process is one failed run
+                    run, out = jobs[i]
+                    summary = {"schema": results.SCHEMA, "recipe": run["recipe"], "act": run["act"],
+                               "seed": run["seed"], "status": "failed", "error": f"worker crashed: {e!r}"}
+                    results.write_summary(out, summary)
+                    outcomes[i] = Outcome(run["act"], run["seed"], "failed", summary, out)
                 if on_outcome:
                     on_outcome(outcomes[i])
     return [outcomes[i] for i in range(len(jobs))]

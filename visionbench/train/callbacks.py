@@ -11,7 +11,7 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint, TQDMProgressBar
 
 from ..activations import LearnableActivation
 from .io import atomic_write_text, write_csv_rows
@@ -34,8 +34,13 @@ class EpochSeeder(L.Callback):
         torch.manual_seed(s)
 
 
-class MetricsWriter(L.Callback):
-    """Appends one row per epoch to metrics.csv (rewritten atomically), times epochs."""
+class MetricsWriter(Checkpoint):
+    """Appends one row per epoch to metrics.csv (rewritten atomically), times epochs.
+
+    A `Checkpoint` subclass only so that Lightning calls its `on_train_epoch_end` *after* the
+    LightningModule's (which logs the epoch's train loss); list it before the checkpoint
+    callback so the row is on disk before the checkpoint that a resume starts from.
+    """
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -53,8 +58,8 @@ class MetricsWriter(L.Callback):
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._t0 = time.perf_counter()
 
-    def on_validation_epoch_end(self, trainer, pl_module) -> None:
-        if trainer.sanity_checking or self._t0 is None:
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if self._t0 is None:
             return
         m = {k: float(v) for k, v in trainer.callback_metrics.items() if "/" not in k}
         row = {"epoch": trainer.current_epoch + 1}

@@ -58,6 +58,10 @@ def _quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*GPU available but not used.*")
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    warnings.filterwarnings("ignore", message=".*smaller than the logging interval.*")
+    # resuming writes into the run's existing log and checkpoint folders on purpose
+    warnings.filterwarnings("ignore", message=".*exists and is not empty.*")
+    warnings.filterwarnings("ignore", message=".*Encountered `nan` values.*")
 
 
 def build_model(cfg: Mapping[str, Any], num_classes: int, in_chans: int, img_size: int | None):
@@ -109,7 +113,7 @@ def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> R
     callbacks = [
         EpochSeeder(seed), writer, throughput,
         AtomicCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val_top1", mode="max", save_top_k=1,
-                         save_last=True, enable_version_counter=False),
+                         save_last=True, enable_version_counter=False, save_on_train_epoch_end=True),
     ]
     if is_learnable(act):
         callbacks.append(ActivationSnapshots(run_dir / "act_snapshots", cfg.get("snapshot_epochs") or [], epochs, act))

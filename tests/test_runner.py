@@ -1,0 +1,150 @@
+"""The multi-seed runner end to end on the embedded digits data: results schema, resume,
+divergence, failures, determinism, config mismatch, and the CLI's errors."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from visionbench.cli import main
+from visionbench.runner.config import ConfigError, load_config
+from visionbench.runner.sweep import ConfigMismatch, run_sweep
+
+FAST = ["epochs=2", "batch_size=64", "data.limit_train=200", "data.limit_val=100", "snapshot_epochs=[0,-1]"]
+
+
+def sweep(tmp_path: Path, *args: str):
+    cfg = load_config([f"results_dir={tmp_path}", *FAST, *args])
+    return run_sweep(cfg, progress=False)
+
+
+def rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return [{k: v for k, v in r.items() if k != "epoch_time_s"} for r in csv.DictReader(f)]
+
+
+def test_digits_run_writes_the_full_schema(tmp_path):
+    (o,) = sweep(tmp_path, "act=hermite", "seeds=1")
+    assert o.status == "completed"
+    d = tmp_path / "digits_vgg4" / "hermite" / "seed_0"
+    s = json.loads((d / "summary.json").read_text())
+    assert s["schema"] == 1 and (s["recipe"], s["act"], s["seed"], s["status"]) == ("digits_vgg4", "hermite", 0, "completed")
+    for key in ("val_top1_best", "val_top1_final", "test_top1_at_best_val", "best_epoch"):
+        assert key in s["metrics"]
+    for key in ("train_time_s", "params", "act_params", "throughput_img_s", "peak_mem_mb", "versions"):
+        assert s[key], key
+    assert s["act_params"] == 4 * 4  # 4 swapped activations in VGG4, 4 Hermite coefficients each
+    cfg = yaml.safe_load((d / "config.yaml").read_text())
+    assert cfg["act"] == "hermite" and cfg["seed"] == 0 and cfg["epochs"] == 2
+    r = rows(d / "metrics.csv")
+    assert [int(x["epoch"]) for x in r] == [1, 2]
+    for col in ("train_loss", "val_loss", "val_top1", "val_top5", "test_top1", "lr"):
+        assert all(x[col] not in ("", "nan") for x in r), col
+    assert (d / "checkpoints" / "last.ckpt").exists()
+    assert sorted(p.name for p in (d / "act_snapshots").iterdir()) == ["epoch_000.json", "epoch_002.json"]
+    assert list((d / "tb").glob("events.out.tfevents.*"))
+
+
+def test_resume_skips_completed_seeds_and_matches_uninterrupted(tmp_path):
+    first = sweep(tmp_path / "a", "act=relu", "seeds=1")
+    again = sweep(tmp_path / "a", "act=relu", "seeds=2")
+    assert [o.status for o in first] == ["completed"]
+    assert [o.status for o in again] == ["skipped", "completed"]
+    straight = sweep(tmp_path / "b", "act=relu", "seeds=2")
+    for seed in (0, 1):
+        a = rows(tmp_path / "a" / "digits_vgg4" / "relu" / f"seed_{seed}" / "metrics.csv")
+        b = rows(tmp_path / "b" / "digits_vgg4" / "relu" / f"seed_{seed}" / "metrics.csv")
+        assert a == b
+    assert straight[1].summary["metrics"] == again[1].summary["metrics"]
+
+
+def test_interrupted_seed_resumes_from_last_checkpoint(tmp_path, monkeypatch):
+    from visionbench.train import callbacks
+
+    original = callbacks.EpochSeeder.on_train_epoch_start
+
+    def crash_in_epoch_3(self, trainer, pl_module):
+        if trainer.current_epoch == 2:
+            raise RuntimeError("simulated kill")
+        original(self, trainer, pl_module)
+
+    monkeypatch.setattr(callbacks.EpochSeeder, "on_train_epoch_start", crash_in_epoch_3)
+    (o,) = sweep(tmp_path / "a", "act=rational", "seeds=1", "epochs=3")
+    assert o.status == "failed" and "simulated kill" in o.summary["error"]
+    assert len(rows(o.run_dir / "metrics.csv")) == 2
+    monkeypatch.setattr(callbacks.EpochSeeder, "on_train_epoch_start", original)
+    (resumed,) = sweep(tmp_path / "a", "act=rational", "seeds=1", "epochs=3")
+    (straight,) = sweep(tmp_path / "b", "act=rational", "seeds=1", "epochs=3")
+    assert resumed.status == "completed"
+    assert rows(resumed.run_dir / "metrics.csv") == rows(straight.run_dir / "metrics.csv")
+
+
+def test_divergence_is_recorded_and_the_sweep_goes_on(tmp_path):
+    outcomes = sweep(tmp_path, "act=relu,gelu", "seeds=1", "optim.lr=1e6", "act_lr_mult.gelu=1")
+    assert [o.status for o in outcomes] == ["diverged", "diverged"]
+    s = outcomes[0].summary
+    assert s["diverged_epoch"] == 1 and "non-finite" in s["error"]
+
+
+def test_failure_is_recorded_and_the_command_exits_nonzero(tmp_path, monkeypatch, capsys):
+    from visionbench.train import fit
+
+    real = fit.build_model
+
+    def broken(cfg, *a, **k):
+        if cfg["act"] == "gelu":
+            raise RuntimeError("boom")
+        return real(cfg, *a, **k)
+
+    monkeypatch.setattr(fit, "build_model", broken)
+    code = main(["run", f"results_dir={tmp_path}", *FAST, "act=gelu,relu", "seeds=1"])
+    err = capsys.readouterr().err
+    assert code == 1 and "boom" in err
+    s = json.loads((tmp_path / "digits_vgg4" / "gelu" / "seed_0" / "summary.json").read_text())
+    assert s["status"] == "failed" and "boom" in s["error"]
+    assert (tmp_path / "digits_vgg4" / "gelu" / "seed_0" / "error.txt").exists()
+    assert json.loads((tmp_path / "digits_vgg4" / "relu" / "seed_0" / "summary.json").read_text())["status"] == "completed"
+
+
+def test_same_config_and_seed_give_identical_metrics(tmp_path):
+    sweep(tmp_path / "a", "act=polynorm", "seeds=1")
+    sweep(tmp_path / "b", "act=polynorm", "seeds=1")
+    a = rows(tmp_path / "a" / "digits_vgg4" / "polynorm" / "seed_0" / "metrics.csv")
+    assert a == rows(tmp_path / "b" / "digits_vgg4" / "polynorm" / "seed_0" / "metrics.csv")
+
+
+def test_changed_config_is_an_error_not_a_silent_mix(tmp_path):
+    sweep(tmp_path, "act=relu", "seeds=1")
+    with pytest.raises(ConfigMismatch, match="optim.lr"):
+        sweep(tmp_path, "act=relu", "seeds=1", "optim.lr=0.5")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["foo=1"], "unknown key 'foo'; valid keys"),
+    (["recipe=nope"], "unknown recipe 'nope'; known: .*digits_vgg4"),
+    (["act=relux"], "unknown activation 'relux'; known"),
+    (["act=relu", "act.degree=3"], "no activation in the sweep"),
+    (["seeds=0"], "seeds must be"),
+    (["act=rational", "act.version=Z"], "version"),
+])
+def test_bad_input_gives_a_clear_error(args, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(args)
+
+
+def test_cli_errors_exit_2_with_message(tmp_path, capsys):
+    assert main(["run", "recipe=nope"]) == 2
+    assert "unknown recipe" in capsys.readouterr().err
+    assert main(["run", "recipe=cifar10_vgg8", f"data.root={tmp_path}", "seeds=1"]) == 2
+    err = capsys.readouterr().err
+    assert "data.root" in err and "cifar-10-batches-py" in err
+
+
+def test_list_shows_recipes_activations_models(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for word in ("digits_vgg4", "cifar10_vgg8", "rational", "hermite", "resnet50", "swin_t"):
+        assert word in out
