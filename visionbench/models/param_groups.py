@@ -1,0 +1,66 @@
+"""Optimizer parameter groups and parameter counts.
+
+    >>> torch.optim.AdamW(param_groups(model, lr=2e-3, weight_decay=0.05, act_lr_mult=4.0))
+
+Weight decay goes to conv / linear weights only (paper 004 App E: "decays convolution and linear
+weights while setting weight decay to zero for biases and normalization parameters"); biases,
+norm parameters, embeddings, position / class tokens and whatever the model's
+`no_weight_decay()` names get none. Activation coefficients (DESIGN §3) get their own group with
+lr x `act_lr_mult` and `act_weight_decay` (0 in every paper).
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from ..activations import learnable_parameters
+
+DECAY_TYPES = (nn.modules.conv._ConvNd, nn.Linear)
+
+
+def _no_weight_decay_names(model: nn.Module) -> set[str]:
+    fn = getattr(model, "no_weight_decay", None)
+    return set(fn()) if callable(fn) else set()
+
+
+def param_groups(
+    model: nn.Module,
+    lr: float,
+    weight_decay: float,
+    act_lr_mult: float = 1.0,
+    act_weight_decay: float = 0.0,
+) -> list[dict]:
+    """Split the trainable parameters of `model` into "decay", "no_decay" and "act" groups.
+
+    Every group carries `name`, `lr`, `weight_decay` and `lr_scale` (the multiplier, which
+    timm's schedulers apply on top of the scheduled lr). Parameters with
+    `requires_grad=False` are left out; empty groups are dropped.
+    """
+    act_ids = {id(p) for p in learnable_parameters(model)}
+    decay_ids = {id(m.weight) for m in model.modules()
+                 if isinstance(m, DECAY_TYPES) and isinstance(getattr(m, "weight", None), nn.Parameter)}
+    skip = _no_weight_decay_names(model)
+    groups: dict[str, list[nn.Parameter]] = {"decay": [], "no_decay": [], "act": []}
+    seen: set[int] = set()
+    for name, p in model.named_parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        if id(p) in act_ids:
+            groups["act"].append(p)
+        elif id(p) in decay_ids and name not in skip:
+            groups["decay"].append(p)
+        else:
+            groups["no_decay"].append(p)
+    settings = {
+        "decay": dict(lr=lr, weight_decay=weight_decay, lr_scale=1.0),
+        "no_decay": dict(lr=lr, weight_decay=0.0, lr_scale=1.0),
+        "act": dict(lr=lr * act_lr_mult, weight_decay=act_weight_decay, lr_scale=act_lr_mult),
+    }
+    return [dict(name=k, params=v, **settings[k]) for k, v in groups.items() if v]
+
+
+def count_parameters(model: nn.Module) -> dict[str, int]:
+    """{"params": every parameter element, "act_params": those of learnable activations} (shared counted once)."""
+    total = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    act = sum(p.numel() for p in learnable_parameters(model))
+    return {"params": total, "act_params": act}

@@ -1,0 +1,247 @@
+"""Replace a model's activation modules by fresh, independent instances of a registered activation.
+
+    >>> report = swap_activations(model, "rational", {"init": "gelu"})
+    >>> len(report), report.paths[:2], report.functional
+    (18, ['stages.0.blocks.0.mlp.act', 'stages.0.blocks.1.mlp.act'], [])
+
+What is swapped (the activations the papers swap): every module of an elementwise activation
+type in `SWAPPABLE` -- torch's ReLU family, GELU, SiLU, Mish, ..., timm's own wrappers
+(`timm.layers.activations.GELU`, ...) and anything from visionbench's activation registry (so a
+swapped model can be swapped again). In the supported models that is the ReLUs of the CNNs
+(ResNet stem + blocks, VGG) and the GELU of every transformer / ConvNeXt block MLP.
+Not swapped: attention softmax, gates (Sigmoid/Tanh, e.g. squeeze-excite), and anything inside
+the classifier (`head`, `pre_logits`) -- timm hard-codes those (ConvNeXt's `NormMlpClassifierHead`
+builds its hidden-layer act from the fixed string 'gelu', whatever the model's act_layer), and
+none of the papers changes them. The supported models have no head activation at all.
+
+Each new module gets, unless `act_kwargs` sets them: `num_channels` (output size of the
+conv/linear/norm registered just before the activation; used by `per_channel` and SLAF) and
+`channel_dim=-1` where that layer is a `Linear` (its output has features last: token MLPs and
+ConvNeXt's NHWC block MLP); conv/norm outputs keep the NCHW default.
+"""
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from timm.layers import activations as timm_acts
+from timm.layers import activations_me as timm_acts_me
+
+from .. import activations
+from ..activations import FitResult, LearnableActivation
+from .scan import functional_activations
+
+_TORCH = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.RReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU,
+          nn.Mish, nn.Hardswish)
+_TIMM = tuple(getattr(mod, n) for mod, names in (
+    (timm_acts, ("Swish", "Mish", "HardSwish", "HardMish", "PReLU", "GELU", "GELUTanh", "QuickGELU")),
+    (timm_acts_me, ("SwishMe", "MishMe", "HardSwishMe", "HardMishMe")),
+) for n in names if hasattr(mod, n))
+DEFAULT_EXCLUDE = ("head", "pre_logits")
+
+
+def swappable_types() -> tuple[type, ...]:
+    """Activation module types a swap replaces (visionbench's registry read at call time)."""
+    registered = tuple(activations.get_class(n) for n in activations.names())
+    return tuple(dict.fromkeys(_TORCH + _TIMM + registered))
+
+
+@dataclass
+class SwapEntry:
+    """One replaced module."""
+
+    path: str
+    original: str  # qualified type name of the replaced module
+    new: str
+    num_channels: int | None = None
+    channel_dim: int | None = None
+    fit: FitResult | None = None
+
+
+@dataclass
+class SwapReport:
+    """What `swap_activations` replaced; `len(report)` is the number of swapped modules.
+
+    Attributes:
+        act: registry name of the new activation.
+        entries: one `SwapEntry` per replaced module, in module order.
+        functional: functional activation calls found in the model's classes (a swap cannot
+            reach them); empty for every supported model.
+    """
+
+    act: str
+    entries: list[SwapEntry] = field(default_factory=list)
+    functional: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __iter__(self) -> Iterator[SwapEntry]:
+        return iter(self.entries)
+
+    @property
+    def paths(self) -> list[str]:
+        return [e.path for e in self.entries]
+
+    def counts(self) -> dict[str, int]:
+        """Number of replaced modules per original type."""
+        out: dict[str, int] = {}
+        for e in self.entries:
+            out[e.original] = out.get(e.original, 0) + 1
+        return out
+
+    def summary(self) -> str:
+        by_type = ", ".join(f"{n} x {k}" for k, n in self.counts().items())
+        return f"swapped {len(self)} activations -> {self.act} ({by_type})"
+
+
+def _qualname(module: nn.Module) -> str:
+    cls = type(module)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _out_channels(module: nn.Module) -> int | None:
+    if isinstance(module, nn.modules.conv._ConvNd):
+        return module.out_channels
+    if isinstance(module, nn.Linear):
+        return module.out_features
+    if isinstance(module, nn.modules.batchnorm._NormBase):
+        return module.num_features
+    if isinstance(module, nn.GroupNorm):
+        return module.num_channels
+    if isinstance(module, nn.LayerNorm):
+        return int(module.normalized_shape[-1])
+    return None
+
+
+def _gelu_tanh(x):
+    return F.gelu(x, approximate="tanh")
+
+
+def fit_target(module: nn.Module) -> tuple[Any, Any]:
+    """(cache key, target) to fit a new activation to `module`: a registry target name for the
+    classical activations, else a float64 copy of the module used as a callable."""
+    if isinstance(module, (nn.GELU, timm_acts.GELU, timm_acts.GELUTanh)):
+        tanh = isinstance(module, timm_acts.GELUTanh) or getattr(module, "approximate", "none") == "tanh"
+        return ("gelu_tanh", _gelu_tanh) if tanh else ("gelu", "gelu")
+    if isinstance(module, nn.LeakyReLU):
+        slope = float(module.negative_slope)
+        if slope == 0.01:
+            return "leaky_relu", "leaky_relu"
+        return f"leaky_relu({slope})", lambda x: F.leaky_relu(x, slope)
+    simple = ((nn.ReLU, "relu"), (nn.SiLU, "silu"), (timm_acts.Swish, "silu"), (nn.Mish, "mish"),
+              (timm_acts.Mish, "mish"), (nn.Tanh, "tanh"), (nn.Sigmoid, "sigmoid"), (nn.Identity, "identity"))
+    for cls, name in simple:
+        if isinstance(module, cls):
+            return name, name
+    if getattr(module, "per_channel", False):
+        raise ValueError(f"cannot fit to a per-channel {type(module).__name__}: it is not one scalar function")
+    ref = copy.deepcopy(module).to(torch.float64).eval()
+    state = tuple((k, tuple(v.flatten().tolist())) for k, v in ref.state_dict().items())
+    return (_qualname(module), ref.extra_repr(), state), ref
+
+
+def check_act(act: str, act_kwargs: dict[str, Any] | None = None) -> str:
+    """Canonical name of `act`; ValueError for an unknown name or option (listing the accepted ones)."""
+    name = activations.resolve(act)
+    unknown = sorted(set(act_kwargs or {}) - set(activations.accepted_kwargs(name)))
+    if unknown:
+        raise ValueError(f"activation {name!r} does not take {', '.join(unknown)}; "
+                         f"accepted: {', '.join(activations.accepted_kwargs(name))}")
+    return name
+
+
+def swap_activations(
+    model: nn.Module,
+    act: str,
+    act_kwargs: dict[str, Any] | None = None,
+    fit_to_replaced: bool = False,
+    *,
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE,
+    warn_functional: bool = True,
+) -> SwapReport:
+    """Replace every swappable activation module of `model`, in place, by a new `act` instance.
+
+    Args:
+        model: any nn.Module (timm models, the CIFAR VGGs/ResNet).
+        act: visionbench activation registry name (fixed or learnable).
+        act_kwargs: options for every new activation (e.g. {"init": "gelu"}); `num_channels`,
+            `channel_dim` and `inplace` are filled in per site unless given here.
+        fit_to_replaced: fit each new learnable activation to the one it replaces, function and
+            derivative on [-3, 3] (paper 001 Sec 3.5, App O). Each distinct target is fitted once
+            and the fitted state copied to every other site with the same target.
+        exclude: path prefixes left alone (the classifier).
+        warn_functional: warn if functional activation calls are found (they stay unswapped).
+
+    Returns:
+        A `SwapReport`. ValueError if `act` is unknown or nothing matched.
+    """
+    name = check_act(act, act_kwargs)
+    act_kwargs = dict(act_kwargs or {})
+    accepted = set(activations.accepted_kwargs(name))
+    learnable = activations.is_learnable(name)
+    types = swappable_types()
+    ref_param = next(model.parameters(), None)
+
+    def excluded(path: str) -> bool:
+        return any(path == p or path.startswith(p + ".") for p in exclude)
+
+    sites: list[tuple[str, nn.Module, int | None, bool]] = []  # path, module, channels, after Linear
+    last_channels, after_linear = None, False
+    # remove_duplicate=False: a module registered at two paths gets two independent replacements
+    for path, module in model.named_modules(remove_duplicate=False):
+        channels = _out_channels(module)
+        if channels is not None:
+            last_channels, after_linear = channels, isinstance(module, nn.Linear)
+        elif path and isinstance(module, types) and not excluded(path):
+            sites.append((path, module, last_channels, after_linear))
+    if not sites:
+        raise ValueError(
+            f"swap to {name!r} matched no activation module in {type(model).__name__} "
+            f"(looked for {', '.join(sorted({t.__name__ for t in types}))} outside {', '.join(exclude)})"
+        )
+
+    report = SwapReport(act=name)
+    cache: dict[Any, tuple[dict[str, torch.Tensor], FitResult]] = {}
+    replacements: list[tuple[str, nn.Module]] = []
+    for path, old, channels, linear_before in sites:
+        kwargs = dict(act_kwargs)
+        if "num_channels" in accepted and channels is not None:
+            kwargs.setdefault("num_channels", channels)
+        if "channel_dim" in accepted and linear_before:
+            kwargs.setdefault("channel_dim", -1)
+        if "inplace" in accepted and not learnable and getattr(old, "inplace", False):
+            kwargs.setdefault("inplace", True)  # keep the memory behaviour of the baseline it replaces
+        new = activations.create(name, **kwargs)
+        fit = None
+        if fit_to_replaced and isinstance(new, LearnableActivation):
+            key, target = fit_target(old)
+            key = (key, tuple((k, tuple(v.shape)) for k, v in new.state_dict().items()))
+            if key not in cache:
+                result = new.fit(target, interval=(-3.0, 3.0), derivative=True)
+                cache[key] = ({k: v.detach().clone() for k, v in new.state_dict().items()}, result)
+            else:
+                new.load_state_dict(cache[key][0])
+            fit = cache[key][1]
+        if ref_param is not None:
+            new = new.to(device=ref_param.device, dtype=ref_param.dtype if ref_param.is_floating_point() else None)
+        new.train(old.training)
+        replacements.append((path, new))
+        report.entries.append(SwapEntry(path, _qualname(old), _qualname(new), kwargs.get("num_channels"),
+                                        kwargs.get("channel_dim"), fit))
+    for path, new in replacements:  # only once every new module was built: a failed swap leaves no trace
+        parent_path, _, attr = path.rpartition(".")
+        setattr(model.get_submodule(parent_path) if parent_path else model, attr, new)
+
+    report.functional = functional_activations(model, skip=types)
+    if report.functional and warn_functional:
+        warnings.warn(
+            f"{type(model).__name__}: {len(report.functional)} functional activation call(s) cannot be swapped: "
+            + "; ".join(report.functional), stacklevel=2,
+        )
+    return report
