@@ -148,3 +148,18 @@ def test_list_shows_recipes_activations_models(capsys):
     out = capsys.readouterr().out
     for word in ("digits_vgg4", "cifar10_vgg8", "rational", "hermite", "resnet50", "swin_t"):
         assert word in out
+
+
+def test_hydra_multirun_entry_point_writes_the_same_tree(tmp_path):
+    """The cluster path (Hydra multirun; SLURM swaps only the launcher) writes one run per job."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "visionbench.runner.hydra_app", "-m", "act=relu,gelu", "seed=1",
+           f"results_dir={tmp_path}", "epochs=1", "data.limit_train=100", "data.limit_val=50",
+           f"hydra.sweep.dir={tmp_path / 'multirun'}"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for act in ("relu", "gelu"):
+        s = json.loads((tmp_path / "digits_vgg4" / act / "seed_1" / "summary.json").read_text())
+        assert s["status"] == "completed" and s["seed"] == 1

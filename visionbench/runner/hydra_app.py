@@ -1,0 +1,39 @@
+"""Hydra entry point for clusters: one job per (activation, seed), any Hydra launcher.
+
+    pip install -e '.[slurm]'
+    python -m visionbench.runner.hydra_app --config-name cifar10_vgg8 -m \
+        hydra/launcher=submitit_slurm act=relu,rational seed=0,1,2,3,4
+
+Every job resolves exactly as `visionbench run` would for that act and seed and writes into the
+same results tree (`results_dir`), so `visionbench report results/<recipe>` aggregates them.
+Without `-m`/a launcher it trains one run locally (seed defaults to 0).
+"""
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from . import results
+from .config import RECIPES_DIR, DEFAULT_RECIPE, sweep_acts, validate, run_config
+from .sweep import check_data, execute
+
+
+@hydra.main(config_path=str(RECIPES_DIR), config_name=DEFAULT_RECIPE, version_base=None)
+def main(cfg: DictConfig) -> int:
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    validate(cfg)
+    acts = sweep_acts(cfg)
+    if len(acts) != 1:
+        raise SystemExit(f"one activation per job: sweep with -m act={','.join(acts)}")
+    seed = 0 if cfg.get("seed") is None else int(cfg.seed)
+    check_data(cfg)
+    run = run_config(cfg, acts[0], seed)
+    outcome = execute(run, results.run_dir(cfg.results_dir, cfg.recipe, acts[0], seed), progress=False)
+    print(f"{cfg.recipe} {outcome.act} seed {outcome.seed}: {outcome.status}")
+    return 0 if outcome.status in ("completed", "skipped", "diverged") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
