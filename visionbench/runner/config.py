@@ -154,6 +154,14 @@ def validate(cfg: DictConfig) -> DictConfig:
             activations.create(act, **opts)
         except (ValueError, TypeError) as e:
             raise ConfigError(f"act {act}: {e}") from None
+    if (cfg.get("finetune") or {}).get("checkpoint"):  # a missing checkpoint or train=act with a fixed act: fail now
+        from ..models.finetune import check  # imports timm: only for fine-tuning recipes
+
+        try:
+            for act in acts:
+                check(cfg.finetune.checkpoint, cfg.finetune.train, act, dict(cfg.act_options.get(act) or {}))
+        except (ValueError, FileNotFoundError) as e:
+            raise ConfigError(str(e)) from None
     return cfg
 
 

@@ -67,6 +67,7 @@ def execute(run: dict, out: Path, progress: bool = True) -> Outcome:
     try:
         r = train_run(run, out, progress=progress)
         summary.update(status="completed", params=r.params, act_params=r.act_params,
+                       trainable_params=r.trainable_params,  # < params when fine-tuning (docs/finetune.md)
                        train_time_s=round(r.train_time_s, 3), throughput_img_s=r.throughput_img_s,
                        peak_mem_mb=r.peak_mem_mb, metrics=results.metrics_from_rows(r.rows))
     except Diverged as e:

@@ -22,6 +22,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from .. import models
 from ..activations import is_learnable
+from ..models import finetune
 from ..data import create_datamodule
 from .callbacks import ActivationSnapshots, AtomicCheckpoint, EpochSeeder, MetricsWriter, RunProgressBar
 from .module import ClassificationModule
@@ -32,6 +33,7 @@ class RunResult:
     rows: list[dict] = field(default_factory=list)
     params: int = 0
     act_params: int = 0
+    trainable_params: int = 0
     train_time_s: float = 0.0
     throughput_img_s: float = float("nan")
     peak_mem_mb: float = float("nan")
@@ -64,20 +66,38 @@ def _quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*Encountered `nan` values.*")
 
 
-def build_model(cfg: Mapping[str, Any], num_classes: int, in_chans: int, img_size: int | None):
-    """The network of a run config (before any fine-tuning surgery)."""
+def _create(cfg: Mapping[str, Any], act: str | None, act_kwargs: Mapping[str, Any] | None, num_classes: int | None,
+            in_chans: int, img_size: int | None, pretrained: bool):
+    """`models.create` with the run's `model:` block and the given activation, head size and weights."""
     m = cfg["model"]
-    act = cfg["act"]
     kwargs = dict(m.get("kwargs") or {})
     if m.get("dropout"):
         kwargs["drop_rate"] = float(m["dropout"])
     if m.get("drop_path"):
         kwargs["drop_path_rate"] = float(m["drop_path"])
     return models.create(
-        m["name"], act=act, act_kwargs=dict((cfg.get("act_options") or {}).get(act) or {}),
-        num_classes=num_classes, img_size=img_size, in_chans=in_chans, norm=m.get("norm"),
-        norm_free=bool(m.get("norm_free")), pretrained=bool(m.get("pretrained")), **kwargs,
+        m["name"], act=act, act_kwargs=dict(act_kwargs or {}), num_classes=num_classes, img_size=img_size,
+        in_chans=in_chans, norm=m.get("norm"), norm_free=bool(m.get("norm_free")), pretrained=pretrained, **kwargs,
     )
+
+
+def build_model(cfg: Mapping[str, Any], num_classes: int, in_chans: int, img_size: int | None):
+    """The network of a run config; with `finetune.checkpoint` set, the fine-tuning surgery of
+    `models.finetune.prepare` (the checkpoint decides the weights: `model.pretrained` is not used)."""
+    act = cfg["act"]
+    act_kwargs = dict((cfg.get("act_options") or {}).get(act) or {})
+    ft = cfg.get("finetune") or {}
+    if not ft.get("checkpoint"):
+        return _create(cfg, act, act_kwargs, num_classes, in_chans, img_size, bool(cfg["model"].get("pretrained")))
+    if cfg["model"].get("lsuv"):
+        raise ValueError("model.lsuv=true would re-initialise the fine-tuned checkpoint's weights; "
+                         "set model.lsuv=false with finetune.checkpoint")
+
+    def build(a, a_kwargs, n, pretrained):
+        return _create(cfg, a, a_kwargs, n, in_chans, img_size, pretrained)
+
+    return finetune.prepare(build, ft["checkpoint"], act, act_kwargs, num_classes, train=ft.get("train") or "act,head",
+                            source_act=ft.get("source_act"), ema=bool(ft.get("ema")), model_name=cfg["model"]["name"])
 
 
 def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> RunResult:
@@ -93,6 +113,7 @@ def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> R
         dm.setup("fit")
         models.lsuv_init(model, next(iter(dm.train_dataloader()))[0])
     counts = models.count_parameters(model)
+    counts["trainable_params"] = finetune.count_trainable(model)
 
     eval_names = ("val", "test") if dm.has_test else ("val",)
     module = ClassificationModule(
@@ -138,7 +159,8 @@ def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> R
     else:  # CPU: the process's peak resident set (Linux reports KiB)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return RunResult(
-        rows=writer.rows, params=counts["params"], act_params=counts["act_params"], train_time_s=elapsed,
+        rows=writer.rows, params=counts["params"], act_params=counts["act_params"],
+        trainable_params=counts["trainable_params"], train_time_s=elapsed,
         throughput_img_s=throughput.images / throughput.seconds if throughput.seconds else float("nan"),
         peak_mem_mb=peak,
     )

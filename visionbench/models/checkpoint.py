@@ -1,0 +1,139 @@
+"""Read the weights of a trained backbone from disk: a timm / PyTorch state dict or a visionbench run's checkpoint.
+
+    >>> ckpt = read_checkpoint("convnext_tiny.pth")                                  # timm / torch file
+    >>> ckpt = read_checkpoint("results/digits_vgg4/gelu/seed_0/checkpoints/best.ckpt")
+    >>> ckpt.state_dict, ckpt.kind, ckpt.run_config["act"]                        # "visionbench", "gelu"
+
+Accepted files: `.pth`, `.pt`, `.bin`, `.ckpt`, `.pth.tar` (torch files; the state dict may be the whole file or
+nested under `state_dict`, `model`, `module`, with the EMA under `state_dict_ema` / `model_ema`) and
+`.safetensors`. A visionbench (Lightning) checkpoint holds the network under `model.` and, when the run
+kept a weight EMA, its copy under `ema.module.`; the run's `config.yaml` sits beside `checkpoints/` and
+says which activation and model the weights were trained with. Pure torch: no Lightning import.
+"""
+from __future__ import annotations
+
+import argparse
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".tar")  # .tar: timm train.py's model_best.pth.tar
+SAFETENSORS_SUFFIX = ".safetensors"
+RAW_KEYS = ("state_dict", "model", "module")          # where trainers nest the weights (timm, ConvNeXt, DeiT)
+EMA_KEYS = ("state_dict_ema", "model_ema")            # timm train.py / ConvNeXt main.py EMA copies
+VB_MODEL, VB_EMA = "model.", "ema.module."            # ClassificationModule attributes `model` and `ema`
+
+
+@dataclass
+class Checkpoint:
+    """Weights read from one file.
+
+    Attributes:
+        path: the file.
+        state_dict: the network's tensors, keys as in `model.state_dict()` (prefixes removed).
+        kind: "visionbench" (a run's Lightning checkpoint) or "state_dict" (anything else).
+        run_config: the visionbench run's `config.yaml` (None for other files, or if absent).
+        ema: whether `state_dict` holds the EMA weights.
+    """
+
+    path: Path
+    state_dict: dict[str, torch.Tensor]
+    kind: str
+    run_config: dict[str, Any] | None = None
+    ema: bool = False
+
+
+def accepted_suffixes() -> tuple[str, ...]:
+    return TORCH_SUFFIXES + (SAFETENSORS_SUFFIX,)
+
+
+def check_path(path: Path) -> None:
+    """FileNotFoundError for a missing file or a directory, ValueError for an unknown suffix."""
+    if path.is_dir():
+        found = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.suffix in accepted_suffixes())
+        raise FileNotFoundError(f"finetune checkpoint {path} is a directory; give one file"
+                                + (f", e.g. {', '.join(found[:4])} inside it" if found else "")
+                                + f" (accepted: {', '.join(accepted_suffixes())})")
+    if not path.exists():
+        raise FileNotFoundError(f"finetune checkpoint {path} does not exist; give a state dict "
+                                f"({', '.join(accepted_suffixes())}), a visionbench run's checkpoints/best.ckpt "
+                                f"or last.ckpt, or 'timm' for timm's pretrained weights")
+    if path.suffix not in accepted_suffixes():
+        raise ValueError(f"finetune checkpoint {path}: unknown file type {path.suffix!r}; "
+                         f"accepted: {', '.join(accepted_suffixes())}")
+
+
+def _load_file(path: Path) -> Any:
+    if path.suffix == SAFETENSORS_SUFFIX:
+        try:
+            from safetensors.torch import load_file
+        except ImportError:
+            raise ValueError(f"{path}: reading .safetensors needs the `safetensors` package "
+                             f"(pip install safetensors), or convert the file to .pth") from None
+        return load_file(str(path), device="cpu")
+    try:  # tensors and plain containers only: a checkpoint is data, not code (timm train.py adds its argparse args)
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise ValueError(f"{path}: cannot be read as weights only ({str(e).splitlines()[0]}); re-save its "
+                         f"state dict with torch.save(model.state_dict(), ...)") from None
+
+
+def _is_tensor_dict(obj: Any) -> bool:
+    return isinstance(obj, dict) and bool(obj) and all(isinstance(v, torch.Tensor) for v in obj.values())
+
+
+def _strip(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+
+
+def _run_config(path: Path) -> dict[str, Any] | None:
+    # results/<recipe>/<act>/seed_<k>/checkpoints/last.ckpt -> seed_<k>/config.yaml (or a copy beside the file)
+    for candidate in (path.parent.parent / "config.yaml", path.parent / "config.yaml"):
+        if candidate.is_file():
+            return yaml.safe_load(candidate.read_text())
+    return None
+
+
+def _visionbench(path: Path, obj: dict, ema: bool) -> Checkpoint:
+    full = obj["state_dict"]
+    state = _strip(full, VB_EMA if ema else VB_MODEL)
+    if not state:
+        what = "EMA weights (ema.module.*; the run had ema.decay unset)" if ema else "network weights (model.*)"
+        raise ValueError(f"{path} holds no {what}; its keys start with "
+                         f"{', '.join(sorted({k.split('.')[0] for k in full}))}")
+    return Checkpoint(path, state, "visionbench", _run_config(path), ema)
+
+
+def read_checkpoint(path: str | Path, ema: bool = False) -> Checkpoint:
+    """Read the network weights stored in `path`.
+
+    Args:
+        path: a state-dict file or a visionbench run checkpoint (see the module docstring).
+        ema: read the weight-EMA copy instead of the raw weights (ValueError if the file has none).
+
+    Returns:
+        A `Checkpoint`. FileNotFoundError for a missing file or a directory; ValueError for an
+        unknown file type or a file without a recognisable state dict.
+    """
+    path = Path(path).expanduser()
+    check_path(path)
+    obj = _load_file(path)
+    if isinstance(obj, dict) and "pytorch-lightning_version" in obj and isinstance(obj.get("state_dict"), dict):
+        return _visionbench(path, obj, ema)
+    keys = EMA_KEYS if ema else RAW_KEYS
+    state = next((obj[k] for k in keys if isinstance(obj, dict) and _is_tensor_dict(obj.get(k))), None)
+    if state is None and not ema and _is_tensor_dict(obj):
+        state = obj
+    if state is None:
+        top = ", ".join(sorted(map(str, obj))[:12]) if isinstance(obj, dict) else type(obj).__name__
+        raise ValueError(f"{path}: no {'EMA ' if ema else ''}state dict found; looked for a dict of tensors "
+                         f"{'under ' + ', '.join(keys) if ema else 'at the top level or under ' + ', '.join(keys)}; "
+                         f"the file holds: {top}")
+    if all(k.startswith("module.") for k in state):  # saved from DistributedDataParallel
+        state = _strip(state, "module.")
+    return Checkpoint(path, dict(state), "state_dict", None, ema)
