@@ -42,7 +42,9 @@ def _run(args: list[str]) -> int:
         return 2
     from .report import main as report_main
 
-    report_args = [str(recipe_dir)] + (["--baseline", str(cfg.baseline)] if cfg.baseline else [])
+    swept = {o.act for o in outcomes}
+    # the recipe's baseline if this sweep ran it; otherwise the report picks one from the results dir
+    report_args = [str(recipe_dir)] + (["--baseline", str(cfg.baseline)] if cfg.baseline in swept else [])
     if any(o.summary.get("metrics", {}).get("test_top1_at_best_val") is not None for o in outcomes):
         report_args += ["--metric", "test_top1_at_best_val"]
     report_main(report_args)

@@ -149,6 +149,8 @@ def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> R
         callbacks=callbacks, enable_progress_bar=progress, enable_model_summary=False,
         num_sanity_val_steps=0, default_root_dir=run_dir, log_every_n_steps=10,
     )
+    # recipes give the global batch (the papers' numbers); each DDP process loads its share
+    dm.batch_size = max(1, int(cfg["batch_size"]) // max(1, trainer.world_size))
     t0 = time.perf_counter()
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
