@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test test-slow bench install clean
+.PHONY: run test test-slow bench reference install clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,10 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/visionbench bench activations
+
+reference: $(STAMP)  ## the bench's reference implementations (rational-activations pins torch 1.7.1: no deps)
+	$(BIN)/pip install -q -e '.[reference]'
+	$(BIN)/pip install -q --no-deps rational-activations==0.2.0
 
 clean:
 	rm -rf $(VENV) build *.egg-info

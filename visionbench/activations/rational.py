@@ -11,8 +11,9 @@ P(x) = sum_{i=0..m} a_i x^i over a denominator that has no real zeros by constru
     C: Q = 0.1 + |sum_{j=0..n-1} b_j x^j|
     D: B, with every numerator coefficient scaled by U(0.9, 1.1) noise in training mode only.
 
-The forward evaluates P and the inner sums by Horner's rule (`horner`, `denominator`): the eager
-reference for any fused kernel. Inits are least-squares fits to a classical activation (the
+The plain forward evaluates P and the inner sums by Horner's rule (`horner`, `denominator`); the
+fused kernel (`_fused_forward`, `_fused_backward`) evaluates the same expressions and writes
+dF/dx, dF/da, dF/db out analytically. Inits are least-squares fits to a classical activation (the
 paper fits LeakyReLU or GELU), computed in milliseconds and cached per process.
 """
 from __future__ import annotations
@@ -22,18 +23,14 @@ from typing import Sequence
 
 import torch
 
-from .base import FitResult, LearnableActivation
+from .base import FitResult, LearnableActivation, solve_least_squares
+from .fused import horner_and_derivative, reduce_to, slices
 from .registry import register
-from .targets import target_names
 
 VERSIONS = ("A", "B", "C", "D")
 NOISE = 0.1  # version D: +-10 % multiplicative noise on the numerator (rational-activations' default)
 C_FLOOR = 0.1  # version C: Q >= 0.1 (rational-activations' "eps")
 A_FLOOR = 1e-5  # version A: smallest |b_j| after a fit (see Rational._refine)
-
-# Fitted coefficients per (version, degrees, target, interval): a ResNet50 builds 49 rationals and
-# should fit once, not 49 times. Explicit `fit()` calls always refit.
-_INIT_CACHE: dict[tuple, dict[str, torch.Tensor]] = {}
 
 
 def _check_degrees(degrees) -> tuple[int, int]:
@@ -78,10 +75,44 @@ def denominator(version: str, b: Sequence[torch.Tensor], x: torch.Tensor) -> tor
     return 1.0 + (horner(list(b), x) * x).abs()  # B and D
 
 
-def _lstsq(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """min ||a theta - b|| for a small dense system, solved on the CPU: the rank-revealing "gelsd"
-    driver (duplicate or dropped columns happen) exists only there."""
-    return torch.linalg.lstsq(a.cpu(), b.cpu()[:, None], driver="gelsd").solution[:, 0].to(a.device)
+def _fused_forward(x, a, b, *, form: str, m: int, n: int):
+    """The plain formula on a `coef_view` a (m + 1) and b (n); form "B" also serves version D."""
+    return (horner(slices(a, m + 1), x) / denominator(form, slices(b, n), x),)
+
+
+def _fused_backward(x, g, a, b, *, form: str, m: int, n: int):
+    """dL/dx = g (P' - F Q') / Q, dL/da_i = sum g x^i / Q, dL/db_j = -sum g (F / Q) dQ/db_j."""
+    p, dp = horner_and_derivative(slices(a, m + 1), x)
+    bs = slices(b, n)
+    if form == "A":  # Q = 1 + u H(u), u = |x|, H from |b|: dQ/dx = sign(x) (H + u H'), dQ/d|b_j| = u^j
+        u = x.abs()
+        h, dh = horner_and_derivative([c.abs() for c in bs], u)
+        q, dq, base, first = 1.0 + h * u, torch.sign(x) * (h + u * dh), u, u
+    elif form == "C":  # Q = 0.1 + |T|, T = sum_{j<n} b_j x^j: dQ/db_j = sign(T) x^j
+        t, dt = horner_and_derivative(bs, x)
+        s = torch.sign(t)
+        q, dq, base, first = C_FLOOR + t.abs(), s * dt, x, s
+    else:  # B, D: Q = 1 + |T|, T = x H(x): dQ/db_j = sign(T) x^j, j >= 1
+        h, dh = horner_and_derivative(bs, x)
+        t = h * x
+        s = torch.sign(t)
+        q, dq, base, first = 1.0 + t.abs(), s * (h + x * dh), x, s * x
+    rq = 1.0 / q
+    f = p * rq
+    w = g * rq
+    grad_x = w * (dp - f * dq)
+    like = a[..., 0]
+    grad_a, term = [], w
+    for i in range(m + 1):  # sum g x^i / Q, one power at a time
+        grad_a.append(reduce_to(term, like))
+        term = term * x
+    grad_b, term = [], -(w * f) * first
+    for j in range(n):
+        grad_b.append(reduce_to(term, like))
+        term = term * base
+    if form == "A":  # d|b_j|/db_j
+        grad_b = [gb * torch.sign(c) for gb, c in zip(grad_b, bs)]
+    return grad_x, torch.stack(grad_a, -1), torch.stack(grad_b, -1)
 
 
 def _plain_rational_fit(
@@ -110,7 +141,7 @@ def _plain_rational_fit(
         cols = list(range(m + 1)) + [m + 1 + k for k in keep]
         w = torch.ones_like(rhs)
         for _ in range(iterations):
-            theta = _lstsq(a[:, cols] * w[:, None], rhs * w)
+            theta = solve_least_squares(a[:, cols] * w[:, None], rhs * w)
             q = 1.0 + sv[:, keep] @ theta[m + 1:]
             if bool((q <= 0).any()):  # a pole inside the interval: stop reweighting by it
                 break
@@ -138,6 +169,7 @@ class Rational(LearnableActivation):
     Parameters `numerator` = (a_0..a_m) and `denominator` = (b_1..b_n), or (b_0..b_{n-1}) for C.
     """
 
+    cache_fits = True
     # sup-norm errors (value, derivative) of fit() on [-3, 3] with degrees (5, 4), worst version,
     # with headroom. Measured: gelu A 2.0e-3 / 1.1e-2, B and D 5.6e-4 / 5.0e-3, C 1.6e-3 / 8.7e-3;
     # relu A, B, D 3.0e-2 / 0.49, C 6.0e-2 / 0.50 (a smooth F must split ReLU's derivative jump).
@@ -153,30 +185,33 @@ class Rational(LearnableActivation):
         self.reset_parameters(init)
 
     # ---- forward ----------------------------------------------------------------------
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _numerator(self) -> torch.Tensor:
         a = self.numerator
         if self.version == "D" and self.training:
-            # one U(0.9, 1.1) draw per coefficient (and channel) per forward, shared by all elements
+            # one U(0.9, 1.1) draw per coefficient (and channel) per forward, shared by all elements;
+            # drawn here, outside any kernel, so both paths see the same noisy coefficients
             a = a * torch.empty_like(a).uniform_(1.0 - NOISE, 1.0 + NOISE)
+        return a
+
+    def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self._numerator()
         num = [self.coef(a, i, x) for i in range(a.shape[-1])]
         den = [self.coef(self.denominator, j, x) for j in range(self.denominator.shape[-1])]
         return horner(num, x) / denominator(self.version, den, x)
+
+    def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
+        m, n = self.degrees
+        return self.run_elementwise("rational", _fused_forward, _fused_backward, x, self._numerator(),
+                                    self.denominator, form="B" if self.version == "D" else self.version, m=m, n=n)
 
     # ---- initialisation and fitting ----------------------------------------------------
     def reset_parameters(self, init: str = "gelu") -> None:
         """A fit target name (fitted on [-3, 3]; cached per process) or "default" (= "gelu")."""
         key = str(init).lower()
-        if key == "default":
-            key = "gelu"
-        if key not in target_names():
-            super().reset_parameters(key)  # raises ValueError listing the accepted inits
-            return
-        cache_key = (self.version, self.degrees, key, (-3.0, 3.0))
-        if cache_key not in _INIT_CACHE:
-            self.fit(key)
-            _INIT_CACHE[cache_key] = {name: p.detach()[0 if self.per_channel else slice(None)].to(
-                "cpu", torch.float64).clone() for name, p in self.named_parameters()}
-        self.set_coefficients(**_INIT_CACHE[cache_key])
+        super().reset_parameters("gelu" if key == "default" else key)  # ValueError lists the accepted inits
+
+    def fit_cache_key(self) -> tuple:
+        return ("rational", self.version, self.degrees)
 
     def init_default(self) -> None:
         self.reset_parameters("gelu")
@@ -236,7 +271,7 @@ class Rational(LearnableActivation):
             rows.append(torch.stack([torch.autograd.grad(feats[:, i].sum(), xg, retain_graph=True)[0]
                                      for i in range(feats.shape[1])], 1))
             rhs.append(dy)
-        a = _lstsq(torch.cat(rows), torch.cat(rhs))
+        a = solve_least_squares(torch.cat(rows), torch.cat(rhs))
         self.set_coefficients(numerator=a)
 
     def _to_version(self, x: torch.Tensor, num: torch.Tensor, den: torch.Tensor,

@@ -3,6 +3,11 @@
     >>> from visionbench import activations
     >>> act = activations.create("slaf", degree=2)          # statistics sized on the first batch
     >>> loss = task_loss + cfg.slaf_l2 * act.penalty()      # the paper's L2 on the coefficients (Sec 4)
+
+Fused kernels (`fused.py`): in eval the statistics fold into a polynomial's coefficients (PolyReLU's
+Horner kernel without the ReLU); in training the per-channel statistics are reductions inside the
+kernel, and the backward is BatchNorm's, once per power: with z_i = (x^i - m_i) r_i,
+dL/dx = sum_i i x^(i-1) a_i r_i (g - mean(g) - z_i mean(g z_i)), means per channel.
 """
 from __future__ import annotations
 
@@ -10,7 +15,10 @@ import math
 
 import torch
 
+from . import fused
 from .base import FitResult, LearnableActivation, check_degree
+from .fused import reduce_to
+from .polycom import run_poly
 from .registry import register
 
 
@@ -29,6 +37,42 @@ def normal_power_stats(degree: int) -> tuple[torch.Tensor, torch.Tensor]:
     mean = [_normal_moment(i) for i in range(1, degree + 1)]
     var = [_normal_moment(2 * i) - m * m for i, m in zip(range(1, degree + 1), mean)]
     return torch.tensor(mean, dtype=torch.float64), torch.tensor(var, dtype=torch.float64)
+
+
+def _reduced_dims(x: torch.Tensor, dim: int) -> list[int]:
+    return [d for d in range(x.dim()) if d != dim % x.dim()]
+
+
+def _train_forward(x, a, *, degree: int, eps: float, dim: int):
+    """The training forward of `SLAF.reference_forward`, returning each power's batch (mean, var)."""
+    reduce = _reduced_dims(x, dim)
+    out, p, stats = a[..., 0], x, []
+    for i in range(1, degree + 1):
+        if i > 1:
+            p = p * x
+        var, mean = torch.var_mean(p, dim=reduce, correction=0, keepdim=True)
+        out = out + a[..., i] * (p - mean) * torch.rsqrt(var + eps)
+        stats += [mean, var]
+    return (out, *stats)
+
+
+def _train_backward(x, g, a, *stats, degree: int, eps: float, dim: int):
+    reduce = _reduced_dims(x, dim)
+    like = a[..., 0]
+    g_mean = g.mean(dim=reduce, keepdim=True)
+    grads, grad_x, prev, p = [reduce_to(g, like)], None, None, x
+    for i in range(1, degree + 1):
+        if i > 1:
+            prev, p = p, p * x  # x^(i-1), x^i
+        mean, var = stats[2 * i - 2], stats[2 * i - 1]
+        r = torch.rsqrt(var + eps)
+        z = (p - mean) * r
+        gz = (g * z).mean(dim=reduce, keepdim=True)  # per channel
+        grads.append(reduce_to(gz * (x.numel() / x.shape[dim]), like))
+        term = (a[..., i] * r * i) * (g - g_mean - z * gz)
+        term = term if prev is None else term * prev
+        grad_x = term if grad_x is None else grad_x + term
+    return grad_x, torch.stack(grads, -1)
 
 
 @register("slaf")
@@ -119,26 +163,56 @@ class SLAF(LearnableActivation):
         return t.to(x.dtype).reshape(shape)
 
     # ---- forward -----------------------------------------------------------------------
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dim = self.channel_axis(x)
-        k = self.degree
-        if not self.training:
-            self._check_channels(x.shape[dim], materialise=False)
-            # Fixed statistics make F a polynomial in x: fold them into its coefficients, then Horner.
-            scale = [self.coef(self.weight, i + 1, x) * self._per_channel(
-                torch.rsqrt(self.running_var[:, i] + self.eps), x, dim) for i in range(k)]
-            shift = self.coef(self.weight, 0, x) - sum(
-                s * self._per_channel(self.running_mean[:, i], x, dim) for i, s in enumerate(scale))
-            out = scale[-1]
-            for i in range(k - 2, -1, -1):
-                out = out * x + scale[i]
-            return out * x + shift
+    def _eval_polynomial(self, x: torch.Tensor, dim: int) -> list[torch.Tensor]:
+        """Fixed statistics make F a polynomial in x: its coefficients c_0..c_k, per channel."""
+        self._check_channels(x.shape[dim], materialise=False)
+        scale = [self.coef(self.weight, i + 1, x) * self._per_channel(
+            torch.rsqrt(self.running_var[:, i] + self.eps), x, dim) for i in range(self.degree)]
+        shift = self.coef(self.weight, 0, x) - sum(
+            s * self._per_channel(self.running_mean[:, i], x, dim) for i, s in enumerate(scale))
+        return [shift] + scale
 
+    def _check_batch(self, x: torch.Tensor, dim: int) -> int:
         n = x.numel() // max(x.shape[dim], 1)
         if n < 2:
             raise ValueError(f"slaf: training needs more than one value per channel, got input of shape "
                              f"{tuple(x.shape)} with channels on dim {dim}")
         self._check_channels(x.shape[dim], materialise=True)
+        return n
+
+    def _update_running(self, means: list[torch.Tensor], variances: list[torch.Tensor], n: int) -> None:
+        with torch.no_grad():
+            m = self.momentum
+            batch_mean = torch.stack([t.detach().reshape(-1) for t in means], dim=1).to(self.running_mean)
+            batch_var = torch.stack([t.detach().reshape(-1) for t in variances], dim=1).to(self.running_var)
+            batch_var = batch_var * (n / (n - 1))  # unbiased, as BatchNorm's running variance
+            self.running_mean.mul_(1 - m).add_(m * batch_mean)
+            self.running_var.mul_(1 - m).add_(m * batch_var)
+
+    def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
+        dim = self.channel_axis(x)
+        if not self.training:
+            coefs = self._eval_polynomial(x, dim)  # each a scalar or one value per channel
+            c = torch.stack([t.reshape(-1).expand(coefs[0].numel()) for t in coefs], -1)
+            return run_poly(self, x, c[0] if c.shape[0] == 1 else c, relu=False)
+        n = self._check_batch(x, dim)
+        kernel = fused.Kernel("slaf", _train_forward, _train_backward, degree=self.degree, eps=self.eps,
+                              dim=dim - x.dim())
+        out, *stats = fused.apply(kernel, x, self.coef_view(self.weight, x))
+        self._update_running(stats[0::2], stats[1::2], n)
+        return out
+
+    def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
+        dim = self.channel_axis(x)
+        k = self.degree
+        if not self.training:
+            coefs = self._eval_polynomial(x, dim)
+            out = coefs[k]
+            for i in range(k - 1, 0, -1):
+                out = out * x + coefs[i]
+            return out * x + coefs[0]
+
+        n = self._check_batch(x, dim)
         reduce = [d for d in range(x.dim()) if d != dim]
         out = self.coef(self.weight, 0, x)
         p, means, variances = x, [], []
@@ -147,14 +221,9 @@ class SLAF(LearnableActivation):
                 p = p * x
             var, mean = torch.var_mean(p, dim=reduce, correction=0, keepdim=True)
             out = out + self.coef(self.weight, i, x) * (p - mean) * torch.rsqrt(var + self.eps)
-            means.append(mean.detach().reshape(-1))
-            variances.append(var.detach().reshape(-1))
-        with torch.no_grad():
-            m = self.momentum
-            batch_mean = torch.stack(means, dim=1).to(self.running_mean)
-            batch_var = torch.stack(variances, dim=1).to(self.running_var) * (n / (n - 1))
-            self.running_mean.mul_(1 - m).add_(m * batch_mean)
-            self.running_var.mul_(1 - m).add_(m * batch_var)
+            means.append(mean)
+            variances.append(var)
+        self._update_running(means, variances, n)
         return out
 
     # ---- regularisation (paper 003 Sec 4: L2 on the activation coefficients) ------------

@@ -8,9 +8,10 @@
 `tropical_rational`: F(x) = max_{k=0..m} (c_k + p_k x) - max_{k=0..n} (d_k + q_k x), the tropical
 quotient (App H, Eq. 76) "with real powers": intercepts and slopes both learnable, no scale.
 
-Both are piecewise linear: the forward finds the active line of every element (no graph), then
-evaluates that line differentiably, so autograd keeps only the line index per element instead of
-n + 1 stacked copies of the input. Gradients are exact away from ties between lines.
+Both are piecewise linear: the plain forward finds the active line of every element (no graph),
+then evaluates that line differentiably, so autograd keeps only the line index per element instead
+of n + 1 stacked copies of the input. The fused kernel keeps nothing but x: its backward finds the
+active lines again. Gradients are exact away from ties between lines (ties go to the lowest k).
 """
 from __future__ import annotations
 
@@ -19,12 +20,8 @@ import math
 import torch
 
 from .base import FitResult, LearnableActivation, check_degree
+from .fused import reduce_to
 from .registry import register
-from .targets import target_names
-
-# Fitted coefficients per (class, degrees, target, interval), so that a model with many
-# activations fits once at build time. Explicit `fit()` calls always refit.
-_INIT_CACHE: dict[tuple, dict[str, torch.Tensor]] = {}
 
 
 def _active_line(module: LearnableActivation, x: torch.Tensor, intercepts: torch.Tensor,
@@ -56,13 +53,52 @@ def _take(module: LearnableActivation, p: torch.Tensor, idx: torch.Tensor, x: to
     return torch.take(p, rows * p.shape[-1] + idx)
 
 
-def _cached_fit(module: LearnableActivation, key: tuple, target: str) -> None:
-    cache_key = (type(module).__name__,) + key + (target, (-3.0, 3.0))
-    if cache_key not in _INIT_CACHE:
-        module.fit(target)
-        _INIT_CACHE[cache_key] = {name: p.detach()[0 if module.per_channel else slice(None)].to(
-            "cpu", torch.float64).clone() for name, p in module.named_parameters()}
-    module.set_coefficients(**_INIT_CACHE[cache_key])
+def _select(x, intercepts, slopes, count: int):
+    """Per element: index (as x's dtype), intercept and slope of the line c_k + s_k x that attains
+    the max, lowest k on ties (as `_active_line`); `slopes=None` means s_k = k."""
+    best = intercepts[..., 0] + (0.0 * x if slopes is None else slopes[..., 0] * x)
+    idx, icp, slp = torch.zeros_like(x), intercepts[..., 0], (0.0 if slopes is None else slopes[..., 0])
+    for k in range(1, count):
+        s = float(k) if slopes is None else slopes[..., k]
+        cand = intercepts[..., k] + s * x
+        higher = cand > best
+        best = torch.maximum(best, cand)
+        idx = torch.where(higher, float(k), idx)
+        icp = torch.where(higher, intercepts[..., k], icp)
+        if slopes is not None:
+            slp = torch.where(higher, s, slp)
+    return idx, icp, (idx if slopes is None else slp)
+
+
+def _per_line(weight, idx, like, count: int):
+    """[sum weight over the elements whose active line is k, for k < count]."""
+    return [reduce_to(torch.where(idx == k, weight, 0.0), like) for k in range(count)]
+
+
+def _tropical_forward(x, a, *, degree: int):
+    _, icp, slp = _select(x, a, None, degree + 1)
+    return ((math.sqrt(2.0) / degree) * torch.addcmul(icp, slp, x),)
+
+
+def _tropical_backward(x, g, a, *, degree: int):
+    idx, _, _ = _select(x, a, None, degree + 1)
+    gs = g * (math.sqrt(2.0) / degree)
+    return gs * idx, torch.stack(_per_line(gs, idx, a[..., 0], degree + 1), -1)
+
+
+def _rational_forward(x, c, p, d, q, *, m: int, n: int):
+    _, c_sel, p_sel = _select(x, c, p, m + 1)
+    _, d_sel, q_sel = _select(x, d, q, n + 1)
+    return (torch.addcmul(c_sel, p_sel, x) - torch.addcmul(d_sel, q_sel, x),)
+
+
+def _rational_backward(x, g, c, p, d, q, *, m: int, n: int):
+    i, _, p_sel = _select(x, c, p, m + 1)
+    j, _, q_sel = _select(x, d, q, n + 1)
+    gx = g * x
+    grads = [_per_line(g, i, c[..., 0], m + 1), _per_line(gx, i, c[..., 0], m + 1),
+             _per_line(-g, j, c[..., 0], n + 1), _per_line(-gx, j, c[..., 0], n + 1)]
+    return (g * (p_sel - q_sel), *[torch.stack(gr, -1) for gr in grads])
 
 
 @register("tropical")
@@ -102,7 +138,11 @@ class Tropical(LearnableActivation):
         best convex fit, and longer L-BFGS runs only trade sup-norm for mean-square error."""
         return super().fit(target, interval, derivative, refine_steps)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.run_elementwise("tropical", _tropical_forward, _tropical_backward, x, self.weight,
+                                    degree=self.degree)
+
+    def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
         k = _active_line(self, x, self.weight, None)
         return (math.sqrt(2.0) / self.degree) * torch.addcmul(_take(self, self.weight, k, x), k.to(x.dtype), x)
 
@@ -160,6 +200,7 @@ class TropicalRational(LearnableActivation):
     # gelu 0.015 / 0.110 (12 slopes for a g' that varies by 1.5), relu 1.1e-3 / 8.2e-4 (the kink
     # is placed between grid points).
     fit_tolerance = {"gelu": (0.02, 0.125), "relu": (2e-3, 2e-3)}
+    cache_fits = True
 
     def __init__(self, degree: int | tuple[int, int] = 6, init: str = "default", **kwargs):
         super().__init__(**kwargs)
@@ -172,7 +213,12 @@ class TropicalRational(LearnableActivation):
         self.den_slopes = self.coefficient(torch.zeros(n + 1))
         self.reset_parameters(init)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
+        m, n = self.degrees
+        return self.run_elementwise("tropical_rational", _rational_forward, _rational_backward, x, self.num_intercepts,
+                                    self.num_slopes, self.den_intercepts, self.den_slopes, m=m, n=n)
+
+    def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._tropical(x, self.num_intercepts, self.num_slopes) - self._tropical(
             x, self.den_intercepts, self.den_slopes)
 
@@ -183,11 +229,10 @@ class TropicalRational(LearnableActivation):
     # ---- initialisation and fitting ----------------------------------------------------
     def reset_parameters(self, init: str = "default") -> None:
         key = str(init).lower()
-        key = "gelu" if key == "default" else key
-        if key in target_names():
-            _cached_fit(self, self.degrees, key)
-        else:
-            super().reset_parameters(key)  # variance_preserving, or ValueError naming the accepted inits
+        super().reset_parameters("gelu" if key == "default" else key)  # ValueError names the accepted inits
+
+    def fit_cache_key(self) -> tuple:
+        return ("tropical_rational", self.degrees)
 
     def init_default(self) -> None:
         self.reset_parameters("gelu")

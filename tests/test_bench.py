@@ -1,0 +1,81 @@
+"""`visionbench bench` end to end on tiny inputs (eager kernels: no timing is asserted), and the
+reference implementations it compares against, loaded with visionbench's coefficients."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from visionbench import activations as A
+from visionbench.activations import fused
+from visionbench.bench import main
+from visionbench.bench.references import reference_for
+from visionbench.cli import main as cli_main
+
+
+@pytest.fixture(autouse=True)
+def _eager(monkeypatch):
+    monkeypatch.setattr(fused, "COMPILE", False)
+
+
+def table_rows(text: str) -> dict[str, list[str]]:
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    return {cells[0]: cells for cells in ([c.strip() for c in r.strip("|").split("|")] for r in rows[1:])}
+
+
+def test_bench_activations_writes_a_table(tmp_path):
+    args = ["activations", "--shape", "2,4,6,6", "--repeats", "2", "--families", "rational,hermite,slaf",
+            "--out", str(tmp_path), "--name", "tiny"]
+    assert cli_main(["bench", *args]) == 0
+    rows = table_rows((tmp_path / "tiny.md").read_text())
+    assert set(rows) == {"gelu (baseline)", "rational A", "rational B", "rational C", "rational D", "hermite",
+                         "hermite clamp", "slaf"}
+    assert all(float(r[2]) > 0 for r in rows.values())  # × GELU
+    assert float(rows["rational A"][4]) == pytest.approx(1.0, abs=0.1)  # saves its input (and 10 coefficients)
+
+
+def test_bench_activations_rejects_unknown_family(capsys):
+    assert main(["activations", "--families", "relux"]) == 2
+    assert "unknown family" in capsys.readouterr().err
+
+
+def test_bench_train_smoke(tmp_path):
+    args = ["train", "recipe=digits_vgg4", "act=rational", "baseline=relu", "--steps", "1", "--warmup", "1",
+            "--out", str(tmp_path), "--name", "train"]
+    assert main(args) == 0
+    rows = table_rows((tmp_path / "train.md").read_text())
+    assert set(rows) == {"relu", "rational"} and float(rows["rational"][3]) > 0
+
+
+def test_bench_train_own_activation_and_errors(tmp_path, capsys):
+    assert main(["train", "recipe=digits_vgg4", "act=hermite", "--steps", "1", "--warmup", "0",
+                 "--out", str(tmp_path), "--name", "own"]) == 0
+    assert "ReLU (model's own)" in (tmp_path / "own.md").read_text()
+    assert main(["train", "recipe=nope", "act=relu"]) == 2
+    assert main(["train", "act=relu,gelu"]) == 2
+    assert main(["nope"]) == 2
+
+
+def test_paper_polycom_references_match():
+    x = torch.randn(2, 5, 3, 3)
+    for name in ("polyrelu", "polynorm"):
+        act = A.create(name)
+        with torch.no_grad():
+            act.weight.add_(0.1 * torch.randn_like(act.weight))
+        ref, _ = reference_for(act, channel_dim=1)
+        torch.testing.assert_close(ref(x), act(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,kwargs", [("hermite", {}), ("hermite", {"clamp": True}), ("fourier", {}),
+                                         ("tropical", {}), ("tropical_rational", {}), ("rational", {})])
+def test_package_references_match(name, kwargs):
+    pytest.importorskip("rational.torch" if name == "rational" else "torchortho")
+    act = A.create(name, **kwargs).eval()
+    ref, _ = reference_for(act, channel_dim=1)
+    x = torch.randn(2, 5, 3, 3)
+    torch.testing.assert_close(ref(x), act(x), rtol=1e-4, atol=1e-5)
+
+
+def test_no_reference_for_per_channel_or_slaf():
+    assert reference_for(A.create("slaf"), 1) is None
+    assert reference_for(A.create("hermite", per_channel=True, num_channels=3), 1) is None
+    assert reference_for(A.create("rational", version="B"), 1) is None

@@ -1,0 +1,203 @@
+"""The fused fast path computes the plain formulas' numbers: values, input and coefficient gradients.
+
+Eager kernels are checked for every family and configuration (cheap); compiled kernels for a few
+representative families in the default run (each compilation costs seconds on a CPU) and for
+all of them under `-m slow`.
+"""
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+from visionbench import activations as A
+from visionbench.activations import fused
+
+CASES = [
+    ("rational", {"version": "A"}), ("rational", {"version": "B"}), ("rational", {"version": "C"}),
+    ("rational", {"version": "D"}), ("polyrelu", {}), ("polynorm", {}), ("hermite", {}),
+    ("hermite", {"clamp": True}), ("fourier", {}), ("tropical", {}), ("tropical_rational", {}), ("slaf", {}),
+]
+IDS = [name + "".join(f"-{v}" for v in kw.values()) for name, kw in CASES]
+TOL = {torch.float32: {"rtol": 2e-4, "atol": 2e-5}, torch.float64: {"rtol": 1e-9, "atol": 1e-10}}
+
+
+def build(name: str, kwargs: dict, dtype: torch.dtype, per_channel: bool, channels: int = 4):
+    """A module with perturbed coefficients (channels differ), so every term and gradient matters."""
+    extra = {"per_channel": True, "num_channels": channels} if per_channel else {}
+    act = A.create(name, **kwargs, **extra).to(dtype)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in act.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=gen, dtype=dtype))
+    return act
+
+
+def run(act, x: torch.Tensor, g: torch.Tensor, fast: bool, seed: int = 3):
+    """y, dL/dx and dL/dcoefficients for L = <y, g>, on one path; the RNG is reset so that rational
+    D draws the same noise on both paths."""
+    act.fast = fast
+    torch.manual_seed(seed)
+    x = x.detach().clone().requires_grad_(True)
+    y = act(x)
+    params = [p for p in act.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(y, [x, *params], g)
+    return [y.detach(), *grads]
+
+
+def compare(name: str, kwargs: dict, dtype: torch.dtype, per_channel: bool, training: bool, shape=(3, 4, 5, 6)):
+    act = build(name, kwargs, dtype, per_channel, channels=shape[A.create(name).channel_axis(torch.empty(shape))])
+    act.train(training)
+    ref = copy.deepcopy(act)  # SLAF updates running statistics: each path gets its own copy
+    gen = torch.Generator().manual_seed(2)
+    x = 1.5 * torch.randn(shape, generator=gen, dtype=dtype)
+    g = torch.randn(shape, generator=gen, dtype=dtype)
+    got, want = run(act, x, g, fast=True), run(ref, x, g, fast=False)
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert a.shape == b.shape and a.dtype == b.dtype, i
+        torch.testing.assert_close(a, b, **TOL[dtype], msg=lambda m: f"output {i} (y, dx, coefficients...): {m}")
+    for (n, a), b in zip(act.named_buffers(), ref.buffers()):
+        torch.testing.assert_close(a, b, **TOL[dtype], msg=lambda m: f"buffer {n}: {m}")
+
+
+@pytest.fixture
+def eager(monkeypatch):
+    monkeypatch.setattr(fused, "COMPILE", False)
+
+
+@pytest.fixture
+def compiled(monkeypatch):
+    """Compile every kernel call, however small, and fail if any compilation falls back to eager."""
+    monkeypatch.setattr(fused, "COMPILE", True)
+    monkeypatch.setattr(fused, "COMPILE_MIN_NUMEL", 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        yield
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("name,kwargs", CASES, ids=IDS)
+def test_eager_kernels_match_reference(eager, name, kwargs, dtype, per_channel, training):
+    compare(name, kwargs, dtype, per_channel, training)
+
+
+@pytest.mark.parametrize("name,kwargs", CASES, ids=IDS)
+def test_tokens_channels_last_per_channel(eager, name, kwargs):
+    compare(name, kwargs, torch.float64, True, True, shape=(2, 7, 5))
+
+
+@pytest.mark.parametrize("name,kwargs", CASES, ids=IDS)
+def test_non_contiguous_per_channel(eager, name, kwargs):
+    """channels_last NCHW: per-channel coefficients broadcast instead of the row layout."""
+    act = build(name, kwargs, torch.float64, per_channel=True, channels=4)
+    x = torch.randn(3, 4, 5, 6, dtype=torch.float64).to(memory_format=torch.channels_last)
+    g = torch.randn(3, 4, 5, 6, dtype=torch.float64)
+    ref = copy.deepcopy(act)
+    for a, b in zip(run(act, x, g, fast=True), run(ref, x, g, fast=False)):
+        torch.testing.assert_close(a, b, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("name,kwargs", CASES, ids=IDS)
+def test_gradcheck_fast_path(eager, name, kwargs):
+    act = build(name, kwargs, torch.float64, per_channel=True, channels=3).eval()
+    names = [n for n, p in act.named_parameters()]
+
+    def f(x, *coefficients):
+        return torch.func.functional_call(act, dict(zip(names, coefficients)), (x,))
+
+    x = (torch.rand(2, 3, 2, 2, dtype=torch.float64) * 4 - 2).requires_grad_(True)
+    inputs = (x, *[act.get_parameter(n).detach().clone().requires_grad_(True) for n in names])
+    assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-5)
+
+
+def test_compile_switch_off_compiles_nothing(monkeypatch):
+    monkeypatch.setattr(fused, "COMPILE", False)
+    monkeypatch.setattr(fused, "COMPILE_MIN_NUMEL", 0)
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("torch.compile called"))
+    compare("rational", {"version": "A"}, torch.float32, False, True)
+
+
+def test_failed_compilation_falls_back_to_eager(monkeypatch):
+    def broken(fn, **kwargs):
+        def run(*args):
+            raise RuntimeError("no C++ compiler")
+        return run
+
+    monkeypatch.setattr(fused, "COMPILE", True)
+    monkeypatch.setattr(fused, "COMPILE_MIN_NUMEL", 0)
+    monkeypatch.setattr(fused, "_COMPILED", {})
+    monkeypatch.setattr(torch, "compile", broken)
+    with pytest.warns(UserWarning, match="using the eager kernel"):
+        compare("hermite", {}, torch.float32, False, True)
+    assert fused._COMPILED and all(v is None for v in fused._COMPILED.values())
+
+
+def test_reference_switches():
+    act = A.create("polyrelu")
+    calls = []
+    act.fast_forward = lambda x: calls.append(x) or act.reference_forward(x)
+    act(torch.randn(3))
+    with fused.reference_path():
+        act(torch.randn(3))
+    act.fast = False
+    act(torch.randn(3))
+    assert len(calls) == 1
+
+
+def test_fast_path_saves_only_the_input():
+    act = A.create("rational")
+    x = torch.randn(8, 16, 8, 8, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        act(x).sum().backward()
+    assert max(saved) == x.numel() and sum(saved) < x.numel() + 100
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_computes_in_float32(eager, dtype):
+    act = A.create("rational")
+    x = torch.randn(2, 4, 3, 3).to(dtype)
+    with torch.autocast("cpu", dtype=dtype):
+        y = act(x)
+    assert y.dtype == dtype
+    torch.testing.assert_close(y, act(x.float()).to(dtype), rtol=0, atol=0)
+
+
+def test_fit_runs_on_reference_path():
+    act = A.create("hermite")
+    act.fast_forward = lambda x: pytest.fail("fit must not use the fused path")
+    assert act.fit("gelu").max_abs_error < A.get_class("hermite").fit_tolerance["gelu"][0]
+
+
+# ---- compiled kernels: a few representative families by default, the rest marked slow ------------
+DEFAULT_COMPILED = {"rational-A", "hermite-True", "slaf"}
+
+
+@pytest.mark.parametrize("name,kwargs", [
+    pytest.param(n, k, id=i, marks=() if i in DEFAULT_COMPILED else pytest.mark.slow) for (n, k), i in zip(CASES, IDS)])
+def test_compiled_kernels_match_reference(compiled, name, kwargs):
+    compare(name, kwargs, torch.float32, per_channel=False, training=True)
+    family = A.get_class(name).registry_name
+    assert any(family.startswith(key[0]) and fn is not None for key, fn in fused._COMPILED.items())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,kwargs", CASES, ids=IDS)
+def test_compiled_kernels_per_channel_float64(compiled, name, kwargs):
+    compare(name, kwargs, torch.float64, per_channel=True, training=True)
+
+
+def test_compiled_gradcheck(compiled):
+    act = A.create("rational", version="A").double()
+    x = (torch.rand(2, 3, 2, 2, dtype=torch.float64) * 4 - 2).requires_grad_(True)
+    a = act.numerator.detach().clone().requires_grad_(True)
+    b = act.denominator.detach().clone().requires_grad_(True)
+
+    def f(x, a, b):
+        return torch.func.functional_call(act, {"numerator": a, "denominator": b}, (x,))
+
+    assert torch.autograd.gradcheck(f, (x, a, b), eps=1e-6, atol=1e-5)

@@ -1,0 +1,245 @@
+"""Fast path of the learnable activations: one fused kernel forward, one backward, only x saved.
+
+    VISIONBENCH_COMPILE=0 visionbench run ...     # fused kernels run eagerly (no torch.compile)
+    VISIONBENCH_FAST=0 visionbench run ...        # the plain formulas, differentiated by autograd
+    with fused.reference_path(): y = act(x)       # the same, for a block of code
+    act.fast = False                              # the same, for one module
+
+A family's fast path is a `Kernel`: two pure tensor functions, written elementwise (Horner's rule,
+three-term recurrences; no stacked powers), with the family's configuration as keyword-only
+arguments:
+
+    forward(x, *coefs, **config) -> (y, *aux)          aux: small tensors backward needs (norms, stats)
+    backward(x, grad_y, *coefs, *aux, **config) -> (grad_x, *grad_coefs)
+
+Coefficients arrive shaped to broadcast against x (coefficient k is `c[..., k]`, see `broadcast`)
+and their gradients leave summed to that shape (`reduce_to`). `FusedFunction` saves x, the
+coefficients and aux, and recomputes everything else in backward, so autograd holds one
+input-sized tensor where the plain formulas hold one per term. Elementwise families go through
+`elementwise`, which lays per-channel inputs out as rows (see `_rows_forward`).
+
+Both functions are compiled by torch.compile (C++/OpenMP on CPU, Triton on CUDA) once per
+(kernel configuration, function, dtype, device) and cached for the process; inductor's on-disk
+cache makes later processes fast. Compilation is skipped for inputs below `COMPILE_MIN_NUMEL`
+elements (seconds of compiling cannot pay back there), and a compilation that fails falls back to
+the same functions run eagerly, with one warning.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import threading
+import time
+import types
+import warnings
+from typing import Callable, Sequence
+
+import torch
+from torch.autograd.function import once_differentiable
+
+COMPILE = os.environ.get("VISIONBENCH_COMPILE", "1") != "0"  # tests monkeypatch this switch
+FAST = os.environ.get("VISIONBENCH_FAST", "1") != "0"
+# 2^20 elements (VGG8's smallest map at CIFAR batch 128): below this a fused kernel saves well under
+# a millisecond per call on a CPU, while a first compilation costs seconds (and a new shape class
+# another), so digits-sized runs and tests stay eager.
+COMPILE_MIN_NUMEL = int(os.environ.get("VISIONBENCH_COMPILE_MIN_NUMEL", str(1 << 20)))
+
+_state = threading.local()
+_COMPILED: dict[tuple, Callable | None] = {}  # None: compilation failed, run eagerly
+COMPILE_SECONDS: dict[tuple, float] = {}  # first call of each compiled function (compile + one run)
+
+
+@contextlib.contextmanager
+def reference_path():
+    """Run learnable activations through their plain formulas inside this block (e.g. `fit`, whose
+    objective differentiates F' and so needs a double backward the fused path does not provide)."""
+    _state.reference = getattr(_state, "reference", 0) + 1
+    try:
+        yield
+    finally:
+        _state.reference -= 1
+
+
+def fast_enabled() -> bool:
+    """Whether the fused path may run now. Inside an outer torch.compile the plain formulas are
+    traced instead: the outer compiler fuses them itself."""
+    compiling = getattr(torch.compiler, "is_compiling", lambda: False)()
+    return FAST and not getattr(_state, "reference", 0) and not compiling
+
+
+def compile_seconds(prefix: str = "") -> float:
+    """Total first-call time of compiled kernels whose name starts with `prefix` (for the benchmark)."""
+    return sum(s for key, s in COMPILE_SECONDS.items() if key[0].startswith(prefix))
+
+
+def _own_code(fn: Callable, config: dict, tag: str) -> Callable:
+    """A copy of `fn` with its own code object and `config` bound as keyword defaults. Dynamo keeps
+    its compiled variants (and its recompile limit, 8) per code object; a shared one would let a
+    model's many configurations, dtypes and shapes exhaust it."""
+    code = fn.__code__.replace(co_name=f"{fn.__name__}__{tag}")
+    copy = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = dict(config)
+    return copy
+
+
+class Kernel:
+    """The forward/backward pair of one family configuration (see the module docstring).
+
+    Args:
+        name: kernel family name, the first part of the cache key (e.g. "rational").
+        forward: forward(x, *coefs, **config) -> (y, *aux).
+        backward: backward(x, grad_y, *coefs, *aux, **config) -> (grad_x, *grad_coefs).
+        **config: hashable keyword-only arguments of both functions (degrees, version, dims).
+    """
+
+    def __init__(self, name: str, forward: Callable, backward: Callable, **config):
+        self.name, self.config = name, config
+        self.functions = {"forward": forward, "backward": backward}
+        self.key = (name,) + tuple(sorted(config.items()))
+
+    def forward(self, x: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self._run("forward", x, tensors)
+
+    def backward(self, x: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self._run("backward", x, tensors)
+
+    def _run(self, which: str, x: torch.Tensor, tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        # Kernels never see autograd: detached inputs spare dynamo guards on requires_grad and its
+        # warnings about reading .grad of non-leaf tensors (coefficient views are non-leaves).
+        fn, x, tensors = self.functions[which], x.detach(), [t.detach() for t in tensors]
+        if COMPILE and x.numel() >= COMPILE_MIN_NUMEL:
+            key = self.key + (which, x.dtype, str(x.device))
+            compiled = self._compiled(key, fn)
+            if compiled is not None:
+                try:
+                    return self._timed(key, compiled, x, *tensors)
+                except Exception as e:  # noqa: BLE001 - any compiler failure means "run eagerly"
+                    out = fn(x, *tensors, **self.config)  # a genuine input error raises here again
+                    _COMPILED[key] = None
+                    warnings.warn(f"visionbench: torch.compile failed for {self.name} {which} "
+                                  f"({type(e).__name__}: {str(e)[:200]}); using the eager kernel", stacklevel=3)
+                    return out
+        return fn(x, *tensors, **self.config)
+
+    def _compiled(self, key: tuple, fn: Callable) -> Callable | None:
+        if key not in _COMPILED:
+            tag = f"{len(_COMPILED)}"
+            try:
+                _COMPILED[key] = torch.compile(_own_code(fn, self.config, tag), fullgraph=True)
+            except Exception as e:  # noqa: BLE001 - e.g. a platform torch.compile does not support
+                warnings.warn(f"visionbench: torch.compile unavailable ({type(e).__name__}: {e}); "
+                              "using eager kernels", stacklevel=4)
+                _COMPILED[key] = None
+        return _COMPILED[key]
+
+    @staticmethod
+    def _timed(key: tuple, fn: Callable, *args: torch.Tensor):
+        if key in COMPILE_SECONDS:
+            return fn(*args)
+        t0 = time.perf_counter()
+        out = fn(*args)
+        if args[0].device.type == "cuda":
+            torch.cuda.synchronize(args[0].device)
+        COMPILE_SECONDS[key] = time.perf_counter() - t0
+        return out
+
+
+class FusedFunction(torch.autograd.Function):
+    """y = kernel.forward(x, *coefs)[0]; backward = kernel.backward. Saves x, coefs and aux only."""
+
+    @staticmethod
+    def forward(ctx, kernel: Kernel, x: torch.Tensor, *coefs: torch.Tensor):
+        out = kernel.forward(x, *coefs)
+        ctx.kernel, ctx.num_coefs = kernel, len(coefs)
+        ctx.save_for_backward(x, *coefs, *out[1:])
+        ctx.mark_non_differentiable(*out[1:])
+        return tuple(out)
+
+    @staticmethod
+    @once_differentiable  # training needs first derivatives only; `fit` uses the plain formulas
+    def backward(ctx, grad_y: torch.Tensor, *unused):
+        x, *rest = ctx.saved_tensors
+        coefs, aux = rest[: ctx.num_coefs], rest[ctx.num_coefs:]
+        grads = ctx.kernel.backward(x, grad_y, *coefs, *aux)
+        return (None, *grads)
+
+
+def apply(kernel: Kernel, x: torch.Tensor, *coefs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(y, *aux) through `FusedFunction`; aux (statistics) carry no gradient."""
+    if not (torch.is_grad_enabled() and (x.requires_grad or any(c.requires_grad for c in coefs))):
+        return tuple(kernel.forward(x, *coefs))  # inference: nothing to save
+    return FusedFunction.apply(kernel, x, *coefs)
+
+
+def broadcast(c: torch.Tensor, x: torch.Tensor, channel_axis: int) -> torch.Tensor:
+    """c (K,) as is; c (C, K) shaped [C, 1, ..., 1, K] so that `c[..., k]` broadcasts along x's channel axis."""
+    if c.dim() == 1:
+        return c
+    return c.reshape([c.shape[0]] + [1] * (x.dim() - 1 - channel_axis) + [c.shape[-1]])
+
+
+def elementwise(name: str, forward: Callable, backward: Callable, x: torch.Tensor, channel_axis: int,
+                *coefs: torch.Tensor, **config) -> torch.Tensor:
+    """F(x) of a family that is elementwise given its coefficients, each (K,) shared or (C, K) per channel.
+
+    Per-channel coefficients on a contiguous x with channels before other dims (NCHW) go through
+    the row layout of `_rows_forward`; otherwise they broadcast along the channel axis.
+    """
+    if any(c.dim() == 2 for c in coefs):
+        post = math.prod(x.shape[channel_axis + 1:])
+        if post > 1 and x.is_contiguous():
+            x3 = x.view(math.prod(x.shape[:channel_axis]), x.shape[channel_axis], post)
+            kernel = Kernel(name, _rows_forward, _rows_backward, inner_forward=forward, inner_backward=backward,
+                            inner_config=tuple(sorted(config.items())))
+            return apply(kernel, x3, *coefs)[0].view(x.shape)
+        coefs = tuple(broadcast(c, x, channel_axis) for c in coefs)
+    return apply(Kernel(name, forward, backward, **config), x, *coefs)[0]
+
+
+def _as_rows(x, coefs):
+    """x (pre, C, post) as rows (pre C, post); per-channel coefficients (C, K) as (pre C, 1, K)."""
+    pre, c, post = x.shape
+    rows = [t.unsqueeze(0).expand(pre, c, t.shape[-1]).reshape(pre * c, 1, t.shape[-1]) if t.dim() == 2 else t
+            for t in coefs]
+    return x.reshape(pre * c, post), rows
+
+
+def _rows_forward(x, *coefs, inner_forward, inner_backward, inner_config):
+    # Inductor fuses a per-channel sum with the elementwise pass only when both run over the same
+    # loop nest: per row, over the contiguous post dims. Summed over (pre, post) of NCHW at once,
+    # it re-reads x and grad_y in a second pass (2.5-3x slower per-channel backward, measured).
+    # The expanded coefficients are index arithmetic inside the compiled kernel, never copies.
+    xr, rows = _as_rows(x, coefs)
+    y, *aux = inner_forward(xr, *rows, **dict(inner_config))
+    return (y.view(x.shape), *aux)
+
+
+def _rows_backward(x, g, *coefs, inner_forward, inner_backward, inner_config):
+    xr, rows = _as_rows(x, coefs)
+    pre, c, _ = x.shape
+    gx, *grads = inner_backward(xr, g.reshape(xr.shape), *rows, **dict(inner_config))
+    grads = [gr.reshape(pre, c, gr.shape[-1]).sum(0) if t.dim() == 2 else gr for gr, t in zip(grads, coefs)]
+    return (gx.view(x.shape), *grads)
+
+
+# ---- building blocks of kernels ---------------------------------------------------------------
+def reduce_to(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Sum t over every dim that `like` (a coefficient slice that broadcast against t) does not hold."""
+    if like.dim() == 0:
+        return t.sum()
+    return t.sum_to_size(like.shape)
+
+
+def horner_and_derivative(coefs: Sequence[torch.Tensor], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """sum_i coefs[i] x^i and its derivative in x, both by Horner's rule (coefs broadcastable to x)."""
+    value, deriv = coefs[-1], None
+    for c in reversed(coefs[:-1]):
+        deriv = value if deriv is None else deriv * x + value
+        value = value * x + c
+    return value, (deriv if deriv is not None else torch.zeros_like(x))
+
+
+def slices(c: torch.Tensor, count: int) -> list[torch.Tensor]:
+    """[c[..., 0], ..., c[..., count - 1]]: the coefficients of a `coef_view`."""
+    return [c[..., k] for k in range(count)]

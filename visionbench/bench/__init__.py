@@ -1,0 +1,29 @@
+"""`visionbench bench`: speed and memory benchmarks, printed as Markdown and written to results/bench/.
+
+    visionbench bench activations [--shape 64,128,32,32] [--dtype float32] [--device cpu] [--repeats N] [--families ...]
+    visionbench bench train recipe=cifar10_vgg8 act=rational [baseline=relu] [--steps N]
+"""
+from __future__ import annotations
+
+import logging
+import sys
+
+USAGE = __doc__
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch `visionbench bench <what> ...`; returns the process exit code."""
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if argv else 2
+    what, rest = argv[0], argv[1:]
+    # inductor's C++ builds log "No CUDA runtime is found" on CPU-only machines: noise in a table
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    if what == "activations":
+        from .activations import main as run
+    elif what == "train":
+        from .train import main as run
+    else:
+        print(f"visionbench bench: unknown benchmark {what!r}; known: activations, train\n{USAGE}", file=sys.stderr)
+        return 2
+    return run(rest)

@@ -1,0 +1,159 @@
+"""Forward + backward speed and memory of every learnable activation against GELU in the same run.
+
+    visionbench bench activations                                   # [64, 128, 32, 32] float32 on the CPU
+    visionbench bench activations --families rational,hermite --repeats 30
+    visionbench bench activations --shape 128,96,56,56 --device cuda --per-channel
+
+Per activation (train mode, shared coefficients unless --per-channel): the median fwd+bwd time
+(y = act(x), then the gradients of <y, g> for x and every coefficient), its median ratio to GELU's
+time in the same rounds, the bytes saved for backward in units of the input, the peak memory above
+the inputs (CUDA only), the compile time (first call; inductor's disk cache shortens later runs),
+and, with the `reference` extra installed, the same against the reference implementation: median
+time ratio and the largest output difference. Writes `results/bench/<name>.md`.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import torch
+from torch import nn
+
+from .. import activations
+from ..activations import fused
+from . import timing
+from .references import reference_for
+
+# label -> (registry name, options): every family, every rational version, Hermite with its clamp
+CASES: dict[str, tuple[str, dict]] = {
+    "rational A": ("rational", {"version": "A"}),
+    "rational B": ("rational", {"version": "B"}),
+    "rational C": ("rational", {"version": "C"}),
+    "rational D": ("rational", {"version": "D"}),
+    "polyrelu": ("polyrelu", {}),
+    "polynorm": ("polynorm", {}),
+    "hermite": ("hermite", {}),
+    "hermite clamp": ("hermite", {"clamp": True}),
+    "fourier": ("fourier", {}),
+    "tropical": ("tropical", {}),
+    "tropical_rational": ("tropical_rational", {}),
+    "slaf": ("slaf", {}),
+}
+TARGET = {"fourier": 3.0}  # issue 7: every family <= 2x GELU, Fourier (a sincos per harmonic) <= 3x
+DEFAULT_TARGET = 2.0
+REFERENCE_ROUNDS = 5  # references are 10-100x slower: fewer rounds keep the benchmark short
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="visionbench bench activations", description=__doc__.splitlines()[0])
+    p.add_argument("--shape", default="64,128,32,32", help="input shape, NCHW (default: 64,128,32,32)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--repeats", type=int, default=15, help="timing rounds (default 15; medians reported)")
+    p.add_argument("--families", default="all",
+                   help="comma-separated family names or case labels (default: all): " + ", ".join(CASES))
+    p.add_argument("--per-channel", action="store_true", help="one coefficient set per channel")
+    p.add_argument("--no-reference", action="store_true", help="skip the reference implementations")
+    p.add_argument("--name", default="activations", help="report name: results/bench/<name>.md")
+    p.add_argument("--out", default=str(timing.RESULTS_DIR), help="report folder (default results/bench)")
+    return p.parse_args(argv)
+
+
+def select(spec: str) -> list[str]:
+    """Case labels for `--families` (family names select all their cases)."""
+    if spec == "all":
+        return list(CASES)
+    out = []
+    for word in (w.strip() for w in spec.split(",") if w.strip()):
+        hits = [label for label, (name, _) in CASES.items() if word in (label, name)]
+        if not hits:
+            raise ValueError(f"unknown family {word!r}; known: {', '.join(CASES)}")
+        out += [h for h in hits if h not in out]
+    return out
+
+
+class Step:
+    """One forward + backward of `module` on fixed (x, g): the gradients of <module(x), g> for x and
+    every trainable parameter, by autograd.grad (nothing accumulates into .grad between rounds)."""
+
+    def __init__(self, module: nn.Module, x: torch.Tensor, g: torch.Tensor):
+        self.module, self.x, self.g = module, x, g
+        self.params = [p for p in module.parameters() if p.requires_grad]
+
+    def __call__(self) -> torch.Tensor:
+        y = self.module(self.x)
+        torch.autograd.grad(y, [self.x, *self.params], self.g)
+        return y
+
+
+def bench_case(label: str, act: nn.Module, gelu: Step, x: torch.Tensor, g: torch.Tensor, args) -> list:
+    device = x.device
+    step = Step(act, x, g)
+    input_bytes = x.numel() * x.element_size()
+    before = fused.compile_seconds()
+    step()  # compiles on first use (timed by fused.compile_seconds)
+    compiled = fused.compile_seconds() - before
+    step()  # a second warm-up: allocator and caches settle
+    times = timing.rounds({"gelu": gelu, "act": step}, args.repeats, device)
+    ratio = timing.median_ratio(times["act"], times["gelu"])
+    saved = timing.saved_bytes(step) / input_bytes
+    peak = timing.peak_bytes(step, device)
+    target = TARGET.get(activations.get_class(CASES[label][0]).registry_name, DEFAULT_TARGET)
+    row = [label, 1e3 * statistics.median(times["act"]), ratio, f"≤ {target:g}", saved,
+           None if peak is None else peak / input_bytes, compiled or None]
+    channel_dim = act.channel_axis(x)
+    ref = None if args.no_reference or x.dtype != torch.float32 else reference_for(act, channel_dim, str(device))
+    if ref is None:
+        return row + [None] * 4
+    module, ref_name = ref
+    module.to(device)
+    ref_step = Step(module, x, g)
+    ref_step()
+    ref_times = timing.rounds({"act": step, "ref": ref_step}, min(args.repeats, REFERENCE_ROUNDS), device)
+    with torch.no_grad():
+        was = act.training
+        act.eval(), module.eval()  # no noise (rational D) or batch statistics in the comparison
+        diff = float((act(x) - module(x)).abs().max())
+        act.train(was)
+    speedup = timing.median_ratio(ref_times["ref"], ref_times["act"])
+    return row + [ref_name, 1e3 * statistics.median(ref_times["ref"]), speedup, diff]
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    try:
+        labels = select(args.families)
+        shape = tuple(int(s) for s in args.shape.split(","))
+    except ValueError as e:
+        print(f"visionbench bench activations: {e}", file=sys.stderr)
+        return 2
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(shape, generator=gen, device=device, dtype=dtype).requires_grad_(True)
+    g = torch.randn(shape, generator=gen, device=device, dtype=dtype)
+    gelu = Step(nn.GELU(), x, g)
+    gelu()
+    gelu_times = timing.rounds({"gelu": gelu}, args.repeats, device)["gelu"]
+    rows = [["gelu (baseline)", 1e3 * statistics.median(gelu_times), 1.0, None, timing.saved_bytes(gelu) /
+             (x.numel() * x.element_size()), None, None, None, None, None, None]]
+    for label in labels:
+        name, kwargs = CASES[label]
+        channels = shape[1] if len(shape) >= 4 else shape[-1]  # LearnableActivation.channel_axis's rule
+        extra = {"per_channel": True, "num_channels": channels} if args.per_channel else {}
+        act = activations.create(name, **kwargs, **extra).to(device=device, dtype=dtype).train()
+        rows.append(bench_case(label, act, gelu, x, g, args))
+        print(f"  {label}: {rows[-1][2]:.2f}x GELU", file=sys.stderr, flush=True)
+    header = ["activation", "fwd+bwd ms", "× GELU", "target", "saved (× input)", "peak (× input)",
+              "compile s", "reference", "ref ms", "speed-up vs ref", "max |Δ| vs ref"]
+    mode = "compiled" if fused.COMPILE else "eager (VISIONBENCH_COMPILE=0)"
+    notes = [timing.environment(device),
+             f"input {list(shape)} {args.dtype}, {'per-channel' if args.per_channel else 'shared'} coefficients, "
+             f"train mode, kernels {mode}, {args.repeats} rounds (reference: {min(args.repeats, REFERENCE_ROUNDS)})",
+             "× GELU and speed-up: medians of per-round ratios (each round times every contender once)",
+             "saved: bytes autograd keeps for backward / input bytes (GELU keeps its input: 1.0); "
+             "peak: CUDA max allocated above the inputs during the step, incl. output and input grad"]
+    command = "visionbench bench activations " + " ".join(argv)
+    timing.write_report(args.name, "Learnable activations: forward + backward", command.strip(), notes,
+                        timing.markdown(header, rows), args.out)
+    return 0

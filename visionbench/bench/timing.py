@@ -1,0 +1,108 @@
+"""Measuring for the benchmarks: paired timing rounds, bytes saved for backward, peak CUDA memory,
+and the Markdown table every benchmark prints and writes.
+
+Machines running these benchmarks are often shared (this project's CI has 2 loaded cores), so a
+benchmark never compares numbers taken minutes apart: every round times each contender once, in
+turn, and ratios are the median over rounds of the per-round ratios.
+"""
+from __future__ import annotations
+
+import datetime
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import torch
+
+RESULTS_DIR = Path("results") / "bench"
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], object], device: torch.device) -> float:
+    """Wall seconds of one call of fn, with the device's queue drained before and after."""
+    synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - t0
+
+
+def rounds(contenders: Mapping[str, Callable[[], object]], repeats: int,
+           device: torch.device) -> dict[str, list[float]]:
+    """Per-round seconds of every contender: `repeats` rounds, each running all contenders once, in turn."""
+    out: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(repeats):
+        for name, fn in contenders.items():
+            out[name].append(timed(fn, device))
+    return out
+
+
+def median_ratio(num: Sequence[float], den: Sequence[float]) -> float:
+    """Median of per-round ratios (robust to load that drifts between rounds)."""
+    return statistics.median(a / b for a, b in zip(num, den))
+
+
+def saved_bytes(fn: Callable[[], object]) -> int:
+    """Bytes of the distinct storages autograd saves for backward while fn runs its forward
+    (what a layer keeps alive until the backward reaches it)."""
+    storages: dict[tuple, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        s = t.untyped_storage()
+        storages[(t.device.type, s.data_ptr())] = s.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(storages.values())
+
+
+def peak_bytes(fn: Callable[[], object], device: torch.device) -> int | None:
+    """CUDA: peak allocated bytes during fn above what was allocated before it; None elsewhere
+    (the CPU allocator keeps no such statistic)."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    fn()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - before
+
+
+def environment(device: torch.device) -> str:
+    """One line saying where the numbers come from."""
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    return (f"torch {torch.__version__}, {device.type} ({where}), {torch.get_num_threads()} threads, "
+            f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}")
+
+
+def markdown(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    def cell(v: object) -> str:
+        if v is None:
+            return "—"
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_report(name: str, title: str, command: str, notes: Sequence[str], table: str,
+                 out_dir: Path | str = RESULTS_DIR) -> Path:
+    """Print the table and write `<out_dir>/<name>.md` with the command that reproduces it."""
+    text = "\n".join([f"# {title}", "", f"    {command}", "", *[f"- {n}" for n in notes], "", table, ""])
+    path = Path(out_dir) / f"{name}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    print(table)
+    print(f"\nwritten: {path}")
+    return path

@@ -1,0 +1,133 @@
+"""Training-step throughput and memory of a recipe's model with an activation vs its baseline, in one run.
+
+    visionbench bench train recipe=cifar10_vgg8 act=rational                   # vs the model's own ReLU
+    visionbench bench train recipe=cifar10_convnext_t act=hermite --steps 5    # vs GELU, 32 px, batch 512
+    visionbench bench train recipe=cifar10_vgg8 act=rational baseline=leaky_relu batch_size=64
+
+A step is forward, cross-entropy, backward and the recipe's optimizer step on a fixed synthetic
+batch of the recipe's size. Both models are built as the runner builds them (`build_model`),
+warmed up (the first steps compile the fused kernels: reported as warm-up time), then timed in
+alternating steps: img/s are medians, the ratio is the median of per-step ratios. Memory: bytes
+autograd saves for backward in one step (any device) and peak allocated (CUDA).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from . import timing
+
+DEFAULT_STEPS = 10
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    p = argparse.ArgumentParser(prog="visionbench bench train", description=__doc__.splitlines()[0],
+                                epilog="key=value arguments: recipe=NAME act=NAME [baseline=NAME] and any "
+                                       "recipe override (batch_size=64, model.norm=group, ...)")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"timed steps per model (default {DEFAULT_STEPS})")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per model first (default 2)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--name", default=None, help="report name (default train_<recipe>_<act>)")
+    p.add_argument("--out", default=str(timing.RESULTS_DIR))
+    return p.parse_known_args(argv)
+
+
+def input_shape(cfg) -> tuple[int, int, int]:
+    """(num_classes, in_chans, img_size) of the recipe's dataset, without reading the dataset."""
+    from ..data import DATAMODULES
+
+    d = cfg.data
+    if d.name == "synthetic":
+        s = d.synthetic
+        return int(s.num_classes), int(s.in_chans), int(d.img_size or s.img_size)
+    cls = DATAMODULES[d.name]
+    return cls.num_classes, cls.in_chans, int(d.img_size or cls.native_size or cls.default_img_size)
+
+
+def optimizer(params, optim: dict[str, Any]) -> torch.optim.Optimizer:
+    if optim["name"] == "adamw":
+        return torch.optim.AdamW(params, lr=optim["lr"], betas=tuple(optim["betas"]), eps=optim["eps"],
+                                 weight_decay=optim["weight_decay"])
+    return torch.optim.SGD(params, lr=optim["lr"], momentum=optim["momentum"], nesterov=bool(optim["nesterov"]))
+
+
+class TrainStep:
+    """One optimisation step of `model` on a fixed batch."""
+
+    def __init__(self, model: torch.nn.Module, run: dict[str, Any], x: torch.Tensor, y: torch.Tensor):
+        self.model, self.x, self.y = model.train(), x, y
+        self.opt = optimizer(model.parameters(), run["optim"])
+        self.smoothing = float(run["loss"]["label_smoothing"])
+
+    def __call__(self) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(self.model(self.x), self.y, label_smoothing=self.smoothing)
+        loss.backward()
+        self.opt.step()
+
+
+def main(argv: list[str]) -> int:
+    from ..runner.config import ConfigError, load_config, run_config
+    from ..train.fit import build_model
+
+    args, rest = parse_args(argv)
+    baseline = None
+    overrides = []
+    for arg in rest:
+        if arg.startswith("baseline="):
+            baseline = arg.split("=", 1)[1] or None
+        else:
+            overrides.append(arg)
+    try:
+        cfg = load_config(overrides)
+        act = str(cfg.act)
+        if "," in act:
+            raise ConfigError(f"give one activation (act=NAME), got act={act}")
+        num_classes, in_chans, img_size = input_shape(cfg)
+    except (ConfigError, ValueError) as e:
+        print(f"visionbench bench train: {e}", file=sys.stderr)
+        return 2
+    device = torch.device(args.device)
+    batch = int(cfg.batch_size)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, in_chans, img_size, img_size, generator=gen).to(device)
+    y = torch.randint(0, num_classes, (batch,), generator=gen).to(device)
+
+    steps: dict[str, TrainStep] = {}
+    for role, name in (("baseline", baseline), ("act", act)):
+        run = run_config(cfg, act, 0)
+        run["act"] = name  # None: the model's own activation
+        torch.manual_seed(0)
+        model = build_model(run, num_classes, in_chans, img_size).to(device)
+        steps[role] = TrainStep(model, run, x, y)
+    report = getattr(steps["act"].model, "swap_report", None)
+    replaced = sorted({k.rsplit(".", 1)[-1] for k in report.counts()}) if report else []
+    own = baseline or f"{'/'.join(replaced) or 'own'} (model's own)"
+
+    warm = {role: sum(timing.timed(s, device) for _ in range(args.warmup)) for role, s in steps.items()}
+    times = timing.rounds(steps, args.steps, device)
+    saved = {role: timing.saved_bytes(s) for role, s in steps.items()}
+    peak = {role: timing.peak_bytes(s, device) for role, s in steps.items()}
+    ratio = timing.median_ratio(times["act"], times["baseline"])
+
+    rows = []
+    for role, label in (("baseline", own), ("act", act)):
+        t = statistics.median(times[role])
+        rows.append([label, 1e3 * t, batch / t, ratio if role == "act" else 1.0, saved[role] / 2**20,
+                     None if peak[role] is None else peak[role] / 2**20, warm[role]])
+    header = ["activation", "step ms", "img/s", "× baseline step", "saved for backward MB", "peak MB (CUDA)",
+              f"warm-up s ({args.warmup} steps, incl. compile)"]
+    notes = [timing.environment(device),
+             f"recipe {cfg.recipe}: model {cfg.model.name}, batch {batch} x {in_chans}x{img_size}x{img_size} "
+             f"synthetic, optimizer {cfg.optim.name}, {args.steps} timed steps per model, alternating",
+             f"{len(report) if report else 0} activation modules swapped for {act}",
+             "× baseline: median of per-step ratios; img/s: batch / median step time"]
+    name = args.name or f"train_{cfg.recipe}_{act}"
+    timing.write_report(name, f"Training step: {cfg.model.name} with {act} vs {own}",
+                        "visionbench bench train " + " ".join(argv), notes, timing.markdown(header, rows), args.out)
+    return 0
