@@ -18,7 +18,7 @@ def main() -> None:
             r = act.fit(target)
             tol = A.get_class(name).fit_tolerance[target]
             print(f"| {name} | {target} | {r.max_abs_error:.2e} | {r.max_abs_deriv_error:.2e} | "
-                  f"{tol[0]:.0e}, {tol[1]:.0e} | {r.seconds * 1e3:.1f} ms |")
+                  f"{tol[0]:.2g}, {tol[1]:.2g} | {r.seconds * 1e3:.1f} ms |")
 
 
 if __name__ == "__main__":
