@@ -1,7 +1,6 @@
 """Safe rational activation (paper 004 Sec 3, App D): versions A-D, gradients, fit, caching, noise."""
 from __future__ import annotations
 
-import time
 
 import pytest
 import torch
@@ -187,10 +186,8 @@ def test_init_fit_is_cached_but_explicit_fit_refits(monkeypatch):
         return real_fit(self, *args, **kwargs)
 
     monkeypatch.setattr(Rational, "fit", counting_fit)
-    t0 = time.perf_counter()
     acts = [activations.create("rational") for _ in range(49)]  # a ResNet50's worth
     assert len(calls) == 1
-    assert time.perf_counter() - t0 < 2.0
     assert all(torch.equal(acts[0].numerator, b.numerator) for b in acts[1:])
     acts[1].numerator.data.add_(1.0)  # instances share values, not tensors
     assert not torch.equal(acts[0].numerator, acts[1].numerator)

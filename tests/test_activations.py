@@ -2,7 +2,6 @@
 import copy
 import functools
 import io
-import time
 
 import pytest
 import torch
@@ -130,12 +129,9 @@ def test_learnable_parameters_yields_exactly_activation_coefficients():
 def test_fit_within_documented_tolerance(name, target):
     act = A.create(name)
     tol = A.get_class(name).fit_tolerance[target]
-    t0 = time.perf_counter()
     res = act.fit(target, interval=(-3, 3), derivative=True)
-    elapsed = time.perf_counter() - t0
     assert res.max_abs_error <= tol[0], res
-    assert res.max_abs_deriv_error <= tol[1], res
-    assert elapsed < 0.1 or res.seconds < 0.1, f"fit took {elapsed:.3f}s"
+    assert res.max_abs_deriv_error <= tol[1], res  # fit speed: each family's test, after a warm-up
 
 
 @pytest.mark.parametrize("name", LEARNABLE)

@@ -4,9 +4,7 @@
 """
 from __future__ import annotations
 
-import pickle
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest

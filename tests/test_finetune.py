@@ -4,9 +4,7 @@ the optimizer's parameters, clear errors, and the fine-tune recipe end to end on
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +13,7 @@ from torch import nn
 
 from visionbench import models
 from visionbench.activations import learnable_parameters
+from visionbench.activations.base import one_thread
 from visionbench.data.digits import digits_split
 from visionbench.models import finetune
 from visionbench.models.checkpoint import read_checkpoint
@@ -55,17 +54,6 @@ def builder(name: str, **kw):
         return models.create(name, act=act, act_kwargs=act_kwargs, num_classes=num_classes, img_size=8, in_chans=1,
                              pretrained=pretrained, **kw)
     return build
-
-
-@contextlib.contextmanager
-def one_thread():
-    """Tiny images, tiny ops: 2 threads on 2 busy shared cores make them ~10x slower than one."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def train_briefly(model: nn.Module, epochs: int = 3, steps: int | None = None, lr: float = 0.02) -> nn.Module:

@@ -33,9 +33,10 @@ _FIT_CACHE: dict[tuple, dict[str, torch.Tensor]] = {}
 
 
 @contextlib.contextmanager
-def _one_thread():
-    """Fits are tiny (a 1001-point grid): one intra-op thread is fastest, and on a loaded machine a
-    multi-threaded pool made them 10-100x slower (0.5 s instead of 5 ms, measured on 2 busy cores)."""
+def one_thread():
+    """One intra-op thread inside the block, the caller's count restored after. Tiny tensors (a fit's
+    1001-point grid, a toy MLP) run fastest on one thread; on a loaded machine a multi-threaded pool
+    made fits 10-100x slower (0.5 s instead of 5 ms, measured on 2 busy cores)."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -260,7 +261,7 @@ class LearnableActivation(nn.Module):
                 for p in self.parameters():
                     p.copy_(p[0:1].expand_as(p))
         try:
-            with _one_thread(), fused.reference_path():
+            with one_thread(), fused.reference_path():
                 features = self.basis(x)
                 if features is not None:
                     self._fit_linear(x, features, y, dy, derivative)

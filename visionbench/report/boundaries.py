@@ -13,13 +13,14 @@ differs. Rows are datasets, columns activations. Runs in about a second per pane
 """
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import numpy as np
 import torch
 from matplotlib.figure import Figure
 from torch import nn
+
+from ..activations.base import one_thread
 
 DATASETS = ("moons", "circles", "spirals", "classification")
 GRID = 150  # grid points per axis for the decision regions
@@ -72,22 +73,10 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 300, 
         return float((model(x).argmax(1) == y).float().mean())
 
 
-@contextlib.contextmanager
-def _one_thread():
-    # 240 points x 64 units: intra-op threads only add sync overhead (10-50x slower on a busy
-    # 2-core machine); restore the caller's setting afterwards
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def fit_panel(act: str, dataset: str, seed: int = 0, steps: int = 300):
     """Train one MLP; returns (x, y, grid xx, grid yy, P(class 1) on the grid, train accuracy)."""
     x, y = toy_data(dataset, seed=seed)
-    with torch.random.fork_rng(devices=[]), _one_thread():  # seeded locally: caller's RNG untouched
+    with torch.random.fork_rng(devices=[]), one_thread():  # seeded locally: caller's RNG untouched
         torch.manual_seed(seed)
         model = mlp(act)
         acc = train(model, torch.from_numpy(x), torch.from_numpy(y), steps=steps)
