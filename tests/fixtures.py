@@ -5,6 +5,7 @@ import pickle
 from pathlib import Path
 
 import numpy as np
+import torch
 from PIL import Image
 
 CIFAR_TRAIN_PER_CLASS = 2  # per batch file, so 10 per class over the 5 batches
@@ -83,3 +84,15 @@ def write_imagenet(root: Path) -> Path:
             for k in range(n):
                 Image.new("RGB", (80 + 10 * k, 60), colour(c)).save(folder / f"{name}_{k}.JPEG")
     return root
+
+
+def gradcheck_module(act: torch.nn.Module, x: torch.Tensor, **kwargs) -> bool:
+    """float64 `gradcheck` of `act` with respect to its input and every learnable coefficient."""
+    names = [n for n, p in act.named_parameters() if p.requires_grad]
+    assert names, f"{type(act).__name__} has no learnable coefficients"
+    coefficients = [act.get_parameter(n).detach().clone().requires_grad_(True) for n in names]
+
+    def f(x, *cs):
+        return torch.func.functional_call(act, dict(zip(names, cs)), (x,))
+
+    return torch.autograd.gradcheck(f, (x.detach().clone().requires_grad_(True), *coefficients), **kwargs)

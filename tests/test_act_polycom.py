@@ -6,10 +6,11 @@ import math
 import numpy as np
 import pytest
 import torch
-from torch.func import functional_call
 
 from visionbench import activations
 from visionbench.activations.polycom import PolyNorm, PolyReLU
+
+from .fixtures import gradcheck_module
 
 
 def ref_polyrelu(x: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -24,16 +25,6 @@ def ref_polynorm(x: np.ndarray, a: np.ndarray, axis: int, eps: float = 1e-6) -> 
         p = x**i
         out += a[i] * p / np.sqrt((p**2).mean(axis=axis, keepdims=True) + eps)
     return out
-
-
-def gradcheck_module(act: torch.nn.Module, x: torch.Tensor) -> bool:
-    names = [n for n, _ in act.named_parameters()]
-    ps = [p.detach().clone().requires_grad_(True) for _, p in act.named_parameters()]
-
-    def f(x, *ps):
-        return functional_call(act, dict(zip(names, ps)), (x,))
-
-    return torch.autograd.gradcheck(f, (x.requires_grad_(True), *ps))
 
 
 @pytest.mark.parametrize("name", ["polyrelu", "polynorm"])

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import torch
 from scipy import integrate
-from torch.func import functional_call
 
 from visionbench import activations
 from visionbench.activations.slaf import SLAF, normal_power_stats
+
+from .fixtures import gradcheck_module
 
 EPS = 1e-5
 
@@ -36,16 +37,6 @@ def ref_eval(x: np.ndarray, a: np.ndarray, axis: int, mean: np.ndarray, var: np.
     for i in range(1, len(a)):
         out = out + a[i] * (x**i - mean[:, i - 1].reshape(shape)) / np.sqrt(var[:, i - 1].reshape(shape) + EPS)
     return out
-
-
-def gradcheck_module(act: torch.nn.Module, x: torch.Tensor) -> bool:
-    names = [n for n, _ in act.named_parameters()]
-    ps = [p.detach().clone().requires_grad_(True) for _, p in act.named_parameters()]
-
-    def f(x, *ps):
-        return functional_call(act, dict(zip(names, ps)), (x,))
-
-    return torch.autograd.gradcheck(f, (x.clone().requires_grad_(True), *ps))
 
 
 def test_defaults_and_relu_like_init():

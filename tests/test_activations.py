@@ -9,6 +9,8 @@ from torch import nn
 
 from visionbench import activations as A
 
+from .fixtures import gradcheck_module
+
 ALL = A.names()
 LEARNABLE = [n for n in ALL if A.is_learnable(n)]
 FIXED = [n for n in ALL if not A.is_learnable(n)]
@@ -79,14 +81,7 @@ def test_deepcopy_and_save_load_of_a_model(name):
 def test_gradcheck_input_and_coefficients(name):
     act = A.create(name).double().eval()
     x = (torch.rand(2, 3, 2, 2, dtype=torch.float64) * 4 - 2).requires_grad_(True)
-    names = [n for n, p in act.named_parameters() if p.requires_grad]
-    assert names, f"{name} has no learnable coefficients"
-
-    def f(x, *coefficients):
-        return torch.func.functional_call(act, dict(zip(names, coefficients)), (x,))
-
-    inputs = (x, *[act.get_parameter(n).detach().clone().requires_grad_(True) for n in names])
-    assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-5)
+    assert gradcheck_module(act, x, eps=1e-6, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", LEARNABLE)
