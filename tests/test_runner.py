@@ -163,3 +163,15 @@ def test_hydra_multirun_entry_point_writes_the_same_tree(tmp_path):
     for act in ("relu", "gelu"):
         s = json.loads((tmp_path / "digits_vgg4" / act / "seed_1" / "summary.json").read_text())
         assert s["status"] == "completed" and s["seed"] == 1
+
+
+@pytest.mark.slow
+def test_the_embedded_default_run(tmp_path, capsys):
+    """`visionbench run` with no arguments (digits, VGG4, 4 acts x 3 seeds): relu >= 90 % test accuracy."""
+    assert main(["run", f"results_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert "| relu |" in out and "p-value" in out
+    for seed in range(3):
+        s = json.loads((tmp_path / "digits_vgg4" / "relu" / f"seed_{seed}" / "summary.json").read_text())
+        assert s["status"] == "completed" and s["metrics"]["test_top1_at_best_val"] >= 90.0
+    assert (tmp_path / "digits_vgg4" / "table.md").exists()

@@ -148,6 +148,13 @@ def validate(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"epochs must be a whole number >= 1, got {cfg.epochs!r}")
     if not isinstance(cfg.parallel, int) or cfg.parallel < 1:
         raise ConfigError(f"parallel must be a whole number >= 1, got {cfg.parallel!r}")
+    from ..train.optim import OPTIMIZERS
+    from ..train.schedules import SCHEDULES
+
+    if str(cfg.optim.name).lower() not in OPTIMIZERS:
+        raise ConfigError(f"unknown optim.name {cfg.optim.name!r}; accepted: {', '.join(OPTIMIZERS)}")
+    if str(cfg.sched.name).lower() not in SCHEDULES:
+        raise ConfigError(f"unknown sched.name {cfg.sched.name!r}; accepted: {', '.join(SCHEDULES)}")
     for act in acts:  # build each activation once: bad options fail now, not after hours of other seeds
         opts = dict(cfg.act_options.get(act) or {})
         try:

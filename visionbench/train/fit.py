@@ -64,6 +64,8 @@ def _quiet_lightning() -> None:
     # resuming writes into the run's existing log and checkpoint folders on purpose
     warnings.filterwarnings("ignore", message=".*exists and is not empty.*")
     warnings.filterwarnings("ignore", message=".*Encountered `nan` values.*")
+    # the weight-EMA copy is kept in eval mode on purpose (timm ModelEmaV3)
+    warnings.filterwarnings("ignore", message=".*module\\(s\\) in eval mode at the start of training.*")
 
 
 def _create(cfg: Mapping[str, Any], act: str | None, act_kwargs: Mapping[str, Any] | None, num_classes: int | None,

@@ -17,10 +17,8 @@ from torch import nn
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from ..models import param_groups
+from .optim import OPTIMIZERS, build_optimizer, scaled_lr
 from .schedules import lr_lambda
-
-OPTIMIZERS = ("sgd", "adamw")
 
 
 class Diverged(RuntimeError):
@@ -160,23 +158,9 @@ class ClassificationModule(L.LightningModule):
         self._log_eval()
 
     # ---- optimisation ----------------------------------------------------------------
-    def base_lr(self) -> float:
-        lr = float(self.optim_cfg["lr"])
-        ref = self.optim_cfg.get("lr_base_batch")
-        return lr * self.batch_size / float(ref) if ref else lr  # linear scaling rule (004 Table 9: 2e-3 x bs/512)
-
     def configure_optimizers(self):
-        lr = self.base_lr()
-        groups = param_groups(self.model, lr=lr, weight_decay=float(self.optim_cfg.get("weight_decay", 0.0) or 0.0),
-                              act_lr_mult=self.act_lr_mult,
-                              act_weight_decay=float(self.optim_cfg.get("act_weight_decay", 0.0) or 0.0))
-        name = str(self.optim_cfg.get("name", "sgd")).lower()
-        if name == "sgd":
-            opt = torch.optim.SGD(groups, lr=lr, momentum=float(self.optim_cfg.get("momentum", 0.9)),
-                                  nesterov=bool(self.optim_cfg.get("nesterov", False)))
-        else:
-            opt = torch.optim.AdamW(groups, lr=lr, betas=tuple(self.optim_cfg.get("betas", (0.9, 0.999))),
-                                    eps=float(self.optim_cfg.get("eps", 1e-8)))
+        opt = build_optimizer(self.model, self.optim_cfg, self.batch_size, self.act_lr_mult)
+        lr = scaled_lr(self.optim_cfg, self.batch_size)
         steps = self.trainer.estimated_stepping_batches
         epochs = max(1, int(self.trainer.max_epochs or 1))
         per_epoch = max(1, math.ceil(steps / epochs))

@@ -1,0 +1,36 @@
+"""Optimizer of a run from the recipe's `optim` block: SGD (Nesterov) or AdamW over the model's
+parameter groups (weights decayed; biases, norms and activation coefficients not; coefficients
+with their own lr multiplier, paper 004 Table 6 and 10)."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+from ..models import param_groups
+
+OPTIMIZERS = ("sgd", "adamw")
+
+
+def scaled_lr(optim: Mapping[str, Any], batch_size: int) -> float:
+    """The recipe's lr, scaled by batch_size / lr_base_batch when set (004 Table 9: 2e-3 x bs/512)."""
+    lr = float(optim["lr"])
+    ref = optim.get("lr_base_batch")
+    return lr * batch_size / float(ref) if ref else lr
+
+
+def build_optimizer(model: nn.Module, optim: Mapping[str, Any], batch_size: int,
+                    act_lr_mult: float = 1.0) -> torch.optim.Optimizer:
+    """The optimizer over the model's trainable parameters, grouped by `models.param_groups`."""
+    name = str(optim.get("name", "sgd")).lower()
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optim.name {optim.get('name')!r}; accepted: {', '.join(OPTIMIZERS)}")
+    lr = scaled_lr(optim, batch_size)
+    groups = param_groups(model, lr=lr, weight_decay=float(optim.get("weight_decay", 0.0) or 0.0),
+                          act_lr_mult=act_lr_mult, act_weight_decay=float(optim.get("act_weight_decay", 0.0) or 0.0))
+    if name == "sgd":
+        return torch.optim.SGD(groups, lr=lr, momentum=float(optim.get("momentum", 0.9)),
+                               nesterov=bool(optim.get("nesterov", False)))
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(optim.get("betas", (0.9, 0.999))),
+                             eps=float(optim.get("eps", 1e-8)))
