@@ -96,3 +96,11 @@ def gradcheck_module(act: torch.nn.Module, x: torch.Tensor, **kwargs) -> bool:
         return torch.func.functional_call(act, dict(zip(names, cs)), (x,))
 
     return torch.autograd.gradcheck(f, (x.detach().clone().requires_grad_(True), *coefficients), **kwargs)
+
+
+def derivative(module: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """F(x) and F'(x) of an elementwise module, by autograd."""
+    x = x.clone().requires_grad_(True)
+    y = module(x)
+    (dy,) = torch.autograd.grad(y.sum(), x)
+    return y.detach(), dy

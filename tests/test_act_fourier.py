@@ -10,7 +10,7 @@ import torch
 from visionbench import activations
 from visionbench.activations.fourier import Fourier, bessel_i0_2, fourier_gain
 
-from .fixtures import gradcheck_module
+from .fixtures import derivative, gradcheck_module
 
 
 def reference(x: np.ndarray, a: np.ndarray, f: np.ndarray, phi: np.ndarray) -> np.ndarray:
@@ -19,13 +19,6 @@ def reference(x: np.ndarray, a: np.ndarray, f: np.ndarray, phi: np.ndarray) -> n
     for k in range(1, len(a)):
         out += math.sqrt(2) * a[k] / math.factorial(k) * np.cos(f[k - 1] * x - phi[k - 1])
     return out
-
-
-def derivative(module: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    x = x.clone().requires_grad_(True)
-    y = module(x)
-    (dy,) = torch.autograd.grad(y.sum(), x)
-    return y.detach(), dy
 
 
 def params(act: Fourier, row: int | None = None) -> tuple[np.ndarray, ...]:

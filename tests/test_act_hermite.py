@@ -10,7 +10,7 @@ import torch
 from visionbench import activations
 from visionbench.activations.hermite import Hermite, hermite_gain
 
-from .fixtures import gradcheck_module
+from .fixtures import derivative, gradcheck_module
 
 
 def reference(x: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -21,13 +21,6 @@ def reference(x: np.ndarray, a: np.ndarray) -> np.ndarray:
                    for m in range(n // 2 + 1))
         out += a_n * term
     return out
-
-
-def derivative(module: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    x = x.clone().requires_grad_(True)
-    y = module(x)
-    (dy,) = torch.autograd.grad(y.sum(), x)
-    return y.detach(), dy
 
 
 def test_registered_and_defaults():
