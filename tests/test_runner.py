@@ -124,6 +124,7 @@ def test_changed_config_is_an_error_not_a_silent_mix(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["foo=1"], "unknown key 'foo'; valid keys"),
+    (["optim.lrr=0.1"], r"unknown key 'optim.lrr' \(did you mean optim.lr"),
     (["recipe=nope"], "unknown recipe 'nope'; known: .*digits_vgg4"),
     (["act=relux"], "unknown activation 'relux'; known"),
     (["act=relu", "act.degree=3"], "no activation in the sweep"),

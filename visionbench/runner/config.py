@@ -9,6 +9,7 @@ top-level `recipes/`), composed with Hydra: each starts with `defaults: [_base, 
 from __future__ import annotations
 
 import copy
+import difflib
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -94,7 +95,9 @@ def load_config(args: Iterable[str]) -> DictConfig:
         elif _is_free(key):
             overrides.append(f"++{key}={value}")
         elif key not in keys:
-            raise ConfigError(f"unknown key {key!r}; valid keys: {', '.join(sorted(keys))} "
+            close = difflib.get_close_matches(key, keys, n=3)
+            hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+            raise ConfigError(f"unknown key {key!r}{hint}; valid keys: {', '.join(sorted(keys))} "
                               f"(and act.<option>, act_options.<act>.<option>, act_lr_mult.<act>, model.kwargs.<arg>)")
         else:
             overrides.append(f"{key}={value}")
