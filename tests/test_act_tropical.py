@@ -10,6 +10,8 @@ from visionbench import activations
 from visionbench.activations import base as base_mod
 from visionbench.activations.tropical import Tropical, TropicalRational
 
+from .fixtures import check_fit
+
 
 def tropical_reference(x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     """(sqrt(2) / n) max_k (a_k + k x), all n + 1 lines stacked, float64 (paper 001 Eq. 21, Alg. 6)."""
@@ -121,12 +123,7 @@ def test_tropical_bad_init_lists_accepted():
 
 @pytest.mark.parametrize("target", ["gelu", "relu"])
 def test_tropical_fit_within_tolerance_and_fast(target):
-    act = activations.create("tropical")
-    act.fit(target)  # warm-up
-    results = [act.fit(target) for _ in range(3)]
-    assert min(r.seconds for r in results) < 0.1
-    tol = Tropical.fit_tolerance[target]
-    assert results[-1].max_abs_error <= tol[0] and results[-1].max_abs_deriv_error <= tol[1], results[-1]
+    check_fit(activations.create("tropical"), target, Tropical.fit_tolerance[target])
     assert activations.create("tropical").fit(target).max_abs_error < 0.7 * _start_error(target)
 
 
@@ -229,16 +226,6 @@ def test_tropical_rational_bad_degree(degree):
 def test_tropical_rational_bad_init_lists_accepted():
     with pytest.raises(ValueError, match="accepted.*gelu"):
         activations.create("tropical_rational", init="bogus")
-
-
-@pytest.mark.parametrize("target", ["gelu", "relu"])
-def test_tropical_rational_fit_within_tolerance_and_fast(target):
-    act = activations.create("tropical_rational")
-    act.fit(target)  # warm-up
-    results = [act.fit(target) for _ in range(3)]
-    assert min(r.seconds for r in results) < 0.1
-    tol = TropicalRational.fit_tolerance[target]
-    assert results[-1].max_abs_error <= tol[0] and results[-1].max_abs_deriv_error <= tol[1], results[-1]
 
 
 @pytest.mark.parametrize("target", ["silu", "tanh", "sigmoid", "leaky_relu", "identity"])
