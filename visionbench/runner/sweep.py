@@ -16,6 +16,7 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
+from ..train.io import read_csv_rows
 from . import results
 from .config import ConfigError, diff_configs, fingerprint, run_config, sweep_acts
 
@@ -72,25 +73,16 @@ def execute(run: dict, out: Path, progress: bool = True) -> Outcome:
                        peak_mem_mb=r.peak_mem_mb, metrics=results.metrics_from_rows(r.rows))
     except Diverged as e:
         summary.update(status="diverged", diverged_epoch=e.epoch, error=str(e),
-                       metrics=results.metrics_from_rows(_rows(out)))
+                       metrics=results.metrics_from_rows(read_csv_rows(out / "metrics.csv")))
     except KeyboardInterrupt:
         raise  # leave status "running": the next run resumes from last.ckpt
     except Exception as e:  # noqa: BLE001 - one seed's failure must not end the sweep
         (out / "error.txt").write_text(traceback.format_exc())
-        summary.update(status="failed", error=f"{type(e).__name__}: {e}", metrics=results.metrics_from_rows(_rows(out)))
+        summary.update(status="failed", error=f"{type(e).__name__}: {e}",
+                       metrics=results.metrics_from_rows(read_csv_rows(out / "metrics.csv")))
     summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     results.write_summary(out, summary)
     return Outcome(act, seed, summary["status"], summary, out)
-
-
-def _rows(out: Path) -> list[dict]:
-    import csv
-
-    f = out / "metrics.csv"
-    if not f.exists():
-        return []
-    with open(f, newline="") as fh:
-        return list(csv.DictReader(fh))
 
 
 def _execute_in_subprocess(run: dict, out: str, threads: int) -> Outcome:

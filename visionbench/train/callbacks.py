@@ -14,7 +14,7 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint, TQDMProgressBar
 
 from ..activations import LearnableActivation
-from .io import atomic_write_text, write_csv_rows
+from .io import atomic_write_text, read_csv_rows, write_csv_rows
 
 SNAPSHOT_POINTS = 201
 HIST_BINS = 60
@@ -49,11 +49,7 @@ class MetricsWriter(Checkpoint):
 
     def load_existing(self, upto_epoch: int) -> None:
         """On resume: keep rows of the epochs the checkpoint has completed, drop later ones."""
-        import csv
-
-        if self.path.exists():
-            with open(self.path, newline="") as f:
-                self.rows = [r for r in csv.DictReader(f) if int(r["epoch"]) <= upto_epoch]
+        self.rows = [r for r in read_csv_rows(self.path) if int(r["epoch"]) <= upto_epoch]
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._t0 = time.perf_counter()

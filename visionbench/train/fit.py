@@ -129,7 +129,7 @@ def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> R
     writer = MetricsWriter(run_dir / "metrics.csv")
     resume_from = None
     if last.exists():
-        done = int(torch.load(last, map_location="cpu", weights_only=False)["epoch"]) + 1
+        done = int(torch.load(last, map_location="cpu", weights_only=False, mmap=True)["epoch"]) + 1  # mmap: only the epoch is read
         writer.load_existing(upto_epoch=done)
         resume_from = str(last)
     throughput = _Throughput()

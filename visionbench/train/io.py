@@ -18,6 +18,15 @@ def atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def read_csv_rows(path: Path) -> list[dict]:
+    """The rows of a CSV file as dicts of strings; [] when the file does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
 def write_csv_rows(path: Path, rows: list[dict]) -> None:
     """All rows as CSV with the union of their keys as columns (epoch first), atomically."""
     fields: list[str] = []
