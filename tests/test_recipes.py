@@ -44,7 +44,7 @@ def test_recipe_builds_model_data_optimizer_schedule(recipe, roots):
     run = run_config(cfg, act, seed=0)
     model = build_model(run, dm.num_classes, dm.in_chans, dm.img_size)
     assert len(model.swap_report) > 0
-    mult = float(run["act_lr_mult"].get(act, 1.0))
+    mult = float(run["act_lr_mult"].get(run["act"], 1.0))
     opt = build_optimizer(model, run["optim"], int(run["batch_size"]), mult)
     lr = scaled_lr(run["optim"], int(run["batch_size"]))
     kinds = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}
@@ -70,7 +70,7 @@ def test_recipe_builds_model_data_optimizer_schedule(recipe, roots):
 def test_one_epoch_on_each_dataset_layout(recipe, extra, roots, tmp_path):
     probe = load_config([f"recipe={recipe}"])
     cfg = load_config([f"recipe={recipe}", f"data.root={roots[probe.data.name]}", f"results_dir={tmp_path}",
-                       "epochs=1", "seeds=1", f"act={probe.baseline}", "data.num_workers=0", *extra])
+                       "epochs=1", "seeds=1", f"act={probe.report.baseline}", "data.num_workers=0", *extra])
     (o,) = run_sweep(cfg, progress=False)
     assert o.status == "completed", o.summary.get("error")
     s = json.loads((o.run_dir / "summary.json").read_text())

@@ -15,7 +15,8 @@ USAGE = __doc__
 
 
 def _run(args: list[str]) -> int:
-    from .runner.config import ConfigError, load_config
+    from .runner.axes import format_value
+    from .runner.config import ConfigError, load_config, sweep_settings
     from .runner.sweep import run_sweep
 
     try:
@@ -24,16 +25,19 @@ def _run(args: list[str]) -> int:
         print(f"visionbench run: {e}", file=sys.stderr)
         return 2
     recipe_dir = Path(cfg.results_dir) / cfg.recipe
-    print(f"recipe {cfg.recipe}: act={cfg.act} seeds={cfg.seeds} epochs={cfg.epochs} -> {recipe_dir}", flush=True)
+    factors = "".join(f" {k}={','.join(map(format_value, v))}" for k, v in cfg.factors.items())
+    settings = f" ({len(sweep_settings(cfg))} settings)" if factors else ""
+    print(f"recipe {cfg.recipe}: act={cfg.act} seeds={cfg.seeds} epochs={cfg.epochs}{factors}{settings} -> {recipe_dir}",
+          flush=True)
+
+    shown = list(dict.fromkeys([cfg.report.metric or "val_top1_best", "test_top1_at_best_val"]))
 
     def show(o):
-        m = o.summary.get("metrics") or {}
-        best = m.get("val_top1_best")
-        extra = f" val_top1_best={best:.2f}" if isinstance(best, (int, float)) else ""
-        test = m.get("test_top1_at_best_val")
-        extra += f" test_top1_at_best_val={test:.2f}" if isinstance(test, (int, float)) else ""
+        m = {**(o.summary.get("metrics") or {}), **o.summary}
+        extra = "".join(f" {k}={m[k]:.2f}" for k in shown if isinstance(m.get(k), (int, float)))
         why = f" ({o.summary.get('error')})" if o.status in ("failed", "diverged") else ""
-        print(f"  {o.act:<18} seed {o.seed}: {o.status}{extra}{why}", flush=True)
+        where = f"{o.run_dir.parent.parent.name}/" if o.summary.get("setting") else ""
+        print(f"  {where}{o.act:<18} seed {o.seed}: {o.status}{extra}{why}", flush=True)
 
     try:
         outcomes = run_sweep(cfg, progress=sys.stderr.isatty(), on_outcome=show)
@@ -43,11 +47,10 @@ def _run(args: list[str]) -> int:
     from .report import main as report_main
 
     swept = {o.act for o in outcomes}
-    # the recipe's baseline if this sweep ran it; otherwise the report picks one from the results dir
-    report_args = [str(recipe_dir)] + (["--baseline", str(cfg.baseline)] if cfg.baseline in swept else [])
-    if any(o.summary.get("metrics", {}).get("test_top1_at_best_val") is not None for o in outcomes):
-        report_args += ["--metric", "test_top1_at_best_val"]
-    report_main(report_args)
+    # the recipe's baseline if this sweep ran it; otherwise the report picks one from the results dir.
+    # The metric is the recipe's `report.metric`, which the report reads from the runs' summaries.
+    baseline = cfg.report.baseline
+    report_main([str(recipe_dir)] + (["--baseline", str(baseline)] if baseline in swept else []))
     failed = [o for o in outcomes if o.status == "failed"]
     if failed:
         print("failed runs:\n" + "\n".join(f"  {o.run_dir}: {o.summary.get('error')}" for o in failed), file=sys.stderr)

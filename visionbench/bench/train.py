@@ -72,7 +72,7 @@ class TrainStep:
 
 
 def main(argv: list[str]) -> int:
-    from ..runner.config import ConfigError, load_config, run_config
+    from ..runner.config import ConfigError, load_config, run_config, sweep_acts
     from ..train.fit import build_model
 
     args, rest = parse_args(argv)
@@ -85,9 +85,10 @@ def main(argv: list[str]) -> int:
             overrides.append(arg)
     try:
         cfg = load_config(overrides)
-        act = str(cfg.act)
-        if "," in act:
-            raise ConfigError(f"give one activation (act=NAME), got act={act}")
+        acts = sweep_acts(cfg)
+        if len(acts) != 1:
+            raise ConfigError(f"give one activation (act=NAME), got act={cfg.act}")
+        act = acts[0]
         num_classes, in_chans, img_size = input_shape(cfg)
     except (ConfigError, ValueError) as e:
         print(f"visionbench bench train: {e}", file=sys.stderr)
@@ -101,7 +102,8 @@ def main(argv: list[str]) -> int:
     steps: dict[str, TrainStep] = {}
     for role, name in (("baseline", baseline), ("act", act)):
         run = run_config(cfg, act, 0)
-        run["act"] = name  # None: the model's own activation
+        if role == "baseline":
+            run["act"] = name  # None: the model's own activation
         torch.manual_seed(0)
         model = build_model(run, num_classes, in_chans, img_size).to(device)
         steps[role] = TrainStep(model, run, x, y)

@@ -13,11 +13,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import plots, tables
+import pandas as pd
+
+from . import layout, plots, protocol, tables
 from .collect import metric_names, scan_runs
 from .stats import TESTS, summarize
-
-DEFAULT_METRIC = "val_top1_best"
 
 
 class UsageError(Exception):
@@ -30,9 +30,14 @@ def report_parser() -> argparse.ArgumentParser:
         description="Aggregate the runs under RESULTS_DIR into mean ± std tables with t-tests against a baseline.")
     p.add_argument("results_dir", metavar="RESULTS_DIR",
                    help="a recipe dir (results/cifar10_vgg8) or a parent of several")
-    p.add_argument("--metric", default=DEFAULT_METRIC, help=f"summary metric to compare (default {DEFAULT_METRIC})")
+    p.add_argument("--metric", default=None,
+                   help="summary metric to compare (default: each recipe's report.metric, the value its paper "
+                        f"reports; else {protocol.HELD_OUT_METRIC} with a held-out val split, else {protocol.DEFAULT_METRIC})")
     p.add_argument("--baseline", default=None,
                    help="act to test against (default: the summaries' baseline field, else relu, else gelu)")
+    p.add_argument("--best-of", default=None, metavar="KEY[,KEY]",
+                   help="factor keys the recipe-level table of a factor sweep selects the best setting over "
+                        "(default: the recipe's report.best_of, e.g. model.lsuv for 004 Table 2; '' for none)")
     p.add_argument("--test", choices=TESTS, default="student",
                    help="student: equal variances, as the papers (default); welch; paired: over shared seeds")
     p.add_argument("--format", default=",".join(tables.FORMATS),
@@ -74,28 +79,82 @@ def _report(args) -> int:
         raise UsageError(f"no finished run (summary.json) under {args.results_dir!r}; "
                          "expected <recipe>/<act>/seed_<k>/summary.json")
     available = metric_names(runs)
-    if args.metric not in available:
+    if args.metric is not None and args.metric not in available:
         raise UsageError(f"unknown metric {args.metric!r}; available: {', '.join(available)}")
     acts = sorted(set(runs["act"]))
     if args.baseline is not None and args.baseline not in acts:
         raise UsageError(f"unknown baseline {args.baseline!r}; acts: {', '.join(acts)}")
     want_plots = plots.has_curves(runs) if args.plots is None else args.plots
 
-    # one call for all recipes: an explicit baseline missing from one recipe marks that
-    # recipe "no baseline" instead of failing the others
-    summaries = summarize(runs, args.metric, args.baseline, args.test, n_boot=args.bootstrap, seed=args.seed)
-    written = []
-    for recipe_dir, summary in summaries.groupby("recipe_dir", sort=True):
-        summary = summary.reset_index(drop=True)
-        recipe_runs = runs[runs["recipe_dir"] == recipe_dir]
-        recipe_notes = _recipe_notes(summary, recipe_runs, notes, Path(recipe_dir), args.baseline)
-        print(tables.markdown(summary, recipe_notes, args.digits, args.extras))
-        written += tables.write(summary, recipe_dir, formats, recipe_notes, args.digits, args.extras)
-        if want_plots:
-            written += plots.make_plots(recipe_runs, args.metric, recipe_dir, tables.baseline_of(summary))
+    written, skipped = [], []
+    for root, root_runs in runs.groupby("recipe_root", sort=True):
+        metric, metric_note = _metric(root_runs, args.metric)
+        if metric is None:
+            skipped.append(f"{Path(root).name}: {metric_note}")
+            print(f"note: {skipped[-1]}; skipped", file=sys.stderr)
+            continue
+        # an explicit baseline missing from this recipe marks it "no baseline" instead of failing the others
+        summaries = summarize(root_runs, metric, args.baseline, args.test, n_boot=args.bootstrap, seed=args.seed,
+                              require_baseline=False)
+        summaries["metric_text"] = protocol.describe_metric(metric, _common(root_runs["val_split"]))
+        per_setting = []
+        for recipe_dir, summary in summaries.groupby("recipe_dir", sort=True):
+            summary = summary.reset_index(drop=True)
+            recipe_runs = root_runs[root_runs["recipe_dir"] == recipe_dir]
+            recipe_notes = _recipe_notes(summary, recipe_runs, notes, Path(recipe_dir), args.baseline)
+            if metric_note:
+                recipe_notes.insert(0, metric_note)
+            print(tables.markdown(summary, recipe_notes, args.digits, args.extras))
+            written += tables.write(summary, recipe_dir, formats, recipe_notes, args.digits, args.extras)
+            if want_plots:
+                written += plots.make_plots(recipe_runs, metric, recipe_dir, tables.baseline_of(summary))
+            per_setting.append(summary.assign(setting=recipe_runs["setting"].iloc[0]))
+        if (root_runs["setting"] != "").any():
+            written += _write_layout(pd.concat(per_setting, ignore_index=True), root_runs, Path(root), args, formats)
+    if len(skipped) == runs["recipe_root"].nunique():
+        raise UsageError("nothing to report: " + "; ".join(skipped))
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def _common(values: pd.Series):
+    """The most common non-missing value (None when there is none)."""
+    values = values.dropna()
+    return values.value_counts().index[0] if len(values) else None
+
+
+def _metric(runs, explicit: str | None) -> tuple[str | None, str]:
+    """(metric, note) for one recipe's runs: the explicit --metric, else what the recipe reports;
+    a declared metric its runs lack falls back to the default rule, and the note says so."""
+    available = metric_names(runs)
+    if explicit is not None:
+        return (explicit, "") if explicit in available else (None, f"no run has metric {explicit!r}")
+    metric, source = protocol.report_metric(runs, available)
+    if metric in available:
+        return metric, ""
+    fallback = protocol.HELD_OUT_METRIC if protocol.HELD_OUT_METRIC in available else protocol.DEFAULT_METRIC
+    if fallback not in available:
+        return None, f"{source} is {metric!r}, which no run has (available: {', '.join(available)}); pass --metric"
+    return fallback, f"{source} is {metric!r}, which no run has; scored {fallback} instead"
+
+
+def _write_layout(summaries, runs, root: Path, args, formats) -> list[Path]:
+    """The recipe-level table of a factor sweep (004 Table 2's layout) into the recipe's folder."""
+    best_of = protocol.report_best_of(runs) if args.best_of is None else [k for k in args.best_of.split(",") if k]
+    table = layout.best_of_table(summaries, best_of)
+    settings_dirs = sorted(set(runs["setting"]) - {""})
+    text = layout.markdown(table, str(runs["recipe"].iloc[0]), best_of, summaries["metric_text"].iloc[0],
+                           settings_dirs, args.digits)
+    print(text)
+    written = []
+    if "md" in formats:
+        written.append(root / "table.md")
+        written[-1].write_text(text)
+    if "csv" in formats:
+        written.append(root / "table.csv")
+        table.to_csv(written[-1], index=False)
+    return written
 
 
 def _recipe_notes(summary, runs, notes: list[str], recipe_dir: Path, baseline: str | None) -> list[str]:

@@ -4,10 +4,13 @@
     >>> runs = load_runs("results/cifar10_vgg8")      # or the parent `results/`
     >>> runs.groupby(["recipe", "act"]).val_top1_best.mean()
 
-Layout read (DESIGN.md §6): `<recipe_dir>/<act>/seed_<k>/summary.json`. Labels come from the
+Layout read (DESIGN.md §6): `<recipe_dir>/<act>/seed_<k>/summary.json`, and in factor sweeps
+`<recipe>/<setting>/<act>/seed_<k>/summary.json` (runner/axes.py). Labels come from the
 directory names, which are unique on disk by construction (two variants of one family, e.g.
-rational fitted to GELU and to LeakyReLU, live in two act dirs); the summary's own fields are
-only a fallback for the seed, and a disagreement is reported as a note.
+`rational[init=gelu]` and `rational[init=leaky_relu]`, live in two act dirs); the summary's own
+fields are only a fallback for the seed, and a disagreement is reported as a note. `recipe_dir`
+is the folder above the act folders (a setting's folder in a factor sweep: its own table goes
+there), `recipe_root` the recipe's folder.
 """
 from __future__ import annotations
 
@@ -24,8 +27,9 @@ STATUSES = ("completed", "diverged", "failed")  # scored or counted; "running" i
 # per-run scalars that are not in summary["metrics"] but may still be asked for as --metric
 RUN_SCALARS = ("train_time_s", "throughput_img_s", "peak_mem_mb")
 BASE_COLUMNS = [
-    "recipe", "act", "seed", "status", "baseline", "train_time_s", "throughput_img_s", "peak_mem_mb",
-    "params", "act_params", "diverged_epoch", "error", "act_family", "run_dir", "recipe_dir",
+    "recipe", "act", "seed", "status", "setting", "baseline", "train_time_s", "throughput_img_s", "peak_mem_mb",
+    "params", "act_params", "diverged_epoch", "error", "act_family", "report_metric", "report_best_of", "val_split",
+    "run_dir", "recipe_dir", "recipe_root",
 ]
 
 
@@ -79,12 +83,19 @@ def read_summary(run_dir: Path) -> tuple[dict | None, str | None]:
         return None, f"{label}: unknown status {status!r}; ignored"
 
     seed = _seed_from_dir(run_dir)
+    setting = summary.get("setting") or {}
+    root = run_dir.parents[2] if setting and len(run_dir.parts) > 3 else run_dir.parent.parent
+    report = summary.get("report") if isinstance(summary.get("report"), dict) else {}
     row = {
-        "recipe": run_dir.parent.parent.name,
+        "recipe": root.name,
         "act": run_dir.parent.name,
         "seed": seed if seed is not None else summary.get("seed"),
         "status": status,
+        "setting": run_dir.parent.parent.name if root != run_dir.parent.parent else "",
         "baseline": summary.get("baseline"),
+        "report_metric": report.get("metric"),
+        "report_best_of": ",".join(report.get("best_of") or []) if "best_of" in report else None,
+        "val_split": _finite_or_nan(summary.get("val_split")),
         "params": summary.get("params"),
         "act_params": summary.get("act_params"),
         "diverged_epoch": summary.get("diverged_epoch"),
@@ -92,6 +103,7 @@ def read_summary(run_dir: Path) -> tuple[dict | None, str | None]:
         "act_family": summary.get("act"),
         "run_dir": str(run_dir),
         "recipe_dir": str(run_dir.parent.parent),
+        "recipe_root": str(root),
     }
     for key in RUN_SCALARS:
         row[key] = _finite_or_nan(summary.get(key))
@@ -131,7 +143,7 @@ def scan_runs(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
         if col not in frame.columns:
             frame[col] = pd.Series(dtype=object)
     extra = [c for c in frame.columns if c not in BASE_COLUMNS]
-    frame = frame[BASE_COLUMNS[:4] + extra + BASE_COLUMNS[4:]]
+    frame = frame[BASE_COLUMNS[:5] + extra + BASE_COLUMNS[5:]]
     if len(frame):
         frame["seed"] = frame["seed"].astype("Int64")
         frame = frame.sort_values(["recipe_dir", "act", "seed"], kind="stable").reset_index(drop=True)
@@ -148,9 +160,11 @@ def load_runs(path: str | Path) -> pd.DataFrame:
         path: a recipe directory (`results/cifar10_vgg8`), a parent of several, or one run dir.
 
     Returns:
-        DataFrame with columns `recipe, act, seed, status, <metrics...>, baseline, train_time_s,
+        DataFrame with columns `recipe, act, seed, status, setting, <metrics...>, baseline, train_time_s,
         throughput_img_s, peak_mem_mb, params, act_params, diverged_epoch, error, act_family,
-        run_dir, recipe_dir`.
+        report_metric, report_best_of, val_split, run_dir, recipe_dir, recipe_root` (`setting`: the
+        factor setting's folder name, "" outside factor sweeps; `report_*`: the recipe's `report:`
+        block as the run recorded it, None for runs written before it existed).
     """
     frame, notes = scan_runs(path)
     frame.attrs["notes"] = notes

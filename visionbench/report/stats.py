@@ -166,7 +166,8 @@ def higher_is_better(metric: str) -> bool:
 
 
 def summarize(runs: pd.DataFrame, metric: str, baseline: str | None = None, test: str = "student", *,
-              higher_better: bool | None = None, n_boot: int = 10_000, seed: int = 0) -> pd.DataFrame:
+              higher_better: bool | None = None, n_boot: int = 10_000, seed: int = 0,
+              require_baseline: bool = True) -> pd.DataFrame:
     """One row per (recipe, act): counts, mean ± std, difference and test against the baseline.
 
     Args:
@@ -178,6 +179,8 @@ def summarize(runs: pd.DataFrame, metric: str, baseline: str | None = None, test
         higher_better: which direction is best; None guesses from the metric name.
         n_boot: bootstrap resamples for the CI.
         seed: bootstrap seed.
+        require_baseline: an explicit baseline must be an act of `runs` (False: recipes without it
+            are marked `no baseline`, as those of a larger tree are).
 
     Raises:
         ValueError: unknown metric or test, or a baseline that is no act of any recipe
@@ -187,7 +190,7 @@ def summarize(runs: pd.DataFrame, metric: str, baseline: str | None = None, test
         raise ValueError(f"unknown test {test!r}; choose one of {', '.join(TESTS)}")
     if metric not in runs.columns or metric not in metric_names(runs):
         raise ValueError(f"unknown metric {metric!r}; available: {', '.join(metric_names(runs)) or '(none)'}")
-    if baseline is not None and baseline not in set(runs["act"]):
+    if require_baseline and baseline is not None and baseline not in set(runs["act"]):
         raise ValueError(f"unknown baseline {baseline!r}; acts: {', '.join(sorted(set(runs['act'])))}")
     if higher_better is None:
         higher_better = higher_is_better(metric)

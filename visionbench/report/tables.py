@@ -98,7 +98,8 @@ def caption(summary: pd.DataFrame) -> str:
     """One sentence saying what the table is: recipe, metric, aggregation, test, baseline."""
     recipe, base, test = summary["recipe"].iloc[0], baseline_of(summary), summary["test"].iloc[0]
     against = f"vs {base}" if base else "(no baseline: no tests)"
-    return (f"{recipe}: mean ± sample std over completed seeds; {TEST_NAMES[test]} {against}. "
+    metric = f" Metric {summary['metric_text'].iloc[0]}." if "metric_text" in summary else ""
+    return (f"{recipe}: mean ± sample std over completed seeds; {TEST_NAMES[test]} {against}.{metric} "
             "* p < 0.05, ** < 0.01, *** < 0.001, **** < 0.0001, ns otherwise.")
 
 

@@ -1,7 +1,8 @@
 """Recipes: find them, compose one with command-line overrides, validate, and split into runs.
 
-    cfg = load_config(["recipe=cifar10_vgg8", "act=relu,rational", "seeds=5", "optim.lr=0.01"])
-    for act in sweep_acts(cfg): for seed in range(cfg.seeds): run_config(cfg, act, seed)
+    cfg = load_config(["recipe=cifar10_vgg8", "act=relu,rational[init=gelu]", "model.lsuv=false,true"])
+    for setting in sweep_settings(cfg): for act in sweep_acts(cfg): for seed in range(cfg.seeds):
+        run_config(cfg, act, seed, setting)
 
 Recipes are YAML files inside the installed package (`visionbench/recipes/`, linked as the
 top-level `recipes/`), composed with Hydra: each starts with `defaults: [_base, _self_]`.
@@ -19,13 +20,17 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from .. import activations
+from .axes import parse_act, parse_acts, parse_value, settings, split_top_level
 
 RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
 DEFAULT_RECIPE = "digits_vgg4"
-FREE_DICTS = ("act_options", "act_lr_mult", "model.kwargs")  # keys below these are the user's own
-# keys that do not change what a run computes: a resumed run may differ in these
-NOT_FINGERPRINTED = ("seeds", "parallel", "results_dir", "baseline", "data.root", "data.num_workers", "data.download",
-                     "snapshot_epochs")
+FREE_DICTS = ("act_options", "act_lr_mult", "model.kwargs", "factors")  # keys below these are the user's own
+# keys that do not change what a run computes: a resumed run may differ in these ("act_label" and "setting"
+# only name what act_options and the factor keys already hold; "baseline" is the pre-`report:` key)
+NOT_FINGERPRINTED = ("seeds", "parallel", "results_dir", "baseline", "report", "act_label", "setting", "factors",
+                     "data.root", "data.num_workers", "data.download", "snapshot_epochs")
+ALIASES = {"baseline": "report.baseline"}  # short command-line names
+NOT_FACTORS = ("recipe", "seed", "seeds", "results_dir", "parallel", "factors")  # keys a factor sweep cannot vary
 
 
 class ConfigError(ValueError):
@@ -63,35 +68,29 @@ def valid_keys() -> list[str]:
 
 
 def _is_free(key: str) -> bool:
-    return any(key.startswith(f + ".") for f in FREE_DICTS)
-
-
-def _parse_value(text: str) -> Any:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
+    return any(key == f or key.startswith(f + ".") for f in FREE_DICTS)
 
 
 def load_config(args: Iterable[str]) -> DictConfig:
     """Compose `recipe=NAME` (default: the embedded digits recipe) with `key=value` overrides.
 
-    `act=a,b` is a sweep; `act.KEY=V` sets option KEY of every swept learnable activation
-    that accepts it; every other key must exist in `_base.yaml`.
+    `act=a,b[k=v]` is a sweep of activations (variants in brackets); `act.KEY=V` sets option
+    KEY of every swept learnable activation that accepts it; `KEY=v1,v2` on any other key is a
+    factor sweep (added to the recipe's `factors`); every other key must exist in `_base.yaml`.
     """
-    recipe, acts, act_opts, overrides = DEFAULT_RECIPE, None, {}, []
+    recipe, acts, act_opts, overrides, factors, fixed = DEFAULT_RECIPE, None, {}, [], {}, set()
     keys = set(valid_keys())
     for arg in args:
         if "=" not in arg:
             raise ConfigError(f"expected key=value, got {arg!r}")
         key, value = arg.split("=", 1)
-        key = key.lstrip("+")
+        key = ALIASES.get(key.lstrip("+"), key.lstrip("+"))
         if key == "recipe":
             recipe = value
         elif key == "act":
             acts = value
         elif key.startswith("act."):
-            act_opts[key[4:]] = _parse_value(value)
+            act_opts[key[4:]] = parse_value(value)
         elif _is_free(key):
             overrides.append(f"++{key}={value}")
         elif key not in keys:
@@ -100,6 +99,13 @@ def load_config(args: Iterable[str]) -> DictConfig:
             raise ConfigError(f"unknown key {key!r}{hint}; valid keys: {', '.join(sorted(keys))} "
                               f"(and act.<option>, act_options.<act>.<option>, act_lr_mult.<act>, model.kwargs.<arg>)")
         else:
+            values = _split(key, value)
+            if len(values) > 1:  # a factor: the composed value is the first, each run gets its own
+                if key in NOT_FACTORS:
+                    raise ConfigError(f"{key} cannot be swept (got {key}={value}); factor sweeps take any other key")
+                factors[key] = [parse_value(v) for v in values]
+                value = values[0]
+            fixed.add(key)
             overrides.append(f"{key}={value}")
     if recipe not in recipe_names():
         raise ConfigError(f"unknown recipe {recipe!r}; known: {', '.join(recipe_names())}")
@@ -114,36 +120,64 @@ def load_config(args: Iterable[str]) -> DictConfig:
     OmegaConf.set_struct(cfg, False)
     if acts is not None:
         cfg.act = acts
+    # a key given on the command line replaces the recipe's factor of that key: one value, or new values
+    merged = {k: v for k, v in (OmegaConf.to_container(cfg.factors) or {}).items() if k not in fixed}
+    cfg.factors = {**merged, **factors}
     _apply_act_options(cfg, act_opts)
     return validate(cfg)
 
 
-def sweep_acts(cfg: DictConfig) -> list[str]:
-    """The activations of the sweep, canonical names, in the order given."""
-    names = [a.strip() for a in str(cfg.act).split(",") if a.strip()]
-    if not names:
-        raise ConfigError("act is empty; give an activation name, e.g. act=relu")
+def _split(key: str, value: str) -> list[str]:
     try:
-        return list(dict.fromkeys(activations.resolve(a) for a in names))
+        return split_top_level(value)
+    except ValueError as e:
+        raise ConfigError(f"{key}: {e}") from None
+
+
+def sweep_acts(cfg: DictConfig) -> list[str]:
+    """The activation labels of the sweep (`relu`, `rational[init=gelu]`), in the order given."""
+    try:
+        return [spec.label for spec in parse_acts(cfg.act)]
     except ValueError as e:
         raise ConfigError(str(e)) from None
+
+
+def sweep_settings(cfg: DictConfig) -> list[dict]:
+    """The factor settings of the sweep ([{}] without factors): every combination, in order."""
+    return settings({k: list(v) for k, v in (OmegaConf.to_container(cfg.factors) or {}).items()})
+
+
+def act_options(cfg: DictConfig, label: str) -> tuple[str, dict]:
+    """(registry name, options) of one swept activation: the recipe's `act_options[family]` under
+    the variant's bracket options."""
+    spec = parse_act(label)
+    return spec.family, {**dict(cfg.act_options.get(spec.family) or {}), **spec.options}
 
 
 def _apply_act_options(cfg: DictConfig, options: dict) -> None:
     if not options:
         return
-    acts = sweep_acts(cfg)
+    families = list(dict.fromkeys(parse_act(a).family for a in sweep_acts(cfg)))
     for key, value in options.items():
-        takers = [a for a in acts if key in activations.accepted_kwargs(a)]
+        takers = [a for a in families if key in activations.accepted_kwargs(a)]
         if not takers:
-            raise ConfigError(f"no activation in the sweep ({', '.join(acts)}) takes option {key!r}; "
-                              + "; ".join(f"{a}: {', '.join(activations.accepted_kwargs(a))}" for a in acts))
+            raise ConfigError(f"no activation in the sweep ({', '.join(families)}) takes option {key!r}; "
+                              + "; ".join(f"{a}: {', '.join(activations.accepted_kwargs(a))}" for a in families))
         for a in takers:
             cfg.act_options.setdefault(a, {})
             cfg.act_options[a][key] = value
 
 
+def apply_setting(cfg: DictConfig, setting: dict) -> DictConfig:
+    """A copy of `cfg` with the setting's factor values in place."""
+    out = copy.deepcopy(cfg)
+    for key, value in setting.items():
+        OmegaConf.update(out, key, value, merge=False)
+    return out
+
+
 def validate(cfg: DictConfig) -> DictConfig:
+    """Check the sweep before any training: counts, names, every activation variant in every setting."""
     acts = sweep_acts(cfg)
     if not isinstance(cfg.seeds, int) or cfg.seeds < 1:
         raise ConfigError(f"seeds must be a whole number >= 1 (seeds=N runs seeds 0..N-1), got {cfg.seeds!r}")
@@ -151,38 +185,66 @@ def validate(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"epochs must be a whole number >= 1, got {cfg.epochs!r}")
     if not isinstance(cfg.parallel, int) or cfg.parallel < 1:
         raise ConfigError(f"parallel must be a whole number >= 1, got {cfg.parallel!r}")
+    _check_factors(cfg)
     from ..train.optim import OPTIMIZERS
     from ..train.schedules import SCHEDULES
 
-    if str(cfg.optim.name).lower() not in OPTIMIZERS:
-        raise ConfigError(f"unknown optim.name {cfg.optim.name!r}; accepted: {', '.join(OPTIMIZERS)}")
-    if str(cfg.sched.name).lower() not in SCHEDULES:
-        raise ConfigError(f"unknown sched.name {cfg.sched.name!r}; accepted: {', '.join(SCHEDULES)}")
-    for act in acts:  # build each activation once: bad options fail now, not after hours of other seeds
-        opts = dict(cfg.act_options.get(act) or {})
-        try:
-            activations.create(act, **opts)
-        except (ValueError, TypeError) as e:
-            raise ConfigError(f"act {act}: {e}") from None
-    if (cfg.get("finetune") or {}).get("checkpoint"):  # a missing checkpoint or train=act with a fixed act: fail now
-        from ..models.finetune import check  # imports timm: only for fine-tuning recipes
+    for setting in sweep_settings(cfg):
+        c = apply_setting(cfg, setting)
+        where = f" (setting {', '.join(f'{k}={v}' for k, v in setting.items())})" if setting else ""
+        if str(c.optim.name).lower() not in OPTIMIZERS:
+            raise ConfigError(f"unknown optim.name {c.optim.name!r}{where}; accepted: {', '.join(OPTIMIZERS)}")
+        if str(c.sched.name).lower() not in SCHEDULES:
+            raise ConfigError(f"unknown sched.name {c.sched.name!r}{where}; accepted: {', '.join(SCHEDULES)}")
+        for label in acts:  # build each activation once: bad options fail now, not after hours of other seeds
+            family, opts = act_options(c, label)
+            try:
+                activations.create(family, **opts)
+            except (ValueError, TypeError) as e:
+                raise ConfigError(f"act {label}{where}: {e}") from None
+        if (c.get("finetune") or {}).get("checkpoint"):  # a missing checkpoint or train=act with a fixed act
+            from ..models.finetune import check  # imports timm: only for fine-tuning recipes
 
-        try:
-            for act in acts:
-                check(cfg.finetune.checkpoint, cfg.finetune.train, act, dict(cfg.act_options.get(act) or {}))
-        except (ValueError, FileNotFoundError) as e:
-            raise ConfigError(str(e)) from None
+            try:
+                for label in acts:
+                    family, opts = act_options(c, label)
+                    check(c.finetune.checkpoint, c.finetune.train, family, opts)
+            except (ValueError, FileNotFoundError) as e:
+                raise ConfigError(str(e)) from None
     return cfg
 
 
-def run_config(cfg: DictConfig, act: str, seed: int) -> dict:
-    """The fully resolved, plain-dict config of one run (what config.yaml stores)."""
-    run = OmegaConf.to_container(cfg, resolve=True)
-    run = copy.deepcopy(run)
-    run["act"] = act
+def _check_factors(cfg: DictConfig) -> None:
+    keys = set(valid_keys())
+    for key, values in (OmegaConf.to_container(cfg.factors) or {}).items():
+        if key not in keys or key in NOT_FACTORS or _is_free(key):
+            close = difflib.get_close_matches(key, keys, n=3)
+            hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+            raise ConfigError(f"factors: {key!r} is not a config key a sweep can vary{hint}")
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"factors.{key} must be a non-empty list of values, got {values!r}")
+        if len(set(map(repr, values))) != len(values):
+            raise ConfigError(f"factors.{key} repeats a value: {values!r}")
+
+
+def run_config(cfg: DictConfig, act: str, seed: int, setting: dict | None = None) -> dict:
+    """The fully resolved, plain-dict config of one run (what config.yaml stores).
+
+    `act` is a label of the sweep; the run's `act` is its registry name, `act_label` the label,
+    `act_options` the merged options, `setting` the factor values applied (and `factors` dropped).
+    """
+    setting = dict(setting or {})
+    c = apply_setting(cfg, setting) if setting else cfg
+    family, options = act_options(c, act)
+    run = copy.deepcopy(OmegaConf.to_container(c, resolve=True))
+    run["act"] = family
+    run["act_label"] = act
     run["seed"] = int(seed)
-    run["act_options"] = {act: run["act_options"][act]} if act in (run.get("act_options") or {}) else {}
-    run["act_lr_mult"] = {act: run["act_lr_mult"][act]} if act in (run.get("act_lr_mult") or {}) else {}
+    run["act_options"] = {family: options} if options else {}
+    mult = (run.get("act_lr_mult") or {})
+    run["act_lr_mult"] = {family: mult.get(act, mult[family])} if act in mult or family in mult else {}
+    run.pop("factors", None)
+    run["setting"] = setting
     return run
 
 

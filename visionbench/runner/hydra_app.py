@@ -6,7 +6,9 @@
 
 Every job resolves exactly as `visionbench run` would for that act and seed and writes into the
 same results tree (`results_dir`), so `visionbench report results/<recipe>` aggregates them.
-Without `-m`/a launcher it trains one run locally (seed defaults to 0).
+Without `-m`/a launcher it trains one run locally (seed defaults to 0). A recipe's `factors` are
+swept by Hydra too (`-m model.norm=null,group`): each job's values of those keys are its setting.
+An activation variant needs Hydra quoting: `act='"rational[init=gelu]"'`.
 """
 from __future__ import annotations
 
@@ -23,14 +25,17 @@ from .sweep import check_data, execute
 @hydra.main(config_path=str(RECIPES_DIR), config_name=DEFAULT_RECIPE, version_base=None)
 def main(cfg: DictConfig) -> int:
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    # a recipe's factors are swept by Hydra here (-m model.norm=null,group): the job's own values are its setting
+    setting = {key: OmegaConf.select(cfg, key) for key in (cfg.get("factors") or {})}
+    cfg.factors = {}
     validate(cfg)
     acts = sweep_acts(cfg)
     if len(acts) != 1:
         raise SystemExit(f"one activation per job: sweep with -m act={','.join(acts)}")
     seed = 0 if cfg.get("seed") is None else int(cfg.seed)
     check_data(cfg)
-    run = run_config(cfg, acts[0], seed)
-    outcome = execute(run, results.run_dir(cfg.results_dir, cfg.recipe, acts[0], seed), progress=False)
+    run = run_config(cfg, acts[0], seed, setting)
+    outcome = execute(run, results.run_dir(cfg.results_dir, cfg.recipe, acts[0], seed, setting), progress=False)
     print(f"{cfg.recipe} {outcome.act} seed {outcome.seed}: {outcome.status}")
     return 0 if outcome.status in ("completed", "skipped", "diverged") else 1
 

@@ -1,6 +1,7 @@
 """The results tree (DESIGN §6): paths, summary.json, config.yaml, provenance.
 
     results/<recipe>/<act>/seed_<k>/{config.yaml, metrics.csv, summary.json, checkpoints/, act_snapshots/}
+    results/<recipe>/<setting>/<act>/seed_<k>/...       # factor sweeps: one level per setting (runner/axes.py)
 """
 from __future__ import annotations
 
@@ -15,13 +16,18 @@ from typing import Any
 import yaml
 
 from ..train.io import atomic_write_text
+from .axes import setting_label
 
 SCHEMA = 1
 STATUSES = ("completed", "diverged", "failed", "running")
 
 
-def run_dir(results_dir: str | Path, recipe: str, act: str, seed: int) -> Path:
-    return Path(results_dir) / recipe / act / f"seed_{seed}"
+def run_dir(results_dir: str | Path, recipe: str, act: str, seed: int, setting: dict | None = None) -> Path:
+    """`<results_dir>/<recipe>/[<setting>/]<act label>/seed_<k>`; the setting level only in factor sweeps."""
+    recipe_dir = Path(results_dir) / recipe
+    if setting:
+        recipe_dir = recipe_dir / setting_label(setting)
+    return recipe_dir / act / f"seed_{seed}"
 
 
 def read_summary(path: Path) -> dict | None:

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from ..train.io import read_csv_rows
 from . import results
-from .config import ConfigError, diff_configs, fingerprint, run_config, sweep_acts
+from .config import ConfigError, apply_setting, diff_configs, fingerprint, run_config, sweep_acts, sweep_settings
 
 
 class ConfigMismatch(ConfigError):
@@ -27,7 +27,7 @@ class ConfigMismatch(ConfigError):
 
 @dataclass
 class Outcome:
-    act: str
+    act: str  # the sweep's label: `rational[init=gelu]`
     seed: int
     status: str  # completed | diverged | failed | skipped
     summary: dict
@@ -52,15 +52,18 @@ def execute(run: dict, out: Path, progress: bool = True) -> Outcome:
     from ..train.module import Diverged
 
     out = Path(out)
-    act, seed = run["act"], run["seed"]
+    act, label, seed = run["act"], run.get("act_label", run["act"]), run["seed"]
     check_resumable(run, out)
     previous = results.read_summary(out)
     if previous and previous.get("status") == "completed":
-        return Outcome(act, seed, "skipped", previous, out)
+        return Outcome(label, seed, "skipped", previous, out)
     results.write_config(out, run)
+    report = run.get("report") or {}
     summary = {
-        "schema": results.SCHEMA, "recipe": run["recipe"], "act": act, "seed": seed, "status": "running",
-        "baseline": run.get("baseline"), "act_options": (run.get("act_options") or {}).get(act, {}),
+        "schema": results.SCHEMA, "recipe": run["recipe"], "act": act, "act_label": label, "seed": seed,
+        "status": "running", "setting": run.get("setting") or {}, "baseline": report.get("baseline"),
+        "report": report, "val_split": run["data"]["val_split"],
+        "act_options": (run.get("act_options") or {}).get(act, {}),
         "metrics": {}, "versions": results.versions(), "git_commit": results.git_commit(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
@@ -82,7 +85,7 @@ def execute(run: dict, out: Path, progress: bool = True) -> Outcome:
                        metrics=results.metrics_from_rows(read_csv_rows(out / "metrics.csv")))
     summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     results.write_summary(out, summary)
-    return Outcome(act, seed, summary["status"], summary, out)
+    return Outcome(label, seed, summary["status"], summary, out)
 
 
 def _execute_in_subprocess(run: dict, out: str, threads: int) -> Outcome:
@@ -103,16 +106,17 @@ def check_data(cfg: DictConfig) -> None:
 
 
 def plan(cfg: DictConfig) -> list[tuple[dict, Path]]:
-    """(run config, run directory) of every run of the sweep; fails early on a config mismatch
-    or a missing dataset."""
-    check_data(cfg)
+    """(run config, run directory) of every run of the sweep — setting by setting, act by act,
+    seed by seed; fails early on a config mismatch or a missing dataset."""
     jobs = []
-    for act in sweep_acts(cfg):
-        for seed in range(int(cfg.seeds)):
-            run = run_config(cfg, act, seed)
-            out = results.run_dir(cfg.results_dir, cfg.recipe, act, seed)
-            check_resumable(run, out)
-            jobs.append((run, out))
+    for setting in sweep_settings(cfg):
+        check_data(apply_setting(cfg, setting))
+        for act in sweep_acts(cfg):
+            for seed in range(int(cfg.seeds)):
+                run = run_config(cfg, act, seed, setting)
+                out = results.run_dir(cfg.results_dir, cfg.recipe, act, seed, setting)
+                check_resumable(run, out)
+                jobs.append((run, out))
     return jobs
 
 
@@ -137,9 +141,10 @@ def run_sweep(cfg: DictConfig, progress: bool = True, on_outcome: Callable[[Outc
                 except Exception as e:  # noqa: BLE001 - a crashed worker process is one failed run
                     run, out = jobs[i]
                     summary = {"schema": results.SCHEMA, "recipe": run["recipe"], "act": run["act"],
-                               "seed": run["seed"], "status": "failed", "error": f"worker crashed: {e!r}"}
+                               "act_label": run["act_label"], "seed": run["seed"], "setting": run["setting"],
+                               "status": "failed", "error": f"worker crashed: {e!r}"}
                     results.write_summary(out, summary)
-                    outcomes[i] = Outcome(run["act"], run["seed"], "failed", summary, out)
+                    outcomes[i] = Outcome(run["act_label"], run["seed"], "failed", summary, out)
                 if on_outcome:
                     on_outcome(outcomes[i])
     return [outcomes[i] for i in range(len(jobs))]

@@ -1,0 +1,124 @@
+"""Activation variants and factor sweeps (runner/axes.py, runner/config.py) and the paper-shaped
+recipe-level table they feed (report/layout.py): 004 Table 2 as one sweep."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from visionbench.cli import main
+from visionbench.runner.axes import (format_value, parse_act, parse_acts, parse_setting_label, parse_value,
+                                     setting_label, split_top_level)
+from visionbench.runner.config import ConfigError, load_config, run_config, sweep_acts, sweep_settings
+from visionbench.runner.results import run_dir
+
+FAST = ["epochs=1", "batch_size=64", "data.limit_train=120", "data.limit_val=60", "snapshot_epochs=[]", "seeds=1"]
+
+
+def test_split_top_level_respects_brackets_and_quotes():
+    assert split_top_level("relu,rational[init=gelu,degrees=[5,4]],'a,b'") == [
+        "relu", "rational[init=gelu,degrees=[5,4]]", "'a,b'"]
+    with pytest.raises(ValueError, match="unbalanced"):
+        split_top_level("rational[init=gelu")
+
+
+@pytest.mark.parametrize("value", [None, True, False, 0.5, 1e-4, 3, [5, 4], "gelu", [0.6, 1.0], {"a": [1, 2]}])
+def test_format_value_round_trips_without_spaces_in_lists(value):
+    text = format_value(value)
+    assert parse_value(text) == value
+    if isinstance(value, list):
+        assert " " not in text
+
+
+def test_act_variants_have_labels_families_and_options():
+    spec = parse_act("rational[init=gelu,degrees=[3,2]]")
+    assert (spec.label, spec.family, spec.options) == ("rational[init=gelu,degrees=[3,2]]", "rational",
+                                                        {"init": "gelu", "degrees": [3, 2]})
+    assert parse_act("swish").label == "silu"  # aliases resolve to the registry name
+    labels = [s.label for s in parse_acts("relu,rational[init=leaky_relu],rational[init=gelu],relu")]
+    assert labels == ["relu", "rational[init=leaky_relu]", "rational[init=gelu]"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("rational[init]", "expected key=value"),
+    ("rational[]", "no options"),
+    ("rational[init=gelu]x", "expected name"),
+    ("relux[a=1]", "unknown activation 'relux'"),
+])
+def test_bad_variants_are_named(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_act(text)
+
+
+def test_setting_labels_round_trip_and_make_one_directory_level(tmp_path):
+    setting = {"model.norm": None, "model.lsuv": True, "data.augment.scale": [0.6, 1.0]}
+    label = setting_label(setting)
+    assert label == "model.norm=null,model.lsuv=true,data.augment.scale=[0.6,1.0]"
+    assert parse_setting_label(label) == setting
+    assert run_dir(tmp_path, "r", "relu", 2, setting) == tmp_path / "r" / label / "relu" / "seed_2"
+    assert run_dir(tmp_path, "r", "relu", 2) == tmp_path / "r" / "relu" / "seed_2"
+    assert "/" not in setting_label({"data.root": "/a/b"})
+
+
+def test_table2_recipe_is_the_whole_experiment():
+    """004 Table 2: 6 acts (two rational starts) x GN off/on x default/LSUV init, best of the inits."""
+    cfg = load_config(["recipe=cifar10_vgg4_aug"])
+    assert sweep_acts(cfg) == ["relu", "leaky_relu", "gelu", "silu", "rational[init=leaky_relu]", "rational[init=gelu]"]
+    assert sweep_settings(cfg) == [{"model.norm": n, "model.lsuv": i} for n in (None, "group") for i in (False, True)]
+    assert list(cfg.report.best_of) == ["model.lsuv"] and cfg.report.metric == "val_top1_best"
+    run = run_config(cfg, "rational[init=gelu]", 3, {"model.norm": "group", "model.lsuv": True})
+    assert (run["act"], run["act_label"], run["seed"]) == ("rational", "rational[init=gelu]", 3)
+    assert run["act_options"]["rational"]["init"] == "gelu"
+    assert run["act_options"]["rational"]["version"] == "A"  # the recipe's options stay under the variant's
+    assert run["act_lr_mult"] == {"rational": 0.5}
+    assert (run["model"]["norm"], run["model"]["lsuv"], run["setting"]) == ("group", True, {"model.norm": "group",
+                                                                                         "model.lsuv": True})
+    assert "factors" not in run
+
+
+def test_command_line_factors_replace_or_extend_the_recipes():
+    cfg = load_config(["recipe=cifar10_vgg4_aug", "model.norm=group"])  # one value: that factor is gone
+    assert sweep_settings(cfg) == [{"model.lsuv": False}, {"model.lsuv": True}]
+    assert cfg.model.norm == "group"
+    cfg = load_config(["model.lsuv=false,true", "optim.lr=0.01,0.02", "baseline=gelu"])
+    assert sweep_settings(cfg)[1] == {"model.lsuv": False, "optim.lr": 0.02} and len(sweep_settings(cfg)) == 4
+    assert cfg.report.baseline == "gelu"  # baseline= is short for report.baseline
+    cfg = load_config(["data.augment.scale=[0.6,1.0]"])  # a list value is not a sweep
+    assert sweep_settings(cfg) == [{}] and list(cfg.data.augment.scale) == [0.6, 1.0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["seeds=1,2"], "seeds cannot be swept"),
+    (["act=rational[init=nope]"], r"act rational\[init=nope\]: .*unknown init 'nope'"),
+    (["optim.name=sgd,adamz"], r"unknown optim.name 'adamz' \(setting optim.name=adamz\)"),
+    (["factors={model.nrm: [null, group]}"], r"factors: 'model.nrm' is not a config key .*did you mean model.norm"),
+    (["act=rational[init=gelu"], "unbalanced"),
+])
+def test_bad_sweeps_fail_before_training(args, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(args)
+
+
+def test_digits_table2_sweep_lands_apart_and_reports_in_the_papers_layout(tmp_path, capsys):
+    code = main(["run", f"results_dir={tmp_path}", *FAST, "act=relu,rational[init=leaky_relu],rational[init=gelu]",
+                 "model.lsuv=false,true", "model.norm=null,group", "report.best_of=[model.lsuv]"])
+    out = capsys.readouterr().out
+    assert code == 0
+    root = tmp_path / "digits_vgg4"
+    summaries = sorted(root.glob("*/*/seed_0/summary.json"))
+    assert len(summaries) == 12 and len({p.parent for p in summaries}) == 12
+    for path in summaries:
+        s = json.loads(path.read_text())
+        assert path.parent.parent.name == s["act_label"] and path.parent.parent.parent.name == setting_label(s["setting"])
+        assert s["status"] == "completed"
+    # the recipe-level table: one column per GN setting, the best init per cell, labelled as a selection
+    table = (root / "table.md").read_text()
+    assert "| Act. | model.norm=null | model.norm=group |" in table
+    assert "best of the settings of model.lsuv" in table and "a selection over settings" in table
+    for label in ("relu", "rational[init=leaky_relu]", "rational[init=gelu]"):
+        assert f"| {label} |" in table
+    assert table.count("(model.lsuv=") == 6
+    assert "| Act. | model.norm=null | model.norm=group |" in out
+    # the plain per-setting tables beside it
+    for setting in ("model.lsuv=false,model.norm=null", "model.lsuv=true,model.norm=group"):
+        assert "rational[init=gelu]" in (root / setting / "table.md").read_text()
