@@ -75,7 +75,7 @@ def test_gn_vgg8_groupnorm_right_before_every_activation():
 def test_resnet32_architecture():
     model = models.create("resnet32", num_classes=10)
     params = sum(p.numel() for p in model.parameters())
-    assert 0.455e6 < params < 0.47e6  # He et al. Table 6 / paper 003 Table 2: 0.46M
+    assert 0.455e6 < params < 0.47e6  # He et al. Table 6 / paper 003 Table 5: 0.46M
     convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
     assert len(convs) == 1 + 3 * 5 * 2  # option A: shortcuts have no conv
     assert sum(isinstance(m, nn.ReLU) for m in model.modules()) == 31

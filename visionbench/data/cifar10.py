@@ -52,7 +52,7 @@ class CIFAR10DataModule(VisionDataModule):
     name = "cifar10"
     native_size = 32
     default_img_size = 32
-    # paper 004 App. F (torchvision interface); recipes may override (paper 001 Table 8 uses others)
+    # paper 004 App E (torchvision interface); recipes may override (paper 001 Table 8 uses others)
     default_mean = (0.4914, 0.4822, 0.4465)
     default_std = (0.2023, 0.1994, 0.2010)
     num_classes = 10

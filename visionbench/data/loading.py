@@ -2,10 +2,12 @@
 
 - Training order comes from a sampler seeded with (seed, epoch) (see `base.train_dataloader`);
   the loader's `torch.Generator`, seeded with the run's seed, gives the workers' base seed.
-- Each worker seeds `random`, `numpy` and `torch` from its torch seed and the process rank:
-  timm's RandAugment and RandomErasing draw from `random`, torchvision's crops and flips from
-  `torch`. With `num_workers=0` augmentation runs in the main process and follows its
-  global seed, which the runner sets with `lightning.seed_everything(seed)`.
+- Each worker seeds `random`, `numpy` and `torch` from its torch seed and the process rank, as
+  augmentations draw from all three: timm's RandAugment picks its ops with `numpy` and draws
+  probabilities and magnitude noise from `random`; timm's RandomErasing draws boxes from `random`
+  and per-pixel noise from `torch`; torchvision's crops, flips and RandAugment draw from `torch`.
+  With `num_workers=0` augmentation runs in the main process and follows its global seed, which
+  `train.fit` sets with `lightning.seed_everything(seed)`.
 """
 from __future__ import annotations
 

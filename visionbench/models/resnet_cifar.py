@@ -1,7 +1,7 @@
 """CIFAR ResNet-32 of He et al. 2016 (Sec 4.2), registered in timm as `vb_resnet32`.
 
     >>> timm.create_model("vb_resnet32", num_classes=10)            # 0.46M parameters, 31 ReLUs
-    >>> visionbench.models.create("resnet32", act="slaf")           # paper 003 Table 2, all 31 swapped
+    >>> visionbench.models.create("resnet32", act="slaf")           # paper 003 Table 5, all 31 swapped
 
 A 3x3 conv (16) -> BN -> ReLU stem, then 3 stages of 5 basic blocks with 16, 32, 64 channels
 (the first block of stages 2 and 3 has stride 2), global average pool, linear. A basic block is
@@ -10,7 +10,7 @@ the count paper 003 reports for "all activations replaced".
 
 Shortcut: option **A** by default, as He et al. use on CIFAR ("identity shortcuts in all cases"):
 where the shape changes, the input is subsampled by 2 and zero-padded with the missing channels,
-so the shortcut has no parameters (0.46M in total, matching paper 003 Table 2). Option **B**
+so the shortcut has no parameters (0.46M in total, matching paper 003 Table 5). Option **B**
 (`shortcut="B"`) uses a 1x1 strided conv + norm where the shape changes. Convs use He-normal
 init (fan_out), as in He et al.; norms start at weight 1, bias 0.
 """

@@ -106,7 +106,7 @@ class ClassificationModule(L.LightningModule):
             x, y = self.mixup(x, y)
         logits = self.model(x)
         loss = self.train_criterion(logits, y)
-        if self.act_l2 > 0:  # L2 penalty on activation coefficients (SLAF, paper 003 Sec 2.1)
+        if self.act_l2 > 0:  # L2 penalty on activation coefficients (SLAF, paper 003 Sec 4 and 5)
             loss = loss + self.act_l2 * sum(m.penalty() for m in self.model.modules() if hasattr(m, "penalty"))
         if not torch.isfinite(loss):
             raise Diverged(self.current_epoch + 1, self.global_step, float(loss.detach()))

@@ -14,7 +14,7 @@ OPTIMIZERS = ("sgd", "adamw")
 
 
 def scaled_lr(optim: Mapping[str, Any], batch_size: int) -> float:
-    """The recipe's lr, scaled by batch_size / lr_base_batch when set (004 Table 9: 2e-3 x bs/512)."""
+    """The recipe's lr, scaled by batch_size / lr_base_batch when set (004 Table 10: 2e-3 x bs/512)."""
     lr = float(optim["lr"])
     ref = optim.get("lr_base_batch")
     return lr * batch_size / float(ref) if ref else lr

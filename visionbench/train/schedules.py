@@ -1,7 +1,7 @@
 """Learning-rate schedules as per-step multipliers of each group's base lr.
 
 `constant`, `step` (x gamma at each milestone epoch, paper 004 Table 6) and `cosine`
-with linear warmup and a floor (ConvNeXt / DeiT recipes, paper 001 Table 7, 004 Table 9).
+with linear warmup and a floor (ConvNeXt / DeiT recipes, paper 001 Table 8, 004 Table 10 and App G).
 Per-step so that warmup is smooth; per-group base lrs keep the activation lr multiplier.
 """
 from __future__ import annotations
