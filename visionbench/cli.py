@@ -17,6 +17,7 @@ USAGE = __doc__
 def _run(args: list[str]) -> int:
     from .runner.axes import format_value
     from .runner.config import ConfigError, load_config, sweep_settings
+    from .runner.signals import Interrupted, install_sigterm, received
     from .runner.sweep import run_sweep
 
     try:
@@ -35,15 +36,21 @@ def _run(args: list[str]) -> int:
     def show(o):
         m = {**(o.summary.get("metrics") or {}), **o.summary}
         extra = "".join(f" {k}={m[k]:.2f}" for k in shown if isinstance(m.get(k), (int, float)))
-        why = f" ({o.summary.get('error')})" if o.status in ("failed", "diverged") else ""
+        why = f" ({o.summary.get('error')})" if o.status in ("failed", "diverged", "locked") else ""
         where = f"{o.run_dir.parent.parent.name}/" if o.summary.get("setting") else ""
         print(f"  {where}{o.act:<18} seed {o.seed}: {o.status}{extra}{why}", flush=True)
 
+    install_sigterm()
     try:
         outcomes = run_sweep(cfg, progress=sys.stderr.isatty(), on_outcome=show)
     except ConfigError as e:
         print(f"visionbench run: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # Interrupted (SIGTERM) or a Ctrl-C outside training
+        stop = e if isinstance(e, Interrupted) else Interrupted(received())
+        print(f"visionbench run: interrupted by {stop.signal_name}; the run in progress is recorded as "
+              f"'interrupted' — rerun the same command to resume it", file=sys.stderr)
+        return stop.exit_code
     from .report import main as report_main
 
     swept = {o.act for o in outcomes}
@@ -51,6 +58,10 @@ def _run(args: list[str]) -> int:
     # The metric is the recipe's `report.metric`, which the report reads from the runs' summaries.
     baseline = cfg.report.baseline
     report_main([str(recipe_dir)] + (["--baseline", str(baseline)] if baseline in swept else []))
+    locked = [o for o in outcomes if o.status == "locked"]
+    if locked:
+        print(f"{len(locked)} run(s) left to another live visionbench process; rerun this command after it "
+              "finishes to report them", file=sys.stderr)
     failed = [o for o in outcomes if o.status == "failed"]
     if failed:
         print("failed runs:\n" + "\n".join(f"  {o.run_dir}: {o.summary.get('error')}" for o in failed), file=sys.stderr)

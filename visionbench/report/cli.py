@@ -89,6 +89,10 @@ def _report(args) -> int:
     written, skipped = [], []
     for root, root_runs in runs.groupby("recipe_root", sort=True):
         metric, metric_note = _metric(root_runs, args.metric)
+        if metric is None and not (root_runs["status"] == "completed").any():
+            # every run diverged or failed: the declared metric's rows read "NaN (n/n diverged)"
+            metric, metric_note = args.metric or protocol.report_metric(root_runs, [])[0], ""
+            root_runs = root_runs.assign(**{metric: float("nan")}) if metric not in root_runs else root_runs
         if metric is None:
             skipped.append(f"{Path(root).name}: {metric_note}")
             print(f"note: {skipped[-1]}; skipped", file=sys.stderr)
@@ -171,7 +175,32 @@ def _recipe_notes(summary, runs, notes: list[str], recipe_dir: Path, baseline: s
         out.append(f"{wanted}: no differences or tests; pass --baseline ACT")
     for _, row in summary[summary["n_missing"] > 0].iterrows():
         out.append(f"{row['act']}: {row['n_missing']} completed run(s) without a finite {row['metric']}; not scored")
+    mixed = _mixed_configs(runs)
+    if mixed:
+        out.insert(0, f"NOT COMPARABLE: the runs differ in more than act and seed ({mixed}); rerun them with one "
+                      "configuration, or report each configuration from its own results_dir")
     return out
+
+
+def _mixed_configs(runs) -> str:
+    """'' when every run of the table was configured alike but for act and seed; else what differs, and where."""
+    from ..runner.config import diff_configs, shared_part
+    from ..runner.results import read_config
+    from ..train.io import RunStateError
+
+    hashes = runs.dropna(subset=["config_hash"]).groupby("config_hash")
+    if hashes.ngroups < 2:
+        return ""
+    groups = []
+    for _, group in hashes:
+        try:
+            config = read_config(Path(group["run_dir"].iloc[0])) or {}
+        except RunStateError:
+            config = {}
+        groups.append((shared_part(config), sorted(set(group["act"]))))
+    diffs = sorted({d.split(":")[0] for cfg, _ in groups[1:] for d in diff_configs(groups[0][0], cfg)})
+    where = "; ".join(f"config {i + 1}: {', '.join(acts)}" for i, (_, acts) in enumerate(groups))
+    return f"keys {', '.join(diffs) or '(unreadable configs)'} — {where}"
 
 
 def plot_parser() -> argparse.ArgumentParser:

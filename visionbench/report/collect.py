@@ -21,14 +21,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..runner.results import SCHEMA, SCORED
+
 RUN_DIR = re.compile(r"seed_\d+")
-SCHEMA = 1  # the summary.json version this reader understands
-STATUSES = ("completed", "diverged", "failed")  # scored or counted; "running" is skipped
 # per-run scalars that are not in summary["metrics"] but may still be asked for as --metric
 RUN_SCALARS = ("train_time_s", "throughput_img_s", "peak_mem_mb")
 BASE_COLUMNS = [
     "recipe", "act", "seed", "status", "setting", "baseline", "train_time_s", "throughput_img_s", "peak_mem_mb",
-    "params", "act_params", "diverged_epoch", "error", "act_family", "report_metric", "report_best_of", "val_split",
+    "params", "act_params", "diverged_epoch", "error", "act_family", "report_metric", "report_best_of", "val_split", "config_hash",
     "run_dir", "recipe_dir", "recipe_root",
 ]
 
@@ -79,7 +79,9 @@ def read_summary(run_dir: Path) -> tuple[dict | None, str | None]:
     status = summary.get("status")
     if status == "running":
         return None, f"{label}: still running; ignored"
-    if status not in STATUSES:
+    if status == "interrupted":
+        return None, f"{label}: interrupted (rerun the sweep's command to resume it); ignored"
+    if status not in SCORED:
         return None, f"{label}: unknown status {status!r}; ignored"
 
     seed = _seed_from_dir(run_dir)
@@ -96,6 +98,7 @@ def read_summary(run_dir: Path) -> tuple[dict | None, str | None]:
         "report_metric": report.get("metric"),
         "report_best_of": ",".join(report.get("best_of") or []) if "best_of" in report else None,
         "val_split": _finite_or_nan(summary.get("val_split")),
+        "config_hash": summary.get("config_hash"),
         "params": summary.get("params"),
         "act_params": summary.get("act_params"),
         "diverged_epoch": summary.get("diverged_epoch"),

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import copy
 import difflib
+import hashlib
+import json
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -28,7 +30,8 @@ FREE_DICTS = ("act_options", "act_lr_mult", "model.kwargs", "factors")  # keys b
 # keys that do not change what a run computes: a resumed run may differ in these ("act_label" and "setting"
 # only name what act_options and the factor keys already hold; "baseline" is the pre-`report:` key)
 NOT_FINGERPRINTED = ("seeds", "parallel", "results_dir", "baseline", "report", "act_label", "setting", "factors",
-                     "data.root", "data.num_workers", "data.download", "snapshot_epochs")
+                     "threads", "data.root", "data.num_workers", "data.download", "snapshot_epochs")
+PER_RUN = ("act", "act_label", "act_options", "act_lr_mult", "seed")  # what differs between the rows of one table
 ALIASES = {"baseline": "report.baseline"}  # short command-line names
 NOT_FACTORS = ("recipe", "seed", "seeds", "results_dir", "parallel", "factors")  # keys a factor sweep cannot vary
 
@@ -260,6 +263,17 @@ def fingerprint(run: dict) -> dict:
             d.pop(parts[-1], None)
     out.pop("defaults", None)
     return out
+
+
+def shared_part(run: dict) -> dict:
+    """The fingerprint without what may differ between the runs of one table (act and seed)."""
+    return {k: v for k, v in fingerprint(run).items() if k not in PER_RUN}
+
+
+def config_hash(run: dict) -> str:
+    """A short hash of `shared_part`: runs of one table should all have the same."""
+    text = json.dumps(shared_part(run), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def diff_configs(a: dict, b: dict, prefix: str = "") -> list[str]:

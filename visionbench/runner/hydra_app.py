@@ -19,11 +19,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from . import results
 from .config import RECIPES_DIR, DEFAULT_RECIPE, sweep_acts, validate, run_config
+from .signals import install_sigterm
 from .sweep import check_data, execute
 
 
 @hydra.main(config_path=str(RECIPES_DIR), config_name=DEFAULT_RECIPE, version_base=None)
 def main(cfg: DictConfig) -> int:
+    install_sigterm()  # SIGTERM: the run records `interrupted` and the job fails
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     # a recipe's factors are swept by Hydra here (-m model.norm=null,group): the job's own values are its setting
     setting = {key: OmegaConf.select(cfg, key) for key in (cfg.get("factors") or {})}
@@ -37,7 +39,9 @@ def main(cfg: DictConfig) -> int:
     run = run_config(cfg, acts[0], seed, setting)
     outcome = execute(run, results.run_dir(cfg.results_dir, cfg.recipe, acts[0], seed, setting), progress=False)
     print(f"{cfg.recipe} {outcome.act} seed {outcome.seed}: {outcome.status}")
-    return 0 if outcome.status in ("completed", "skipped", "diverged") else 1
+    if outcome.status == "failed":  # Hydra ignores a return value: only an exception makes the job fail
+        raise RuntimeError(f"{outcome.run_dir}: {outcome.summary.get('error')}")
+    return 0
 
 
 if __name__ == "__main__":

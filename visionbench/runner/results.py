@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import csv
 import json
 import math
 import platform
@@ -15,11 +16,12 @@ from typing import Any
 
 import yaml
 
-from ..train.io import atomic_write_text
+from ..train.io import RunStateError, atomic_write_text, read_csv_rows
 from .axes import setting_label
 
 SCHEMA = 1
-STATUSES = ("completed", "diverged", "failed", "running")
+STATUSES = ("completed", "diverged", "failed", "running", "interrupted")
+SCORED = ("completed", "diverged", "failed")  # what a report counts; running/interrupted runs are still to finish
 
 
 def run_dir(results_dir: str | Path, recipe: str, act: str, seed: int, setting: dict | None = None) -> Path:
@@ -30,14 +32,22 @@ def run_dir(results_dir: str | Path, recipe: str, act: str, seed: int, setting: 
     return recipe_dir / act / f"seed_{seed}"
 
 
-def read_summary(path: Path) -> dict | None:
-    f = Path(path) / "summary.json"
-    if not f.exists():
-        return None
+def _read(path: Path, parse, what: str, fix: str):
     try:
-        return json.loads(f.read_text())
-    except json.JSONDecodeError:
-        return None  # cannot happen with atomic writes, but never crash a sweep on it
+        data = parse(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, yaml.YAMLError) as e:  # JSONDecodeError is a ValueError
+        first = str(e).strip().splitlines()[0][:100] if str(e).strip() else type(e).__name__
+        raise RunStateError(f"{path} is corrupt ({first}); {fix}") from None
+    if not isinstance(data, dict):
+        raise RunStateError(f"{path} holds {type(data).__name__}, not the {what} mapping; {fix}")
+    return data
+
+
+def read_summary(path: Path) -> dict | None:
+    """The run's summary.json; None if absent; `RunStateError` (naming the file) if unreadable."""
+    f = Path(path) / "summary.json"
+    return _read(f, json.loads, "summary", "delete it to resume this run from its last checkpoint") \
+        if f.exists() else None
 
 
 def _clean(v: Any) -> Any:
@@ -55,8 +65,31 @@ def write_summary(path: Path, summary: dict) -> None:
 
 
 def read_config(path: Path) -> dict | None:
+    """The run's config.yaml; None if absent; `RunStateError` (naming the file) if unreadable."""
     f = Path(path) / "config.yaml"
-    return yaml.safe_load(f.read_text()) if f.exists() else None
+    return _read(f, yaml.safe_load, "config", f"delete the run directory {Path(path)} to restart this run") \
+        if f.exists() else None
+
+
+def check_unfinished(path: Path) -> None:
+    """Refuse to resume a run whose files do not fit together (`RunStateError` naming what to do):
+    a checkpoint without the config that trained it, or without a readable metrics.csv."""
+    path = Path(path)
+    last = path / "checkpoints" / "last.ckpt"
+    if not last.exists():
+        return
+    restart = f"delete the run directory {path} to restart this run"
+    if not (path / "config.yaml").exists():
+        raise RunStateError(f"{last} has no config.yaml beside it: which settings trained it is unknown; {restart}")
+    metrics = path / "metrics.csv"
+    if not metrics.exists():
+        raise RunStateError(f"{last} has no metrics.csv beside it: its finished epochs' metrics are lost; {restart}")
+    try:
+        epochs = [int(r["epoch"]) for r in read_csv_rows(metrics)]
+    except (KeyError, TypeError, ValueError, UnicodeDecodeError, csv.Error) as e:
+        raise RunStateError(f"{metrics} is corrupt ({type(e).__name__}: {e}); {restart}") from None
+    if epochs != list(range(1, len(epochs) + 1)):
+        raise RunStateError(f"{metrics} has epochs {epochs[:5]}..., not 1, 2, 3, ...; {restart}")
 
 
 def write_config(path: Path, cfg: dict) -> None:

@@ -5,7 +5,9 @@ resuming unfinished ones, recording divergence and failures without stopping.
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
+import sys
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -16,9 +18,12 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
-from ..train.io import read_csv_rows
+from ..train.io import DiskFullError, RunStateError, is_disk_full, read_csv_rows
 from . import results
-from .config import ConfigError, apply_setting, diff_configs, fingerprint, run_config, sweep_acts, sweep_settings
+from .config import (ConfigError, apply_setting, config_hash, diff_configs, fingerprint, run_config, sweep_acts,
+                     sweep_settings)
+from .locks import RunLock, RunLocked
+from .signals import Interrupted, init_worker, received
 
 
 class ConfigMismatch(ConfigError):
@@ -29,7 +34,7 @@ class ConfigMismatch(ConfigError):
 class Outcome:
     act: str  # the sweep's label: `rational[init=gelu]`
     seed: int
-    status: str  # completed | diverged | failed | skipped
+    status: str  # completed | diverged | failed | skipped | locked
     summary: dict
     run_dir: Path
 
@@ -47,51 +52,96 @@ def check_resumable(run: dict, out: Path) -> None:
 
 
 def execute(run: dict, out: Path, progress: bool = True) -> Outcome:
-    """Train one run unless its summary says completed; always leave a summary behind."""
+    """Train one run unless its summary says completed; leave a summary behind whatever happens.
+
+    Outcomes that do not train: `skipped` (completed before), `locked` (another live process holds
+    the directory), `failed` with a one-line error when the directory's files do not fit together
+    (nothing in it is touched then). Raises `Interrupted` after recording status `interrupted`
+    on SIGTERM or Ctrl-C.
+    """
+    out = Path(out)
+    label, seed = run.get("act_label", run["act"]), run["seed"]
+    try:
+        with RunLock(out):
+            return _execute(run, out, progress)
+    except RunLocked as e:
+        return Outcome(label, seed, "locked", {"error": str(e)}, out)
+    except RunStateError as e:
+        return Outcome(label, seed, "failed", {"error": str(e)}, out)
+
+
+def _execute(run: dict, out: Path, progress: bool) -> Outcome:
+    import torch
+
     from ..train.fit import train_run  # the heavy import only where training happens
     from ..train.module import Diverged
 
-    out = Path(out)
     act, label, seed = run["act"], run.get("act_label", run["act"]), run["seed"]
     check_resumable(run, out)
     previous = results.read_summary(out)
     if previous and previous.get("status") == "completed":
         return Outcome(label, seed, "skipped", previous, out)
-    results.write_config(out, run)
+    results.check_unfinished(out)
+    run = {**run, "threads": torch.get_num_threads()}  # results depend on it: recorded, a change is shown
+    stored_threads = (results.read_config(out) or {}).get("threads")
+    if stored_threads not in (None, run["threads"]):
+        print(f"note: {out} was trained with {stored_threads} threads so far, resumes with {run['threads']}: "
+              "on CPU its numbers will differ slightly from an uninterrupted run", file=sys.stderr)
     report = run.get("report") or {}
     summary = {
         "schema": results.SCHEMA, "recipe": run["recipe"], "act": act, "act_label": label, "seed": seed,
         "status": "running", "setting": run.get("setting") or {}, "baseline": report.get("baseline"),
-        "report": report, "val_split": run["data"]["val_split"],
-        "act_options": (run.get("act_options") or {}).get(act, {}),
+        "report": report, "val_split": run["data"]["val_split"], "config_hash": config_hash(run),
+        "threads": run["threads"], "act_options": (run.get("act_options") or {}).get(act, {}),
         "metrics": {}, "versions": results.versions(), "git_commit": results.git_commit(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    results.write_summary(out, summary)
     try:
+        results.write_config(out, run)
+        results.write_summary(out, summary)
         r = train_run(run, out, progress=progress)
         summary.update(status="completed", params=r.params, act_params=r.act_params,
                        trainable_params=r.trainable_params,  # < params when fine-tuning (docs/finetune.md)
                        train_time_s=round(r.train_time_s, 3), throughput_img_s=r.throughput_img_s,
                        peak_mem_mb=r.peak_mem_mb, metrics=results.metrics_from_rows(r.rows))
     except Diverged as e:
-        summary.update(status="diverged", diverged_epoch=e.epoch, error=str(e),
-                       metrics=results.metrics_from_rows(read_csv_rows(out / "metrics.csv")))
-    except KeyboardInterrupt:
-        raise  # leave status "running": the next run resumes from last.ckpt
+        summary.update(status="diverged", diverged_epoch=e.epoch, error=str(e), metrics=_metrics_so_far(out))
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM (ours, or Lightning's SIGTERMException)
+        why = received()
+        summary.update(status="interrupted", error=f"interrupted by {why}; rerun the same command to resume",
+                       metrics=_metrics_so_far(out))
+        _finish(out, summary)
+        raise Interrupted(why) from None
+    except RunStateError as e:
+        summary.update(status="failed", error=str(e))
     except Exception as e:  # noqa: BLE001 - one seed's failure must not end the sweep
-        (out / "error.txt").write_text(traceback.format_exc())
-        summary.update(status="failed", error=f"{type(e).__name__}: {e}",
-                       metrics=results.metrics_from_rows(read_csv_rows(out / "metrics.csv")))
-    summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    results.write_summary(out, summary)
+        if is_disk_full(e):
+            summary.update(status="failed", error=str(e if isinstance(e, DiskFullError) else DiskFullError(
+                getattr(e, "filename", None) or out)) + "; free space and rerun the same command to resume")
+        else:
+            (out / "error.txt").write_text(traceback.format_exc())
+            summary.update(status="failed", error=f"{type(e).__name__}: {e}", metrics=_metrics_so_far(out))
+    _finish(out, summary)
     return Outcome(label, seed, summary["status"], summary, out)
 
 
-def _execute_in_subprocess(run: dict, out: str, threads: int) -> Outcome:
-    import torch
+def _metrics_so_far(out: Path) -> dict:
+    try:
+        return results.metrics_from_rows(read_csv_rows(out / "metrics.csv"))
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return {}
 
-    torch.set_num_threads(threads)
+
+def _finish(out: Path, summary: dict) -> None:
+    """Write the final summary; on a full disk the summary on disk stays `running` (resumable)."""
+    summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    try:
+        results.write_summary(out, summary)
+    except DiskFullError as e:
+        summary["error"] = f"{summary.get('error') or ''} ({e}; summary.json not updated)".strip()
+
+
+def _execute_in_subprocess(run: dict, out: str) -> Outcome:
     return execute(run, Path(out), progress=False)
 
 
@@ -132,12 +182,16 @@ def run_sweep(cfg: DictConfig, progress: bool = True, on_outcome: Callable[[Outc
                 on_outcome(outcomes[i])
     else:
         threads = max(1, (os.cpu_count() or 1) // parallel)
-        with ProcessPoolExecutor(max_workers=parallel, mp_context=get_context("spawn")) as pool:
-            futures = {pool.submit(_execute_in_subprocess, run, str(out), threads): i for i, (run, out) in enumerate(jobs)}
+        pool = ProcessPoolExecutor(max_workers=parallel, mp_context=get_context("spawn"),
+                                   initializer=init_worker, initargs=(threads,))  # workers die with this process
+        try:
+            futures = {pool.submit(_execute_in_subprocess, run, str(out)): i for i, (run, out) in enumerate(jobs)}
             for fut in as_completed(futures):
                 i = futures[fut]
                 try:
                     outcomes[i] = fut.result()
+                except Interrupted:
+                    raise
                 except Exception as e:  # noqa: BLE001 - a crashed worker process is one failed run
                     run, out = jobs[i]
                     summary = {"schema": results.SCHEMA, "recipe": run["recipe"], "act": run["act"],
@@ -147,4 +201,10 @@ def run_sweep(cfg: DictConfig, progress: bool = True, on_outcome: Callable[[Outc
                     outcomes[i] = Outcome(run["act_label"], run["seed"], "failed", summary, out)
                 if on_outcome:
                     on_outcome(outcomes[i])
+        except BaseException:  # SIGTERM, Ctrl-C or a bug here: stop the workers (they record `interrupted`)
+            for child in multiprocessing.active_children():
+                child.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
     return [outcomes[i] for i in range(len(jobs))]

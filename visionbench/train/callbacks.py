@@ -1,9 +1,8 @@
-"""Callbacks: the per-epoch metrics.csv, activation snapshots, atomic checkpoints, RNG state,
+"""Callbacks: the per-epoch metrics.csv, activation snapshots, checkpoints (atomic, movable), RNG state,
 per-epoch reseeding (so a resumed run repeats the uninterrupted one), and the progress bar."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from pathlib import Path
@@ -11,10 +10,11 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
+from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint, TQDMProgressBar
 
 from ..activations import LearnableActivation
-from .io import atomic_write_text, read_csv_rows, write_csv_rows
+from .io import atomic_path, atomic_write_text, read_csv_rows, write_csv_rows
 
 SNAPSHOT_POINTS = 201
 HIST_BINS = 60
@@ -134,17 +134,35 @@ class ActivationSnapshots(L.Callback):
                           json.dumps({"epoch": epoch, "act": self.act, "layers": records}))
 
 
-class AtomicCheckpoint(ModelCheckpoint):
-    """ModelCheckpoint that writes to a temporary file and renames: a kill never leaves a torn last.ckpt."""
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's torch checkpoint writer, saving to a per-process temporary file renamed over the
+    target: a kill never leaves a torn checkpoint, a full disk no stray file (`io.atomic_path`)."""
 
-    def _save_checkpoint(self, trainer, filepath: str) -> None:
-        tmp = f"{filepath}.tmp"
-        trainer.save_checkpoint(tmp, self.save_weights_only)
-        if trainer.is_global_zero:
-            os.replace(tmp, filepath)
-        self._last_global_step_saved = trainer.global_step
-        self._last_checkpoint_saved = filepath
-        trainer.strategy.barrier()
+    def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
+        with atomic_path(Path(path)) as tmp:
+            super().save_checkpoint(checkpoint, tmp, storage_options)
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """`ModelCheckpoint` whose remembered paths follow the run directory when it is moved.
+
+    Lightning drops the best score on resume when the checkpoint's `dirpath` differs from the
+    callback's (a moved or renamed results directory); `best.ckpt` would then be overwritten by
+    the next, possibly worse, epoch. The stored paths are rebased onto the current directory first.
+    """
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        old, new = state_dict.get("dirpath"), self.dirpath
+        if old and new and old != new:
+            def rebase(value):
+                if isinstance(value, str) and value.startswith(old):
+                    return new + value[len(old):]
+                if isinstance(value, dict):
+                    return {rebase(k): v for k, v in value.items()}
+                return value
+
+            state_dict = {k: rebase(v) for k, v in state_dict.items()}
+        super().load_state_dict(state_dict)
 
 
 class RunProgressBar(TQDMProgressBar):

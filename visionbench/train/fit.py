@@ -18,13 +18,14 @@ from typing import Any, Mapping
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.loggers import TensorBoardLogger
 
 from .. import models
 from ..activations import is_learnable
 from ..models import finetune
 from ..data import create_datamodule
-from .callbacks import ActivationSnapshots, AtomicCheckpoint, EpochSeeder, MetricsWriter, RunProgressBar
+from .callbacks import ActivationSnapshots, AtomicCheckpointIO, EpochSeeder, MetricsWriter, RunCheckpoint, RunProgressBar
+from .io import RunStateError
 from .module import ClassificationModule
 
 
@@ -40,10 +41,17 @@ class RunResult:
 
 
 class _Throughput(L.Callback):
-    """Training images per second, over train batches only (validation excluded)."""
+    """Training images per second, over train batches only (validation excluded); the counts are
+    saved in the checkpoint, so a resumed run reports the throughput of all its epochs."""
 
     def __init__(self):
         self.images, self.seconds, self._t = 0, 0.0, None
+
+    def state_dict(self) -> dict:
+        return {"images": self.images, "seconds": self.seconds}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.images, self.seconds = int(state_dict["images"]), float(state_dict["seconds"])
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._t = time.perf_counter()
@@ -102,6 +110,15 @@ def build_model(cfg: Mapping[str, Any], num_classes: int, in_chans: int, img_siz
                             source_act=ft.get("source_act"), ema=bool(ft.get("ema")), model_name=cfg["model"]["name"])
 
 
+def checkpoint_epoch(path: Path) -> int:
+    """The number of epochs a checkpoint has completed; `RunStateError` naming the file if it is unreadable."""
+    try:  # mmap: only the header and the epoch are read
+        return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["epoch"]) + 1
+    except Exception as e:  # noqa: BLE001 - torch reports a torn file in many ways
+        raise RunStateError(f"{path} is unreadable ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
+                            "delete it to retrain this run from its first epoch") from None
+
+
 def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> RunResult:
     """Train (or resume) the run described by `cfg` (a plain dict) into `run_dir`."""
     _quiet_lightning()
@@ -129,14 +146,16 @@ def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> R
     writer = MetricsWriter(run_dir / "metrics.csv")
     resume_from = None
     if last.exists():
-        done = int(torch.load(last, map_location="cpu", weights_only=False, mmap=True)["epoch"]) + 1  # mmap: only the epoch is read
-        writer.load_existing(upto_epoch=done)
+        writer.load_existing(upto_epoch=checkpoint_epoch(last))
         resume_from = str(last)
     throughput = _Throughput()
-    callbacks = [
+    callbacks = [  # metrics row first: it is on disk before the checkpoint a resume starts from
         EpochSeeder(seed), writer, throughput,
-        AtomicCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val_top1", mode="max", save_top_k=1,
-                         save_last=True, enable_version_counter=False, save_on_train_epoch_end=True),
+        RunCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val_top1", mode="max", save_top_k=1,
+                      enable_version_counter=False, save_on_train_epoch_end=True),
+        # every epoch, whatever val_top1 did: the final weights, and what a resume starts from
+        RunCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1, enable_version_counter=False,
+                      save_on_train_epoch_end=True),
     ]
     if is_learnable(act):
         callbacks.append(ActivationSnapshots(run_dir / "act_snapshots", cfg.get("snapshot_epochs") or [], epochs, act))
@@ -147,8 +166,8 @@ def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> R
         max_epochs=epochs, accelerator=t["accelerator"], devices=t["devices"], num_nodes=t["num_nodes"],
         strategy=t["strategy"], precision=t["precision"], gradient_clip_val=t.get("gradient_clip_val"),
         limit_train_batches=t.get("limit_train_batches"), limit_val_batches=t.get("limit_val_batches"),
-        logger=[TensorBoardLogger(run_dir, name="tb", version=""), CSVLogger(run_dir, name="logs", version="")],
-        callbacks=callbacks, enable_progress_bar=progress, enable_model_summary=False,
+        logger=TensorBoardLogger(run_dir, name="tb", version=""),  # metrics.csv is MetricsWriter's
+        callbacks=callbacks, plugins=[AtomicCheckpointIO()], enable_progress_bar=progress, enable_model_summary=False,
         num_sanity_val_steps=0, default_root_dir=run_dir, log_every_n_steps=10,
     )
     # recipes give the global batch (the papers' numbers); each DDP process loads its share
@@ -162,9 +181,10 @@ def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> R
         peak = torch.cuda.max_memory_allocated() / 2**20
     else:  # CPU: the process's peak resident set (Linux reports KiB)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return RunResult(
+    return RunResult(  # times of all sessions of a resumed run: its epochs' times, its saved image counts
         rows=writer.rows, params=counts["params"], act_params=counts["act_params"],
-        trainable_params=counts["trainable_params"], train_time_s=elapsed,
+        trainable_params=counts["trainable_params"],
+        train_time_s=sum(float(r.get("epoch_time_s") or 0.0) for r in writer.rows) or elapsed,
         throughput_img_s=throughput.images / throughput.seconds if throughput.seconds else float("nan"),
         peak_mem_mb=peak,
     )

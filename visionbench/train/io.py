@@ -1,21 +1,64 @@
-"""Atomic file writes: write a temporary file beside the target, then rename over it."""
+"""Atomic file writes: write a temporary file beside the target, then rename over it.
+
+The temporary name carries the process id, so two processes never write the same temporary file,
+and it is removed when the write fails (e.g. a full disk): a failed write leaves the previous
+version of the target, never a torn or stray file.
+"""
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
 import io
 import os
 from pathlib import Path
+from typing import Iterator
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+class RunStateError(RuntimeError):
+    """A run directory's file cannot be used as it is; the message names the file and what to do."""
+
+
+class DiskFullError(OSError):
+    """No space left on the device while writing `filename` (one line for the user)."""
+
+    def __init__(self, filename):
+        super().__init__(errno.ENOSPC, f"no space left on device writing {filename}", str(filename))
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """ENOSPC, as an OSError or as torch's serializer reports it (a RuntimeError naming the write)."""
+    return (isinstance(error, OSError) and error.errno == errno.ENOSPC) or "No space left on device" in str(error)
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success rename it over `path`, on failure delete it.
+
+    A full disk becomes `DiskFullError(path)`.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if is_disk_full(e) and not isinstance(e, DiskFullError):
+            raise DiskFullError(path) from e
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def read_csv_rows(path: Path) -> list[dict]:
