@@ -41,7 +41,7 @@ def ref_eval(x: np.ndarray, a: np.ndarray, axis: int, mean: np.ndarray, var: np.
 
 def test_defaults_and_relu_like_init():
     act = activations.create("slaf")
-    assert isinstance(act, SLAF) and act.degree == 2 and act.momentum == 0.1
+    assert isinstance(act, SLAF) and act.degree == 2 and act.momentum == 0.01  # 003 code: taylor(decay=0.99)
     assert act.running_mean.shape == (1, 2)  # lazy until the first training batch
     torch.testing.assert_close(act.running_mean, torch.tensor([[0.0, 1.0]]))  # E[x], E[x^2] for N(0, 1)
     torch.testing.assert_close(act.running_var, torch.tensor([[1.0, 2.0]]))

@@ -233,6 +233,7 @@ class LearnableActivation(nn.Module):
         return self(x[:, None].expand(-1, c)).mean(dim=1) if self.channel_axis(x[:, None].expand(-1, c)) == 1 \
             else self(x[None, :].expand(c, -1)).mean(dim=0)
 
+    @torch.enable_grad()  # autograd is the fit's tool (target derivatives, L-BFGS), even under a caller's no_grad()
     def fit(
         self,
         target: str | Callable[[torch.Tensor], torch.Tensor],

@@ -2,7 +2,8 @@
 
     >>> from visionbench import activations
     >>> act = activations.create("rational", version="A", degrees=(5, 4))   # fitted to GELU on [-3, 3]
-    >>> act = activations.create("rational", init="leaky_relu")             # the CIFAR VGG recipes' init
+    >>> act = activations.create("rational", init="leaky_relu")             # fitted here, on [-3, 3]
+    >>> act = activations.create("rational", init="gelu", init_source="rational_activations")  # 004's start
 
 P(x) = sum_{i=0..m} a_i x^i over a denominator that has no real zeros by construction:
 
@@ -14,7 +15,10 @@ P(x) = sum_{i=0..m} a_i x^i over a denominator that has no real zeros by constru
 The plain forward evaluates P and the inner sums by Horner's rule (`horner`, `denominator`); the
 fused kernel (`_fused_forward`, `_fused_backward`) evaluates the same expressions and writes
 dF/dx, dF/da, dF/db out analytically. Inits are least-squares fits to a classical activation (the
-paper fits LeakyReLU or GELU), computed in milliseconds and cached per process.
+paper fits LeakyReLU or GELU), computed in milliseconds and cached per process, or, with
+`init_source="rational_activations"`, the coefficients that package ships (`rational_published.py`):
+004's runs started from those. Both agree on [-3, 3] (within 0.01) but not beyond (up to 1-2 on
+[-10, 10]), where plain VGG and the norm-free ViT put many inputs.
 """
 from __future__ import annotations
 
@@ -25,9 +29,11 @@ import torch
 
 from .base import FitResult, LearnableActivation, solve_least_squares
 from .fused import horner_and_derivative, reduce_to, slices
+from .rational_published import published_fit
 from .registry import register
 
 VERSIONS = ("A", "B", "C", "D")
+INIT_SOURCES = ("fit", "rational_activations")  # where reset_parameters takes an init's coefficients
 NOISE = 0.1  # version D: +-10 % multiplicative noise on the numerator (rational-activations' default)
 C_FLOOR = 0.1  # version C: Q >= 0.1 (rational-activations' "eps")
 A_FLOOR = 1e-5  # version A: smallest |b_j| after a fit (see Rational._refine)
@@ -50,6 +56,13 @@ def _check_version(version) -> str:
     if v not in VERSIONS:
         raise ValueError(f"rational: unknown version {version!r}; accepted: {', '.join(VERSIONS)}")
     return v
+
+
+def _check_init_source(source) -> str:
+    s = str(source).lower()
+    if s not in INIT_SOURCES:
+        raise ValueError(f"rational: unknown init_source {source!r}; accepted: {', '.join(INIT_SOURCES)}")
+    return s
 
 
 def horner(coefs: Sequence[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
@@ -164,6 +177,12 @@ class Rational(LearnableActivation):
         version: "A", "B", "C" or "D" (the denominator forms above; the paper uses A).
         init: a fit target ("gelu", "leaky_relu", "relu", "silu", "tanh", "sigmoid", "identity", ...)
             fitted on [-3, 3] with its derivative; "default" is "gelu" (paper 004 Table 9, 10).
+        init_source: where `init`'s coefficients come from. "fit" (default): a fresh least-squares
+            fit here. "rational_activations": the numbers rational-activations 0.2.0 ships for
+            (version, degrees, init), as 004's runs started from (004 App G; 004 code
+            `Rational(approx_func=...)`); stored for version A, degrees (5, 4), "gelu" and
+            "leaky_relu" (slope 0.01), and any other combination is a ValueError. An explicit
+            `fit()` (e.g. a swap's fit to the replaced activation) always fits, whatever the source.
         **kwargs: per_channel, num_channels, channel_dim, learnable, inplace (see LearnableActivation).
 
     Parameters `numerator` = (a_0..a_m) and `denominator` = (b_1..b_n), or (b_0..b_{n-1}) for C.
@@ -175,10 +194,12 @@ class Rational(LearnableActivation):
     # relu A, B, D 3.0e-2 / 0.49, C 6.0e-2 / 0.50 (a smooth F must split ReLU's derivative jump).
     fit_tolerance = {"gelu": (2.5e-3, 1.3e-2), "relu": (7e-2, 0.55)}
 
-    def __init__(self, degrees: tuple[int, int] = (5, 4), version: str = "A", init: str = "gelu", **kwargs):
+    def __init__(self, degrees: tuple[int, int] = (5, 4), version: str = "A", init: str = "gelu",
+                 init_source: str = "fit", **kwargs):
         super().__init__(**kwargs)
         self.degrees = _check_degrees(degrees)
         self.version = _check_version(version)
+        self.init_source = _check_init_source(init_source)
         m, n = self.degrees
         self.numerator = self.coefficient(torch.zeros(m + 1))
         self.denominator = self.coefficient(torch.zeros(n))
@@ -206,9 +227,16 @@ class Rational(LearnableActivation):
 
     # ---- initialisation and fitting ----------------------------------------------------
     def reset_parameters(self, init: str = "gelu") -> None:
-        """A fit target name (fitted on [-3, 3]; cached per process) or "default" (= "gelu")."""
+        """A fit target name or "default" (= "gelu"): fitted on [-3, 3] and cached per process, or,
+        with init_source "rational_activations", copied from the package's published fit."""
         key = str(init).lower()
-        super().reset_parameters("gelu" if key == "default" else key)  # ValueError lists the accepted inits
+        key = "gelu" if key == "default" else key
+        if self.init_source == "rational_activations":
+            fit = published_fit(self.version, self.degrees, key)  # ValueError lists what is stored
+            self.set_coefficients(numerator=torch.tensor(fit.numerator, dtype=torch.float64),
+                                  denominator=torch.tensor(fit.denominator, dtype=torch.float64))
+            return
+        super().reset_parameters(key)  # ValueError lists the accepted inits
 
     def fit_cache_key(self) -> tuple:
         return ("rational", self.version, self.degrees)
@@ -293,5 +321,6 @@ class Rational(LearnableActivation):
         return {"numerator": num, "denominator": b}
 
     def extra_repr(self) -> str:
-        return ", ".join(filter(None, [f"degrees={self.degrees}", f"version={self.version!r}",
+        source = f"init_source={self.init_source!r}" if self.init_source != "fit" else ""
+        return ", ".join(filter(None, [f"degrees={self.degrees}", f"version={self.version!r}", source,
                                        super().extra_repr()]))
