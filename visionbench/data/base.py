@@ -20,7 +20,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from .config import DataConfig
 from .datasets import TransformSubset
-from .loading import RepeatAugSampler, make_loader
+from .loading import ExpandedRepeatAugSampler, RepeatAugSampler, make_loader
 from .splits import stratified_limit, stratified_split
 from .transforms import build_eval_transform, build_train_transform
 
@@ -126,15 +126,19 @@ class VisionDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         """Shuffled (or repeated-augmentation sampled) training batches.
 
+        With `augment.repeated_aug: K > 1` an epoch is K x N samples (`repeated_aug_epoch: expand`,
+        004 code) or N samples (`deit`); the Trainer's steps per epoch follow `len()` of this loader.
         The shuffle is a sampler seeded with (seed, epoch), which the Trainer advances with
         `set_epoch`: a run resumed at epoch k sees epoch k's order. Both samplers are
         `DistributedSampler`s that shard per rank, so Lightning keeps them under DDP.
         """
         self._ensure_setup()
         world, rank = self._world()
-        if self.cfg.augment.repeated_aug > 1:
-            sampler = RepeatAugSampler(
-                self.train_set, num_replicas=world, rank=rank, num_repeats=self.cfg.augment.repeated_aug, seed=self.seed
+        aug = self.cfg.augment
+        if aug.repeated_aug > 1:
+            sampler_cls = ExpandedRepeatAugSampler if aug.repeated_aug_epoch == "expand" else RepeatAugSampler
+            sampler = sampler_cls(
+                self.train_set, num_replicas=world, rank=rank, num_repeats=aug.repeated_aug, seed=self.seed
             )
         else:
             sampler = DistributedSampler(self.train_set, num_replicas=world, rank=rank, shuffle=True, seed=self.seed)

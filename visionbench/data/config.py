@@ -19,6 +19,8 @@ import yaml
 
 BASE_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "_base.yaml"
 DATA_ENV_VAR = "VISIONBENCH_DATA"
+# epoch of the repeated-augmentation sampler: K x N samples (004 code) or N samples (DeiT/timm)
+REPEATED_AUG_EPOCHS = ("expand", "deit")
 
 
 @functools.lru_cache(maxsize=1)
@@ -66,6 +68,44 @@ def _optional_positive_int(name: str, value: Any) -> int | None:
     return int(value)
 
 
+AUTO_AUGMENT_IMPLS = ("timm", "torchvision")
+TV_MAGNITUDE_MAX = 30  # torchvision RandAugment: num_magnitude_bins 31 -> magnitudes 0..30
+
+
+def rand_augment_ops(policy: str) -> tuple[int, int]:
+    """(num_ops, magnitude) of a `rand-nN-mM` string for torchvision's RandAugment (defaults 2, 9).
+
+    Only n and m exist there; timm's other fields (mstd, inc, mmax, ...) have no torchvision
+    counterpart and are refused rather than silently dropped.
+    """
+    parts = policy.split("-")
+    ops = {"n": 2, "m": 9}
+    bad = ValueError(f"data.augment.auto_augment {policy!r} with auto_augment_impl torchvision must be "
+                     f"rand[-nN][-mM] (N >= 0 ops, magnitude 0 <= M <= {TV_MAGNITUDE_MAX})")
+    if parts[0] != "rand":
+        raise bad
+    for part in parts[1:]:
+        if part[:1] not in ops or not part[1:].isdigit():
+            raise bad
+        ops[part[0]] = int(part[1:])
+    if ops["m"] > TV_MAGNITUDE_MAX:
+        raise bad
+    return ops["n"], ops["m"]
+
+
+def _color_jitter(value: Any) -> tuple[float, float, float, float] | None:
+    """(brightness, contrast, saturation, hue) from null, one number (b = c = s, hue 0, as timm) or a list of 3/4."""
+    if value is None:
+        return None
+    values = [value] * 3 if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    if not isinstance(values, (list, tuple)) or len(values) not in (3, 4) or \
+            not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        raise ValueError(f"data.augment.color_jitter must be null, a number or [brightness, contrast, saturation"
+                         f"(, hue)], got {value!r}")
+    b, c, s, *h = (float(v) for v in values)
+    return b, c, s, (h[0] if h else 0.0)
+
+
 @dataclass(frozen=True)
 class AugmentConfig:
     """`data.augment`: training-time augmentation (see `transforms.build_train_transform`)."""
@@ -77,8 +117,12 @@ class AugmentConfig:
     re_prob: float
     re_mode: str
     repeated_aug: float
+    color_jitter: tuple[float, float, float, float] | None
+    auto_augment_impl: str
+    repeated_aug_epoch: str
 
     def __post_init__(self):
+        self._check_color_and_impl()
         if self.crop_pad and self.scale is not None:
             # ConvNeXt/DeiT swap random-resized-crop for a padded crop at <= 32 px: one or the other
             raise ValueError("data.augment.crop_pad and data.augment.scale are alternatives; set only one")
@@ -90,11 +134,27 @@ class AugmentConfig:
             raise ValueError(f"data.augment.re_mode must be const, rand or pixel, got {self.re_mode!r}")
         if self.repeated_aug < 1:
             raise ValueError(f"data.augment.repeated_aug must be >= 1, got {self.repeated_aug!r}")
+        if self.repeated_aug_epoch not in REPEATED_AUG_EPOCHS:
+            raise ValueError(f"data.augment.repeated_aug_epoch must be one of {', '.join(REPEATED_AUG_EPOCHS)}, "
+                             f"got {self.repeated_aug_epoch!r}")
+        if self.repeated_aug_epoch == "expand" and not float(self.repeated_aug).is_integer():
+            raise ValueError(f"data.augment.repeated_aug must be an integer with repeated_aug_epoch=expand "
+                             f"(each image that many times), got {self.repeated_aug!r}; fractional: deit")
+
+    def _check_color_and_impl(self) -> None:
+        if self.color_jitter is not None and (min(self.color_jitter) < 0 or self.color_jitter[3] > 0.5):
+            raise ValueError(f"data.augment.color_jitter values must be >= 0 and hue <= 0.5, got {self.color_jitter!r}")
+        if self.auto_augment_impl not in AUTO_AUGMENT_IMPLS:
+            raise ValueError(f"data.augment.auto_augment_impl must be {' or '.join(AUTO_AUGMENT_IMPLS)}, "
+                             f"got {self.auto_augment_impl!r}")
+        if self.auto_augment and self.auto_augment_impl == "torchvision":
+            rand_augment_ops(self.auto_augment)
 
     @property
     def enabled(self) -> bool:
         """True when any random transform is on (repeated_aug alone draws no randomness)."""
-        return bool(self.crop_pad or self.scale or self.hflip or self.auto_augment or self.re_prob)
+        jitter = self.color_jitter is not None and any(self.color_jitter)
+        return bool(self.crop_pad or self.scale or self.hflip or self.auto_augment or self.re_prob or jitter)
 
 
 @dataclass(frozen=True)
@@ -133,6 +193,8 @@ class DataConfig:
         aug["scale"] = tuple(float(s) for s in aug["scale"]) if aug["scale"] is not None else None
         aug["hflip"], aug["re_prob"] = float(aug["hflip"]), float(aug["re_prob"])
         aug["crop_pad"] = int(aug["crop_pad"] or 0)
+        aug["color_jitter"] = _color_jitter(aug["color_jitter"])
+        aug["auto_augment_impl"] = str(aug["auto_augment_impl"]).lower()
         val_split = float(d["val_split"] or 0.0)
         if not 0.0 <= val_split < 1.0:
             raise ValueError(f"data.val_split must be in [0, 1), got {val_split!r}")

@@ -12,7 +12,9 @@
 from __future__ import annotations
 
 import functools
+import math
 import random
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -36,8 +38,10 @@ def seed_worker(worker_id: int, rank: int = 0) -> None:
 class RepeatAugSampler(_TimmRepeatAugSampler, DistributedSampler):
     """timm's repeated-augmentation sampler (DeiT), with a shuffle that depends on the run's seed.
 
-    Each image appears `num_repeats` times per epoch, the copies spread over ranks, and each
-    rank yields about `len(dataset) / world` indices (an epoch keeps its usual length).
+    `data.augment.repeated_aug_epoch: deit`. Each image is repeated `num_repeats` times, the
+    copies spread over ranks, and each rank yields about `len(dataset) / world` indices: an
+    epoch keeps its usual length, so only about N / num_repeats distinct images are seen per
+    epoch. `ExpandedRepeatAugSampler` is the 004 code's epoch instead.
     timm seeds the shuffle with the epoch only; here it is seeded with (seed, epoch) so that
     seeds of a sweep differ in data order too, as they do without repeated augmentation.
 
@@ -60,6 +64,43 @@ class RepeatAugSampler(_TimmRepeatAugSampler, DistributedSampler):
     def set_epoch(self, epoch: int) -> None:
         """Lightning calls this each epoch; timm's `__iter__` seeds its shuffle with `self.epoch`."""
         super().set_epoch(self.seed * self._EPOCH_STRIDE + int(epoch))
+
+
+class ExpandedRepeatAugSampler(RepeatAugSampler):
+    """Repeated augmentation whose epoch is `num_repeats` x N samples: every index exactly
+    `num_repeats` times per epoch (`data.augment.repeated_aug_epoch: expand`, the default).
+
+    This is the epoch of the authors' Tiny ImageNet sampler (004 code: `__len__` is
+    N * num_repeats; 004 App G: each image 3 times per epoch, an epoch of 3 x 100k samples),
+    so steps per epoch, warmup in steps and the EMA horizon are 3x those of a plain epoch.
+    As there, the repeated index list is shuffled as a whole, so the copies of an image land
+    in random batches; the shuffle is seeded with (seed, epoch) as in `RepeatAugSampler`.
+
+    Under DDP the K*N indices are split across ranks like `DistributedSampler` does (rank r
+    takes positions r, r + world, ...), so each rank yields ceil(K*N / world) of them and no
+    index is lost. When K*N is not divisible by the world size, the list is padded by repeating
+    its first few entries (as `DistributedSampler` pads), so a few indices are then seen
+    K + 1 times; with one process, or K*N divisible by the world, there is no padding.
+    """
+
+    def __init__(self, dataset: Dataset, num_replicas: int, rank: int, num_repeats: int = 3, seed: int = 0):
+        if not float(num_repeats).is_integer():
+            raise ValueError(f"data.augment.repeated_aug must be an integer with repeated_aug_epoch=expand, "
+                             f"got {num_repeats!r} (fractional repeats: repeated_aug_epoch=deit)")
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, num_repeats=int(num_repeats), seed=seed)
+        # timm's __init__ already set num_samples = ceil(K*N / world), total_size = num_samples * world
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self) -> Iterator[int]:
+        g = torch.Generator()
+        g.manual_seed(self.epoch)  # (seed, epoch), see RepeatAugSampler.set_epoch
+        repeated = torch.arange(len(self.dataset)).repeat(self.num_repeats)
+        indices = repeated[torch.randperm(len(repeated), generator=g)].tolist()
+        padding = self.total_size - len(indices)  # pad to a multiple of the world size
+        indices += (indices * math.ceil(padding / max(1, len(indices))))[:padding]
+        return iter(indices[self.rank : self.total_size : self.num_replicas])
 
 
 def make_loader(

@@ -7,6 +7,11 @@ Two training styles, as in the papers' code:
 - ImageNet style (`scale`): timm's `create_transform` (random-resized-crop, flip, RandAugment,
   random erasing), the DeiT/ConvNeXt recipe.
 
+Both styles may add colour jitter and an auto-augment policy, in that order (the 004 Tiny ImageNet
+code: ColorJitter, then torchvision's RandAugment; timm instead drops jitter under RandAugment).
+`auto_augment_impl` picks whose RandAugment: timm's (magnitude out of 10, extra ops, mean fill)
+or torchvision's (magnitude out of 30, black fill, nearest: what the 004 code ran).
+
 Every transform takes a PIL image and returns a normalised float tensor (C, H, W).
 Mixup/CutMix are batch operations and live in the LightningModule, not here.
 """
@@ -22,7 +27,7 @@ from timm.data.random_erasing import RandomErasing
 from timm.data.transforms import MaybeToTensor, str_to_interp_mode, str_to_pil_interp
 from torchvision import transforms as T
 
-from .config import AugmentConfig
+from .config import AugmentConfig, rand_augment_ops
 
 INTERPOLATION = "bicubic"  # timm's default for the DeiT/ConvNeXt recipes
 EVAL_CROP_PCT = 0.875  # the standard ImageNet eval: resize 256, center-crop 224
@@ -80,6 +85,31 @@ def auto_augment(policy: str, img_size: int, mean: Sequence[float], interpolatio
     return _patch_posterize(auto_augment_transform(policy, params))
 
 
+def torchvision_rand_augment(policy: str) -> T.RandAugment:
+    """torchvision's RandAugment from `rand-nN-mM` (004 code: `T.RandAugment(num_ops=2, magnitude=9)`).
+
+    Everything else keeps torchvision's defaults, as the 004 code's call did: 31 magnitude bins
+    (m9 = 9/30 of each op's range), nearest interpolation, fill None = black.
+    """
+    num_ops, magnitude = rand_augment_ops(policy)
+    return T.RandAugment(num_ops=num_ops, magnitude=magnitude)
+
+
+def colour_and_auto_augment(
+    aug: AugmentConfig, img_size: int, mean: Sequence[float], interpolation: str = INTERPOLATION
+) -> list[Callable]:
+    """ColorJitter (if set), then the auto-augment policy (if set): the 004 code's order."""
+    tfl: list[Callable] = []
+    if aug.color_jitter is not None:
+        brightness, contrast, saturation, hue = aug.color_jitter
+        tfl.append(T.ColorJitter(brightness=brightness, contrast=contrast, saturation=saturation, hue=hue))
+    if aug.auto_augment and aug.auto_augment_impl == "torchvision":
+        tfl.append(torchvision_rand_augment(aug.auto_augment))
+    elif aug.auto_augment:
+        tfl.append(auto_augment(aug.auto_augment, img_size, mean, interpolation))
+    return tfl
+
+
 def build_train_transform(
     aug: AugmentConfig,
     img_size: int,
@@ -102,30 +132,29 @@ def build_train_transform(
         A callable PIL image -> normalised tensor.
     """
     if aug.scale is not None:
-        transform = create_transform(
+        # timm's crop/flip and tensor/normalise/erasing; the middle (jitter, auto-augment) is ours
+        primary, _, final = create_transform(
             img_size,
             is_training=True,
             scale=tuple(aug.scale),
             hflip=aug.hflip,
-            # the schema has no colour jitter; timm would drop it under RandAugment anyway
             color_jitter=None,
-            auto_augment=aug.auto_augment,
+            auto_augment=None,
             interpolation=interpolation,
             mean=tuple(mean),
             std=tuple(std),
             re_prob=aug.re_prob,
             re_mode=aug.re_mode,
+            separate=True,
         )
-        for t in transform.transforms:
-            _patch_posterize(t)
-        return transform
+        middle = colour_and_auto_augment(aug, img_size, mean, interpolation)
+        return T.Compose([*primary.transforms, *middle, *final.transforms])
     tfl = _resize(img_size, native_size, interpolation)
     if aug.crop_pad:
         tfl.append(T.RandomCrop(img_size, padding=aug.crop_pad))
     if aug.hflip > 0:
         tfl.append(T.RandomHorizontalFlip(p=aug.hflip))
-    if aug.auto_augment:
-        tfl.append(auto_augment(aug.auto_augment, img_size, mean, interpolation))
+    tfl += colour_and_auto_augment(aug, img_size, mean, interpolation)
     tfl += _normalize(mean, std)
     if aug.re_prob > 0:
         # after normalisation, as timm does: 'pixel' mode fills with N(0, 1) in normalised units

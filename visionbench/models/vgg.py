@@ -7,12 +7,16 @@ Each stage is [3x3 conv (padding 1, bias) -> [GroupNorm] -> act] x n, then a 2x2
 VGG4 = (1x64, 1x128, 2x256), VGG8 = (2x64, 2x128, 2x256, 2x512). The classifier is
 global pool -> flatten -> [dropout] -> linear.
 
-Paper 004 does not give the classifier's input; the rational-activations VGGs it builds on
-pool down to a 1x1 map and flatten it. `global_pool="avg"` (default) averages the final map
-to 1x1, which is that same flatten whenever the map is already 1x1 (VGG4 on 8x8 digits) and
-keeps the model usable at any input size whose pooled map is >= 1x1. `global_pool="flatten"`
-flattens the whole final map instead (the linear layer is then sized from `img_size`).
-Weights keep PyTorch's default init (paper 004 App E: "standard PyTorch default initialization").
+Paper 004's text does not give the classifier's input; 004 code (the plain and augmented CIFAR
+scripts) flattens the whole final map: VGG4 4x4x256 -> Linear(4096, 10) (1,001,866 parameters
+with ReLU), VGG8 2x2x512 -> Linear(2048, 10) (4,705,866). That is `global_pool="flatten"` (the
+linear layer is then sized from `img_size`), which the cifar10_vgg* recipes set.
+`global_pool="avg"` (default) averages the final map to 1x1, which is that same flatten whenever
+the map is already 1x1 (VGG4 on 8x8 digits) and keeps the model usable at any input size whose
+pooled map is >= 1x1. Everything else is as in 004 code: the stage widths, 3x3 convs (stride 1,
+padding 1, bias), GroupNorm (004 code: 16 groups reduced to divide the channels) between conv and
+activation, a 2x2 max-pool ending every stage, dropout after the flatten, and PyTorch's default
+init (paper 004 App E: "standard PyTorch default initialization").
 """
 from __future__ import annotations
 

@@ -37,28 +37,49 @@ class EpochSeeder(L.Callback):
 class MetricsWriter(Checkpoint):
     """Appends one row per epoch to metrics.csv (rewritten atomically), times epochs.
 
+    Each row starts with `epoch, step, samples`: `step` is the optimizer steps so far
+    (`trainer.global_step` at the epoch's end), `samples` the training samples of that epoch,
+    counted from the batches trained and summed over DDP ranks. They show how long an epoch
+    really is (e.g. 3 x N samples under repeated augmentation, 004 App G).
+
     A `Checkpoint` subclass only so that Lightning calls its `on_train_epoch_end` *after* the
     LightningModule's (which logs the epoch's train loss); list it before the checkpoint
     callback so the row is on disk before the checkpoint that a resume starts from.
     """
 
+    LEAD = ("epoch", "step", "samples")  # the first columns, in this order
+
     def __init__(self, path: Path):
         self.path = Path(path)
         self.rows: list[dict] = []
         self._t0 = None
+        self._samples = 0
 
     def load_existing(self, upto_epoch: int) -> None:
-        """On resume: keep rows of the epochs the checkpoint has completed, drop later ones."""
-        self.rows = [r for r in read_csv_rows(self.path) if int(r["epoch"]) <= upto_epoch]
+        """On resume: keep rows of the epochs the checkpoint has completed, drop later ones.
+
+        Rows written before `step`/`samples` existed keep their values, with those two empty."""
+        rows = [r for r in read_csv_rows(self.path) if int(r["epoch"]) <= upto_epoch]
+        self.rows = [{**{k: r.get(k, "") for k in self.LEAD}, **r} for r in rows]
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._t0 = time.perf_counter()
+        self._samples = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        self._samples += int(batch[0].shape[0])
+
+    def _epoch_samples(self, trainer, pl_module) -> int:
+        """This epoch's training samples over all ranks (a collective: every rank calls it)."""
+        count = torch.tensor(self._samples, dtype=torch.long, device=pl_module.device)
+        return int(trainer.strategy.reduce(count, reduce_op="sum"))
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if self._t0 is None:
             return
         m = {k: float(v) for k, v in trainer.callback_metrics.items() if "/" not in k}
-        row = {"epoch": trainer.current_epoch + 1}
+        row = {"epoch": trainer.current_epoch + 1, "step": int(trainer.global_step),
+               "samples": self._epoch_samples(trainer, pl_module)}
         row.update({k: m[k] for k in sorted(m) if k != "lr" and k != "train_loss"})
         row["train_loss"] = m.get("train_loss", float("nan"))
         row["lr"] = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else float("nan")

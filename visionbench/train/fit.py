@@ -23,6 +23,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from .. import models
 from ..activations import is_learnable
 from ..models import finetune
+from ..models.lsuv import check_variant, lsuv_images
 from ..data import create_datamodule
 from .callbacks import ActivationSnapshots, AtomicCheckpointIO, EpochSeeder, MetricsWriter, RunCheckpoint, RunProgressBar
 from .io import RunStateError
@@ -85,6 +86,8 @@ def _create(cfg: Mapping[str, Any], act: str | None, act_kwargs: Mapping[str, An
         kwargs["drop_rate"] = float(m["dropout"])
     if m.get("drop_path"):
         kwargs["drop_path_rate"] = float(m["drop_path"])
+    if m.get("global_pool") is not None:  # e.g. flatten: 004 code's VGG head (models/vgg.py)
+        kwargs["global_pool"] = m["global_pool"]
     return models.create(
         m["name"], act=act, act_kwargs=dict(act_kwargs or {}), num_classes=num_classes, img_size=img_size,
         in_chans=in_chans, norm=m.get("norm"), norm_free=bool(m.get("norm_free")), pretrained=pretrained, **kwargs,
@@ -110,6 +113,15 @@ def build_model(cfg: Mapping[str, Any], num_classes: int, in_chans: int, img_siz
                             source_act=ft.get("source_act"), ema=bool(ft.get("ema")), model_name=cfg["model"]["name"])
 
 
+def lsuv_variant(cfg: Mapping[str, Any]) -> str:
+    """`model.lsuv_variant` (mishkin | paper004), or ValueError naming the key."""
+    variant = cfg["model"].get("lsuv_variant") or "mishkin"
+    try:
+        return check_variant(variant)
+    except ValueError as e:
+        raise ValueError(f"model.lsuv_variant: {e}") from None
+
+
 def checkpoint_epoch(path: Path) -> int:
     """The number of epochs a checkpoint has completed; `RunStateError` naming the file if it is unreadable."""
     try:  # mmap: only the header and the epoch are read
@@ -129,8 +141,9 @@ def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> R
     dm = create_datamodule(cfg["data"], batch_size=int(cfg["batch_size"]), seed=seed, test_in_val=True)
     model = build_model(cfg, dm.num_classes, dm.in_chans, dm.img_size)
     if cfg["model"].get("lsuv"):
+        variant = lsuv_variant(cfg)
         dm.setup("fit")
-        models.lsuv_init(model, next(iter(dm.train_dataloader()))[0])
+        models.lsuv_init(model, lsuv_images(dm.train_dataloader(), variant), variant=variant)
     counts = models.count_parameters(model)
     counts["trainable_params"] = finetune.count_trainable(model)
 

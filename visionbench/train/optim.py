@@ -1,6 +1,6 @@
 """Optimizer of a run from the recipe's `optim` block: SGD (Nesterov) or AdamW over the model's
-parameter groups (weights decayed; biases, norms and activation coefficients not; coefficients
-with their own lr multiplier, paper 004 Table 6 and 10)."""
+parameter groups (weights decayed as `optim.decay_rule` says; biases, norms and activation
+coefficients not; coefficients with their own lr multiplier, paper 004 Table 6 and 10)."""
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -28,7 +28,8 @@ def build_optimizer(model: nn.Module, optim: Mapping[str, Any], batch_size: int,
         raise ValueError(f"unknown optim.name {optim.get('name')!r}; accepted: {', '.join(OPTIMIZERS)}")
     lr = scaled_lr(optim, batch_size)
     groups = param_groups(model, lr=lr, weight_decay=float(optim.get("weight_decay", 0.0) or 0.0),
-                          act_lr_mult=act_lr_mult, act_weight_decay=float(optim.get("act_weight_decay", 0.0) or 0.0))
+                          act_lr_mult=act_lr_mult, act_weight_decay=float(optim.get("act_weight_decay", 0.0) or 0.0),
+                          decay_rule=str(optim.get("decay_rule") or "conv_linear").lower())
     if name == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=float(optim.get("momentum", 0.9)),
                                nesterov=bool(optim.get("nesterov", False)))
