@@ -5,6 +5,7 @@
     visionbench list
     visionbench bench activations|train [...]
     visionbench plot boundaries [--acts ...] [--out FILE]
+    visionbench papers [--paper 004] [--table 2] [--format md|csv] [--test student|welch]
 """
 from __future__ import annotations
 
@@ -57,7 +58,13 @@ def _run(args: list[str]) -> int:
     # the recipe's baseline if this sweep ran it; otherwise the report picks one from the results dir.
     # The metric is the recipe's `report.metric`, which the report reads from the runs' summaries.
     baseline = cfg.report.baseline
-    report_main([str(recipe_dir)] + (["--baseline", str(baseline)] if baseline in swept else []))
+    try:
+        report_main([str(recipe_dir)] + (["--baseline", str(baseline)] if baseline in swept else []))
+    except KeyboardInterrupt as e:  # every run is on disk: only the table is missing
+        stop = e if isinstance(e, Interrupted) else Interrupted(received())
+        print(f"visionbench run: interrupted by {stop.signal_name} while writing the report; rerun the same "
+              "command to write it", file=sys.stderr)
+        return stop.exit_code
     locked = [o for o in outcomes if o.status == "locked"]
     if locked:
         print(f"{len(locked)} run(s) left to another live visionbench process; rerun this command after it "
@@ -102,11 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         from .report import plot_main
 
         return plot_main(rest)
+    if cmd == "papers":
+        from .report.papers import main as papers_main
+
+        return papers_main(rest)
     if cmd == "bench":
         from .bench import main as bench_main
 
         return bench_main(rest)
-    print(f"visionbench: unknown command {cmd!r}; commands: run, report, list, bench, plot\n{USAGE}", file=sys.stderr)
+    print(f"visionbench: unknown command {cmd!r}; commands: run, report, list, bench, plot, papers\n{USAGE}", file=sys.stderr)
     return 2
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import layout, plots, protocol, tables
+from . import layout, plots, protocol, published, tables
 from .collect import metric_names, scan_runs
 from .stats import TESTS, summarize
 
@@ -49,6 +49,9 @@ def report_parser() -> argparse.ArgumentParser:
     p.add_argument("--digits", type=int, default=2, help="decimals of mean, std and differences (default 2)")
     p.add_argument("--bootstrap", type=int, default=10_000, metavar="N", help="bootstrap resamples (default 10000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--published", action="store_true",
+                   help="add the paper's mean ± std (n) of each row that has a published counterpart (same recipe, "
+                        "act, setting, metric), ours - paper, and a Welch p (`visionbench papers` lists them)")
     return p
 
 
@@ -108,6 +111,10 @@ def _report(args) -> int:
             recipe_notes = _recipe_notes(summary, recipe_runs, notes, Path(recipe_dir), args.baseline)
             if metric_note:
                 recipe_notes.insert(0, metric_note)
+            if args.published:
+                summary, published_notes = published.attach(summary, setting=recipe_runs["setting"].iloc[0],
+                                                            val_split=_common(recipe_runs["val_split"]))
+                recipe_notes += published_notes
             print(tables.markdown(summary, recipe_notes, args.digits, args.extras))
             written += tables.write(summary, recipe_dir, formats, recipe_notes, args.digits, args.extras)
             if want_plots:
@@ -147,9 +154,12 @@ def _write_layout(summaries, runs, root: Path, args, formats) -> list[Path]:
     """The recipe-level table of a factor sweep (004 Table 2's layout) into the recipe's folder."""
     best_of = protocol.report_best_of(runs) if args.best_of is None else [k for k in args.best_of.split(",") if k]
     table = layout.best_of_table(summaries, best_of)
+    notes = []
+    if args.published:  # 004 Table 2 prints per GN setting the best of the inits: this table's layout
+        table, notes = published.attach(table, setting_col="column", val_split=_common(runs["val_split"]))
     settings_dirs = sorted(set(runs["setting"]) - {""})
     text = layout.markdown(table, str(runs["recipe"].iloc[0]), best_of, summaries["metric_text"].iloc[0],
-                           settings_dirs, args.digits)
+                           settings_dirs, args.digits, notes)
     print(text)
     written = []
     if "md" in formats:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..runner.axes import format_value, parse_setting_label
 from .stats import higher_is_better
+from .tables import has_published, published_cell, published_header
 
 COLUMNS = ["recipe", "act", "column", "chosen", "mean", "std", "n", "p_value", "stars", "n_candidates", "metric",
            "best", "second"]
@@ -70,8 +71,9 @@ def _cell(row, digits: int) -> str:
 
 
 def markdown(table: pd.DataFrame, recipe: str, best_of: list[str], metric_text: str, settings_dirs: list[str],
-             digits: int = 2) -> str:
-    """The paper-shaped Markdown table: acts down, columns across, the chosen setting in each cell."""
+             digits: int = 2, notes=()) -> str:
+    """The paper-shaped Markdown table: acts down, columns across, the chosen setting in each cell; with
+    `--published` (004 Table 2's numbers are per GN setting, best of the inits) a paper column per column."""
     # columns in a stable order, "off" values first: null / false before the others (004 Table 2: no GN, GN)
     columns = sorted(dict.fromkeys(table["column"]), key=lambda c: [
         (v not in (None, False), format_value(v)) for v in parse_setting_label(c).values()])
@@ -86,6 +88,14 @@ def markdown(table: pd.DataFrame, recipe: str, best_of: list[str], metric_text: 
              + ", ".join(f"`{d}/table.md`" for d in settings_dirs) + ".", "",
              "| Act. | " + " | ".join(c or "(all)" for c in columns) + " |",
              "|:---|" + "---:|" * len(columns)]
+    if has_published(table):
+        cells |= {(r["act"], "published " + r["column"]): published_cell(r, digits) for _, r in table.iterrows()}
+        lines[-2] = lines[-2] + " " + " | ".join(f"paper {c or '(all)'}" for c in columns) + " |"
+        lines[-1] = lines[-1] + "---:|" * len(columns)
+        lines[-2:-2] = [f"Paper columns: {published_header(table)}.", ""]
+        columns = columns + ["published " + c for c in columns]
     for act in acts:
         lines.append(f"| {act} | " + " | ".join(cells.get((act, c), "") for c in columns) + " |")
+    if notes:
+        lines += ["", "Notes:"] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"

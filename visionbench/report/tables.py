@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .stats import MARK_BASELINE
+from .stats import MARK_BASELINE, stars
 
 FORMATS = ("md", "csv", "tex")
 TEST_NAMES = {
@@ -79,6 +79,9 @@ def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple
     if extras:
         headers += ["p (Holm)", "Cohen's d", "95% CI of Δ"]
     headers += ["diverged", "failed", "train time (s)", "img/s", "act params"]
+    show_published = has_published(summary)
+    if show_published:
+        headers.append(published_header(summary))
     rows, emphasis = [], []
     for _, r in summary.iterrows():
         row = [r["act"], str(r["n"]), mean_cell(r, digits),
@@ -89,9 +92,39 @@ def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple
             row += [p_cell(r, "p_holm", "stars_holm"), _num(r["cohen_d"], 2, sign=True), ci]
         row += [str(r["n_diverged"]), str(r["n_failed"]), _num(r["train_time_s"], 1),
                 _num(r["throughput_img_s"], 0), _int(r["act_params"])]
+        if show_published:
+            row.append(published_cell(r, digits))
         rows.append(row)
         emphasis.append("best" if r["best"] else "second" if r["second"] else "")
     return headers, rows, emphasis
+
+
+def has_published(table: pd.DataFrame) -> bool:
+    """True when `published.attach` found a counterpart for at least one row (`--published`)."""
+    return "published_ref" in table and bool((table["published_ref"] != "").any())
+
+
+def published_header(table: pd.DataFrame) -> str:
+    """`published (004 Table 1): mean ± std (n); Δ ours - paper; Welch p`."""
+    refs = ", ".join(sorted(set(table["published_ref"]) - {""}))
+    return f"published ({refs}): mean ± std (n); Δ ours - paper; Welch p"
+
+
+def published_cell(row, digits: int = 2) -> str:
+    """`81.96 ± 0.33 (n=5); Δ -0.12; p 0.7134 (ns)`; the mark (`published n=1`) when p is untestable;
+    "" for a row without a published counterpart."""
+    if not row.get("published_ref"):
+        return ""
+    mean, std, n = (float(row[k]) for k in ("published_mean", "published_std", "published_n"))
+    if not math.isfinite(mean):
+        return "NaN (diverged in the paper)"
+    text = _num(mean, digits) + (f" ± {_num(std, digits)}" if math.isfinite(std) else "")
+    text += f" (n={int(n)})" if math.isfinite(n) else " (n not stated)"
+    diff = float(row["published_diff"])
+    if math.isfinite(diff):
+        text += f"; Δ {_num(diff, digits, sign=True)}"
+    p = float(row["published_p"])
+    return text + "; " + (f"p {format_p(p, stars(p))}" if math.isfinite(p) else str(row["published_mark"]))
 
 
 def caption(summary: pd.DataFrame) -> str:
