@@ -122,6 +122,38 @@ def test_changed_config_is_an_error_not_a_silent_mix(tmp_path):
         sweep(tmp_path, "act=relu", "seeds=1", "optim.lr=0.5")
 
 
+# keys _base.yaml gained after schema 1's first results (issue 15): a run directory written without them
+NEWER_KEYS = {"model": ["global_pool", "lsuv_variant"], "optim": ["decay_rule"]}
+NEWER_AUGMENT_KEYS = ["color_jitter", "auto_augment_impl", "repeated_aug_epoch"]
+
+
+def _as_older_version(config_path: Path, **augment) -> None:
+    stored = yaml.safe_load(config_path.read_text())
+    for block, keys in NEWER_KEYS.items():
+        for key in keys:
+            stored[block].pop(key, None)
+    for key in NEWER_AUGMENT_KEYS:
+        stored["data"]["augment"].pop(key, None)
+    stored["data"]["augment"].update(augment)
+    config_path.write_text(yaml.safe_dump(stored))
+
+
+def test_results_of_an_older_version_resume_without_a_false_mismatch(tmp_path):
+    from visionbench.runner.sweep import check_resumable
+    from visionbench.runner.config import run_config
+
+    (o,) = sweep(tmp_path, "act=relu", "seeds=1")
+    _as_older_version(o.run_dir / "config.yaml")
+    cfg = load_config([f"results_dir={tmp_path}", *FAST, "act=relu", "seeds=1"])
+    check_resumable(run_config(cfg, "relu", 0), o.run_dir)  # the keys it lacks hold their old behaviour
+
+    # with repeats, the old epoch rule (DeiT's length) is not today's: resuming would mix the two
+    _as_older_version(o.run_dir / "config.yaml", repeated_aug=3)
+    again = load_config([f"results_dir={tmp_path}", *FAST, "act=relu", "seeds=1", "data.augment.repeated_aug=3"])
+    with pytest.raises(ConfigMismatch, match="repeated_aug_epoch"):
+        check_resumable(run_config(again, "relu", 0), o.run_dir)
+
+
 @pytest.mark.parametrize("args, message", [
     (["foo=1"], "unknown key 'foo'; valid keys"),
     (["optim.lrr=0.1"], r"unknown key 'optim.lrr' \(did you mean optim.lr"),

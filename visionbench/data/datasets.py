@@ -22,6 +22,15 @@ class DatasetNotFoundError(FileNotFoundError):
     """A dataset is missing on disk; the message says where it was looked for and how to fix it."""
 
 
+class CorruptDataError(ValueError):
+    """A dataset file that cannot be used (truncated, wrong content); the message names the file and the fix."""
+
+
+def corrupt(path: str | Path, problem: str) -> CorruptDataError:
+    """`CorruptDataError`: one line with the file, what is wrong with it and what to do."""
+    return CorruptDataError(f"{path}: {problem}; replace the file with an intact copy of the dataset")
+
+
 def missing_dataset(title: str, cfg: DataConfig, expected: Path, layout: str, download: bool = False):
     """A `DatasetNotFoundError` naming `data.root`, the expected path and the fixes."""
     fixes = [f"point data.root=/path/to/datasets (or ${DATA_ENV_VAR}) at the directory holding it"]
@@ -44,10 +53,17 @@ def find_dataset_dir(root: Path, folder: str, marker: str) -> Path | None:
 
 
 def load_rgb(path: str | Path) -> Image.Image:
-    """Open an image file as RGB (Tiny ImageNet and ImageNet hold some grayscale/CMYK JPEGs)."""
-    with open(path, "rb") as f:
-        img = Image.open(f)
-        return img.convert("RGB")
+    """Open an image file as RGB (Tiny ImageNet and ImageNet hold some grayscale/CMYK JPEGs).
+
+    A truncated or unreadable file is a `CorruptDataError` naming it (PIL alone says "image file is
+    truncated", without the path, from deep inside a DataLoader worker)."""
+    try:
+        with open(path, "rb") as f:
+            img = Image.open(f)
+            return img.convert("RGB")
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:  # UnidentifiedImageError: OSError
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise corrupt(path, f"unreadable image ({first})") from None
 
 
 class ArrayDataset(Dataset):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .base import VisionDataModule
-from .datasets import FileDataset, find_dataset_dir, missing_dataset
+from .datasets import FileDataset, corrupt, find_dataset_dir, missing_dataset
 
 FOLDER = "tiny-imagenet-200"
 IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
@@ -36,10 +36,13 @@ def read_wnids(folder: Path) -> list[str]:
 
 def read_val_annotations(folder: Path) -> list[tuple[str, str]]:
     """(filename, wnid) pairs of `val/val_annotations.txt` (tab separated; the bbox is ignored)."""
+    path = folder / "val" / "val_annotations.txt"
     pairs = []
-    for line in (folder / "val" / "val_annotations.txt").read_text().splitlines():
+    for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
         if line.strip():
             fields = line.split("\t")
+            if len(fields) < 2:
+                raise corrupt(path, f"line {n} is not 'filename<TAB>wnid<TAB>...': {line[:60]!r}")
             pairs.append((fields[0].strip(), fields[1].strip()))
     return pairs
 
@@ -82,7 +85,8 @@ class TinyImageNetDataModule(VisionDataModule):
             pairs = read_val_annotations(self.folder)
             unknown = sorted({wnid for _, wnid in pairs if wnid not in index})
             if unknown:
-                raise ValueError(f"val_annotations.txt names wnids missing from wnids.txt: {unknown[:5]}")
+                raise corrupt(self.folder / "val" / "val_annotations.txt",
+                              f"names wnids missing from wnids.txt: {unknown[:5]}")
             images = self.folder / "val" / "images"
             samples = [(images / name, index[wnid]) for name, wnid in pairs]
         if not samples:

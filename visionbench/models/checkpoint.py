@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import pickle
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,13 +75,32 @@ def _load_file(path: Path) -> Any:
         except ImportError:
             raise ValueError(f"{path}: reading .safetensors needs the `safetensors` package "
                              f"(pip install safetensors), or convert the file to .pth") from None
-        return load_file(str(path), device="cpu")
+        try:
+            return load_file(str(path), device="cpu")
+        except Exception as e:  # noqa: BLE001 - safetensors reports a torn header in its own way
+            raise _unreadable(path, e) from None
     try:  # tensors and plain containers only: a checkpoint is data, not code (timm train.py adds its argparse args)
         with torch.serialization.safe_globals([argparse.Namespace]):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        raise ValueError(f"{path}: cannot be read as weights only ({str(e).splitlines()[0]}); re-save its "
-                         f"state dict with torch.save(model.state_dict(), ...)") from None
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        if found:  # a real checkpoint that also pickles objects (code, not data)
+            raise ValueError(f"{path}: cannot be read as weights only (it pickles {found.group(1)}); re-save its "
+                             f"state dict with torch.save(model.state_dict(), ...)") from None
+        raise _unreadable(path, e) from None
+    except Exception as e:  # noqa: BLE001 - a text file, a torn download: torch says "KeyError: 101" and the like
+        raise _unreadable(path, e) from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:120] if text else type(e).__name__
+
+
+def _unreadable(path: Path, e: BaseException) -> ValueError:
+    """A file that is no torch checkpoint at all (text, truncated, another format): name it and what is accepted."""
+    return ValueError(f"{path} is not a readable torch checkpoint ({type(e).__name__}: {_first_line(e)}); give a "
+                      f"file saved with torch.save (e.g. a state dict) or a visionbench run's checkpoints/best.ckpt")
 
 
 def _is_tensor_dict(obj: Any) -> bool:

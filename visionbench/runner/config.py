@@ -22,6 +22,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from .. import activations
+from . import checks
 from .axes import parse_act, parse_acts, parse_value, settings, split_top_level
 
 RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
@@ -192,9 +193,11 @@ def validate(cfg: DictConfig) -> DictConfig:
     from ..train.optim import OPTIMIZERS
     from ..train.schedules import SCHEDULES
 
+    checked: set[str] = set()
     for setting in sweep_settings(cfg):
         c = apply_setting(cfg, setting)
         where = f" (setting {', '.join(f'{k}={v}' for k, v in setting.items())})" if setting else ""
+        _check_values(c, where, checked)
         if str(c.optim.name).lower() not in OPTIMIZERS:
             raise ConfigError(f"unknown optim.name {c.optim.name!r}{where}; accepted: {', '.join(OPTIMIZERS)}")
         if str(c.sched.name).lower() not in SCHEDULES:
@@ -215,6 +218,74 @@ def validate(cfg: DictConfig) -> DictConfig:
             except (ValueError, FileNotFoundError) as e:
                 raise ConfigError(str(e)) from None
     return cfg
+
+
+def _check_values(c: DictConfig, where: str, checked: set[str]) -> None:
+    """Every key's type and range (`checks.CHECKS`, else its default's type), then what needs several
+    keys or a library: the data block, the model's norm toggles, Lightning's Trainer arguments, a
+    fine-tuning checkpoint's content. Each a `ConfigError` of one line naming the key."""
+    plain = OmegaConf.to_container(c, resolve=True)
+    errors = checks.key_errors(plain, _base(), FREE_DICTS)
+    if errors:
+        raise ConfigError("; ".join(errors) + where)
+    from ..data import DataConfig
+
+    try:
+        DataConfig.from_mapping(plain["data"])
+    except ValueError as e:
+        raise ConfigError(f"{e}{where}") from None
+    _check_model(plain["model"], where)
+    _check_trainer(plain["trainer"], where, checked)
+    ft = plain.get("finetune") or {}
+    if ft.get("checkpoint") and str(ft["checkpoint"]) != "timm" and f"ckpt:{ft['checkpoint']}" not in checked:
+        from ..models.checkpoint import read_checkpoint
+
+        checked.add(f"ckpt:{ft['checkpoint']}")
+        try:  # its content, not only its name: a text file or a torn download fails here, once
+            read_checkpoint(ft["checkpoint"], ema=bool(ft.get("ema")))
+        except (ValueError, FileNotFoundError) as e:
+            raise ConfigError(f"finetune.checkpoint: {e}{where}") from None
+
+
+def _check_model(model: dict, where: str) -> None:
+    from ..models.factory import MODELS, resolve
+
+    spec = resolve(model["name"])
+    for key, value, supported in (("norm", model.get("norm") == "group", "group_norm"),
+                                  ("norm_free", model.get("norm_free"), "norm_free")):
+        if value and not getattr(spec, supported):
+            takers = ", ".join(n for n, s in MODELS.items() if getattr(s, supported))
+            raise ConfigError(f"model.{key}={model.get(key)} is not supported by model.name={model['name']}; "
+                              f"supported models: {takers}{where}")
+
+
+def _check_trainer(t: dict, where: str, checked: set[str]) -> None:
+    """Build (and drop) a Lightning Trainer with the recipe's device arguments: what Lightning refuses
+    (an unknown strategy, a GPU on a CPU machine, devices=0) fails here, once, not in every run."""
+    args = {k: t[k] for k in ("accelerator", "devices", "num_nodes", "strategy", "precision")}
+    key = json.dumps(args, sort_keys=True, default=str)
+    defaults = _base()["trainer"]
+    if key in checked or all(v == defaults.get(k) for k, v in args.items()):  # the defaults work everywhere
+        return
+    checked.add(key)
+    import logging
+
+    import lightning as L
+
+    quiet = [logging.getLogger(n) for n in ("lightning.pytorch", "lightning.fabric")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.ERROR)
+    try:
+        L.Trainer(**args, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                  enable_model_summary=False)
+    except Exception as e:  # noqa: BLE001 - Lightning raises ValueError, TypeError, MisconfigurationException
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        given = ", ".join(f"trainer.{k}={v}" for k, v in args.items() if v != defaults.get(k)) or "trainer"
+        raise ConfigError(f"{given}: {first}{where}") from None
+    finally:
+        for q, level in zip(quiet, levels):
+            q.setLevel(level)
 
 
 def _check_factors(cfg: DictConfig) -> None:
@@ -254,7 +325,11 @@ def run_config(cfg: DictConfig, act: str, seed: int, setting: dict | None = None
 def fingerprint(run: dict) -> dict:
     """The part of a run config that determines its results (compared before resuming)."""
     out = copy.deepcopy(run)
-    for key in NOT_FINGERPRINTED:
+    augment = (out.get("data") or {}).get("augment") or {}
+    ignored = list(NOT_FINGERPRINTED)
+    if float(augment.get("repeated_aug", 1) or 1) <= 1:  # no repeats: the epoch rule changes nothing
+        ignored.append("data.augment.repeated_aug_epoch")
+    for key in ignored:
         parts = key.split(".")
         d = out
         for p in parts[:-1]:
@@ -262,6 +337,30 @@ def fingerprint(run: dict) -> dict:
         if isinstance(d, dict):
             d.pop(parts[-1], None)
     out.pop("defaults", None)
+    return out
+
+
+# keys added to `_base.yaml` after runs were written without them, with the value that reproduces what
+# those runs did where it is not the new default (the DeiT epoch was the only repeated-aug rule before)
+LEGACY_VALUES = {"data.augment.repeated_aug_epoch": "deit"}
+
+
+def upgrade(stored: dict) -> dict:
+    """A run's stored config.yaml with the keys that `_base.yaml` gained since it was written: their
+    legacy value (LEGACY_VALUES), else their default, which keeps what runs did before the key existed.
+    A results directory from an older visionbench then resumes instead of failing on keys it never had."""
+    out = copy.deepcopy(stored)
+
+    def fill(into: dict, defaults: dict, prefix: str) -> None:
+        for key, default in defaults.items():
+            name = prefix + key
+            if isinstance(default, dict) and not _is_free(name):
+                if isinstance(into.get(key), dict):
+                    fill(into[key], default, name + ".")
+            elif key not in into and name not in ("defaults", "seed"):
+                into[key] = LEGACY_VALUES.get(name, default)
+
+    fill(out, _base(), "")
     return out
 
 

@@ -1,6 +1,9 @@
 """One process per run directory: a second `visionbench run` on the same results skips the runs
 another live process is training, and says so (an advisory `flock`, released when its holder
-exits or dies; on systems without `fcntl` there is no lock)."""
+exits or dies; on systems without `fcntl` there is no lock).
+
+Under DDP every rank runs the same command and trains the same run together: only rank 0 takes
+the lock (the others would find it held and skip, leaving rank 0 waiting for them forever)."""
 from __future__ import annotations
 
 import os
@@ -12,6 +15,18 @@ except ImportError:  # Windows
     fcntl = None
 
 LOCK_NAME = ".lock"
+
+
+# where launchers put the process's global rank, in Lightning's order (rank_zero_only's `_get_rank`)
+RANK_ENV = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+
+
+def process_rank() -> int:
+    """This process's rank in a DDP job as its launcher set it (0 outside one)."""
+    for key in RANK_ENV:
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 0
 
 
 class RunLocked(RuntimeError):
@@ -26,7 +41,7 @@ class RunLock:
         self._file = None
 
     def __enter__(self) -> "RunLock":
-        if fcntl is None:
+        if fcntl is None or process_rank() > 0:  # rank 0 of this DDP job holds it
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         f = open(self.path, "a+")

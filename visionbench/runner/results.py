@@ -22,6 +22,7 @@ from .axes import setting_label
 SCHEMA = 1
 STATUSES = ("completed", "diverged", "failed", "running", "interrupted")
 SCORED = ("completed", "diverged", "failed")  # what a report counts; running/interrupted runs are still to finish
+CONFIG_KEYS = ("recipe", "act", "seed")  # in every run's config.yaml
 
 
 def run_dir(results_dir: str | Path, recipe: str, act: str, seed: int, setting: dict | None = None) -> Path:
@@ -65,10 +66,18 @@ def write_summary(path: Path, summary: dict) -> None:
 
 
 def read_config(path: Path) -> dict | None:
-    """The run's config.yaml; None if absent; `RunStateError` (naming the file) if unreadable."""
+    """The run's config.yaml; None if absent; `RunStateError` (naming the file) if unreadable, or
+    truncated (a YAML file cut short often still parses: it then lacks the keys written last)."""
     f = Path(path) / "config.yaml"
-    return _read(f, yaml.safe_load, "config", f"delete the run directory {Path(path)} to restart this run") \
-        if f.exists() else None
+    if not f.exists():
+        return None
+    fix = f"delete the run directory {Path(path)} to restart this run"
+    config = _read(f, yaml.safe_load, "config", fix)
+    missing = [k for k in CONFIG_KEYS if k not in config]
+    if missing or not f.read_bytes().endswith(b"\n"):  # yaml.safe_dump ends every file with a newline
+        lacks = f"no {', '.join(missing)}" if missing else "no final newline"
+        raise RunStateError(f"{f} is incomplete ({lacks}: truncated?); {fix}")
+    return config
 
 
 def check_unfinished(path: Path) -> None:
@@ -90,6 +99,16 @@ def check_unfinished(path: Path) -> None:
         raise RunStateError(f"{metrics} is corrupt ({type(e).__name__}: {e}); {restart}") from None
     if epochs != list(range(1, len(epochs) + 1)):
         raise RunStateError(f"{metrics} has epochs {epochs[:5]}..., not 1, 2, 3, ...; {restart}")
+
+
+def remove_stale_temps(path: Path) -> list[Path]:
+    """Delete temporary files a killed process left in a run directory (`.NAME.tmpPID`, train/io.py).
+
+    Call it holding the run's lock: no live process writes there then."""
+    stale = [p for p in Path(path).rglob(".*.tmp*") if p.is_file()]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
 
 
 def write_config(path: Path, cfg: dict) -> None:

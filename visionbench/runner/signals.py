@@ -4,23 +4,35 @@
     init_worker(threads)                 # in each parallel=K worker: same, and die with the parent
 
 The run being trained records status `interrupted` and the command exits non-zero (143 for
-SIGTERM, 130 for Ctrl-C), so cluster scripts see the truth; rerunning the same command resumes.
+SIGTERM, 138 for SIGUSR1, 130 for Ctrl-C), so cluster scripts see the truth; rerunning the same command resumes.
+
+SLURM requeue: in a SLURM job, SIGUSR1 (`#SBATCH --signal=USR1@120` + `--requeue`, the command
+started with `srun`: sent 120 s before the time limit) runs `scontrol requeue <job>` and stops like
+SIGTERM (status `interrupted`, exit 138); the requeued job reruns the same command and resumes
+from last.ckpt. This replaces Lightning's auto-requeue handler (`SLURMEnvironment(auto_requeue=True)`,
+which Lightning installs only where SIGUSR1 has no handler yet), because that one (1) saves a
+mid-epoch `hpc_ckpt_N.ckpt`, from which a resume would not repeat the uninterrupted run (runs resume
+at epoch ends), and (2) finalizes the loggers and lets training go on until SLURM's SIGTERM: a
+TensorBoard write in that window fails the run ("'NoneType' object has no attribute '_intrans'",
+seen in the tests). A second stop signal (SLURM's SIGTERM after the requeue) does not interrupt
+the recording of the first.
 """
 from __future__ import annotations
 
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 
-EXIT_CODES = {"SIGTERM": 143, "Ctrl-C": 130}
+EXIT_CODES = {"SIGTERM": 143, "Ctrl-C": 130, "SIGUSR1": 138}  # 128 + the signal number, as a shell reports it
 _PR_SET_PDEATHSIG = 1
 
 
 class Interrupted(KeyboardInterrupt):
-    """The process was told to stop (`signal_name`: SIGTERM or Ctrl-C)."""
+    """The process was told to stop (`signal_name`: SIGTERM, SIGUSR1 (SLURM requeue) or Ctrl-C)."""
 
     def __init__(self, signal_name: str = "Ctrl-C"):
         super().__init__(signal_name)
@@ -34,20 +46,73 @@ class Interrupted(KeyboardInterrupt):
 _received: list[str] = []
 
 
+def _stop(name: str) -> None:
+    """Raise `Interrupted` for the first stop signal; later ones (SLURM's SIGTERM after a requeue, a
+    second `kill`) are noted but do not break the recording of the first."""
+    first = not _received
+    _received.append(name)
+    if first:
+        raise Interrupted(name)
+
+
 def _on_sigterm(signum, frame) -> None:
-    _received.append("SIGTERM")
-    raise Interrupted("SIGTERM")
+    _stop("SIGTERM")
 
 
-def install_sigterm() -> None:
-    """SIGTERM raises `Interrupted` in the main thread (Lightning chains its own handler to it)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_sigterm)
+def _on_requeue(signum, frame) -> None:
+    first = not _received
+    _received.append("SIGUSR1")  # first: SLURM's SIGTERM during `scontrol` must not cut the requeue short
+    if first:
+        requeue_slurm_job()
+        raise Interrupted("SIGUSR1")
+
+
+def _on_requeue_worker(signum, frame) -> None:  # a parallel=K worker: its parent requeues the job
+    _stop("SIGUSR1")
+
+
+def slurm_job_id() -> str | None:
+    """This SLURM job's id as `scontrol` wants it (`<array job>_<task>` for an array task); None outside SLURM."""
+    if os.environ.get("SLURM_ARRAY_JOB_ID") and os.environ.get("SLURM_ARRAY_TASK_ID"):
+        return f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+    return os.environ.get("SLURM_JOB_ID")
+
+
+def requeue_slurm_job() -> bool:
+    """`scontrol requeue` this job, as Lightning's auto-requeue does; False (and a note) if that fails."""
+    job = slurm_job_id()
+    if job is None:
+        return False
+    try:
+        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        print(f"visionbench: could not requeue SLURM job {job} ({e}); resubmit it to resume", file=sys.stderr)
+        return False
+    if done.returncode != 0:
+        print(f"visionbench: scontrol requeue {job} failed ({done.stderr.strip()[:200]}); resubmit it to resume",
+              file=sys.stderr)
+    return done.returncode == 0
+
+
+def install_sigterm(requeue: bool = True) -> None:
+    """SIGTERM raises `Interrupted` in the main thread (Lightning chains its own handler to it).
+
+    In a SLURM job, SIGUSR1 requeues the job (`requeue`: the sweep's own process; its parallel
+    workers only stop), then stops like SIGTERM. Being installed first, this handler replaces
+    Lightning's auto-requeue one (Lightning installs its own only where SIGUSR1 has none); see the
+    module docstring for why.
+    """
+    _received.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    if slurm_job_id() and hasattr(signal, "SIGUSR1"):
+        signal.signal(signal.SIGUSR1, _on_requeue if requeue else _on_requeue_worker)
 
 
 def received() -> str:
-    """The signal that stopped training: SIGTERM if one arrived, else Ctrl-C (SIGINT)."""
-    return _received[-1] if _received else "Ctrl-C"
+    """The signal that stopped training: the first stop signal that arrived, else Ctrl-C (SIGINT)."""
+    return _received[0] if _received else "Ctrl-C"
 
 
 def _die_with_parent() -> None:
@@ -74,5 +139,5 @@ def init_worker(threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    install_sigterm()
+    install_sigterm(requeue=False)
     _die_with_parent()

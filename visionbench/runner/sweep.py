@@ -5,6 +5,8 @@ resuming unfinished ones, recording divergence and failures without stopping.
 """
 from __future__ import annotations
 
+import contextlib
+import csv
 import multiprocessing
 import os
 import sys
@@ -21,8 +23,8 @@ from omegaconf import DictConfig
 from ..train.io import DiskFullError, RunStateError, is_disk_full, read_csv_rows
 from . import results
 from .config import (ConfigError, apply_setting, config_hash, diff_configs, fingerprint, run_config, sweep_acts,
-                     sweep_settings)
-from .locks import RunLock, RunLocked
+                     sweep_settings, upgrade)
+from .locks import RunLock, RunLocked, process_rank
 from .signals import Interrupted, init_worker, received
 
 
@@ -43,7 +45,7 @@ def check_resumable(run: dict, out: Path) -> None:
     stored = results.read_config(out)
     if stored is None:
         return
-    diffs = diff_configs(fingerprint(stored), fingerprint(run))
+    diffs = diff_configs(fingerprint(upgrade(stored)), fingerprint(run))
     if diffs:
         raise ConfigMismatch(
             f"{out} holds a run with a different configuration:\n  " + "\n  ".join(diffs)
@@ -79,9 +81,13 @@ def _execute(run: dict, out: Path, progress: bool) -> Outcome:
     act, label, seed = run["act"], run.get("act_label", run["act"]), run["seed"]
     check_resumable(run, out)
     previous = results.read_summary(out)
+    _check_summary_config(previous, run, out)
     if previous and previous.get("status") == "completed":
         return Outcome(label, seed, "skipped", previous, out)
     results.check_unfinished(out)
+    if process_rank() == 0:  # other DDP ranks: rank 0 of the job holds the lock and cleans
+        results.remove_stale_temps(out)  # a kill -9 leaves them; we hold the lock, so none is being written
+        (out / "error.txt").unlink(missing_ok=True)  # a previous session's; this one writes its own if it fails
     run = {**run, "threads": torch.get_num_threads()}  # results depend on it: recorded, a change is shown
     stored_threads = (results.read_config(out) or {}).get("threads")
     if stored_threads not in (None, run["threads"]):
@@ -119,16 +125,38 @@ def _execute(run: dict, out: Path, progress: bool) -> Outcome:
             summary.update(status="failed", error=str(e if isinstance(e, DiskFullError) else DiskFullError(
                 getattr(e, "filename", None) or out)) + "; free space and rerun the same command to resume")
         else:
-            (out / "error.txt").write_text(traceback.format_exc())
-            summary.update(status="failed", error=f"{type(e).__name__}: {e}", metrics=_metrics_so_far(out))
+            with contextlib.suppress(OSError):  # the traceback is a bonus; the summary holds the line
+                (out / "error.txt").write_text(traceback.format_exc())
+            summary.update(status="failed", error=one_line(e), metrics=_metrics_so_far(out))
     _finish(out, summary)
     return Outcome(label, seed, summary["status"], summary, out)
+
+
+def one_line(e: BaseException) -> str:
+    """`Type: message` on one line. An error raised in a DataLoader worker arrives re-wrapped, its
+    message a whole traceback ("Caught X in DataLoader worker process 0 ... Original Traceback"):
+    its last line is the original error."""
+    text = str(e).strip()
+    if "Original Traceback" in text:
+        return text.splitlines()[-1].strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+def _check_summary_config(summary: dict | None, run: dict, out: Path) -> None:
+    """A run directory whose config.yaml is gone: its summary's config hash still tells whether it
+    was trained with these settings (else a rerun with other settings would count it as theirs)."""
+    if not summary or (out / "config.yaml").exists() or not summary.get("config_hash"):
+        return
+    if summary["config_hash"] != config_hash(run):
+        raise RunStateError(f"{out / 'config.yaml'} is missing and {out / 'summary.json'} was written by a run "
+                            f"with other settings; delete the run directory {out} to retrain it with these")
 
 
 def _metrics_so_far(out: Path) -> dict:
     try:
         return results.metrics_from_rows(read_csv_rows(out / "metrics.csv"))
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, csv.Error):
         return {}
 
 
@@ -142,16 +170,25 @@ def _finish(out: Path, summary: dict) -> None:
 
 
 def _execute_in_subprocess(run: dict, out: str) -> Outcome:
-    return execute(run, Path(out), progress=False)
+    """`execute` in a parallel=K worker. Told to stop (SIGTERM from the sweep, or from the kernel when
+    the sweep died: signals.init_worker), the worker records its run `interrupted` and exits: back in
+    the pool's loop it would wait forever for work from a parent that may be gone."""
+    try:
+        return execute(run, Path(out), progress=False)
+    except Interrupted as stop:
+        sys.stderr.flush()
+        os._exit(stop.exit_code)
 
 
 def check_data(cfg: DictConfig) -> None:
-    """Fail before any training when the dataset is not where the config says."""
+    """Fail before any training when the dataset is not where the config says, does not fit it
+    (data.mean of the wrong length) or is corrupt where that shows without decoding every image
+    (CIFAR-10's pickles are read and checked): once, not in every run."""
     from ..data import DatasetNotFoundError, create_datamodule
 
     try:
         create_datamodule(cfg.data, batch_size=int(cfg.batch_size), seed=0)
-    except DatasetNotFoundError as e:
+    except (DatasetNotFoundError, ValueError) as e:  # CorruptDataError is a ValueError
         raise ConfigError(str(e)) from None
 
 
@@ -165,7 +202,10 @@ def plan(cfg: DictConfig) -> list[tuple[dict, Path]]:
             for seed in range(int(cfg.seeds)):
                 run = run_config(cfg, act, seed, setting)
                 out = results.run_dir(cfg.results_dir, cfg.recipe, act, seed, setting)
-                check_resumable(run, out)
+                try:
+                    check_resumable(run, out)
+                except RunStateError:
+                    pass  # an unreadable config.yaml: that run fails with one line, the others go on
                 jobs.append((run, out))
     return jobs
 

@@ -1,0 +1,559 @@
+"""Issue 10: whatever happens to a sweep, rerunning the same command finishes it with nothing lost,
+and every failure is one line naming the file or key and the fix. One test (or group) per item of
+the issue, numbered as there; each checks the message, the exit code and the rest of the sweep.
+The random kill -9 test and the two-process race are in test_reliability_kill.py (slow)."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from visionbench.cli import main
+from visionbench.runner import checks
+from visionbench.runner.config import ConfigError, load_config
+from visionbench.runner.locks import RunLock
+from visionbench.runner.sweep import run_sweep
+
+from .fixtures import write_cifar10, write_tiny_imagenet
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["epochs=2", "batch_size=64", "data.limit_train=200", "data.limit_val=100", "snapshot_epochs=[0,-1]"]
+# sitecustomize for the subprocesses: a pause at every epoch start, so a signal lands mid-training
+# (sleeping changes no number: the results must equal an uninterrupted run's)
+HOOK = '''
+import os, time
+_pause = float(os.environ.get("VB_TEST_EPOCH_PAUSE") or 0)
+if _pause:
+    from visionbench.train import callbacks
+    _start = callbacks.EpochSeeder.on_train_epoch_start
+    def _slow(self, trainer, pl_module):
+        time.sleep(_pause)
+        _start(self, trainer, pl_module)
+    callbacks.EpochSeeder.on_train_epoch_start = _slow
+'''
+
+
+# ---- helpers -------------------------------------------------------------------------------
+def run(capsys, results: Path, *args: str) -> tuple[int, str, str]:
+    """`visionbench run` in this process: (exit code, stdout, stderr)."""
+    code = main(["run", f"results_dir={results}", *FAST, *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def sweep(results: Path, *args: str):
+    return run_sweep(load_config([f"results_dir={results}", *FAST, *args]), progress=False)
+
+
+def seed_dir(results: Path, act: str, seed: int, recipe: str = "digits_vgg4") -> Path:
+    return results / recipe / act / f"seed_{seed}"
+
+
+def summary(d: Path) -> dict:
+    return json.loads((d / "summary.json").read_text())
+
+
+def ckpt_epochs(path: Path) -> int:
+    """Epochs completed by a checkpoint."""
+    return int(torch.load(path, map_location="cpu", weights_only=False)["epoch"]) + 1
+
+
+def failed_lines(err: str) -> list[str]:
+    """The lines under `failed runs:` of the CLI's stderr."""
+    return err.split("failed runs:\n", 1)[1].strip().splitlines() if "failed runs:" in err else []
+
+
+def spawn(tmp_path: Path, results: Path, *args: str, pause: float = 0.0, env: dict | None = None) -> subprocess.Popen:
+    """`visionbench run` in a subprocess (pausing `pause` s at every epoch start)."""
+    hook = tmp_path / "hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(HOOK)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
+           "VB_TEST_EPOCH_PAUSE": str(pause), **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "visionbench.cli", "run", f"results_dir={results}", *FAST, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+
+
+def wait_for(predicate, timeout: float = 120.0, what: str = "condition") -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if predicate():
+                return
+        except (OSError, ValueError, KeyError):  # a file being replaced, a summary not there yet
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def training(d: Path, epochs_done: int = 1) -> bool:
+    """The run in `d` is training, past `epochs_done` epochs."""
+    return summary(d)["status"] == "running" and len((d / "metrics.csv").read_text().splitlines()) > epochs_done
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+# ---- 1. last.ckpt every epoch ---------------------------------------------------------------
+def test_1_last_ckpt_is_written_every_epoch_best_only_on_improvement(tmp_path):
+    """optim.lr=0: val_top1 never improves after epoch 1, so best.ckpt stays at epoch 1 while
+    last.ckpt must follow every epoch (it is what a resume starts from, and the final weights)."""
+    (o,) = sweep(tmp_path, "act=relu", "seeds=1", "epochs=3", "optim.lr=0")
+    assert o.status == "completed"
+    assert ckpt_epochs(o.run_dir / "checkpoints" / "last.ckpt") == 3
+    assert ckpt_epochs(o.run_dir / "checkpoints" / "best.ckpt") == 1 == o.summary["metrics"]["best_epoch"]
+
+
+# ---- 2. SIGTERM, SLURM requeue ----------------------------------------------------------------
+def test_2_sigterm_records_interrupted_exits_143_and_a_rerun_finishes(tmp_path, capsys):
+    results = tmp_path / "r"
+    proc = spawn(tmp_path, results, "act=relu,gelu", "seeds=1", pause=1.0)
+    relu = seed_dir(results, "relu", 0)
+    wait_for(lambda: training(relu), what="relu's first epoch")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if "interrupted" in line]
+    assert len(lines) == 1 and "SIGTERM" in lines[0] and "rerun the same command" in lines[0]
+    assert summary(relu)["status"] == "interrupted" and "SIGTERM" in summary(relu)["error"]
+    assert not seed_dir(results, "gelu", 0).exists()
+
+    code, out, _ = run(capsys, results, "act=relu,gelu", "seeds=1")
+    assert code == 0
+    for act in ("relu", "gelu"):
+        assert summary(seed_dir(results, act, 0))["status"] == "completed"
+        assert ckpt_epochs(seed_dir(results, act, 0) / "checkpoints" / "last.ckpt") == 2
+
+
+def test_2_slurm_requeue_signal_requeues_the_job_and_the_run_resumes_at_an_epoch_end(tmp_path, capsys):
+    """In a SLURM job (faked by its environment and an `scontrol` that records its call), SIGUSR1
+    (`#SBATCH --signal=USR1@120`) runs `scontrol requeue <job>` and stops like SIGTERM (exit 138);
+    SLURM's own SIGTERM right after does not disturb the recording. The requeued job resumes."""
+    results, bin_dir, calls = tmp_path / "r", tmp_path / "bin", tmp_path / "scontrol.calls"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    slurm = {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "sweep", "SLURM_JOB_ID": "4242", "SLURM_PROCID": "0",
+             "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost",
+             "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    proc = spawn(tmp_path, results, "act=relu,gelu", "seeds=1", "epochs=3", pause=1.0, env=slurm)
+    d = seed_dir(results, "relu", 0)
+    wait_for(lambda: training(d), what="the first epoch")
+    proc.send_signal(signal.SIGUSR1)
+    proc.send_signal(signal.SIGTERM)  # what SLURM does to a requeued job, at once
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 138, err
+    assert calls.read_text().split() == ["requeue", "4242"]
+    assert "Traceback" not in err and "interrupted by SIGUSR1" in err
+    assert summary(d)["status"] == "interrupted" and not seed_dir(results, "gelu", 0).exists()
+    assert not list(d.rglob("hpc_ckpt_*"))  # Lightning's mid-epoch requeue checkpoint: not ours
+
+    code, _, err = run(capsys, results, "act=relu,gelu", "seeds=1", "epochs=3")  # the requeued job
+    assert code == 0, err
+    assert summary(d)["status"] == "completed"
+    assert [int(r) for r in _column(d / "metrics.csv", "epoch")] == [1, 2, 3]
+
+
+def _column(path: Path, name: str) -> list[str]:
+    import csv
+
+    with open(path, newline="") as f:
+        return [r[name] for r in csv.DictReader(f)]
+
+
+# ---- 3. parallel workers die with their parent ----------------------------------------------------
+@pytest.mark.parametrize("how", [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
+                         ids=["kill-9", "SIGTERM"])
+def test_3_parallel_workers_stop_with_their_parent(how, tmp_path, capsys):
+    """kill -9: no handler of the parent runs, the kernel tells the workers (PDEATHSIG); SIGTERM:
+    the parent stops them and exits 143. Either way they record `interrupted` and exit."""
+    results = tmp_path / "r"
+    proc = spawn(tmp_path, results, "act=relu,gelu", "seeds=1", "parallel=2", "epochs=3", pause=1.0)
+    dirs = [seed_dir(results, a, 0) for a in ("relu", "gelu")]
+    wait_for(lambda: all(training(d, 0) for d in dirs), what="both workers training")
+    workers = [int((d / ".lock").read_text()) for d in dirs]
+    assert proc.pid not in workers and all(alive(p) for p in workers)
+    proc.send_signal(how)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == (-9 if how == signal.SIGKILL else 143), err
+    wait_for(lambda: not any(alive(p) for p in workers), 30, "the workers to die with their parent")
+    assert [summary(d)["status"] for d in dirs] == ["interrupted", "interrupted"]  # PDEATHSIG = SIGTERM
+
+    code, _, err = run(capsys, results, "act=relu,gelu", "seeds=1", "epochs=3")
+    assert code == 0, err
+    assert [summary(d)["status"] for d in dirs] == ["completed", "completed"]
+
+
+# ---- 4. one process per run directory -----------------------------------------------------------
+def test_4_a_run_held_by_another_process_is_skipped_and_said_so(tmp_path, capsys):
+    results = tmp_path / "r"
+    held = seed_dir(results, "relu", 0)
+    with RunLock(held):  # as a live `visionbench run` training it would
+        code, out, err = run(capsys, results, "act=relu", "seeds=2")
+    assert code == 0, err
+    line = next(line for line in out.splitlines() if "seed 0" in line)
+    assert "locked" in line and str(held) in line and f"pid {os.getpid()}" in line
+    assert "1 run(s) left to another live visionbench process" in err
+    assert summary(seed_dir(results, "relu", 1))["status"] == "completed"
+    assert not (held / "summary.json").exists()  # nothing of the holder's directory touched
+
+    code, out, _ = run(capsys, results, "act=relu", "seeds=2")
+    assert code == 0 and "seed 0: completed" in out and "seed 1: skipped" in out
+
+
+def test_4_temp_files_are_per_process_and_stale_ones_are_removed(tmp_path, capsys):
+    from visionbench.train.io import atomic_write_text
+
+    d = seed_dir(tmp_path, "relu", 0)
+    atomic_write_text(d / "x.txt", "a")
+    assert [p.name for p in d.iterdir()] == ["x.txt"]
+    (d / "checkpoints").mkdir()
+    stale = [d / ".summary.json.tmp99999", d / "checkpoints" / ".last.ckpt.tmp99999"]  # a killed process's
+    for p in stale:
+        p.write_text("partial")
+    code, _, err = run(capsys, tmp_path, "act=relu", "seeds=1")
+    assert code == 0, err
+    assert not any(p.exists() for p in stale)
+
+
+# ---- 5. corrupt or inconsistent run state ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory) -> Path:
+    """relu seeds 0, 1, completed (2 epochs): copied, then damaged, by each case below."""
+    results = tmp_path_factory.mktemp("finished")
+    assert [o.status for o in sweep(results, "act=relu", "seeds=2")] == ["completed", "completed"]
+    return results
+
+
+def _unfinished(d: Path) -> None:
+    s = summary(d)
+    (d / "summary.json").write_text(json.dumps({**s, "status": "running"}))
+
+
+def _truncate(path: Path, keep: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+CORRUPTIONS = {  # name: (damage, words of the one-line message, what the message tells the user to delete)
+    "summary_not_utf8": (lambda d: (d / "summary.json").write_bytes(b"\xff\xfe{\x00garbage"),
+                         ["summary.json is corrupt", "delete it"], "summary.json"),
+    "summary_not_a_dict": (lambda d: (d / "summary.json").write_text("[1, 2]"),
+                           ["summary.json holds list", "delete it"], "summary.json"),
+    "config_garbage": (lambda d: (d / "config.yaml").write_text("recipe: [unclosed\n  : :\n"),
+                       ["config.yaml is corrupt", "delete the run directory"], "."),
+    "config_truncated": (lambda d: _truncate(d / "config.yaml"),
+                         ["config.yaml is", "delete the run directory"], "."),
+    "metrics_garbage_unfinished": (lambda d: (_unfinished(d), (d / "metrics.csv").write_bytes(b"\x00\x01\xff,,\n;;\n")),
+                                   ["metrics.csv", "delete the run directory"], "."),
+    "metrics_deleted_unfinished": (lambda d: (_unfinished(d), (d / "metrics.csv").unlink()),
+                                   ["has no metrics.csv beside it", "delete the run directory"], "."),
+    "config_deleted_unfinished": (lambda d: (_unfinished(d), (d / "config.yaml").unlink()),
+                                  ["has no config.yaml beside it", "delete the run directory"], "."),
+    "last_ckpt_truncated": (lambda d: (_unfinished(d), _truncate(d / "checkpoints" / "last.ckpt")),
+                            ["last.ckpt is unreadable", "delete it"], "checkpoints/last.ckpt"),
+}
+
+
+@pytest.mark.parametrize("case", list(CORRUPTIONS))
+def test_5_corrupt_run_state_fails_that_run_in_one_line_and_the_sweep_goes_on(case, finished_sweep, tmp_path, capsys):
+    damage, words, fix = CORRUPTIONS[case]
+    results = tmp_path / "r"
+    shutil.copytree(finished_sweep, results)
+    d = seed_dir(results, "relu", 0)
+    damage(d)
+    shutil.rmtree(seed_dir(results, "relu", 1))  # the rest of the sweep: must train to the end regardless
+    code, out, err = run(capsys, results, "act=relu", "seeds=2")
+    assert code == 1, err
+    assert "Traceback" not in err
+    (line,) = failed_lines(err)
+    assert str(d) in line and all(w in line for w in words), line
+    assert summary(seed_dir(results, "relu", 1))["status"] == "completed"
+
+    # the fix the line names works: the rerun finishes the sweep
+    target = d / fix
+    shutil.rmtree(target) if target.is_dir() else target.unlink()
+    code, out, err = run(capsys, results, "act=relu", "seeds=2")
+    assert code == 0, err
+    assert summary(d)["status"] == "completed"
+
+
+def test_5_missing_config_of_a_completed_run_with_other_settings_is_refused(finished_sweep, tmp_path, capsys):
+    """Without config.yaml, the summary's config hash tells a run of other settings from this one."""
+    results = tmp_path / "r"
+    shutil.copytree(finished_sweep, results)
+    d = seed_dir(results, "relu", 0)
+    (d / "config.yaml").unlink()
+    shutil.rmtree(seed_dir(results, "relu", 1))
+    code, _, err = run(capsys, results, "act=relu", "seeds=2", "optim.lr=0.05")
+    assert code == 1
+    (line,) = failed_lines(err)
+    assert "config.yaml is missing" in line and "other settings" in line and f"delete the run directory {d}" in line
+    assert summary(seed_dir(results, "relu", 1))["status"] == "completed"
+    shutil.rmtree(d)
+    code, out, _ = run(capsys, results, "act=relu", "seeds=2", "optim.lr=0.05")
+    assert code == 0 and "seed 0: completed" in out
+
+
+# ---- 6. disk full -------------------------------------------------------------------------------------
+def test_6_disk_full_is_one_line_leaves_no_temp_files_and_resumes(tmp_path, capsys, monkeypatch):
+    from lightning.fabric.plugins import TorchCheckpointIO
+
+    real = TorchCheckpointIO.save_checkpoint
+
+    def full_disk(self, checkpoint, path, storage_options=None):
+        if "/gelu/" in str(path) and checkpoint["epoch"] >= 1:  # epoch 1 saved, epoch 2 hits a full disk
+            Path(path).write_bytes(b"partial")
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(self, checkpoint, path, storage_options)
+
+    monkeypatch.setattr(TorchCheckpointIO, "save_checkpoint", full_disk)
+    results = tmp_path / "r"
+    code, out, err = run(capsys, results, "act=gelu,relu", "seeds=1")
+    assert code == 1 and "Traceback" not in err
+    (line,) = failed_lines(err)
+    gelu = seed_dir(results, "gelu", 0)
+    assert "no space left on device writing" in line and str(gelu / "checkpoints") in line
+    assert "free space and rerun the same command to resume" in line
+    assert not [p for p in results.rglob("*") if ".tmp" in p.name]
+    assert summary(seed_dir(results, "relu", 0))["status"] == "completed"
+    assert ckpt_epochs(gelu / "checkpoints" / "last.ckpt") == 1  # the previous version, intact
+
+    monkeypatch.setattr(TorchCheckpointIO, "save_checkpoint", real)
+    code, out, err = run(capsys, results, "act=gelu,relu", "seeds=1")
+    assert code == 0, err
+    assert summary(gelu)["status"] == "completed" and ckpt_epochs(gelu / "checkpoints" / "last.ckpt") == 2
+
+
+def test_6_atomic_write_on_a_full_disk_keeps_the_old_file_and_no_temp(tmp_path, monkeypatch):
+    from visionbench.train import io
+
+    target = tmp_path / "summary.json"
+    io.atomic_write_text(target, "old")
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(io.os, "fsync", no_space)
+    with pytest.raises(io.DiskFullError, match=f"^no space left on device writing {target}$"):
+        io.atomic_write_text(target, "new")
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+# ---- 7. every key checked before any training ---------------------------------------------------------
+BAD_VALUES = [
+    ("batch_size=0", "batch_size must be an integer >= 1"),
+    ("batch_size=-5", "batch_size must be an integer >= 1"),
+    ("batch_size=abc", "batch_size must be an integer >= 1, got 'abc'"),
+    ("data.val_split=1.5", "data.val_split must be a number >= 0 and < 1"),
+    ("data.num_workers=-1", "data.num_workers must be an integer >= 0"),
+    ("data.name=mnist", "data.name must be one of cifar10, digits"),
+    ("data.img_size=0", "data.img_size must be null or an integer >= 1"),
+    ("data.limit_train=0", "data.limit_train must be null or an integer >= 1"),
+    ("model.name=vgg44", "model.name must be (did you mean vgg4"),
+    ("model.norm=batch", "model.norm must be one of null, group"),
+    ("model.norm_free=true", "model.norm_free=True is not supported by model.name=vgg4"),
+    ("trainer.precision=77", "trainer.precision must be one of 64-true, 32-true"),
+    ("trainer.devices=abc", "trainer.devices=abc: `devices`"),
+    ("trainer.strategy=bogus", "trainer.strategy=bogus: You selected an invalid strategy name"),
+    ("optim.lr=-1", "optim.lr must be a number >= 0, got -1"),
+    ("optim.nesterov=maybe", "optim.nesterov must be true or false, got 'maybe'"),
+    ("optim.betas=[0.9]", "optim.betas must be a list of 2 values"),
+    ("sched.milestones=[0]", "sched.milestones must be a list, each an integer >= 1"),
+    ("loss.label_smoothing=1.0", "loss.label_smoothing must be a number >= 0 and < 1"),
+    ("ema.decay=1.5", "ema.decay must be null or a number > 0 and < 1"),
+    ("data.augment.hflip=2", "data.augment.hflip must be a number >= 0 and <= 1"),
+    ("data.mean=[0.5,0.5]", "data.mean has 2 values, digits has 1 channels"),
+    ("finetune.train=everything", "finetune.train must be one of act,head, act, head, all"),
+    ("act_lr_mult.relu=-2", "act_lr_mult must be a mapping {act: multiplier > 0}"),
+    ("batch_size=64,0", "batch_size must be an integer >= 1, got 0 (setting batch_size=0)"),  # a factor: once
+]
+
+
+@pytest.mark.parametrize("arg, message", BAD_VALUES, ids=[a for a, _ in BAD_VALUES])
+def test_7_bad_values_fail_once_before_any_training_in_one_line(arg, message, tmp_path, capsys):
+    code, out, err = run(capsys, tmp_path, "act=relu,gelu", "seeds=2", arg)
+    assert code == 2
+    (line,) = err.strip().splitlines()
+    assert line.startswith("visionbench run: ") and message in line, line
+    assert not (tmp_path / "digits_vgg4").exists()  # nothing trained, nothing written
+
+
+def test_7_unknown_keys_keep_their_did_you_mean_hint():
+    with pytest.raises(ConfigError, match=r"unknown key 'optim.nesterof' \(did you mean optim.nesterov"):
+        load_config(["optim.nesterof=true"])
+
+
+def test_7_every_recipe_passes_and_a_key_without_a_rule_is_checked_by_its_default_type():
+    """Keys others add to _base.yaml need no entry in checks.CHECKS: their default's type is the check."""
+    from visionbench.runner.config import recipe_names
+
+    for name in recipe_names():
+        load_config([f"recipe={name}"])
+    defaults = {"model": {"global_pool": "avg", "lsuv_variant": "paper", "new_flag": False, "new_int": 3,
+                          "new_float": 0.5, "new_null": None, "kwargs": {}}}
+    good = {"model": {"global_pool": "max", "lsuv_variant": "x", "new_flag": True, "new_int": 0, "new_float": 2,
+                      "new_null": [1, "x"], "kwargs": {"anything": object()}}}
+    assert checks.key_errors(good, defaults, free=("model.kwargs",)) == []
+    bad = {"model": {"global_pool": 3, "new_flag": "maybe", "new_int": 1.5, "new_float": "x"}}
+    assert checks.key_errors(bad, defaults) == [
+        "model.global_pool must be a non-empty string, got 3", "model.new_flag must be true or false, got 'maybe'",
+        "model.new_int must be an integer, got 1.5", "model.new_float must be a number, got 'x'"]
+
+
+# ---- 8. corrupt data: validated at load, the file named -----------------------------------------------
+def _cifar_batch(path: Path, changes: dict) -> None:
+    import pickle
+
+    with open(path, "rb") as f:
+        entry = pickle.load(f)
+    entry.update(changes)
+    with open(path, "wb") as f:
+        pickle.dump(entry, f)
+
+
+CIFAR_DAMAGE = {
+    "truncated": (lambda p: _truncate(p, 0.3), "not a readable CIFAR-10 pickle"),
+    "empty": (lambda p: p.write_bytes(b""), "not a readable CIFAR-10 pickle (EOFError"),
+    "label_out_of_range": (lambda p: _cifar_batch(p, {b"labels": [10] + [0] * 19}), "labels must be 0..9, found 0..10"),
+    "pixels_above_255": (lambda p: _cifar_batch(p, {b"data": np.full((20, 3072), 300, dtype=np.int16)}),
+                         "pixel values must be 0..255 bytes, found int16 values 300..300"),
+}
+
+
+@pytest.mark.parametrize("case", list(CIFAR_DAMAGE))
+def test_8_corrupt_cifar_batches_stop_the_sweep_before_training_naming_the_file(case, tmp_path, capsys):
+    damage, words = CIFAR_DAMAGE[case]
+    (tmp_path / "data").mkdir()
+    root = write_cifar10(tmp_path / "data")
+    bad = root / "cifar-10-batches-py" / "data_batch_3"
+    damage(bad)
+    code, _, err = run(capsys, tmp_path / "r", "recipe=cifar10_vgg4", f"data.root={root}", "act=relu", "seeds=1",
+                       "epochs=1", "data.limit_train=20")
+    assert code == 2
+    (line,) = err.strip().splitlines()
+    assert f"{bad}: {words}" in line and "replace the file" in line, line
+    assert not (tmp_path / "r").exists()
+
+
+def test_8_truncated_jpeg_fails_the_run_naming_the_path(tmp_path, capsys):
+    (tmp_path / "data").mkdir()
+    root = write_tiny_imagenet(tmp_path / "data")
+    bad = sorted((root / "tiny-imagenet-200" / "train").rglob("*.JPEG"))[3]
+    _truncate(bad, 0.4)
+    code, out, err = run(capsys, tmp_path / "r", "data.name=tiny_imagenet", f"data.root={root}", "act=relu,gelu",
+                         "seeds=1", "epochs=1")
+    assert code == 1
+    lines = failed_lines(err)
+    assert len(lines) == 2 and all(f"{bad}: unreadable image" in line for line in lines), lines
+
+
+def test_8_text_file_as_finetune_checkpoint_fails_before_the_sweep(tmp_path, capsys):
+    text = tmp_path / "weights.pth"
+    text.write_text("these are not weights\n")
+    code, _, err = run(capsys, tmp_path / "r", f"finetune.checkpoint={text}", "act=relu", "seeds=1")
+    assert code == 2
+    (line,) = err.strip().splitlines()
+    assert f"finetune.checkpoint: {text} is not a readable torch checkpoint" in line, line
+
+
+# ---- 9, 10. report: all-diverged recipes, mixed configurations ---------------------------------------
+def test_9_report_of_an_all_diverged_recipe_prints_nan_rows(tmp_path, capsys):
+    sweep(tmp_path, "act=relu,gelu", "seeds=2", "epochs=1", "optim.lr=1e6", "act_lr_mult.gelu=1")
+    assert main(["report", str(tmp_path / "digits_vgg4")]) == 0
+    out = capsys.readouterr().out
+    assert "| relu | 0 | NaN (2/2 diverged)" in out and "| gelu | 0 | NaN (2/2 diverged)" in out
+
+
+def test_10_report_marks_runs_of_different_configurations(tmp_path, capsys):
+    sweep(tmp_path, "act=relu", "seeds=2", "epochs=1")
+    sweep(tmp_path, "act=gelu", "seeds=2", "epochs=2")
+    assert main(["report", str(tmp_path / "digits_vgg4")]) == 0
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if "NOT COMPARABLE" in line]
+    assert "keys epochs" in line and "relu" in line and "gelu" in line
+
+
+# ---- 11, 13. resume after a move; time, throughput and threads of a resumed run -------------------------
+@pytest.fixture
+def crash_in_epoch_3(monkeypatch):
+    from visionbench.train import callbacks
+
+    original = callbacks.EpochSeeder.on_train_epoch_start
+
+    def crash(self, trainer, pl_module):
+        if trainer.current_epoch == 2:
+            raise RuntimeError("simulated kill")
+        original(self, trainer, pl_module)
+
+    monkeypatch.setattr(callbacks.EpochSeeder, "on_train_epoch_start", crash)
+    return lambda: monkeypatch.setattr(callbacks.EpochSeeder, "on_train_epoch_start", original)
+
+
+def test_11_moved_results_dir_resumes_with_its_best_checkpoint(tmp_path, crash_in_epoch_3):
+    """lr=0: epoch 1 stays the best. Lightning drops the best score when the checkpoint's dirpath
+    changed; best.ckpt would then be overwritten by epoch 3."""
+    args = ("act=relu", "seeds=1", "epochs=3", "optim.lr=0")
+    (o,) = sweep(tmp_path / "a", *args)
+    assert o.status == "failed"
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    crash_in_epoch_3()
+    (o,) = sweep(tmp_path / "b", *args)
+    assert o.status == "completed" and o.run_dir.is_relative_to(tmp_path / "b")
+    ckpt = o.run_dir / "checkpoints"
+    assert ckpt_epochs(ckpt / "best.ckpt") == 1 == o.summary["metrics"]["best_epoch"]
+    assert ckpt_epochs(ckpt / "last.ckpt") == 3
+    states = torch.load(ckpt / "last.ckpt", map_location="cpu", weights_only=False)["callbacks"]
+    (best,) = [s for k, s in states.items() if k.startswith("RunCheckpoint") and "'val_top1'" in k]
+    assert best["best_model_path"] == str(ckpt / "best.ckpt") and best["dirpath"] == str(ckpt)
+
+
+def test_13_resumed_run_time_throughput_and_threads_cover_all_sessions(tmp_path, crash_in_epoch_3, capsys):
+    args = ("act=relu", "seeds=1", "epochs=3")
+    (o,) = sweep(tmp_path, *args)
+    assert o.status == "failed"
+    assert yaml.safe_load((o.run_dir / "config.yaml").read_text())["threads"] == torch.get_num_threads()
+    crash_in_epoch_3()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1 if threads > 1 else 2)
+    try:
+        (o,) = sweep(tmp_path, *args)
+    finally:
+        torch.set_num_threads(threads)
+    assert o.status == "completed"
+    err = capsys.readouterr().err
+    assert f"was trained with {threads} threads so far, resumes with" in err
+    times = [float(t) for t in _column(o.run_dir / "metrics.csv", "epoch_time_s")]
+    assert len(times) == 3 and o.summary["train_time_s"] == pytest.approx(sum(times), abs=2e-3)
+    states = torch.load(o.run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["callbacks"]
+    samples = sum(int(n) for n in _column(o.run_dir / "metrics.csv", "samples"))
+    assert states["_Throughput"]["images"] == samples == 3 * 192  # all three epochs (3 full batches of 64 each)
+
+
+# ---- 12. the Hydra entry point fails when its run failed -------------------------------------------------
+def test_12_hydra_entry_point_exits_nonzero_with_the_line_when_the_run_failed(tmp_path):
+    d = seed_dir(tmp_path, "relu", 0)
+    d.mkdir(parents=True)
+    (d / "summary.json").write_text("[]")
+    cmd = [sys.executable, "-m", "visionbench.runner.hydra_app", "act=relu", "seed=0", f"results_dir={tmp_path}",
+           "epochs=1", "data.limit_train=100", "data.limit_val=50", f"hydra.run.dir={tmp_path / 'hydra'}"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode != 0
+    assert f"{d / 'summary.json'} holds list, not the summary mapping; delete it" in done.stderr, done.stderr[-2000:]
