@@ -27,3 +27,20 @@ def tiny_root(tmp_path_factory):
 @pytest.fixture(scope="session")
 def imagenet_root(tmp_path_factory):
     return write_imagenet(tmp_path_factory.mktemp("imagenet"))
+
+
+@pytest.fixture
+def crash_in_epoch_3(monkeypatch):
+    """Training raises at the start of epoch 3 (a kill, seen from the run); call the returned
+    function to stop crashing, e.g. before resuming."""
+    from visionbench.train import callbacks
+
+    original = callbacks.EpochSeeder.on_train_epoch_start
+
+    def crash(self, trainer, pl_module):
+        if trainer.current_epoch == 2:
+            raise RuntimeError("simulated kill")
+        original(self, trainer, pl_module)
+
+    monkeypatch.setattr(callbacks.EpochSeeder, "on_train_epoch_start", crash)
+    return lambda: monkeypatch.setattr(callbacks.EpochSeeder, "on_train_epoch_start", original)

@@ -384,6 +384,12 @@ BAD_VALUES = [
     ("finetune.train=everything", "finetune.train must be one of act,head, act, head, all"),
     ("act_lr_mult.relu=-2", "act_lr_mult must be a mapping {act: multiplier > 0}"),
     ("batch_size=64,0", "batch_size must be an integer >= 1, got 0 (setting batch_size=0)"),  # a factor: once
+    # the keys of issue 15 (paper fidelity)
+    ("model.lsuv_variant=paper", "model.lsuv_variant must be (did you mean paper004?) one of mishkin, paper004"),
+    ("model.global_pool=3", "model.global_pool must be null or a non-empty string, got 3"),
+    ("optim.decay_rule=ndims", "optim.decay_rule must be (did you mean ndim?) one of conv_linear, ndim"),
+    ("data.augment.repeated_aug_epoch=full", "data.augment.repeated_aug_epoch must be one of expand, deit"),
+    ("data.augment.auto_augment_impl=tv", "data.augment.auto_augment_impl must be one of timm, torchvision"),
 ]
 
 
@@ -407,14 +413,14 @@ def test_7_every_recipe_passes_and_a_key_without_a_rule_is_checked_by_its_defaul
 
     for name in recipe_names():
         load_config([f"recipe={name}"])
-    defaults = {"model": {"global_pool": "avg", "lsuv_variant": "paper", "new_flag": False, "new_int": 3,
+    defaults = {"model": {"new_text": "avg", "new_mode": "paper", "new_flag": False, "new_int": 3,
                           "new_float": 0.5, "new_null": None, "kwargs": {}}}
-    good = {"model": {"global_pool": "max", "lsuv_variant": "x", "new_flag": True, "new_int": 0, "new_float": 2,
+    good = {"model": {"new_text": "max", "new_mode": "x", "new_flag": True, "new_int": 0, "new_float": 2,
                       "new_null": [1, "x"], "kwargs": {"anything": object()}}}
     assert checks.key_errors(good, defaults, free=("model.kwargs",)) == []
-    bad = {"model": {"global_pool": 3, "new_flag": "maybe", "new_int": 1.5, "new_float": "x"}}
+    bad = {"model": {"new_text": 3, "new_flag": "maybe", "new_int": 1.5, "new_float": "x"}}
     assert checks.key_errors(bad, defaults) == [
-        "model.global_pool must be a non-empty string, got 3", "model.new_flag must be true or false, got 'maybe'",
+        "model.new_text must be a non-empty string, got 3", "model.new_flag must be true or false, got 'maybe'",
         "model.new_int must be an integer, got 1.5", "model.new_float must be a number, got 'x'"]
 
 
@@ -492,21 +498,6 @@ def test_10_report_marks_runs_of_different_configurations(tmp_path, capsys):
 
 
 # ---- 11, 13. resume after a move; time, throughput and threads of a resumed run -------------------------
-@pytest.fixture
-def crash_in_epoch_3(monkeypatch):
-    from visionbench.train import callbacks
-
-    original = callbacks.EpochSeeder.on_train_epoch_start
-
-    def crash(self, trainer, pl_module):
-        if trainer.current_epoch == 2:
-            raise RuntimeError("simulated kill")
-        original(self, trainer, pl_module)
-
-    monkeypatch.setattr(callbacks.EpochSeeder, "on_train_epoch_start", crash)
-    return lambda: monkeypatch.setattr(callbacks.EpochSeeder, "on_train_epoch_start", original)
-
-
 def test_11_moved_results_dir_resumes_with_its_best_checkpoint(tmp_path, crash_in_epoch_3):
     """lr=0: epoch 1 stays the best. Lightning drops the best score when the checkpoint's dirpath
     changed; best.ckpt would then be overwritten by epoch 3."""

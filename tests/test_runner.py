@@ -61,21 +61,11 @@ def test_resume_skips_completed_seeds_and_matches_uninterrupted(tmp_path):
     assert straight[1].summary["metrics"] == again[1].summary["metrics"]
 
 
-def test_interrupted_seed_resumes_from_last_checkpoint(tmp_path, monkeypatch):
-    from visionbench.train import callbacks
-
-    original = callbacks.EpochSeeder.on_train_epoch_start
-
-    def crash_in_epoch_3(self, trainer, pl_module):
-        if trainer.current_epoch == 2:
-            raise RuntimeError("simulated kill")
-        original(self, trainer, pl_module)
-
-    monkeypatch.setattr(callbacks.EpochSeeder, "on_train_epoch_start", crash_in_epoch_3)
+def test_interrupted_seed_resumes_from_last_checkpoint(tmp_path, crash_in_epoch_3):
     (o,) = sweep(tmp_path / "a", "act=rational", "seeds=1", "epochs=3")
     assert o.status == "failed" and "simulated kill" in o.summary["error"]
     assert len(rows(o.run_dir / "metrics.csv")) == 2
-    monkeypatch.setattr(callbacks.EpochSeeder, "on_train_epoch_start", original)
+    crash_in_epoch_3()  # stop crashing
     (resumed,) = sweep(tmp_path / "a", "act=rational", "seeds=1", "epochs=3")
     (straight,) = sweep(tmp_path / "b", "act=rational", "seeds=1", "epochs=3")
     assert resumed.status == "completed"
