@@ -2,6 +2,8 @@
 
     visionbench report results/cifar10_vgg8                       # one recipe
     visionbench report results --metric ema_val_top1_best --test welch --extras
+    visionbench report results/digits_vgg4 --margin 0.5 --holm      # verdicts with equivalence (verdict.py)
+    visionbench report results/digits_vgg4 --metric epochs_to_90    # convergence (curves.py)
     visionbench plot boundaries --acts relu,gelu,rational,hermite --out boundaries.png
 
 Both return an exit code instead of exiting: 0 on success, 2 on a usage or data error
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import layout, plots, protocol, published, tables
+from . import curves, layout, plots, power, protocol, published, tables, verdict
 from .collect import metric_names, scan_runs
 from .stats import TESTS, summarize
 
@@ -32,7 +34,8 @@ def report_parser() -> argparse.ArgumentParser:
                    help="a recipe dir (results/cifar10_vgg8) or a parent of several")
     p.add_argument("--metric", default=None,
                    help="summary metric to compare (default: each recipe's report.metric, the value its paper "
-                        f"reports; else {protocol.HELD_OUT_METRIC} with a held-out val split, else {protocol.DEFAULT_METRIC})")
+                        f"reports; else {protocol.HELD_OUT_METRIC} with a held-out val split, else {protocol.DEFAULT_METRIC}); "
+                        f"or a curve metric: {curves.NAMES_HELP}")
     p.add_argument("--baseline", default=None,
                    help="act to test against (default: the summaries' baseline field, else relu, else gelu)")
     p.add_argument("--best-of", default=None, metavar="KEY[,KEY]",
@@ -52,7 +55,41 @@ def report_parser() -> argparse.ArgumentParser:
     p.add_argument("--published", action="store_true",
                    help="add the paper's mean ± std (n) of each row that has a published counterpart (same recipe, "
                         "act, setting, metric), ours - paper, and a Welch p (`visionbench papers` lists them)")
+    p.add_argument("--margin", type=_positive("--margin"), default=None, metavar="M",
+                   help="equivalence margin in the metric's units: adds the TOST p (tost_p) against ±M and the "
+                        "verdict 'equivalent'")
+    p.add_argument("--effect", type=_positive("--effect"), default=None, metavar="D",
+                   help="difference of means (metric units) seeds_needed is solved for (default: the observed one)")
+    p.add_argument("--alpha", type=_level("--alpha"), default=power.ALPHA,
+                   help=f"significance level of the verdicts and of mde / seeds_needed (default {power.ALPHA:g})")
+    p.add_argument("--holm", action="store_true",
+                   help="decide the verdicts on the Holm-adjusted p-values (p_holm, tost_p_holm) over the "
+                        "recipe's acts")
     return p
+
+
+def _positive(flag: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{flag} takes a positive number in the metric's units, got {text!r}")
+        return value
+    return parse
+
+
+def _level(flag: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not 0 < value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} takes a number in (0, 1), got {text!r}")
+        return value
+    return parse
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +120,7 @@ def _report(args) -> int:
                          "expected <recipe>/<act>/seed_<k>/summary.json")
     available = metric_names(runs)
     if args.metric is not None and args.metric not in available:
-        raise UsageError(f"unknown metric {args.metric!r}; available: {', '.join(available)}")
+        runs = _curve_metric(runs, args.metric, available)
     acts = sorted(set(runs["act"]))
     if args.baseline is not None and args.baseline not in acts:
         raise UsageError(f"unknown baseline {args.baseline!r}; acts: {', '.join(acts)}")
@@ -102,7 +139,7 @@ def _report(args) -> int:
             continue
         # an explicit baseline missing from this recipe marks it "no baseline" instead of failing the others
         summaries = summarize(root_runs, metric, args.baseline, args.test, n_boot=args.bootstrap, seed=args.seed,
-                              require_baseline=False)
+                              require_baseline=False, higher_better=curves.higher_is_better(metric))
         summaries["metric_text"] = protocol.describe_metric(metric, _common(root_runs["val_split"]))
         per_setting = []
         for recipe_dir, summary in summaries.groupby("recipe_dir", sort=True):
@@ -111,6 +148,9 @@ def _report(args) -> int:
             recipe_notes = _recipe_notes(summary, recipe_runs, notes, Path(recipe_dir), args.baseline)
             if metric_note:
                 recipe_notes.insert(0, metric_note)
+            summary = verdict.annotate(summary, recipe_runs, alpha=args.alpha, margin=args.margin, effect=args.effect,
+                                       holm_adjust=args.holm, higher_better=curves.higher_is_better(metric),
+                                       n_boot=args.bootstrap, seed=args.seed, digits=args.digits)
             if args.published:
                 summary, published_notes = published.attach(summary, setting=recipe_runs["setting"].iloc[0],
                                                             val_split=_common(recipe_runs["val_split"]))
@@ -118,7 +158,8 @@ def _report(args) -> int:
             print(tables.markdown(summary, recipe_notes, args.digits, args.extras))
             written += tables.write(summary, recipe_dir, formats, recipe_notes, args.digits, args.extras)
             if want_plots:
-                written += plots.make_plots(recipe_runs, metric, recipe_dir, tables.baseline_of(summary))
+                written += plots.make_plots(recipe_runs, curves.plot_metric(metric), recipe_dir,
+                                            tables.baseline_of(summary))
             per_setting.append(summary.assign(setting=recipe_runs["setting"].iloc[0]))
         if (root_runs["setting"] != "").any():
             written += _write_layout(pd.concat(per_setting, ignore_index=True), root_runs, Path(root), args, formats)
@@ -127,6 +168,18 @@ def _report(args) -> int:
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def _curve_metric(runs: pd.DataFrame, metric: str, available: list[str]) -> pd.DataFrame:
+    """`runs` with the curve metric `metric` (curves.py) computed from the metrics.csv files; UsageError when
+    `metric` is neither a summary metric nor a curve metric, or its curves are missing."""
+    try:
+        if curves.parse(metric) is None:
+            raise UsageError(f"unknown metric {metric!r}; available: {', '.join(available)}; "
+                             f"or a curve metric: {curves.NAMES_HELP}")
+        return curves.add_metric(runs, metric)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _common(values: pd.Series):

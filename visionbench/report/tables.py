@@ -79,6 +79,11 @@ def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple
     if extras:
         headers += ["p (Holm)", "Cohen's d", "95% CI of Δ"]
     headers += ["diverged", "failed", "train time (s)", "img/s", "act params"]
+    show_verdict = "verdict" in summary
+    if extras and show_verdict:
+        headers.append(f"P(> {base}) [95% CI]" if base else "P(> baseline)")
+    if show_verdict:
+        headers.append("verdict")
     show_published = has_published(summary)
     if show_published:
         headers.append(published_header(summary))
@@ -92,11 +97,52 @@ def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple
             row += [p_cell(r, "p_holm", "stars_holm"), _num(r["cohen_d"], 2, sign=True), ci]
         row += [str(r["n_diverged"]), str(r["n_failed"]), _num(r["train_time_s"], 1),
                 _num(r["throughput_img_s"], 0), _int(r["act_params"])]
+        if extras and show_verdict:
+            row.append(improvement_cell(r))
+        if show_verdict:
+            row.append(verdict_cell(r, digits))
         if show_published:
             row.append(published_cell(r, digits))
         rows.append(row)
         emphasis.append("best" if r["best"] else "second" if r["second"] else "")
     return headers, rows, emphasis
+
+
+def verdict_cell(row, digits: int = 2) -> str:
+    """The compact verdict (verdict.py): `better`, `worse`, `equivalent (±0.50)`,
+    `inconclusive (needs 12/group)`; `—` for the baseline, "" without a test (the p cell says why)."""
+    if row["is_baseline"]:
+        return "—"
+    word = row.get("verdict") or ""
+    if word == "equivalent":
+        return f"equivalent (±{_num(row['margin'], digits)})"
+    if word == "inconclusive":
+        n = row.get("seeds_needed", math.nan)
+        if isinstance(n, float) and math.isfinite(n):
+            return f"inconclusive (needs {int(n)}/group)"
+    return word if isinstance(word, str) else ""
+
+
+def improvement_cell(row) -> str:
+    """`0.92 [0.76, 1.00]`: P(act beats the baseline) with its bootstrap CI (improvement.py)."""
+    p, lo, hi = (row.get(k, math.nan) for k in ("p_improve", "p_improve_low", "p_improve_high"))
+    if not isinstance(p, float) or not math.isfinite(p):
+        return ""
+    return f"{p:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) else "")
+
+
+def verdict_lines(summary: pd.DataFrame) -> list[str]:
+    """The verdict sentences under the table, one per non-baseline act that has one."""
+    if "verdict_text" not in summary:
+        return []
+    texts = [t for t in summary["verdict_text"] if isinstance(t, str) and t]
+    if not texts:
+        return []
+    r = summary.iloc[0]
+    how = f"α = {r['alpha']:g}" + (", Holm-adjusted" if r["verdict_holm"] else "")
+    if math.isfinite(r["margin"]):
+        how += f", equivalence margin ±{r['margin']:g} (TOST)"
+    return [f"Verdicts ({how}):"] + [f"- {t}" for t in texts]
 
 
 def has_published(table: pd.DataFrame) -> bool:
@@ -153,6 +199,9 @@ def markdown(summary: pd.DataFrame, notes=(), digits: int = 2, extras: bool = Fa
     if marks:
         lines += ["", "Marks in the p-value column: " + "; ".join(f"`{m}`: {MARK_HELP.get(m, m)}" for m in marks)
                   + "."]
+    verdicts = verdict_lines(summary)
+    if verdicts:
+        lines += [""] + verdicts
     if notes:
         lines += ["", "Notes:"] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,311 @@
+"""Issue 11, per recipe: mde / seeds_needed, TOST, probability of improvement, verdicts and the curve metrics
+(epochs_to_X, <column>_auc), each checked against an independent computation on fabricated runs."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+from scipy.optimize import brentq
+from statsmodels.stats.power import TTestIndPower, TTestPower
+from statsmodels.stats.weightstats import ttost_ind, ttost_paired
+
+from visionbench.report import curves, improvement, load_runs, main, power, summarize, verdict
+
+from .test_report_helpers import write_recipe, write_run
+
+RNG = np.random.default_rng(11)
+A = RNG.normal(90.6, 0.4, 5)   # an act
+B = RNG.normal(90.0, 0.5, 6)   # its baseline
+
+
+def nct_power(d: float, n1: int, n2: int | None = None, alpha: float = 0.05) -> float:
+    """Two-tailed power of the Student t-test (n2=None: one-sample/paired over n1 values), from scipy's nct."""
+    if n2 is None:
+        df, nc = n1 - 1, d * math.sqrt(n1)
+    else:
+        df, nc = n1 + n2 - 2, d * math.sqrt(n1 * n2 / (n1 + n2))
+    crit = sps.t.ppf(1 - alpha / 2, df)
+    lower = sps.nct.cdf(-crit, df, nc)  # NaN where it underflows (< 1e-15) for a large nc
+    return float(sps.nct.sf(crit, df, nc) + (0.0 if math.isnan(lower) else lower))
+
+
+def nct_seeds(d: float, paired: bool = False, target: float = 0.8) -> int:
+    """The smallest n per group (pairs) whose nct power reaches `target`."""
+    n = 2
+    while nct_power(d, n, None if paired else n) < target:
+        n += 1
+    return n
+
+
+def pooled(a, b) -> float:
+    return math.sqrt(((len(a) - 1) * np.var(a, ddof=1) + (len(b) - 1) * np.var(b, ddof=1)) / (len(a) + len(b) - 2))
+
+
+# --- power.py ---------------------------------------------------------------------------------------------------
+
+def test_mde_equals_statsmodels_and_the_noncentral_t():
+    d_sm = TTestIndPower().solve_power(effect_size=None, nobs1=5, ratio=6 / 5, alpha=0.05, power=0.8)
+    d_nct = brentq(lambda d: nct_power(d, 5, 6) - 0.8, 0.01, 20)
+    assert power.mde_d(5, 6) == pytest.approx(d_sm, rel=1e-6) == pytest.approx(d_nct, rel=1e-6)
+    assert power.mde(A, B) == pytest.approx(d_nct * pooled(A, B), rel=1e-6)
+    diff = A[:5] - B[:5]  # paired: one-sample t over the differences
+    d_paired = brentq(lambda d: nct_power(d, 5) - 0.8, 0.01, 20)
+    assert power.mde(A[:5], B[:5], paired=True) == pytest.approx(d_paired * np.std(diff, ddof=1), rel=1e-6)
+    assert power.mde_d(5, alpha=0.01) > power.mde_d(5)  # a stricter α needs a larger effect
+    assert math.isnan(power.mde([1.0], B))
+
+
+@pytest.mark.parametrize("d", [0.3, 0.8, 1.0, 1.7, 3.0])
+def test_seeds_needed_equals_statsmodels_and_the_noncentral_t(d):
+    n_sm = TTestIndPower().solve_power(effect_size=d, nobs1=None, ratio=1.0, alpha=0.05, power=0.8)
+    assert power.seeds_needed(d) == math.ceil(n_sm - 1e-9) == nct_seeds(d)
+    n_sm = TTestPower().solve_power(effect_size=d, nobs=None, alpha=0.05, power=0.8)
+    assert power.seeds_needed(d, paired=True) == max(2, math.ceil(n_sm - 1e-9)) == nct_seeds(d, paired=True)
+
+
+def test_seeds_needed_edges():
+    assert power.seeds_needed(0.0) == math.inf and power.seeds_needed(1e-4) == math.inf  # > MAX_SEEDS
+    assert power.seeds_needed(50.0) == 2 and math.isnan(power.seeds_needed(float("nan")))
+    assert power.seeds_needed(-1.0) == power.seeds_needed(1.0)
+
+
+def scipy_tost(a, b, margin: float, welch: bool = False) -> float:
+    """Two one-sided t-tests by hand: H0 Δ <= -M (upper tail) and H0 Δ >= +M (lower tail); the larger p."""
+    a, b = np.asarray(a), np.asarray(b)
+    va, vb, na, nb = np.var(a, ddof=1), np.var(b, ddof=1), len(a), len(b)
+    if welch:
+        se = math.sqrt(va / na + vb / nb)
+        df = (va / na + vb / nb) ** 2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
+    else:
+        se, df = pooled(a, b) * math.sqrt(1 / na + 1 / nb), na + nb - 2
+    diff = a.mean() - b.mean()
+    return max(sps.t.sf((diff + margin) / se, df), sps.t.cdf((diff - margin) / se, df))
+
+
+@pytest.mark.parametrize("margin", [0.3, 1.0, 2.0])
+def test_tost_p_equals_ttost_ind_and_a_hand_computation(margin):
+    assert power.tost_p(A, B, margin) == pytest.approx(ttost_ind(A, B, -margin, margin)[0], rel=1e-9)
+    assert power.tost_p(A, B, margin) == pytest.approx(scipy_tost(A, B, margin), rel=1e-9)
+    assert power.tost_p(A, B, margin, test="welch") == pytest.approx(
+        ttost_ind(A, B, -margin, margin, usevar="unequal")[0], rel=1e-9)
+    assert power.tost_p(A, B, margin, test="welch") == pytest.approx(scipy_tost(A, B, margin, welch=True), rel=1e-9)
+    assert power.tost_p(A[:5], B[:5], margin, test="paired") == pytest.approx(
+        ttost_paired(A[:5], B[:5], -margin, margin)[0], rel=1e-9)
+    with pytest.raises(ValueError, match="margin must be > 0"):
+        power.tost_p(A, B, 0)
+
+
+# --- improvement.py ---------------------------------------------------------------------------------------------
+
+def direct_count(x, y, higher_better=True) -> float:
+    wins = 0.0
+    for xi, yj in itertools.product(x, y):
+        if xi == yj:
+            wins += 0.5
+        elif (xi > yj) == higher_better:
+            wins += 1
+    return wins / (len(x) * len(y))
+
+
+def test_probability_of_improvement_equals_the_direct_pairwise_count():
+    x, y = [91.0, 92.0, 90.0, 92.0], [90.0, 92.0, 89.5]  # with ties
+    for higher in (True, False):
+        assert improvement.probability_of_improvement(x, y, higher_better=higher) == direct_count(x, y, higher)
+    p, lo, hi = improvement.recipe_interval(A, B, n_boot=2000, seed=3)
+    assert p == direct_count(A, B) and 0 <= lo <= p <= hi <= 1
+    assert improvement.recipe_interval(A, B, n_boot=2000, seed=3) == (p, lo, hi)  # seeded
+    # the aggregate over tasks is the mean of the per-task counts; the CI resamples within each task
+    tasks = {"r1": (x, y), "r2": (A, B)}
+    agg, lo, hi = improvement.interval(tasks, higher_better={"r1": False, "r2": True}, n_boot=2000)
+    assert agg == pytest.approx((direct_count(x, y, False) + direct_count(A, B)) / 2) and lo <= agg <= hi
+    assert math.isnan(improvement.recipe_interval([1.0], B)[1])
+
+
+def test_bootstrap_in_chunks_equals_one_pass(monkeypatch):
+    whole = improvement.recipe_interval(A, B, n_boot=500, seed=1)
+    monkeypatch.setattr(improvement, "CHUNK", 60)  # two resamples of 5 × 6 pairs at a time
+    assert improvement.recipe_interval(A, B, n_boot=500, seed=1) == pytest.approx(whole, rel=1e-12)
+
+
+# --- verdict.py -------------------------------------------------------------------------------------------------
+
+VERDICT_VALUES = {
+    "relu": [90.0, 90.4, 89.8, 90.1, 90.3, 90.2],
+    "up": [91.5, 91.9, 91.4, 91.8, 91.6, 91.7],       # far above: better
+    "down": [88.5, 88.9, 88.4, 88.8, 88.7, 88.6],     # far below: worse
+    "same": [90.1, 90.3, 89.9, 90.2, 90.2, 90.0],     # inside ±1: equivalent
+    "noisy": [89.0, 92.0, 90.5, 88.8, 91.9, 90.9],    # wide spread: inconclusive
+    "edge": [90.40, 90.70, 90.10, 90.45, 90.60, 90.50],  # p < 0.05 but not after Holm
+}
+
+
+def verdict_table(tmp_path, *argv) -> pd.DataFrame:
+    root = write_recipe(tmp_path, "toy", VERDICT_VALUES)
+    assert main([str(root), "--no-plots", *argv]) == 0
+    return pd.read_csv(root / "table.csv").set_index("act")
+
+
+def test_verdict_rules(tmp_path):
+    table = verdict_table(tmp_path, "--margin", "1")
+    assert table["verdict"].fillna("").to_dict() == {
+        "relu": "", "up": "better", "down": "worse", "same": "equivalent", "noisy": "inconclusive",
+        "edge": "equivalent"}  # edge: Δ ≈ +0.4 is real (p < 0.05) but inside ±1: the margin decides
+    assert table.loc["same", "tost_p"] < 0.05 <= table.loc["noisy", "tost_p"]
+    assert table.loc["edge", "p_value"] < 0.05 and "but inside the margin" in table.loc["edge", "verdict_text"]
+    noisy = table.loc["noisy"]
+    d = abs(noisy["diff"]) / pooled(VERDICT_VALUES["noisy"], VERDICT_VALUES["relu"])
+    assert noisy["d_for_seeds"] == pytest.approx(d) and noisy["seeds_needed"] == nct_seeds(d)
+    assert f"≈ {nct_seeds(d)} seeds per group would decide d = {d:.2f}" in noisy["verdict_text"]
+    assert noisy["verdict_text"].startswith(f"noisy vs relu is inconclusive: Δ = {noisy['diff']:+.2f} (Student p = ")
+    assert table.loc["up", "verdict_text"] == "up is better than relu: Δ = +1.52 (Student p < 0.0001; n = 6 vs 6)."
+    assert table.loc["down", "verdict_text"].startswith("down is worse than relu: Δ = -1.48 (Student p < 0.0001")
+    same = table.loc["same"]
+    assert same["verdict_text"] == (f"same is equivalent to relu within ±1.00: Δ = {same['diff']:+.2f}, "
+                                    "TOST p < 0.0001 (n = 6 vs 6).")
+    assert same["tost_p"] < 1e-4 and "TOST p = 0.0" in table.loc["edge", "verdict_text"]
+
+
+def test_verdict_without_margin_and_with_holm(tmp_path):
+    table = verdict_table(tmp_path)
+    assert table["tost_p"].isna().all() and table.loc["same", "verdict"] == "inconclusive"
+    edge = table.loc["edge"]
+    assert edge["p_value"] < 0.05 <= edge["p_holm"]  # the fabricated case the flag is for
+    assert edge["verdict"] == "better"
+    holm = verdict_table(tmp_path / "holm", "--holm")
+    assert holm.loc["edge", "verdict"] == "inconclusive" and "Holm-adjusted p" in holm.loc["edge", "verdict_text"]
+    assert holm.loc["up", "verdict"] == "better" and holm["verdict_holm"].all()
+
+
+def test_effect_and_alpha_drive_seeds_needed(tmp_path):
+    table = verdict_table(tmp_path, "--effect", "0.5", "--alpha", "0.01")
+    sd = pooled(VERDICT_VALUES["noisy"], VERDICT_VALUES["relu"])
+    noisy = table.loc["noisy"]
+    assert noisy["d_for_seeds"] == pytest.approx(0.5 / sd)
+    n_sm = TTestIndPower().solve_power(effect_size=0.5 / sd, nobs1=None, ratio=1.0, alpha=0.01, power=0.8)
+    assert noisy["seeds_needed"] == math.ceil(n_sm)
+    d_sm = TTestIndPower().solve_power(effect_size=None, nobs1=6, ratio=1.0, alpha=0.01, power=0.8)
+    assert noisy["mde"] == pytest.approx(d_sm * sd, rel=1e-6)
+    assert "would detect Δ = 0.50" in noisy["verdict_text"] and (table["alpha"] == 0.01).all()
+
+
+def test_annotate_api_and_lower_is_better(tmp_path):
+    root = write_recipe(tmp_path, "toy", {"relu": [5.0, 5.2, 5.1, 4.9], "fast": [3.0, 3.1, 2.9, 3.2]},
+                        metrics=None)
+    runs = load_runs(root).rename(columns={"val_top1_best": "val_loss_final"})
+    summary = summarize(runs, "val_loss_final")
+    out = verdict.annotate(summary, runs, n_boot=500).set_index("act")
+    assert out.loc["fast", "verdict"] == "better"  # a loss going down
+    assert out.loc["fast", "p_improve"] == 1.0
+    with pytest.raises(ValueError, match="--margin must be a positive number"):
+        verdict.annotate(summary, runs, margin=-1)
+
+
+def test_untested_rows_get_a_reason_not_a_verdict(tmp_path):
+    root = write_recipe(tmp_path, "toy", {"relu": [90.0, 90.5, 90.2], "solo": [91.0]})
+    assert main([str(root), "--no-plots"]) == 0
+    table = pd.read_csv(root / "table.csv").set_index("act")
+    assert pd.isna(table.loc["solo", "verdict"]) and table.loc["solo", "verdict_text"] == \
+        "solo: no verdict against relu (n<2: no test)."
+
+
+def test_cli_writes_the_columns_and_the_sentences(tmp_path, capsys):
+    table = verdict_table(tmp_path, "--margin", "1", "--extras")
+    for col in ("mde", "seeds_needed", "tost_p", "tost_p_holm", "verdict", "verdict_text", "p_improve",
+                "p_improve_low", "p_improve_high", "d_for_seeds"):
+        assert col in table.columns
+    up = table.loc["up"]
+    assert up["p_improve"] == 1.0 and up["mde"] == pytest.approx(
+        power.mde_d(6, 6) * pooled(VERDICT_VALUES["up"], VERDICT_VALUES["relu"]), rel=1e-6)
+    assert table.loc["noisy", "p_improve"] == direct_count(VERDICT_VALUES["noisy"], VERDICT_VALUES["relu"])
+    md = (tmp_path / "toy" / "table.md").read_text()
+    assert "| verdict |" in md and "equivalent (±1.00) |" in md and "P(> relu) [95% CI]" in md
+    assert "Verdicts (α = 0.05, equivalence margin ±1 (TOST)):" in md
+    sentences = [line for line in md.splitlines() if line.startswith("- ") and " relu" in line]
+    assert len(sentences) == len(VERDICT_VALUES) - 1  # one per non-baseline act
+    assert f"- {table.loc['down', 'verdict_text']}" in md
+    tex = (tmp_path / "toy" / "table.tex").read_text()
+    assert "equivalent ($\\pm$1.00)" in tex
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--margin", "0"], "--margin takes a positive number in the metric's units, got '0'"),
+    (["--effect", "abc"], "--effect takes a positive number"),
+    (["--alpha", "1.5"], "--alpha takes a number in (0, 1), got '1.5'"),
+    (["--metric", "val_top1_bestt"], "or a curve metric: epochs_to_<X>"),
+    (["--metric", "epochs_to_120"], "for an absolute threshold write epochs_to_120_abs"),
+    (["--metric", "val_loss_epochs_to_90"], "epochs_to needs a column where higher is better"),
+])
+def test_clear_errors(tmp_path, capsys, argv, message):
+    root = write_recipe(tmp_path, "toy", {"relu": [90.0, 90.5], "gelu": [91.0, 91.2]}, epochs=3)
+    assert main([str(root), "--no-plots", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+# --- curves.py --------------------------------------------------------------------------------------------------
+
+def write_curve(root, recipe: str, act: str, seed: int, val_top1: list[float], *, status="completed",
+                first_epoch: int = 1, extra_rows: str = ""):
+    """A run whose metrics.csv has the given val_top1 curve (epochs first_epoch, first_epoch + 1, ...)."""
+    run = write_run(root, recipe, act, seed, max(val_top1), status=status)
+    lines = ["epoch,val_top1,val_loss"] + [f"{first_epoch + i},{v},{1 / (1 + v)}" for i, v in enumerate(val_top1)]
+    (run / "metrics.csv").write_text("\n".join(lines) + "\n" + extra_rows)
+    return run
+
+
+def test_epochs_to_and_auc_on_one_curve(tmp_path):
+    run = write_curve(tmp_path, "toy", "relu", 0, [10.0, 50.0, 80.0, 90.0, 85.0],
+                      extra_rows="3,81.0,0.1\n")  # epoch 3 logged again after a resume: the last row counts
+    frame = pd.read_csv(run / "metrics.csv")
+    assert curves.epochs_to(frame, "val_top1", 90) == 3        # 90 % of the best 90 is 81: epoch 3 (81.0)
+    assert curves.epochs_to(frame, "val_top1", 50) == 2        # 45
+    assert curves.epochs_to(frame, "val_top1", 100) == 4
+    assert curves.epochs_to(frame, "val_top1", 85, absolute=True) == 4
+    assert math.isnan(curves.epochs_to(frame, "val_top1", 95, absolute=True))  # never reached
+    assert curves.auc(frame, "val_top1") == pytest.approx(np.mean([10, 50, 81, 90, 85]))
+    assert curves.parse("ema_val_top1_epochs_to_97.5") == curves.CurveMetric(
+        "ema_val_top1_epochs_to_97.5", "ema_val_top1", "epochs_to", 97.5, False)
+    assert curves.parse("epochs_to_95_abs").absolute and curves.parse("val_top1_best") is None
+    assert not curves.higher_is_better("epochs_to_90") and curves.higher_is_better("val_top1_auc")
+    assert not curves.higher_is_better("val_loss_auc")
+
+
+def test_curve_metrics_through_the_report(tmp_path):
+    fast = {0: [70.0, 90.0, 95.0, 96.0], 1: [65.0, 88.0, 95.5, 96.5], 2: [72.0, 85.0, 94.0, 96.0]}
+    slow = {0: [15.0, 40.0, 80.0, 95.0], 1: [12.0, 45.0, 85.0, 96.0], 2: [10.0, 30.0, 70.0, 94.0]}
+    for seed in range(3):
+        write_curve(tmp_path, "toy", "rational", seed, fast[seed])
+        write_curve(tmp_path, "toy", "relu", seed, slow[seed])
+    write_curve(tmp_path, "toy", "relu", 3, [10.0, 11.0], status="diverged")  # never scored
+    root = tmp_path / "toy"
+
+    def expected(curve, level):
+        return 1 + next(i for i, v in enumerate(curve) if v >= level / 100 * max(curve))
+
+    assert main([str(root), "--no-plots", "--metric", "epochs_to_90"]) == 0
+    table = pd.read_csv(root / "table.csv").set_index("act")
+    assert table.loc["relu", "n"] == 3 and table.loc["relu", "n_diverged"] == 1
+    assert table.loc["rational", "mean"] == pytest.approx(np.mean([expected(c, 90) for c in fast.values()]))
+    assert table.loc["relu", "mean"] == pytest.approx(np.mean([expected(c, 90) for c in slow.values()]))
+    assert table.loc["rational", "verdict"] == "better" and table.loc["rational", "diff"] < 0  # fewer epochs
+    assert table.loc["rational", "best"]  # the lower mean is the best one
+    assert table.loc["rational", "p_improve"] == 1.0
+
+    assert main([str(root), "--no-plots", "--metric", "val_top1_auc"]) == 0
+    table = pd.read_csv(root / "table.csv").set_index("act")
+    assert table.loc["rational", "mean"] == pytest.approx(np.mean([np.mean(c) for c in fast.values()]))
+    assert table.loc["rational", "verdict"] == "better" and table.loc["rational", "diff"] > 0
+
+    assert main([str(root), "--no-plots", "--metric", "epochs_to_96_abs"]) == 0
+    table = pd.read_csv(root / "table.csv").set_index("act")
+    assert table.loc["relu", "n"] == 1 and table.loc["relu", "n_missing"] == 2  # two never reached 96
+    assert "relu: 2 completed run(s) without a finite epochs_to_96_abs" in (root / "table.md").read_text()
+
+
+def test_curve_metric_without_metrics_csv_is_a_clear_error(tmp_path, capsys):
+    root = write_recipe(tmp_path, "toy", {"relu": [90.0, 90.5]})
+    assert main([str(root), "--metric", "epochs_to_90"]) == 2
+    assert "no completed run has one" in capsys.readouterr().err

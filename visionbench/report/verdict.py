@@ -1,0 +1,173 @@
+"""The verdict of each activation against the recipe's baseline: better / worse / equivalent /
+inconclusive, with the power numbers behind it and one sentence a reader can quote (issue 11).
+
+    visionbench report results/digits_vgg4 --margin 0.5 --holm
+
+    >>> from visionbench.report import verdict
+    >>> summary = verdict.annotate(summary, recipe_runs, margin=0.5)   # adds the columns below
+
+Columns added to one recipe's `summarize` rows:
+`mde` (minimal detectable |Δ| at the n at hand, power.mde), `d_for_seeds` (the Cohen's d the
+seed count is for: the observed |Δ| / pooled sd, or `--effect D` / pooled sd), `seeds_needed`
+(per group), `tost_p` and `tost_p_holm` (with a margin), `verdict`, `verdict_text`, the
+probability of improvement `p_improve` with its bootstrap CI (`p_improve_low`,
+`p_improve_high`; improvement.py), and the settings `alpha`, `margin`, `verdict_holm`.
+
+The rule, at the table's α (on the Holm-adjusted p-values with `holm_adjust`; the TOST p-values are then
+Holm-adjusted over the recipe's activations too):
+1. TOST p < α (a margin was given): **equivalent** — the difference is inside ±M, even if the
+   t-test also finds it non-zero (then the sentence says so: a real but negligible difference);
+2. else p < α: **better** or **worse**, in the metric's direction (losses, errors, times and
+   epochs_to_X: lower is better);
+3. else **inconclusive**, and the sentence says how many seeds per group would decide it.
+Rows without a test (`n<2`, zero variance, ...) get no verdict, and a sentence saying why; the
+baseline's own row gets neither.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from . import curves, improvement, power
+from .stats import MARK_BASELINE, _values, holm
+
+VERDICTS = ("better", "worse", "equivalent", "inconclusive")
+TEST_LABEL = {"student": "Student", "welch": "Welch", "paired": "paired"}
+NUMBER_COLUMNS = ("mde", "d_for_seeds", "seeds_needed", "tost_p", "tost_p_holm", "p_improve", "p_improve_low",
+                  "p_improve_high")
+
+
+def _fmt(x: float, digits: int = 2, sign: bool = False) -> str:
+    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+
+
+def _p(p: float) -> str:
+    return "< 0.0001" if p < 1e-4 else f"= {p:.4f}"
+
+
+def _p_below(p: float, alpha: float) -> str:
+    """`= 0.0160 < 0.05`, or `< 0.0001` alone (already below any usual α)."""
+    return _p(p) if p < 1e-4 else f"{_p(p)} < {alpha:g}"
+
+
+def _seeds_text(n: float) -> str:
+    if math.isinf(n):
+        return f"more than {power.MAX_SEEDS:,} seeds per group"
+    return f"≈ {int(n)} seeds per group"
+
+
+def check_settings(alpha: float, target_power: float, margin: float | None, effect: float | None) -> None:
+    """Raise ValueError naming the option when a setting is out of range (before any computation)."""
+    for name, value in (("margin", margin), ("effect", effect)):
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"--{name} must be a positive number in the metric's units, got {value!r}")
+    for name, value in (("alpha", alpha), ("power", target_power)):
+        if not 0 < value < 1:
+            raise ValueError(f"--{name} must lie in (0, 1), got {value!r}")
+
+
+def annotate(summary: pd.DataFrame, runs: pd.DataFrame, *, alpha: float = power.ALPHA,
+             target_power: float = power.POWER, margin: float | None = None, effect: float | None = None,
+             holm_adjust: bool = False, higher_better: bool | None = None, n_boot: int = 10_000, seed: int = 0,
+             digits: int = 2) -> pd.DataFrame:
+    """One recipe's `summarize` rows (one `recipe_dir`) with the power, TOST, improvement and verdict columns.
+
+    Args:
+        summary: rows of one recipe dir from `stats.summarize`.
+        runs: that recipe dir's runs (`load_runs` rows), for the per-seed values.
+        alpha: the significance level of the verdict and of the power solutions.
+        target_power: the power `mde` and `seeds_needed` are solved for.
+        margin: equivalence margin ±M in the metric's units (None: no TOST, no "equivalent").
+        effect: the difference of means (metric units) `seeds_needed` is solved for; None = the observed one.
+        holm_adjust: decide on the Holm-adjusted p-values (`p_holm`, `tost_p_holm`).
+        higher_better: the metric's direction; None decides from its name (`curves.higher_is_better`).
+        n_boot, seed: bootstrap resamples and seed of the probability-of-improvement CI.
+        digits: decimals of the numbers in the sentence.
+
+    Raises:
+        ValueError: a margin or effect that is not a positive number, alpha or power outside (0, 1).
+    """
+    check_settings(alpha, target_power, margin, effect)
+    out = summary.copy().reset_index(drop=True)
+    metric = out["metric"].iloc[0]
+    higher = curves.higher_is_better(metric) if higher_better is None else higher_better
+    base = out["baseline"].iloc[0] if isinstance(out["baseline"].iloc[0], str) else None
+    values = {act: _values(group, metric) for act, group in runs.groupby("act", sort=True)}
+    b = values.get(base, pd.Series(dtype=float))
+    numbers = [_numbers(row, values.get(row["act"], pd.Series(dtype=float)), b, higher, alpha, target_power, margin,
+                        effect, n_boot, seed) for _, row in out.iterrows()]
+    for col in NUMBER_COLUMNS:
+        out[col] = [res.get(col, math.nan) for res in numbers]
+    out["tost_p_holm"] = holm(out["tost_p"])
+    decided = [_decide(row, len(b), higher, alpha, target_power, margin, effect, holm_adjust, digits)
+               for _, row in out.iterrows()]
+    out["verdict"] = [v for v, _ in decided]
+    out["verdict_text"] = [t for _, t in decided]
+    out["alpha"], out["margin"], out["verdict_holm"] = alpha, margin if margin else math.nan, holm_adjust
+    return out
+
+
+def _numbers(row, a: pd.Series, b: pd.Series, higher: bool, alpha, target_power, margin, effect, n_boot,
+             seed) -> dict:
+    """mde, d, seeds_needed, tost_p and p_improve of one tested row; {} for the baseline or without one."""
+    if row["is_baseline"] or row["mark"] == MARK_BASELINE or not len(b):
+        return {}
+    res = dict(zip(("p_improve", "p_improve_low", "p_improve_high"), improvement.recipe_interval(
+        a.to_numpy(float), b.to_numpy(float), higher_better=higher, n_boot=n_boot, seed=seed)))
+    if row["mark"]:  # untested: n<2, zero variance, ...
+        return res
+    paired = row["test"] == "paired"
+    if paired:  # the test's own data: the seeds both completed
+        shared = a.index.intersection(b.index)
+        x, y = a.loc[shared].to_numpy(float), b.loc[shared].to_numpy(float)
+        sd, observed = float(np.std(x - y, ddof=1)), float(np.mean(x - y))
+    else:
+        x, y = a.to_numpy(float), b.to_numpy(float)
+        sd, observed = power.pooled_sd(x, y), float(x.mean() - y.mean())
+    res["mde"] = power.mde(x, y, paired=paired, alpha=alpha, power=target_power)
+    res["d_for_seeds"] = (effect if effect is not None else abs(observed)) / sd if sd > 0 else math.nan
+    res["seeds_needed"] = power.seeds_needed(res["d_for_seeds"], paired=paired, alpha=alpha, power=target_power)
+    if margin:
+        res["tost_p"] = power.tost_p(x, y, margin, test=row["test"])
+    return res
+
+
+def _decide(row, n_base: int, higher: bool, alpha, target_power, margin, effect, holm_adjust,
+            digits) -> tuple[str, str]:
+    """(verdict, sentence) of one row; ("", "") for the baseline or a recipe without one."""
+    act, base = row["act"], row["baseline"]
+    if row["is_baseline"] or row["mark"] == MARK_BASELINE or not isinstance(base, str) or not n_base:
+        return "", ""
+    if row["mark"]:
+        return "", f"{act}: no verdict against {base} ({row['mark']}: no test)."
+    p = row["p_holm"] if holm_adjust else row["p_value"]
+    tost = row["tost_p_holm"] if holm_adjust else row["tost_p"]
+    p_name, tost_name = ("Holm-adjusted p", "Holm-adjusted TOST p") if holm_adjust else ("p", "TOST p")
+    test = TEST_LABEL.get(row["test"], row["test"])
+    n = f"{int(row['n_pairs'])} pairs" if row["test"] == "paired" else f"n = {row['n']} vs {n_base}"
+    delta = f"Δ = {_fmt(row['diff'], digits, sign=True)}"
+    significant = math.isfinite(p) and p < alpha
+    if margin and math.isfinite(tost) and tost < alpha:
+        text = (f"{act} is equivalent to {base} within ±{_fmt(margin, digits)}: {delta}, "
+                f"{tost_name} {_p_below(tost, alpha)} ({n})")
+        if significant:
+            text += f"; the difference is real ({test} {p_name} {_p(p)}) but inside the margin"
+        return "equivalent", text + "."
+    if significant:
+        word = "better" if (row["diff"] > 0) == higher else "worse"
+        return word, f"{act} is {word} than {base}: {delta} ({test} {p_name} {_p_below(p, alpha)}; {n})."
+    text = (f"{act} vs {base} is inconclusive: {delta} ({test} {p_name} {_p(p)}); at {n} the smallest difference "
+            f"detectable with {100 * target_power:g} % power at α = {alpha:g} is ±{_fmt(row['mde'], digits)}")
+    if margin:
+        text += f"; not shown equivalent within ±{_fmt(margin, digits)} ({tost_name} {_p(tost)})" \
+            if math.isfinite(tost) else f"; no TOST within ±{_fmt(margin, digits)}"
+    d, seeds = row["d_for_seeds"], row["seeds_needed"]
+    if not math.isfinite(d) or d == 0:
+        text += "; no difference observed: pass --effect D or --margin M"
+    elif effect is not None:
+        text += f"; {_seeds_text(seeds)} would detect Δ = {_fmt(effect, digits)} (d = {d:.2f})"
+    else:
+        text += f"; {_seeds_text(seeds)} would decide d = {d:.2f}"
+    return "inconclusive", text + "."
