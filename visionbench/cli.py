@@ -18,6 +18,7 @@ USAGE = __doc__
 def _run(args: list[str]) -> int:
     from .runner.axes import format_value
     from .runner.config import ConfigError, load_config, sweep_settings
+    from .runner.ranks import is_rank_zero
     from .runner.signals import Interrupted, install_sigterm, received
     from .runner.sweep import run_sweep
 
@@ -27,10 +28,13 @@ def _run(args: list[str]) -> int:
         print(f"visionbench run: {e}", file=sys.stderr)
         return 2
     recipe_dir = Path(cfg.results_dir) / cfg.recipe
+    # under DDP every rank runs this command and trains; rank 0 alone prints and reports (runner/ranks.py)
+    lead = is_rank_zero()
     factors = "".join(f" {k}={','.join(map(format_value, v))}" for k, v in cfg.factors.items())
     settings = f" ({len(sweep_settings(cfg))} settings)" if factors else ""
-    print(f"recipe {cfg.recipe}: act={cfg.act} seeds={cfg.seeds} epochs={cfg.epochs}{factors}{settings} -> {recipe_dir}",
-          flush=True)
+    if lead:
+        print(f"recipe {cfg.recipe}: act={cfg.act} seeds={cfg.seeds} epochs={cfg.epochs}{factors}{settings} -> "
+              f"{recipe_dir}", flush=True)
 
     shown = list(dict.fromkeys([cfg.report.metric or "val_top1_best", "test_top1_at_best_val"]))
 
@@ -43,15 +47,18 @@ def _run(args: list[str]) -> int:
 
     install_sigterm()
     try:
-        outcomes = run_sweep(cfg, progress=sys.stderr.isatty(), on_outcome=show)
+        outcomes = run_sweep(cfg, progress=sys.stderr.isatty(), on_outcome=show if lead else None)
     except ConfigError as e:
         print(f"visionbench run: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # Interrupted (SIGTERM) or a Ctrl-C outside training
         stop = e if isinstance(e, Interrupted) else Interrupted(received())
-        print(f"visionbench run: interrupted by {stop.signal_name}; the run in progress is recorded as "
-              f"'interrupted' — rerun the same command to resume it", file=sys.stderr)
+        if lead:
+            print(f"visionbench run: interrupted by {stop.signal_name}; the run in progress is recorded as "
+                  f"'interrupted' — rerun the same command to resume it", file=sys.stderr)
         return stop.exit_code
+    if not lead:  # rank 0 reports and gives the exit status; a rank > 0 exiting non-zero would make
+        return 0  # Lightning's launcher kill rank 0 (its child-process observer) before the report
     from .report import main as report_main
 
     swept = {o.act for o in outcomes}

@@ -9,24 +9,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .ranks import is_rank_zero
+
 try:
     import fcntl
 except ImportError:  # Windows
     fcntl = None
 
 LOCK_NAME = ".lock"
-
-
-# where launchers put the process's global rank, in Lightning's order (rank_zero_only's `_get_rank`)
-RANK_ENV = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
-
-
-def process_rank() -> int:
-    """This process's rank in a DDP job as its launcher set it (0 outside one)."""
-    for key in RANK_ENV:
-        if os.environ.get(key, "").isdigit():
-            return int(os.environ[key])
-    return 0
 
 
 class RunLocked(RuntimeError):
@@ -41,7 +31,7 @@ class RunLock:
         self._file = None
 
     def __enter__(self) -> "RunLock":
-        if fcntl is None or process_rank() > 0:  # rank 0 of this DDP job holds it
+        if fcntl is None or not is_rank_zero():  # rank 0 of this DDP job holds it
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         f = open(self.path, "a+")

@@ -24,7 +24,8 @@ from ..train.io import DiskFullError, RunStateError, is_disk_full, read_csv_rows
 from . import results
 from .config import (ConfigError, apply_setting, config_hash, diff_configs, fingerprint, run_config, sweep_acts,
                      sweep_settings, upgrade)
-from .locks import RunLock, RunLocked, process_rank
+from .locks import RunLock, RunLocked
+from .ranks import is_rank_zero
 from .signals import Interrupted, init_worker, received
 
 
@@ -60,6 +61,11 @@ def execute(run: dict, out: Path, progress: bool = True) -> Outcome:
     the directory), `failed` with a one-line error when the directory's files do not fit together
     (nothing in it is touched then). Raises `Interrupted` after recording status `interrupted`
     on SIGTERM or Ctrl-C.
+
+    Under DDP every rank calls this for every run and trains (runner/ranks.py); only rank 0 writes.
+    All ranks decide skip/resume from the files as they were before this run's training: rank 0
+    writes into the run directory only `running` before `trainer.fit`, which it cannot finish
+    without the other ranks, so no rank can see this run `completed` before deciding to train it.
     """
     out = Path(out)
     label, seed = run.get("act_label", run["act"]), run["seed"]
@@ -85,12 +91,13 @@ def _execute(run: dict, out: Path, progress: bool) -> Outcome:
     if previous and previous.get("status") == "completed":
         return Outcome(label, seed, "skipped", previous, out)
     results.check_unfinished(out)
-    if process_rank() == 0:  # other DDP ranks: rank 0 of the job holds the lock and cleans
+    lead = is_rank_zero()  # other DDP ranks train along but leave the run directory to rank 0
+    if lead:  # rank 0 of the job holds the lock and cleans
         results.remove_stale_temps(out)  # a kill -9 leaves them; we hold the lock, so none is being written
         (out / "error.txt").unlink(missing_ok=True)  # a previous session's; this one writes its own if it fails
     run = {**run, "threads": torch.get_num_threads()}  # results depend on it: recorded, a change is shown
     stored_threads = (results.read_config(out) or {}).get("threads")
-    if stored_threads not in (None, run["threads"]):
+    if lead and stored_threads not in (None, run["threads"]):
         print(f"note: {out} was trained with {stored_threads} threads so far, resumes with {run['threads']}: "
               "on CPU its numbers will differ slightly from an uninterrupted run", file=sys.stderr)
     report = run.get("report") or {}
@@ -103,8 +110,9 @@ def _execute(run: dict, out: Path, progress: bool) -> Outcome:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
     try:
-        results.write_config(out, run)
-        results.write_summary(out, summary)
+        if lead:
+            results.write_config(out, run)
+            results.write_summary(out, summary)
         r = train_run(run, out, progress=progress)
         summary.update(status="completed", params=r.params, act_params=r.act_params,
                        trainable_params=r.trainable_params,  # < params when fine-tuning (docs/finetune.md)
@@ -125,8 +133,9 @@ def _execute(run: dict, out: Path, progress: bool) -> Outcome:
             summary.update(status="failed", error=str(e if isinstance(e, DiskFullError) else DiskFullError(
                 getattr(e, "filename", None) or out)) + "; free space and rerun the same command to resume")
         else:
-            with contextlib.suppress(OSError):  # the traceback is a bonus; the summary holds the line
-                (out / "error.txt").write_text(traceback.format_exc())
+            if lead:
+                with contextlib.suppress(OSError):  # the traceback is a bonus; the summary holds the line
+                    (out / "error.txt").write_text(traceback.format_exc())
             summary.update(status="failed", error=one_line(e), metrics=_metrics_so_far(out))
     _finish(out, summary)
     return Outcome(label, seed, summary["status"], summary, out)
@@ -161,8 +170,11 @@ def _metrics_so_far(out: Path) -> dict:
 
 
 def _finish(out: Path, summary: dict) -> None:
-    """Write the final summary; on a full disk the summary on disk stays `running` (resumable)."""
+    """Write the final summary (rank 0 of a DDP job only); on a full disk the summary on disk stays
+    `running` (resumable)."""
     summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    if not is_rank_zero():
+        return
     try:
         results.write_summary(out, summary)
     except DiskFullError as e:

@@ -1,0 +1,115 @@
+"""Under DDP only rank 0 prints and writes (issue 14, "Rank 0 only"); every rank trains the same runs.
+
+The real check runs a 2-process gloo DDP sweep on CPU through the CLI (Lightning's subprocess
+launcher re-runs the command as rank 1 with LOCAL_RANK=1); the in-process tests pin the gating
+of a rank > 0 with LOCAL_RANK=1 and a stand-in for training.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from visionbench.cli import main
+from visionbench.runner import ranks
+from visionbench.runner.config import load_config
+from visionbench.runner.sweep import execute, plan
+from visionbench.train import fit
+
+TINY = ["recipe=digits_vgg4", "act=relu", "batch_size=64", "data.limit_train=128", "data.limit_val=64"]
+DDP = ["trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"]
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def _epochs(run_dir: Path) -> list[int]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return [int(r["epoch"]) for r in csv.DictReader(f)]
+
+
+def test_ddp_on_cpu_writes_and_prints_once_and_ranks_agree_on_skips(tmp_path, fake_training):
+    """seed 0 completed before (a stand-in run); the DDP sweep of seeds 0-1 must skip it in both
+    ranks and train seed 1 in both: a rank training seed 0 alone would hang or fail the job."""
+    (run, out), = plan(load_config([*TINY, "seeds=1", "epochs=2", *DDP, f"results_dir={tmp_path}"]))
+    assert execute(run, out, progress=False).status == "completed"
+    done_before = (tmp_path / "digits_vgg4/relu/seed_0/summary.json").read_text()
+    env = {k: v for k, v in os.environ.items() if k not in ranks.RANK_ENV + ("NODE_RANK", "WORLD_SIZE")}
+    cmd = [sys.executable, "-m", "visionbench.cli", "run", *TINY, "seeds=2", "epochs=2", *DDP,
+           f"results_dir={tmp_path}"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log
+    assert log.count("recipe digits_vgg4:") == 1, log
+    assert log.count("seed 0: skipped") == 1, log
+    assert log.count("seed 1: completed") == 1, log
+    assert log.count("### digits_vgg4") == 1, log  # the end-of-sweep table, printed once
+    assert log.count("wrote ") == len(set(line for line in log.splitlines() if line.startswith("wrote "))), log
+    assert (tmp_path / "digits_vgg4/relu/seed_0/summary.json").read_text() == done_before  # skipped: untouched
+    run = tmp_path / "digits_vgg4/relu/seed_1"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["metrics"]["best_epoch"] in (1, 2)
+    assert _epochs(run) == [1, 2]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
+    assert not [p for p in _files(tmp_path) if ".tmp" in p.name or p.name == "error.txt"]
+
+
+@pytest.fixture
+def fake_training(monkeypatch):
+    """`train_run` replaced by a stand-in that records its calls; `fail=True` makes it raise."""
+    calls = []
+
+    def fake(cfg, run_dir, progress=True):
+        calls.append((cfg["seed"], Path(run_dir)))
+        if fake.fail:
+            raise RuntimeError("boom")
+        return fit.RunResult(rows=[{"epoch": 1, "val_top1": 50.0, "train_loss": 1.0}], params=10)
+
+    fake.fail, fake.calls = False, calls
+    monkeypatch.setattr(fit, "train_run", fake)
+    return fake
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_rank_above_zero_trains_every_run_but_writes_and_prints_nothing(tmp_path, monkeypatch, capsys,
+                                                                      fake_training, fail):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    fake_training.fail = fail
+    assert main(["run", *TINY, "seeds=2", "epochs=1", f"results_dir={tmp_path}"]) == 0  # rank 0 gives the status
+    assert [seed for seed, _ in fake_training.calls] == [0, 1]
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""
+    assert _files(tmp_path) == []  # no config.yaml, summary.json, error.txt, .lock, table or plot
+
+
+def test_rank_zero_writes_what_other_ranks_leave(tmp_path, monkeypatch, fake_training):
+    """The control: the same stand-in run on rank 0 writes config, summary (and error.txt on failure)."""
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    cfg = load_config([*TINY, "seeds=1", "epochs=1", f"results_dir={tmp_path}"])
+    (run, out), = plan(cfg)
+    assert execute(run, out, progress=False).status == "completed"
+    assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+    assert (out / "config.yaml").exists()
+    fake_training.fail = True
+    (out / "summary.json").unlink()
+    assert execute(run, out, progress=False).status == "failed"
+    assert "boom" in (out / "error.txt").read_text()
+
+
+def test_node_rank_decides_for_launchers_that_give_local_ranks(monkeypatch):
+    for key in ranks.RANK_ENV + ("NODE_RANK",):
+        monkeypatch.delenv(key, raising=False)
+    assert ranks.is_rank_zero()
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("NODE_RANK", "1")  # Lightning's launcher on the second node
+    assert not ranks.is_rank_zero()
+    monkeypatch.setenv("NODE_RANK", "0")
+    assert ranks.is_rank_zero()
+    monkeypatch.setenv("RANK", "2")  # torchrun's global rank
+    assert not ranks.is_rank_zero()
