@@ -44,8 +44,8 @@ def create_datamodule(
     """Build the data module a recipe's `data:` block describes.
 
     Args:
-        data_cfg: the `data:` block (dict or OmegaConf DictConfig; missing keys take the
-            `_base.yaml` defaults, unknown keys are an error), or a `DataConfig`.
+        data_cfg: the `data:` block (dict or OmegaConf DictConfig; missing keys take
+            the schema's defaults (visionbench/schema.py), unknown keys are an error), or a `DataConfig`.
         batch_size: per-process batch size.
         seed: the run's seed; fixes shuffling and augmentation, never the splits.
         test_in_val: when there is a test split (`val_split > 0`), `val_dataloader()`

@@ -1,33 +1,30 @@
-"""The recipe's `data:` block, merged over `_base.yaml` defaults, validated and typed.
+"""The recipe's `data:` block, merged over the schema's defaults, validated and typed.
 
     >>> cfg = DataConfig.from_mapping({"name": "cifar10", "augment": {"crop_pad": 4, "hflip": 0.5}})
-    >>> cfg.augment.crop_pad        # 4; every other key keeps its _base.yaml default
+    >>> cfg.augment.crop_pad        # 4; every other key keeps its schema default
 
-`_base.yaml` is the single source of the defaults, so a partial dict (tests, notebooks) means
-exactly what the same keys mean in a recipe; an unknown key is an error, as in the runner.
+The schema (`visionbench/schema.py`, the recipes' `_base`) is the single source of the defaults,
+so a partial dict (tests, notebooks) means exactly what the same keys mean in a recipe; an
+unknown key is an error, as in the runner.
 """
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from ..schema import defaults
 
-BASE_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "_base.yaml"
 DATA_ENV_VAR = "VISIONBENCH_DATA"
 # epoch of the repeated-augmentation sampler: K x N samples (004 code) or N samples (DeiT/timm)
 REPEATED_AUG_EPOCHS = ("expand", "deit")
 
 
-@functools.lru_cache(maxsize=1)
 def data_defaults() -> dict[str, Any]:
-    """The `data:` block of `_base.yaml` (a fresh copy is made by `merge`)."""
-    with open(BASE_RECIPE) as f:
-        return yaml.safe_load(f)["data"]
+    """The `data:` block of the schema's defaults (visionbench/schema.py)."""
+    return defaults()["data"]
 
 
 def to_plain(cfg: Any) -> Any:

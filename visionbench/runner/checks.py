@@ -2,11 +2,14 @@
 
     check_keys(run_container, base_defaults)   # -> None, or ConfigError naming the key
 
-`CHECKS` holds the keys with a specific rule (a range, a list of names); every other key of
-`_base.yaml` must have its default's type (an int default takes ints, a float default any
-number, a bool default true/false, a string default a string, a list a list; a null default
-anything). So a key added to `_base.yaml` is type-checked without touching this file, and a
-rule is one line in the table. Checks that need two keys or a library (the dataset block as a
+The validation layer on top of the typed schema (`visionbench/schema.py`): the schema's fields
+refuse unknown keys and values OmegaConf cannot convert while a recipe is composed; this adds the
+ranges and names, and checks command-line values as given (before OmegaConf would coerce 3 to
+"3" or 1 to true). `CHECKS` holds the keys with a specific rule (a range, a list of names);
+every other schema key must have its default's type (an int default takes ints, a float default
+any number, a bool default true/false, a string default a string, a list a list; a null default
+anything). So a key added to the schema is type-checked without touching this file, and a rule
+is one line in the table. Checks that need two keys or a library (the dataset block as a
 whole, the model's norm support, what Lightning's Trainer accepts) are in `config.validate`.
 """
 from __future__ import annotations
@@ -215,7 +218,7 @@ CHECKS: dict[str, Check] = {
 
 
 def by_default_type(default: Any) -> Check | None:
-    """The check of a key without a rule: its `_base.yaml` default's type (None: anything goes)."""
+    """The check of a key without a rule: its schema default's type (None: anything goes)."""
     if default is None:
         return None
     if isinstance(default, bool):
@@ -259,7 +262,7 @@ def key_errors(cfg: dict, defaults: dict, free: Iterable[str] = ()) -> list[str]
             continue
         default = _lookup(defaults, key, absent)
         if key not in CHECKS and default is absent:
-            continue  # not a _base.yaml key (load_config reports those)
+            continue  # not a schema key (the composition refuses those)
         check = CHECKS[key] if key in CHECKS else by_default_type(default)
         wanted = check(value) if check else None
         if wanted:

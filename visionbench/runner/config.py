@@ -5,7 +5,9 @@
         run_config(cfg, act, seed, setting)
 
 Recipes are YAML files inside the installed package (`visionbench/recipes/`, linked as the
-top-level `recipes/`), composed with Hydra: each starts with `defaults: [_base, _self_]`.
+top-level `recipes/`), composed with Hydra: each starts with `defaults: [_base, _self_]`, where
+`_base` is the typed schema (`visionbench/schema.py`, in Hydra's ConfigStore, struct mode): the
+one source of every key's type and default.
 """
 from __future__ import annotations
 
@@ -16,12 +18,11 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-import yaml
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from .. import activations
+from .. import activations, schema
 from . import checks
 from .axes import parse_act, parse_acts, parse_value, settings, split_top_level
 
@@ -54,7 +55,8 @@ def recipe_description(name: str) -> str:
 
 
 def _base() -> dict:
-    return yaml.safe_load((RECIPES_DIR / "_base.yaml").read_text())
+    """Every key with its default, from the schema dataclasses (visionbench/schema.py)."""
+    return schema.defaults()
 
 
 def _flat_keys(d: dict, prefix: str = "") -> list[str]:
@@ -80,7 +82,8 @@ def load_config(args: Iterable[str]) -> DictConfig:
 
     `act=a,b[k=v]` is a sweep of activations (variants in brackets); `act.KEY=V` sets option
     KEY of every swept learnable activation that accepts it; `KEY=v1,v2` on any other key is a
-    factor sweep (added to the recipe's `factors`); every other key must exist in `_base.yaml`.
+    factor sweep (added to the recipe's `factors`); every other key must exist in the schema.
+    Command-line values are type-checked as given (before OmegaConf would coerce 3 to "3").
     """
     recipe, acts, act_opts, overrides, factors, fixed = DEFAULT_RECIPE, None, {}, [], {}, set()
     keys = set(valid_keys())
@@ -109,6 +112,7 @@ def load_config(args: Iterable[str]) -> DictConfig:
                     raise ConfigError(f"{key} cannot be swept (got {key}={value}); factor sweeps take any other key")
                 factors[key] = [parse_value(v) for v in values]
                 value = values[0]
+            _check_given(key, factors[key] if len(values) > 1 else [_hydra_value(key, value)], len(values) > 1)
             fixed.add(key)
             overrides.append(f"{key}={value}")
     if recipe not in recipe_names():
@@ -116,12 +120,10 @@ def load_config(args: Iterable[str]) -> DictConfig:
     try:
         with initialize_config_dir(config_dir=str(RECIPES_DIR), version_base=None):
             cfg = compose(config_name=recipe, overrides=overrides)
-    except HydraException as e:
-        raise ConfigError(f"recipe {recipe!r}: {e}") from None
-    unknown = sorted(set(_flat_keys(OmegaConf.to_container(cfg))) - keys)
-    if unknown:
-        raise ConfigError(f"recipe {recipe!r} sets unknown keys {', '.join(unknown)}; valid keys: {', '.join(sorted(keys))}")
-    OmegaConf.set_struct(cfg, False)
+    except HydraException as e:  # the schema refused a recipe's key or value (struct mode, typed fields)
+        raise ConfigError(_composition_error(recipe, e, keys)) from None
+    # the composed config stays in struct mode with its typed fields: an assignment below that names an
+    # unknown key or holds a wrong type fails; only the free mappings (act_options) gain keys, in open_dict
     if acts is not None:
         cfg.act = acts
     # a key given on the command line replaces the recipe's factor of that key: one value, or new values
@@ -129,6 +131,48 @@ def load_config(args: Iterable[str]) -> DictConfig:
     cfg.factors = {**merged, **factors}
     _apply_act_options(cfg, act_opts)
     return validate(cfg)
+
+
+def _check_given(key: str, values: list[Any], factor: bool = False) -> None:
+    """A command-line value's type and range, as given: `epochs=abc` fails here naming the key (and the
+    factor setting: `batch_size=64,0` names `(setting batch_size=0)`)."""
+    for value in values:
+        nested: dict = {}
+        d = nested
+        *parents, leaf = key.split(".")
+        for p in parents:
+            d = d.setdefault(p, {})
+        d[leaf] = value
+        errors = checks.key_errors(nested, _base(), FREE_DICTS)
+        if errors:
+            raise ConfigError("; ".join(errors) + (f" (setting {key}={value})" if factor else ""))
+
+
+def _hydra_value(key: str, text: str) -> Any:
+    """The value Hydra's override grammar reads from `key=text` (`1e6` is a float there, a string in YAML)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return OverridesParser.create().parse_override(f"{key}={text}").value()
+    except HydraException:  # a syntax error: Hydra reports it when composing
+        return parse_value(text)
+
+
+def _composition_error(recipe: str, e: Exception, keys: set[str]) -> str:
+    """One line naming the key Hydra/OmegaConf refused (an unknown key gets the closest valid ones)."""
+    cause: BaseException | None = e
+    while cause is not None and not getattr(cause, "full_key", None):  # OmegaConf's error names the key
+        cause = cause.__cause__ or cause.__context__
+    cause = cause or e
+    key = getattr(cause, "full_key", None)
+    msg = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    if key and key not in keys:
+        close = difflib.get_close_matches(key, keys, n=3)
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        return f"recipe {recipe!r} sets unknown key {key!r}{hint}; valid keys: {', '.join(sorted(keys))}"
+    if key:
+        return f"recipe {recipe!r}: {key}: {msg}"
+    return f"recipe {recipe!r}: {' '.join(str(e).split()) or type(e).__name__}"  # Hydra's message, on one line
 
 
 def _split(key: str, value: str) -> list[str]:
@@ -167,9 +211,10 @@ def _apply_act_options(cfg: DictConfig, options: dict) -> None:
         if not takers:
             raise ConfigError(f"no activation in the sweep ({', '.join(families)}) takes option {key!r}; "
                               + "; ".join(f"{a}: {', '.join(activations.accepted_kwargs(a))}" for a in families))
-        for a in takers:
-            cfg.act_options.setdefault(a, {})
-            cfg.act_options[a][key] = value
+        with open_dict(cfg.act_options):  # a free mapping: the user's own keys
+            for a in takers:
+                cfg.act_options.setdefault(a, {})
+                cfg.act_options[a][key] = value
 
 
 def apply_setting(cfg: DictConfig, setting: dict) -> DictConfig:
@@ -190,7 +235,7 @@ def validate(cfg: DictConfig) -> DictConfig:
     if not isinstance(cfg.parallel, int) or cfg.parallel < 1:
         raise ConfigError(f"parallel must be a whole number >= 1, got {cfg.parallel!r}")
     _check_factors(cfg)
-    from ..train.optim import OPTIMIZERS
+    from ..train.optim import check_name
     from ..train.schedules import SCHEDULES
 
     checked: set[str] = set()
@@ -198,8 +243,10 @@ def validate(cfg: DictConfig) -> DictConfig:
         c = apply_setting(cfg, setting)
         where = f" (setting {', '.join(f'{k}={v}' for k, v in setting.items())})" if setting else ""
         _check_values(c, where, checked)
-        if str(c.optim.name).lower() not in OPTIMIZERS:
-            raise ConfigError(f"unknown optim.name {c.optim.name!r}{where}; accepted: {', '.join(OPTIMIZERS)}")
+        try:  # the optimizer name's one check (train/optim.py)
+            check_name(c.optim.name, where)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         if str(c.sched.name).lower() not in SCHEDULES:
             raise ConfigError(f"unknown sched.name {c.sched.name!r}{where}; accepted: {', '.join(SCHEDULES)}")
         for label in acts:  # build each activation once: bad options fail now, not after hours of other seeds
@@ -340,13 +387,13 @@ def fingerprint(run: dict) -> dict:
     return out
 
 
-# keys added to `_base.yaml` after runs were written without them, with the value that reproduces what
+# keys added to the schema after runs were written without them, with the value that reproduces what
 # those runs did where it is not the new default (the DeiT epoch was the only repeated-aug rule before)
 LEGACY_VALUES = {"data.augment.repeated_aug_epoch": "deit"}
 
 
 def upgrade(stored: dict) -> dict:
-    """A run's stored config.yaml with the keys that `_base.yaml` gained since it was written: their
+    """A run's stored config.yaml with the keys that the schema gained since it was written: their
     legacy value (LEGACY_VALUES), else their default, which keeps what runs did before the key existed.
     A results directory from an older visionbench then resumes instead of failing on keys it never had."""
     out = copy.deepcopy(stored)

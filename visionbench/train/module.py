@@ -17,7 +17,8 @@ from torch import nn
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from .optim import OPTIMIZERS, build_optimizer, scaled_lr
+from ..schema import defaults
+from .optim import build_optimizer, check_name, scaled_lr
 from .schedules import lr_lambda
 
 
@@ -67,25 +68,27 @@ class ClassificationModule(L.LightningModule):
         super().__init__()
         self.model = model
         self.num_classes = num_classes
-        self.optim_cfg, self.sched_cfg, self.loss_cfg = dict(optim), dict(sched), dict(loss)
+        # over the schema's defaults (visionbench/schema.py): the one place a default lives
+        base = defaults()
+        self.optim_cfg = {**base["optim"], **optim}
+        self.sched_cfg, self.loss_cfg = {**base["sched"], **sched}, {**base["loss"], **loss}
         self.act_lr_mult = float(act_lr_mult)
         self.batch_size = int(batch_size)
         self.eval_names = tuple(eval_names)
-        if str(self.optim_cfg.get("name", "sgd")).lower() not in OPTIMIZERS:
-            raise ValueError(f"unknown optim.name {self.optim_cfg.get('name')!r}; accepted: {', '.join(OPTIMIZERS)}")
+        check_name(self.optim_cfg["name"])  # fail at construction, not at the first optimizer step
 
-        smoothing = float(self.loss_cfg.get("label_smoothing", 0.0) or 0.0)
-        mixup, cutmix = float(self.loss_cfg.get("mixup", 0.0) or 0.0), float(self.loss_cfg.get("cutmix", 0.0) or 0.0)
+        smoothing = float(self.loss_cfg["label_smoothing"])
+        mixup, cutmix = float(self.loss_cfg["mixup"]), float(self.loss_cfg["cutmix"])
         self.mixup = None
         if mixup > 0 or cutmix > 0:
             # timm's Mixup folds label smoothing into the soft targets
-            self.mixup = Mixup(mixup_alpha=mixup, cutmix_alpha=cutmix, prob=float(self.loss_cfg.get("mixup_prob", 1.0)),
-                               switch_prob=float(self.loss_cfg.get("switch_prob", 0.5)),
+            self.mixup = Mixup(mixup_alpha=mixup, cutmix_alpha=cutmix, prob=float(self.loss_cfg["mixup_prob"]),
+                               switch_prob=float(self.loss_cfg["switch_prob"]),
                                label_smoothing=smoothing, num_classes=num_classes)
             self.train_criterion: nn.Module = SoftTargetCrossEntropy()
         else:
             self.train_criterion = nn.CrossEntropyLoss(label_smoothing=smoothing)
-        self.act_l2 = float(self.loss_cfg.get("act_l2", 0.0) or 0.0)
+        self.act_l2 = float(self.loss_cfg["act_l2"])
 
         self.ema = ModelEmaV3(model, decay=float(ema_decay)) if ema_decay else None
         variants = ["raw"] + (["ema"] if self.ema is not None else [])

@@ -9,21 +9,24 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping
 
+from ..schema import defaults
+
 SCHEDULES = ("constant", "step", "cosine")
 
 
 def lr_lambda(cfg: Mapping, base_lr: float, steps_per_epoch: int, epochs: int) -> Callable[[int], float]:
     """Multiplier of the base lr at optimizer step `step` (0-based)."""
-    name = str(cfg.get("name", "constant")).lower()
+    cfg = {**defaults()["sched"], **cfg}  # defaults live in the schema only (visionbench/schema.py)
+    name = str(cfg["name"]).lower()
     if name not in SCHEDULES:
         raise ValueError(f"unknown sched.name {name!r}; accepted: {', '.join(SCHEDULES)}")
     steps_per_epoch = max(1, int(steps_per_epoch))
     total = max(1, epochs * steps_per_epoch)
-    warmup = int(round(float(cfg.get("warmup_epochs", 0) or 0) * steps_per_epoch))
-    warmup_start = float(cfg.get("warmup_lr", 0.0) or 0.0) / base_lr if base_lr > 0 else 0.0
-    floor = float(cfg.get("min_lr", 0.0) or 0.0) / base_lr if base_lr > 0 else 0.0
-    milestones = sorted(int(m) for m in (cfg.get("milestones") or []))
-    gamma = float(cfg.get("gamma", 0.1))
+    warmup = int(round(float(cfg["warmup_epochs"]) * steps_per_epoch))
+    warmup_start = float(cfg["warmup_lr"]) / base_lr if base_lr > 0 else 0.0
+    floor = float(cfg["min_lr"]) / base_lr if base_lr > 0 else 0.0
+    milestones = sorted(int(m) for m in cfg["milestones"])
+    gamma = float(cfg["gamma"])
 
     def warm(step: int) -> float | None:
         if step < warmup:
