@@ -6,9 +6,11 @@ import json
 
 import pytest
 import torch
+import yaml
+from omegaconf import OmegaConf
 
 from visionbench import data
-from visionbench.runner.config import ConfigError, load_config, recipe_names, run_config, sweep_acts
+from visionbench.runner.config import RECIPES_DIR, ConfigError, load_config, recipe_names, run_config, sweep_acts
 from visionbench.runner.sweep import run_sweep
 from visionbench.train.fit import build_model
 from visionbench.train.optim import build_optimizer, scaled_lr
@@ -22,8 +24,127 @@ PAPER_RECIPES = {
 }
 
 
+# Activation modules a swap replaces, from architecture arithmetic (as tests/test_models_swap.py EXPECTED):
+SWAPS = {
+    "vgg4": 1 + 1 + 2,               # one act per conv: (1x64, 1x128, 2x256)
+    "vgg8": 2 + 2 + 2 + 2,           # (2x64, 2x128, 2x256, 2x512)
+    "resnet32": 1 + 3 * 5 * 2,       # stem + 2 per basic block, 3 stages x 5 blocks = 31 (paper 003)
+    "resnet50": 1 + 3 * (3 + 4 + 6 + 3),  # stem ReLU + act1..act3 in each of 16 bottlenecks = 49
+    "convnext_t": 3 + 3 + 9 + 3,     # one GELU per block MLP, depths (3, 3, 9, 3) = 18
+    "vit_s8": 12,                    # depth 12, one GELU per block MLP (norm_free bypasses norms, not acts)
+    "cait_s24": 24 + 2,              # 24 self-attention + 2 class-attention blocks
+    "swin_t": 2 + 2 + 6 + 2,         # depths (2, 2, 6, 2)
+}
+# The model each recipe trains (a new recipe must be added here, with its model's swap count above)
+RECIPE_MODEL = {
+    "cifar10_vgg4": "vgg4", "cifar10_vgg4_aug": "vgg4", "cifar10_vgg8": "vgg8", "cifar10_vgg8_aug": "vgg8",
+    "cifar10_convnext_t": "convnext_t", "cifar10_resnet50": "resnet50", "finetune_cifar10_convnext_t": "convnext_t",
+    "imagenet_convnext_t": "convnext_t", "imagenet_resnet50": "resnet50", "digits_vgg4": "vgg4",
+    "digits_resnet32": "resnet32", "synthetic_vgg4": "vgg4", "tinyimagenet_vit_s8": "vit_s8",
+    "tinyimagenet_vit_s8_nonorm": "vit_s8", "tinyimagenet_cait_s24": "cait_s24", "tinyimagenet_swin_t": "swin_t",
+}
+# Recipes that inherit (`defaults: [PARENT, _self_]`): the composed keys in which each differs from its
+# composed parent, with their values (flattened, dotted; empty dicts left out). Anything else a child
+# composes to is its parent's, so this pins every child's whole config relative to its parent.
+INHERITS = {
+    "tinyimagenet_cait_s24": ("tinyimagenet_vit_s8", {
+        "recipe": "tinyimagenet_cait_s24", "act_lr_mult.rational": 2.0, "model.name": "cait_s24"}),
+    "tinyimagenet_swin_t": ("tinyimagenet_vit_s8", {
+        "recipe": "tinyimagenet_swin_t", "act_lr_mult.rational": 8.0, "model.name": "swin_t",
+        "model.kwargs.window_size": 7}),
+    "tinyimagenet_vit_s8_nonorm": ("tinyimagenet_vit_s8", {
+        "recipe": "tinyimagenet_vit_s8_nonorm", "model.norm_free": True}),
+    "cifar10_vgg8": ("cifar10_vgg4", {"recipe": "cifar10_vgg8", "model.name": "vgg8"}),
+    "cifar10_vgg8_aug": ("cifar10_vgg4_aug", {"recipe": "cifar10_vgg8_aug", "model.name": "vgg8"}),
+    "cifar10_vgg4_aug": ("cifar10_vgg4", {
+        "recipe": "cifar10_vgg4_aug", "act": "relu,leaky_relu,gelu,silu,rational[init=leaky_relu],rational[init=gelu]",
+        "act_lr_mult.rational": 0.5, "factors.model.norm": [None, "group"], "factors.model.lsuv": [False, True],
+        "report.best_of": ["model.lsuv"], "data.augment.crop_pad": 4, "data.augment.hflip": 0.5,
+        "model.dropout": 0.3, "optim.weight_decay": 5.0e-4, "sched.name": "step", "sched.milestones": [30, 45],
+        "loss.label_smoothing": 0.1, "loss.mixup": 0.2}),
+    "cifar10_resnet50": ("cifar10_convnext_t", {
+        "recipe": "cifar10_resnet50", "act": "relu", "seeds": 3, "report.baseline": "relu", "model.name": "resnet50"}),
+}
+# What the shared parents themselves pin (the values their children inherit)
+PARENT_KEYS = {
+    "tinyimagenet_vit_s8": {"model.name": "vit_s8", "act": "relu,gelu,rational", "act_lr_mult.rational": 4.0,
+                            "report.baseline": "gelu", "report.metric": "ema_val_top1_best", "data.name": "tiny_imagenet",
+                            "optim.name": "adamw", "sched.name": "cosine", "ema.decay": 0.999, "model.norm_free": False},
+    "cifar10_vgg4": {"model.name": "vgg4", "report.baseline": "leaky_relu", "act_options.rational.init": "leaky_relu",
+                     "optim.name": "sgd", "sched.name": "constant", "data.augment.crop_pad": 0, "model.dropout": 0.0},
+    "cifar10_convnext_t": {"model.name": "convnext_t", "act": "gelu,tropical,fourier,hermite", "seeds": 10,
+                           "report.baseline": "gelu", "act_options.hermite.degree": 3},
+}
+_MISSING = "<missing>"
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    """Dotted keys of the leaves of a nested dict (an empty dict has none)."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _composed(recipe: str) -> dict:
+    return _flat(OmegaConf.to_container(load_config([f"recipe={recipe}"]), resolve=True))
+
+
 def test_every_published_recipe_exists():
     assert PAPER_RECIPES <= set(recipe_names())
+
+
+def test_every_recipe_records_its_model():
+    assert set(RECIPE_MODEL) == set(recipe_names())
+    for recipe, model in RECIPE_MODEL.items():
+        assert load_config([f"recipe={recipe}"]).model.name == model, recipe
+
+
+@pytest.mark.parametrize("child", sorted(INHERITS))
+def test_child_recipe_differs_from_its_parent_only_in_recorded_keys(child):
+    parent, expected = INHERITS[child]
+    assert yaml.safe_load((RECIPES_DIR / f"{child}.yaml").read_text())["defaults"] == [parent, "_self_"]
+    mine, theirs = _composed(child), _composed(parent)
+    diff = {k: mine.get(k, _MISSING) for k in mine.keys() | theirs.keys() if mine.get(k, _MISSING) != theirs.get(k, _MISSING)}
+    assert diff == expected
+
+
+def _stated(recipe: str) -> dict:
+    """The keys a recipe file and its parent recipe files set (not `_base`'s defaults), nearest wins."""
+    own = yaml.safe_load((RECIPES_DIR / f"{recipe}.yaml").read_text())
+    parents = [p for p in own.pop("defaults") if p not in ("_base", "_self_")]
+    inherited = {k: v for p in parents for k, v in _stated(p).items()}
+    return {**inherited, **_flat(own)}
+
+
+@pytest.mark.parametrize("child", sorted(INHERITS))
+def test_child_recipe_file_states_only_what_differs(child):
+    """No key of a child file repeats a value its parent recipe states, and each value cites its source.
+    (A paper value equal to `_base`'s default may be stated, as in every recipe: 004 Table 6's gamma 0.1.)"""
+    parent = _stated(INHERITS[child][0])
+    text = (RECIPES_DIR / f"{child}.yaml").read_text()
+    own = _flat({k: v for k, v in yaml.safe_load(text).items() if k != "defaults"})
+    assert [k for k, v in own.items() if parent.get(k, _MISSING) == v] == []
+    assert text.startswith("# ")  # recipe_description() reads the first comment line
+    values = [ln for ln in text.splitlines() if ":" in ln and not ln.lstrip().startswith("#")
+              and not ln.rstrip().endswith(":") and not ln.startswith(("defaults:", "recipe:"))]
+    assert all("#" in ln for ln in values), [ln for ln in values if "#" not in ln]
+
+
+@pytest.mark.parametrize("parent", sorted(PARENT_KEYS))
+def test_parent_recipe_values(parent):
+    cfg = _composed(parent)
+    assert {k: cfg.get(k, _MISSING) for k in PARENT_KEYS[parent]} == PARENT_KEYS[parent]
+
+
+def test_tinyimagenet_children_are_short():
+    """Issue 12: each tinyimagenet_* recipe other than the parent fits in ~25 lines."""
+    for name in recipe_names():
+        if name.startswith("tinyimagenet_") and name != "tinyimagenet_vit_s8":
+            assert len((RECIPES_DIR / f"{name}.yaml").read_text().splitlines()) <= 25, name
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +164,9 @@ def test_recipe_builds_model_data_optimizer_schedule(recipe, roots):
     act = sweep_acts(cfg)[-1]  # the last of the sweep: usually the learnable one
     run = run_config(cfg, act, seed=0)
     model = build_model(run, dm.num_classes, dm.in_chans, dm.img_size)
-    assert len(model.swap_report) > 0
+    assert cfg.model.name == RECIPE_MODEL[recipe]
+    assert len(model.swap_report) == SWAPS[RECIPE_MODEL[recipe]]  # every activation module, none left out
+    assert model.swap_report.act == act.split("[")[0]
     mult = float(run["act_lr_mult"].get(run["act"], 1.0))
     opt = build_optimizer(model, run["optim"], int(run["batch_size"]), mult)
     lr = scaled_lr(run["optim"], int(run["batch_size"]))
