@@ -2,31 +2,30 @@
 
     >>> ckpt = read_checkpoint("convnext_tiny.pth")                                  # timm / torch file
     >>> ckpt = read_checkpoint("results/digits_vgg4/gelu/seed_0/checkpoints/best.ckpt")
-    >>> ckpt.state_dict, ckpt.kind, ckpt.run_config["act"]                        # "visionbench", "gelu"
+    >>> ckpt.state_dict, ckpt.kind, ckpt.trained_act                                 # "visionbench", "gelu"
 
 Accepted files: `.pth`, `.pt`, `.bin`, `.ckpt`, `.pth.tar` (torch files; the state dict may be the whole file or
 nested under `state_dict`, `model`, `module`, with the EMA under `state_dict_ema` / `model_ema`) and
-`.safetensors`. A visionbench (Lightning) checkpoint holds the network under `model.` and, when the run
-kept a weight EMA, its copy under `ema.module.`; the run's `config.yaml` sits beside `checkpoints/` and
-says which activation and model the weights were trained with. Pure torch: no Lightning import.
+`.safetensors`. What a visionbench run's checkpoint looks like (and where its config.yaml is) is the
+results tree's business: `results.checkpoint.run_weights` unwraps it. Pure torch: no Lightning import.
 """
 from __future__ import annotations
 
 import argparse
 import pickle
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
+
+from ..results.checkpoint import run_weights
 
 TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".tar")  # .tar: timm train.py's model_best.pth.tar
 SAFETENSORS_SUFFIX = ".safetensors"
 RAW_KEYS = ("state_dict", "model", "module")          # where trainers nest the weights (timm, ConvNeXt, DeiT)
 EMA_KEYS = ("state_dict_ema", "model_ema")            # timm train.py / ConvNeXt main.py EMA copies
-VB_MODEL, VB_EMA = "model.", "ema.module."            # ClassificationModule attributes `model` and `ema`
 
 
 @dataclass
@@ -36,16 +35,21 @@ class Checkpoint:
     Attributes:
         path: the file.
         state_dict: the network's tensors, keys as in `model.state_dict()` (prefixes removed).
-        kind: "visionbench" (a run's Lightning checkpoint) or "state_dict" (anything else).
-        run_config: the visionbench run's `config.yaml` (None for other files, or if absent).
+        kind: "visionbench" (a run's checkpoint) or "state_dict" (anything else).
         ema: whether `state_dict` holds the EMA weights.
+        trained_act, trained_act_kwargs, trained_model: what a visionbench run's config.yaml says
+            trained the weights (None / {} for other files, or if it is absent).
+        missing_config: for a visionbench checkpoint without its config.yaml, where it was looked for.
     """
 
     path: Path
     state_dict: dict[str, torch.Tensor]
     kind: str
-    run_config: dict[str, Any] | None = None
     ema: bool = False
+    trained_act: str | None = None
+    trained_act_kwargs: dict[str, Any] = field(default_factory=dict)
+    trained_model: str | None = None
+    missing_config: str | None = None
 
 
 def accepted_suffixes() -> tuple[str, ...]:
@@ -111,24 +115,6 @@ def _strip(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tenso
     return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
 
 
-def _run_config(path: Path) -> dict[str, Any] | None:
-    # results/<recipe>/<act>/seed_<k>/checkpoints/last.ckpt -> seed_<k>/config.yaml (or a copy beside the file)
-    for candidate in (path.parent.parent / "config.yaml", path.parent / "config.yaml"):
-        if candidate.is_file():
-            return yaml.safe_load(candidate.read_text())
-    return None
-
-
-def _visionbench(path: Path, obj: dict, ema: bool) -> Checkpoint:
-    full = obj["state_dict"]
-    state = _strip(full, VB_EMA if ema else VB_MODEL)
-    if not state:
-        what = "EMA weights (ema.module.*; the run had ema.decay unset)" if ema else "network weights (model.*)"
-        raise ValueError(f"{path} holds no {what}; its keys start with "
-                         f"{', '.join(sorted({k.split('.')[0] for k in full}))}")
-    return Checkpoint(path, state, "visionbench", _run_config(path), ema)
-
-
 def read_checkpoint(path: str | Path, ema: bool = False) -> Checkpoint:
     """Read the network weights stored in `path`.
 
@@ -143,8 +129,10 @@ def read_checkpoint(path: str | Path, ema: bool = False) -> Checkpoint:
     path = Path(path).expanduser()
     check_path(path)
     obj = _load_file(path)
-    if isinstance(obj, dict) and "pytorch-lightning_version" in obj and isinstance(obj.get("state_dict"), dict):
-        return _visionbench(path, obj, ema)
+    run = run_weights(obj, path, ema)
+    if run is not None:
+        return Checkpoint(path, run.state_dict, "visionbench", ema, run.act, run.act_kwargs, run.model_name,
+                          run.missing_config)
     keys = EMA_KEYS if ema else RAW_KEYS
     state = next((obj[k] for k in keys if isinstance(obj, dict) and _is_tensor_dict(obj.get(k))), None)
     if state is None and not ema and _is_tensor_dict(obj):
@@ -156,4 +144,4 @@ def read_checkpoint(path: str | Path, ema: bool = False) -> Checkpoint:
                          f"the file holds: {top}")
     if all(k.startswith("module.") for k in state):  # saved from DistributedDataParallel
         state = _strip(state, "module.")
-    return Checkpoint(path, dict(state), "state_dict", None, ema)
+    return Checkpoint(path, dict(state), "state_dict", ema)

@@ -227,18 +227,15 @@ def freeze(model: nn.Module, train: str | list[str] = "act,head") -> tuple[list[
 
 def _source_act(ckpt, source_act, source_act_kwargs, model_name):
     """The activation (and options) the checkpoint was trained with: explicit, else its run's config.yaml."""
-    run = ckpt.run_config or {}
-    run_model = (run.get("model") or {}).get("name")
-    if model_name is not None and run_model is not None and run_model != model_name:
-        raise ValueError(f"{ckpt.path} was trained as model {run_model!r} (its config.yaml), the recipe builds "
-                         f"{model_name!r}; set model.name={run_model}")
+    if model_name is not None and ckpt.trained_model is not None and ckpt.trained_model != model_name:
+        raise ValueError(f"{ckpt.path} was trained as model {ckpt.trained_model!r} (its config.yaml), the recipe "
+                         f"builds {model_name!r}; set model.name={ckpt.trained_model}")
     if source_act is not None:
         return source_act, dict(source_act_kwargs or {})
-    if run.get("act"):
-        return run["act"], dict((run.get("act_options") or {}).get(run["act"]) or {})
-    if ckpt.kind == "visionbench":
-        raise ValueError(f"{ckpt.path}: a visionbench checkpoint without its run's config.yaml (looked in "
-                         f"{ckpt.path.parent.parent} and {ckpt.path.parent}); set finetune.source_act to the "
+    if ckpt.trained_act:
+        return ckpt.trained_act, dict(ckpt.trained_act_kwargs)
+    if ckpt.missing_config:
+        raise ValueError(f"{ckpt.path}: {ckpt.missing_config}; set finetune.source_act to the "
                          f"activation it was trained with")
     return None, {}
 

@@ -248,8 +248,8 @@ def _recipe_notes(summary, runs, notes: list[str], recipe_dir: Path, baseline: s
 def _mixed_configs(runs) -> str:
     """'' when every run of the table was configured alike but for act and seed; else what differs, and where."""
     from ..runner.config import diff_configs, shared_part
-    from ..runner.results import read_config
-    from ..train.io import RunStateError
+    from ..results.io import RunStateError
+    from ..results.layout import read_config
 
     hashes = runs.dropna(subset=["config_hash"]).groupby("config_hash")
     if hashes.ngroups < 2:

@@ -14,16 +14,13 @@ there), `recipe_root` the recipe's folder.
 """
 from __future__ import annotations
 
-import json
 import math
-import re
 from pathlib import Path
 
 import pandas as pd
 
-from ..runner.results import SCHEMA, SCORED
-
-RUN_DIR = re.compile(r"seed_\d+")
+from ..results import layout
+from ..results.io import RunStateError
 # per-run scalars that are not in summary["metrics"] but may still be asked for as --metric
 RUN_SCALARS = ("train_time_s", "throughput_img_s", "peak_mem_mb")
 BASE_COLUMNS = [
@@ -31,25 +28,6 @@ BASE_COLUMNS = [
     "params", "act_params", "diverged_epoch", "error", "act_family", "report_metric", "report_best_of", "val_split", "config_hash",
     "run_dir", "recipe_dir", "recipe_root",
 ]
-
-
-def find_run_dirs(path: str | Path) -> list[Path]:
-    """Every `seed_<k>` directory below `path` (a recipe dir, a parent of recipes, or one run), sorted."""
-    root = Path(path)
-    if RUN_DIR.fullmatch(root.name) and root.is_dir():
-        return [root]
-    found = [p for p in root.rglob("seed_*") if p.is_dir() and _is_run_dir(p)]
-    return sorted(found)
-
-
-def _is_run_dir(path: Path) -> bool:
-    # seed_<k> folders inside a run (e.g. checkpoints/seed_0) are not runs: a run sits at <act>/seed_<k>
-    return RUN_DIR.fullmatch(path.name) is not None and not any(
-        RUN_DIR.fullmatch(part) for part in path.parent.parts[-3:])
-
-
-def _seed_from_dir(run_dir: Path) -> int | None:
-    return int(run_dir.name[len("seed_"):]) if RUN_DIR.fullmatch(run_dir.name) else None
 
 
 def _finite_or_nan(value) -> float:
@@ -61,30 +39,24 @@ def _finite_or_nan(value) -> float:
     return out if math.isfinite(out) else math.nan
 
 
-def read_summary(run_dir: Path) -> tuple[dict | None, str | None]:
-    """One run's row, or (None, note) when the run is skipped (missing, unreadable, running)."""
-    label = "/".join(run_dir.parts[-3:])
-    path = run_dir / "summary.json"
-    if not path.is_file():
-        return None, f"{label}: no summary.json (still running or crashed before writing it); ignored"
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        return None, f"{label}: unreadable summary.json ({exc}); ignored"
-    if not isinstance(summary, dict):
-        return None, f"{label}: summary.json is not an object; ignored"
-    schema = summary.get("schema", SCHEMA)
-    if schema != SCHEMA:
-        return None, f"{label}: summary schema {schema!r}, this report reads schema {SCHEMA}; ignored"
-    status = summary.get("status")
-    if status == "running":
-        return None, f"{label}: still running; ignored"
-    if status == "interrupted":
-        return None, f"{label}: interrupted (rerun the sweep's command to resume it); ignored"
-    if status not in SCORED:
-        return None, f"{label}: unknown status {status!r}; ignored"
+def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
+    """One run's row, or (None, note) when the run is skipped (missing, unreadable, running).
 
-    seed = _seed_from_dir(run_dir)
+    The summary is read and judged by `results.layout` (`read_summary`, `unscored_reason`): the
+    contract the runner writes by."""
+    label = "/".join(run_dir.parts[-3:])
+    try:
+        summary = layout.read_summary(run_dir)
+    except (OSError, RunStateError) as exc:
+        return None, f"{label}: unreadable summary.json ({exc}); ignored"
+    if summary is None:
+        return None, f"{label}: no summary.json (still running or crashed before writing it); ignored"
+    reason = layout.unscored_reason(summary)
+    if reason:
+        return None, f"{label}: {reason}; ignored"
+    status = summary["status"]
+
+    seed = layout.seed_of(run_dir)
     setting = summary.get("setting") or {}
     root = run_dir.parents[2] if setting and len(run_dir.parts) > 3 else run_dir.parent.parent
     report = summary.get("report") if isinstance(summary.get("report"), dict) else {}
@@ -135,8 +107,8 @@ def scan_runs(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
     if not root.exists():
         raise FileNotFoundError(f"results directory {str(root)!r} does not exist")
     rows, notes = [], []
-    for run_dir in find_run_dirs(root):
-        row, note = read_summary(run_dir)
+    for run_dir in layout.find_run_dirs(root):
+        row, note = run_row(run_dir)
         if note:
             notes.append(note)
         if row is not None:

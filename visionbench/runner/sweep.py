@@ -20,7 +20,8 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
-from ..train.io import DiskFullError, RunStateError, is_disk_full, read_csv_rows
+from ..results import layout
+from ..results.io import DiskFullError, RunStateError, is_disk_full
 from . import results
 from .config import (ConfigError, apply_setting, config_hash, diff_configs, fingerprint, run_config, sweep_acts,
                      sweep_settings, upgrade)
@@ -43,7 +44,7 @@ class Outcome:
 
 
 def check_resumable(run: dict, out: Path) -> None:
-    stored = results.read_config(out)
+    stored = layout.read_config(out)
     if stored is None:
         return
     diffs = diff_configs(fingerprint(upgrade(stored)), fingerprint(run))
@@ -75,7 +76,7 @@ def execute(run: dict, out: Path, progress: bool = True) -> Outcome:
     except RunLocked as e:
         return Outcome(label, seed, "locked", {"error": str(e)}, out)
     except RunStateError as e:
-        return Outcome(label, seed, "failed", {"error": str(e)}, out)
+        return Outcome(label, seed, layout.FAILED, {"error": str(e)}, out)
 
 
 def _execute(run: dict, out: Path, progress: bool) -> Outcome:
@@ -86,24 +87,24 @@ def _execute(run: dict, out: Path, progress: bool) -> Outcome:
 
     act, label, seed = run["act"], run.get("act_label", run["act"]), run["seed"]
     check_resumable(run, out)
-    previous = results.read_summary(out)
+    previous = layout.read_summary(out)
     _check_summary_config(previous, run, out)
-    if previous and previous.get("status") == "completed":
+    if previous and previous.get("status") == layout.COMPLETED:
         return Outcome(label, seed, "skipped", previous, out)
-    results.check_unfinished(out)
+    layout.check_unfinished(out)
     lead = is_rank_zero()  # other DDP ranks train along but leave the run directory to rank 0
     if lead:  # rank 0 of the job holds the lock and cleans
-        results.remove_stale_temps(out)  # a kill -9 leaves them; we hold the lock, so none is being written
-        (out / "error.txt").unlink(missing_ok=True)  # a previous session's; this one writes its own if it fails
+        layout.remove_stale_temps(out)  # a kill -9 leaves them; we hold the lock, so none is being written
+        layout.files(out).error.unlink(missing_ok=True)  # a previous session's; this one writes its own if it fails
     run = {**run, "threads": torch.get_num_threads()}  # results depend on it: recorded, a change is shown
-    stored_threads = (results.read_config(out) or {}).get("threads")
+    stored_threads = (layout.read_config(out) or {}).get("threads")
     if lead and stored_threads not in (None, run["threads"]):
         print(f"note: {out} was trained with {stored_threads} threads so far, resumes with {run['threads']}: "
               "on CPU its numbers will differ slightly from an uninterrupted run", file=sys.stderr)
     report = run.get("report") or {}
     summary = {
-        "schema": results.SCHEMA, "recipe": run["recipe"], "act": act, "act_label": label, "seed": seed,
-        "status": "running", "setting": run.get("setting") or {}, "baseline": report.get("baseline"),
+        "schema": layout.SCHEMA, "recipe": run["recipe"], "act": act, "act_label": label, "seed": seed,
+        "status": layout.RUNNING, "setting": run.get("setting") or {}, "baseline": report.get("baseline"),
         "report": report, "val_split": run["data"]["val_split"], "config_hash": config_hash(run),
         "threads": run["threads"], "act_options": (run.get("act_options") or {}).get(act, {}),
         "metrics": {}, "versions": results.versions(), "git_commit": results.git_commit(),
@@ -111,32 +112,32 @@ def _execute(run: dict, out: Path, progress: bool) -> Outcome:
     }
     try:
         if lead:
-            results.write_config(out, run)
-            results.write_summary(out, summary)
+            layout.write_config(out, run)
+            layout.write_summary(out, summary)
         r = train_run(run, out, progress=progress)
-        summary.update(status="completed", params=r.params, act_params=r.act_params,
+        summary.update(status=layout.COMPLETED, params=r.params, act_params=r.act_params,
                        trainable_params=r.trainable_params,  # < params when fine-tuning (docs/finetune.md)
                        train_time_s=round(r.train_time_s, 3), throughput_img_s=r.throughput_img_s,
-                       peak_mem_mb=r.peak_mem_mb, metrics=results.metrics_from_rows(r.rows))
+                       peak_mem_mb=r.peak_mem_mb, metrics=layout.metrics_from_rows(r.rows))
     except Diverged as e:
-        summary.update(status="diverged", diverged_epoch=e.epoch, error=str(e), metrics=_metrics_so_far(out))
+        summary.update(status=layout.DIVERGED, diverged_epoch=e.epoch, error=str(e), metrics=_metrics_so_far(out))
     except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM (ours, or Lightning's SIGTERMException)
         why = received()
-        summary.update(status="interrupted", error=f"interrupted by {why}; rerun the same command to resume",
+        summary.update(status=layout.INTERRUPTED, error=f"interrupted by {why}; rerun the same command to resume",
                        metrics=_metrics_so_far(out))
         _finish(out, summary)
         raise Interrupted(why) from None
     except RunStateError as e:
-        summary.update(status="failed", error=str(e))
+        summary.update(status=layout.FAILED, error=str(e))
     except Exception as e:  # noqa: BLE001 - one seed's failure must not end the sweep
         if is_disk_full(e):
-            summary.update(status="failed", error=str(e if isinstance(e, DiskFullError) else DiskFullError(
+            summary.update(status=layout.FAILED, error=str(e if isinstance(e, DiskFullError) else DiskFullError(
                 getattr(e, "filename", None) or out)) + "; free space and rerun the same command to resume")
         else:
             if lead:
                 with contextlib.suppress(OSError):  # the traceback is a bonus; the summary holds the line
-                    (out / "error.txt").write_text(traceback.format_exc())
-            summary.update(status="failed", error=one_line(e), metrics=_metrics_so_far(out))
+                    layout.files(out).error.write_text(traceback.format_exc())
+            summary.update(status=layout.FAILED, error=one_line(e), metrics=_metrics_so_far(out))
     _finish(out, summary)
     return Outcome(label, seed, summary["status"], summary, out)
 
@@ -155,16 +156,16 @@ def one_line(e: BaseException) -> str:
 def _check_summary_config(summary: dict | None, run: dict, out: Path) -> None:
     """A run directory whose config.yaml is gone: its summary's config hash still tells whether it
     was trained with these settings (else a rerun with other settings would count it as theirs)."""
-    if not summary or (out / "config.yaml").exists() or not summary.get("config_hash"):
+    if not summary or layout.files(out).config.exists() or not summary.get("config_hash"):
         return
     if summary["config_hash"] != config_hash(run):
-        raise RunStateError(f"{out / 'config.yaml'} is missing and {out / 'summary.json'} was written by a run "
+        raise RunStateError(f"{layout.files(out).config} is missing and {layout.files(out).summary} was written by a run "
                             f"with other settings; delete the run directory {out} to retrain it with these")
 
 
 def _metrics_so_far(out: Path) -> dict:
     try:
-        return results.metrics_from_rows(read_csv_rows(out / "metrics.csv"))
+        return layout.metrics_from_rows(layout.read_metrics(out))
     except (ValueError, KeyError, TypeError, UnicodeDecodeError, csv.Error):
         return {}
 
@@ -176,7 +177,7 @@ def _finish(out: Path, summary: dict) -> None:
     if not is_rank_zero():
         return
     try:
-        results.write_summary(out, summary)
+        layout.write_summary(out, summary)
     except DiskFullError as e:
         summary["error"] = f"{summary.get('error') or ''} ({e}; summary.json not updated)".strip()
 
@@ -246,11 +247,11 @@ def run_sweep(cfg: DictConfig, progress: bool = True, on_outcome: Callable[[Outc
                     raise
                 except Exception as e:  # noqa: BLE001 - a crashed worker process is one failed run
                     run, out = jobs[i]
-                    summary = {"schema": results.SCHEMA, "recipe": run["recipe"], "act": run["act"],
+                    summary = {"schema": layout.SCHEMA, "recipe": run["recipe"], "act": run["act"],
                                "act_label": run["act_label"], "seed": run["seed"], "setting": run["setting"],
-                               "status": "failed", "error": f"worker crashed: {e!r}"}
-                    results.write_summary(out, summary)
-                    outcomes[i] = Outcome(run["act_label"], run["seed"], "failed", summary, out)
+                               "status": layout.FAILED, "error": f"worker crashed: {e!r}"}
+                    layout.write_summary(out, summary)
+                    outcomes[i] = Outcome(run["act_label"], run["seed"], layout.FAILED, summary, out)
                 if on_outcome:
                     on_outcome(outcomes[i])
         except BaseException:  # SIGTERM, Ctrl-C or a bug here: stop the workers (they record `interrupted`)

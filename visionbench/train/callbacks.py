@@ -11,10 +11,10 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
-from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 
 from ..activations import LearnableActivation
-from .io import atomic_path, atomic_write_text, read_csv_rows, write_csv_rows
+from ..results.io import atomic_path, atomic_write_text, read_csv_rows, write_csv_rows
 
 SNAPSHOT_POINTS = 201
 HIST_BINS = 60
@@ -34,7 +34,7 @@ class EpochSeeder(L.Callback):
         torch.manual_seed(s)
 
 
-class MetricsWriter(Checkpoint):
+class MetricsWriter(L.Callback):
     """Appends one row per epoch to metrics.csv (rewritten atomically), times epochs.
 
     Each row starts with `epoch, step, samples`: `step` is the optimizer steps so far
@@ -42,18 +42,28 @@ class MetricsWriter(Checkpoint):
     counted from the batches trained and summed over DDP ranks. They show how long an epoch
     really is (e.g. 3 x N samples under repeated augmentation, 004 App G).
 
-    A `Checkpoint` subclass only so that Lightning calls its `on_train_epoch_end` *after* the
-    LightningModule's (which logs the epoch's train loss); list it before the checkpoint
-    callback so the row is on disk before the checkpoint that a resume starts from.
+    When the row is written (Lightning's public hooks only): `on_train_epoch_end` closes the epoch
+    (time, sample count); a plain callback's runs before the LightningModule's, which logs the
+    epoch's `train_loss`, so the row is written in `on_save_checkpoint`, which Lightning calls
+    while building each checkpoint, before the file is written. Every checkpoint -- the
+    `last.ckpt` a resume starts from included -- thus has its epoch's complete row on disk
+    first, whatever the order of the callbacks. An epoch that saved no checkpoint gets its row
+    at the next epoch's start, at the end of training, or on an exception.
+
+    Columns: every metric the epoch logged, by its name ("/" included: `val/acc` is a column),
+    except Lightning's per-step values (`<name>_step`, e.g. `train/loss_step`): they are not
+    epoch metrics.
     """
 
     LEAD = ("epoch", "step", "samples")  # the first columns, in this order
+    STEP_SUFFIX = "_step"  # Lightning's name for a metric's per-step value (self.log(on_step=True))
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.rows: list[dict] = []
         self._t0 = None
         self._samples = 0
+        self._pending: dict | None = None  # the finished epoch whose row is not written yet
 
     def load_existing(self, upto_epoch: int) -> None:
         """On resume: keep rows of the epochs the checkpoint has completed, drop later ones.
@@ -63,6 +73,7 @@ class MetricsWriter(Checkpoint):
         self.rows = [{**{k: r.get(k, "") for k in self.LEAD}, **r} for r in rows]
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._write_pending(trainer)
         self._t0 = time.perf_counter()
         self._samples = 0
 
@@ -77,13 +88,33 @@ class MetricsWriter(Checkpoint):
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if self._t0 is None:
             return
-        m = {k: float(v) for k, v in trainer.callback_metrics.items() if "/" not in k}
-        row = {"epoch": trainer.current_epoch + 1, "step": int(trainer.global_step),
-               "samples": self._epoch_samples(trainer, pl_module)}
-        row.update({k: m[k] for k in sorted(m) if k != "lr" and k != "train_loss"})
+        self._pending = {"epoch": trainer.current_epoch + 1, "step": int(trainer.global_step),
+                         "samples": self._epoch_samples(trainer, pl_module),
+                         "epoch_time_s": round(time.perf_counter() - self._t0, 4)}
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        self._write_pending(trainer)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._write_pending(trainer)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self._write_pending(trainer)
+
+    def epoch_metrics(self, logged: dict) -> dict[str, float]:
+        """The logged values that are epoch metrics (see the class docstring), as floats."""
+        return {k: float(v) for k, v in logged.items() if not k.endswith(self.STEP_SUFFIX)}
+
+    def _write_pending(self, trainer) -> None:
+        if self._pending is None:
+            return
+        pending, self._pending = self._pending, None
+        m = self.epoch_metrics(trainer.callback_metrics)
+        row = {k: pending[k] for k in self.LEAD}
+        row.update({k: m[k] for k in sorted(m) if k not in ("lr", "train_loss")})
         row["train_loss"] = m.get("train_loss", float("nan"))
         row["lr"] = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else float("nan")
-        row["epoch_time_s"] = round(time.perf_counter() - self._t0, 4)
+        row["epoch_time_s"] = pending["epoch_time_s"]
         self.rows = [r for r in self.rows if int(r["epoch"]) < row["epoch"]] + [row]
         if trainer.is_global_zero:
             write_csv_rows(self.path, self.rows)
@@ -157,7 +188,7 @@ class ActivationSnapshots(L.Callback):
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's torch checkpoint writer, saving to a per-process temporary file renamed over the
-    target: a kill never leaves a torn checkpoint, a full disk no stray file (`io.atomic_path`)."""
+    target: a kill never leaves a torn checkpoint, a full disk no stray file (`results.io.atomic_path`)."""
 
     def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
         with atomic_path(Path(path)) as tmp:

@@ -26,7 +26,8 @@ from ..models import finetune
 from ..models.lsuv import check_variant, lsuv_images
 from ..data import create_datamodule
 from .callbacks import ActivationSnapshots, AtomicCheckpointIO, EpochSeeder, MetricsWriter, RunCheckpoint, RunProgressBar
-from .io import RunStateError
+from ..results.checkpoint import checkpoint_epoch
+from ..results.layout import files
 from .module import ClassificationModule
 
 
@@ -81,16 +82,16 @@ def _create(cfg: Mapping[str, Any], act: str | None, act_kwargs: Mapping[str, An
             in_chans: int, img_size: int | None, pretrained: bool):
     """`models.create` with the run's `model:` block and the given activation, head size and weights."""
     m = cfg["model"]
-    kwargs = dict(m.get("kwargs") or {})
-    if m.get("dropout"):
+    kwargs = dict(m["kwargs"])
+    if m["dropout"]:
         kwargs["drop_rate"] = float(m["dropout"])
-    if m.get("drop_path"):
+    if m["drop_path"]:
         kwargs["drop_path_rate"] = float(m["drop_path"])
-    if m.get("global_pool") is not None:  # e.g. flatten: 004 code's VGG head (models/vgg.py)
+    if m["global_pool"] is not None:  # e.g. flatten: 004 code's VGG head (models/vgg.py)
         kwargs["global_pool"] = m["global_pool"]
     return models.create(
         m["name"], act=act, act_kwargs=dict(act_kwargs or {}), num_classes=num_classes, img_size=img_size,
-        in_chans=in_chans, norm=m.get("norm"), norm_free=bool(m.get("norm_free")), pretrained=pretrained, **kwargs,
+        in_chans=in_chans, norm=m["norm"], norm_free=bool(m["norm_free"]), pretrained=pretrained, **kwargs,
     )
 
 
@@ -98,37 +99,28 @@ def build_model(cfg: Mapping[str, Any], num_classes: int, in_chans: int, img_siz
     """The network of a run config; with `finetune.checkpoint` set, the fine-tuning surgery of
     `models.finetune.prepare` (the checkpoint decides the weights: `model.pretrained` is not used)."""
     act = cfg["act"]
-    act_kwargs = dict((cfg.get("act_options") or {}).get(act) or {})
-    ft = cfg.get("finetune") or {}
-    if not ft.get("checkpoint"):
-        return _create(cfg, act, act_kwargs, num_classes, in_chans, img_size, bool(cfg["model"].get("pretrained")))
-    if cfg["model"].get("lsuv"):
+    act_kwargs = dict(cfg["act_options"].get(act) or {})  # act_options holds only the acts given options
+    ft = cfg["finetune"]
+    if not ft["checkpoint"]:
+        return _create(cfg, act, act_kwargs, num_classes, in_chans, img_size, bool(cfg["model"]["pretrained"]))
+    if cfg["model"]["lsuv"]:
         raise ValueError("model.lsuv=true would re-initialise the fine-tuned checkpoint's weights; "
                          "set model.lsuv=false with finetune.checkpoint")
 
     def build(a, a_kwargs, n, pretrained):
         return _create(cfg, a, a_kwargs, n, in_chans, img_size, pretrained)
 
-    return finetune.prepare(build, ft["checkpoint"], act, act_kwargs, num_classes, train=ft.get("train") or "act,head",
-                            source_act=ft.get("source_act"), ema=bool(ft.get("ema")), model_name=cfg["model"]["name"])
+    return finetune.prepare(build, ft["checkpoint"], act, act_kwargs, num_classes, train=ft["train"],
+                            source_act=ft["source_act"], ema=bool(ft["ema"]), model_name=cfg["model"]["name"])
 
 
 def lsuv_variant(cfg: Mapping[str, Any]) -> str:
     """`model.lsuv_variant` (mishkin | paper004), or ValueError naming the key."""
-    variant = cfg["model"].get("lsuv_variant") or "mishkin"
+    variant = cfg["model"]["lsuv_variant"]
     try:
         return check_variant(variant)
     except ValueError as e:
         raise ValueError(f"model.lsuv_variant: {e}") from None
-
-
-def checkpoint_epoch(path: Path) -> int:
-    """The number of epochs a checkpoint has completed; `RunStateError` naming the file if it is unreadable."""
-    try:  # mmap: only the header and the epoch are read
-        return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["epoch"]) + 1
-    except Exception as e:  # noqa: BLE001 - torch reports a torn file in many ways
-        raise RunStateError(f"{path} is unreadable ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
-                            "delete it to retrain this run from its first epoch") from None
 
 
 def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> RunResult:
@@ -140,7 +132,7 @@ def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> R
 
     dm = create_datamodule(cfg["data"], batch_size=int(cfg["batch_size"]), seed=seed, test_in_val=True)
     model = build_model(cfg, dm.num_classes, dm.in_chans, dm.img_size)
-    if cfg["model"].get("lsuv"):
+    if cfg["model"]["lsuv"]:
         variant = lsuv_variant(cfg)
         dm.setup("fit")
         models.lsuv_init(model, lsuv_images(dm.train_dataloader(), variant), variant=variant)
@@ -150,35 +142,35 @@ def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> R
     eval_names = ("val", "test") if dm.has_test else ("val",)
     module = ClassificationModule(
         model, num_classes=dm.num_classes, optim=cfg["optim"], sched=cfg["sched"], loss=cfg["loss"],
-        ema_decay=(cfg.get("ema") or {}).get("decay"), act_lr_mult=float((cfg.get("act_lr_mult") or {}).get(act, 1.0)),
+        ema_decay=cfg["ema"]["decay"], act_lr_mult=float(cfg["act_lr_mult"].get(act, 1.0)),  # 1.0: no multiplier given
         batch_size=int(cfg["batch_size"]), eval_names=eval_names,
     )
 
-    ckpt_dir = run_dir / "checkpoints"
-    last = ckpt_dir / "last.ckpt"
-    writer = MetricsWriter(run_dir / "metrics.csv")
+    paths = files(run_dir)
+    ckpt_dir, last = paths.checkpoints, paths.last
+    writer = MetricsWriter(paths.metrics)
     resume_from = None
     if last.exists():
         writer.load_existing(upto_epoch=checkpoint_epoch(last))
         resume_from = str(last)
     throughput = _Throughput()
-    callbacks = [  # metrics row first: it is on disk before the checkpoint a resume starts from
+    callbacks = [  # MetricsWriter writes each epoch's row as its checkpoints are built (train/callbacks.py)
         EpochSeeder(seed), writer, throughput,
-        RunCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val_top1", mode="max", save_top_k=1,
+        RunCheckpoint(dirpath=ckpt_dir, filename=paths.best.stem, monitor="val_top1", mode="max", save_top_k=1,
                       enable_version_counter=False, save_on_train_epoch_end=True),
         # every epoch, whatever val_top1 did: the final weights, and what a resume starts from
-        RunCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1, enable_version_counter=False,
+        RunCheckpoint(dirpath=ckpt_dir, filename=paths.last.stem, save_top_k=1, enable_version_counter=False,
                       save_on_train_epoch_end=True),
     ]
     if is_learnable(act):
-        callbacks.append(ActivationSnapshots(run_dir / "act_snapshots", cfg.get("snapshot_epochs") or [], epochs, act))
+        callbacks.append(ActivationSnapshots(paths.snapshots, cfg["snapshot_epochs"], epochs, act))
     if progress:
         callbacks.append(RunProgressBar(f"{act} seed {seed}", leave=False))
     t = cfg["trainer"]
     trainer = L.Trainer(
         max_epochs=epochs, accelerator=t["accelerator"], devices=t["devices"], num_nodes=t["num_nodes"],
-        strategy=t["strategy"], precision=t["precision"], gradient_clip_val=t.get("gradient_clip_val"),
-        limit_train_batches=t.get("limit_train_batches"), limit_val_batches=t.get("limit_val_batches"),
+        strategy=t["strategy"], precision=t["precision"], gradient_clip_val=t["gradient_clip_val"],
+        limit_train_batches=t["limit_train_batches"], limit_val_batches=t["limit_val_batches"],
         logger=TensorBoardLogger(run_dir, name="tb", version=""),  # metrics.csv is MetricsWriter's
         callbacks=callbacks, plugins=[AtomicCheckpointIO()], enable_progress_bar=progress, enable_model_summary=False,
         num_sanity_val_steps=0, default_root_dir=run_dir, log_every_n_steps=10,

@@ -1,4 +1,6 @@
-"""Atomic file writes: write a temporary file beside the target, then rename over it.
+"""File primitives of the results tree: atomic writes, CSV rows, and the errors a run directory raises.
+
+Atomic writes: write a temporary file beside the target, then rename over it.
 
 The temporary name carries the process id, so two processes never write the same temporary file,
 and it is removed when the write fails (e.g. a full disk): a failed write leaves the previous

@@ -1,0 +1,9 @@
+"""The results tree: one module owns the on-disk layout of a run and the contract of its files.
+
+    layout.py      run directory paths, config.yaml, summary.json (SCHEMA, statuses), metrics.csv
+    checkpoint.py  the format of a run's checkpoints (Lightning markers, the module's attribute names)
+    io.py          atomic writes, CSV rows, RunStateError / DiskFullError
+
+A leaf: it imports nothing of visionbench, so models (reading a run's weights), train (writing
+metrics and checkpoints), runner (writing summaries) and report (reading them) all go through it.
+"""

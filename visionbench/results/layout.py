@@ -1,0 +1,255 @@
+"""The on-disk layout of one run (DESIGN §6) and the contract of its files: the one place that
+knows file names, the summary schema and the run statuses.
+
+    <results_dir>/<recipe>/[<setting label>/]<act>/seed_<k>/
+        config.yaml     the resolved run config (runner writes, resume compares)
+        summary.json    status + metrics, schema `SCHEMA` (runner writes, report reads)
+        metrics.csv     one row per finished epoch (train/callbacks.MetricsWriter)
+        checkpoints/    last.ckpt (every epoch: what a resume starts from), best.ckpt (best val_top1)
+        act_snapshots/  learnable activations' shapes at chosen epochs (report plots)
+        tb/             TensorBoard events
+
+The writer (runner) and the reader (report) both go through `read_summary`: one contract, so a
+summary the runner would refuse is one the report skips with the same reason.
+Depends on nothing of visionbench: models, train, runner and report may all import it.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from .io import RunStateError, atomic_write_text, read_csv_rows
+
+SCHEMA = 1  # summary.json's "schema"; bump it when a field changes meaning
+
+COMPLETED, DIVERGED, FAILED, RUNNING, INTERRUPTED = "completed", "diverged", "failed", "running", "interrupted"
+STATUSES = (COMPLETED, DIVERGED, FAILED, RUNNING, INTERRUPTED)
+SCORED = (COMPLETED, DIVERGED, FAILED)  # what a report counts; running/interrupted runs are still to finish
+CONFIG_KEYS = ("recipe", "act", "seed")  # in every run's config.yaml
+
+RUN_DIR_NAME = re.compile(r"seed_\d+")
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The paths inside one run directory."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.csv"
+
+    @property
+    def error(self) -> Path:
+        return self.root / "error.txt"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def last(self) -> Path:
+        return self.checkpoints / "last.ckpt"
+
+    @property
+    def best(self) -> Path:
+        return self.checkpoints / "best.ckpt"
+
+    @property
+    def snapshots(self) -> Path:
+        return self.root / "act_snapshots"
+
+
+def files(run: str | Path) -> RunFiles:
+    return RunFiles(Path(run))
+
+
+def run_path(results_dir: str | Path, recipe: str, act: str, seed: int, setting_label: str | None = None) -> Path:
+    """`<results_dir>/<recipe>/[<setting_label>/]<act>/seed_<k>`; the setting level only in factor sweeps."""
+    recipe_dir = Path(results_dir) / recipe
+    if setting_label:
+        recipe_dir = recipe_dir / setting_label
+    return recipe_dir / act / f"seed_{seed}"
+
+
+def run_for_checkpoint(checkpoint: Path) -> Path:
+    """The run directory of a file in its `checkpoints/` folder."""
+    return Path(checkpoint).parent.parent
+
+
+def is_run_dir(path: Path) -> bool:
+    """A run sits at `<act>/seed_<k>`; `seed_<k>` folders inside a run (e.g. checkpoints/seed_0) are not runs."""
+    return RUN_DIR_NAME.fullmatch(path.name) is not None and not any(
+        RUN_DIR_NAME.fullmatch(part) for part in path.parent.parts[-3:])
+
+
+def find_run_dirs(path: str | Path) -> list[Path]:
+    """Every run directory below `path` (a recipe dir, a parent of recipes, or one run), sorted."""
+    root = Path(path)
+    if RUN_DIR_NAME.fullmatch(root.name) and root.is_dir():
+        return [root]
+    return sorted(p for p in root.rglob("seed_*") if p.is_dir() and is_run_dir(p))
+
+
+def seed_of(run: Path) -> int | None:
+    """The seed in a run directory's name (`seed_3` -> 3)."""
+    return int(run.name[len("seed_"):]) if RUN_DIR_NAME.fullmatch(run.name) else None
+
+
+def _read(path: Path, parse: Callable[[str], Any], what: str, fix: str) -> dict:
+    try:
+        data = parse(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, yaml.YAMLError) as e:  # JSONDecodeError is a ValueError
+        first = str(e).strip().splitlines()[0][:100] if str(e).strip() else type(e).__name__
+        raise RunStateError(f"{path} is corrupt ({first}); {fix}") from None
+    if not isinstance(data, dict):
+        raise RunStateError(f"{path} holds {type(data).__name__}, not the {what} mapping; {fix}")
+    return data
+
+
+def read_summary(path: Path) -> dict | None:
+    """The run's summary.json; None if absent; `RunStateError` (naming the file) if unreadable."""
+    f = files(path).summary
+    return _read(f, json.loads, "summary", "delete it to resume this run from its last checkpoint") \
+        if f.exists() else None
+
+
+def unscored_reason(summary: dict) -> str | None:
+    """Why a report leaves this summary out (None: it is scored): another schema, or a status still to finish."""
+    schema = summary.get("schema", SCHEMA)
+    if schema != SCHEMA:
+        return f"summary schema {schema!r}, this report reads schema {SCHEMA}"
+    status = summary.get("status")
+    if status == RUNNING:
+        return "still running"
+    if status == INTERRUPTED:
+        return "interrupted (rerun the sweep's command to resume it)"
+    if status not in SCORED:
+        return f"unknown status {status!r}"
+    return None
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None  # JSON has no NaN; a missing number is null
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+def write_summary(path: Path, summary: dict) -> None:
+    atomic_write_text(files(path).summary, json.dumps(_clean(summary), indent=2, sort_keys=False) + "\n")
+
+
+def read_config(path: Path) -> dict | None:
+    """The run's config.yaml; None if absent; `RunStateError` (naming the file) if unreadable, or
+    truncated (a YAML file cut short often still parses: it then lacks the keys written last)."""
+    f = files(path).config
+    if not f.exists():
+        return None
+    fix = f"delete the run directory {Path(path)} to restart this run"
+    config = _read(f, yaml.safe_load, "config", fix)
+    missing = [k for k in CONFIG_KEYS if k not in config]
+    if missing or not f.read_bytes().endswith(b"\n"):  # yaml.safe_dump ends every file with a newline
+        lacks = f"no {', '.join(missing)}" if missing else "no final newline"
+        raise RunStateError(f"{f} is incomplete ({lacks}: truncated?); {fix}")
+    return config
+
+
+def write_config(path: Path, cfg: dict) -> None:
+    atomic_write_text(files(path).config, yaml.safe_dump(cfg, sort_keys=False))
+
+
+def trained_with(config: dict) -> tuple[str | None, dict, str | None]:
+    """(activation, its options, model name) a run's config.yaml says its weights were trained with."""
+    act = config.get("act") or None
+    options = dict((config.get("act_options") or {}).get(act) or {}) if act else {}
+    return act, options, (config.get("model") or {}).get("name")
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The rows of the run's metrics.csv (strings); [] when it does not exist."""
+    return read_csv_rows(files(path).metrics)
+
+
+def check_unfinished(path: Path) -> None:
+    """Refuse to resume a run whose files do not fit together (`RunStateError` naming what to do):
+    a checkpoint without the config that trained it, or without a readable metrics.csv."""
+    run = files(path)
+    if not run.last.exists():
+        return
+    restart = f"delete the run directory {run.root} to restart this run"
+    if not run.config.exists():
+        raise RunStateError(f"{run.last} has no config.yaml beside it: which settings trained it is unknown; {restart}")
+    if not run.metrics.exists():
+        raise RunStateError(f"{run.last} has no metrics.csv beside it: its finished epochs' metrics are lost; {restart}")
+    try:
+        epochs = [int(r["epoch"]) for r in read_csv_rows(run.metrics)]
+    except (KeyError, TypeError, ValueError, UnicodeDecodeError, csv.Error) as e:
+        raise RunStateError(f"{run.metrics} is corrupt ({type(e).__name__}: {e}); {restart}") from None
+    if epochs != list(range(1, len(epochs) + 1)):
+        raise RunStateError(f"{run.metrics} has epochs {epochs[:5]}..., not 1, 2, 3, ...; {restart}")
+
+
+def remove_stale_temps(path: Path) -> list[Path]:
+    """Delete temporary files a killed process left in a run directory (`.NAME.tmpPID`, results/io.py).
+
+    Call it holding the run's lock: no live process writes there then."""
+    stale = [p for p in Path(path).rglob(".*.tmp*") if p.is_file()]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
+
+
+def metrics_from_rows(rows: list[dict]) -> dict[str, float]:
+    """Best/final metrics of a run from its metrics.csv rows (best epoch chosen on val_top1)."""
+    def col(name):
+        return [float(r[name]) if r.get(name) not in (None, "") else math.nan for r in rows]
+
+    if not rows:
+        return {}
+    out: dict[str, float] = {}
+    val = col("val_top1")
+    finite = [(v, i) for i, v in enumerate(val) if math.isfinite(v)]
+    # the first epoch reaching the best value; the last epoch if none is finite
+    best_i = max(finite, key=lambda t: (t[0], -t[1]))[1] if finite else len(rows) - 1
+    out["best_epoch"] = int(float(rows[best_i]["epoch"]))
+    for key in ("val_top1", "val_top5", "ema_val_top1", "ema_val_top5", "test_top1", "test_top5", "ema_test_top1"):
+        if key not in rows[-1]:
+            continue
+        values = col(key)
+        good = [v for v in values if math.isfinite(v)]
+        out[f"{key}_best"] = max(good) if good else math.nan
+        out[f"{key}_final"] = values[-1]
+    for key in ("val_loss", "train_loss"):
+        if key in rows[-1]:
+            out[f"{key}_final"] = col(key)[-1]
+    if "test_top1" in rows[-1]:
+        out["test_top1_at_best_val"] = col("test_top1")[best_i]
+    if "ema_val_top1" in rows[-1]:
+        ema = col("ema_val_top1")
+        good = [(v, i) for i, v in enumerate(ema) if math.isfinite(v)]
+        if good:
+            ei = max(good, key=lambda t: (t[0], -t[1]))[1]
+            out["ema_best_epoch"] = int(float(rows[ei]["epoch"]))
+            if "ema_test_top1" in rows[-1]:
+                out["ema_test_top1_at_best_val"] = col("ema_test_top1")[ei]
+    return out
