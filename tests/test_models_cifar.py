@@ -103,3 +103,13 @@ def test_vgg_rejects_drop_path():
     with pytest.raises(ValueError, match="drop_path_rate"):
         models.create("vgg4", drop_path_rate=0.1)
     models.create("vgg4", drop_path_rate=0.0)  # what a recipe with drop_path 0 passes
+
+
+@pytest.mark.parametrize("name,channels", [("vb_vgg4", [64, 128, 256]), ("vb_resnet32", [16, 32, 64])])
+def test_built_by_timms_builder(name, channels):
+    """`build_model_with_cfg` builds them as timm's own models: a pretrained cfg without weights
+    (nothing to download), timm's features_only wrapper (one map per stage), device/dtype."""
+    assert timm.get_pretrained_cfg(name).url == "" and not timm.list_models(name, pretrained=True)
+    features = timm.create_model(name, features_only=True)
+    assert [f.shape[1] for f in features(torch.randn(1, 3, 32, 32))] == channels
+    assert next(timm.create_model(name, dtype=torch.float64).parameters()).dtype == torch.float64

@@ -21,7 +21,7 @@ from visionbench.report.papers import main as papers_main
 from visionbench.runner.axes import parse_acts, parse_setting_label, setting_label
 from visionbench.runner.config import load_config, recipe_names
 
-from .test_report_helpers import write_run
+from .helpers import write_run
 
 PAPERS = Path(__file__).resolve().parents[1].parent / "shared" / "papers"
 needs_papers = pytest.mark.skipif(not PAPERS.is_dir(), reason=f"paper texts not found at {PAPERS} (../shared/papers "

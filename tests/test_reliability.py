@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,22 +25,7 @@ from visionbench.runner.locks import RunLock
 from visionbench.runner.sweep import run_sweep
 
 from .fixtures import write_cifar10, write_tiny_imagenet
-
-ROOT = Path(__file__).resolve().parents[1]
-FAST = ["epochs=2", "batch_size=64", "data.limit_train=200", "data.limit_val=100", "snapshot_epochs=[0,-1]"]
-# sitecustomize for the subprocesses: a pause at every epoch start, so a signal lands mid-training
-# (sleeping changes no number: the results must equal an uninterrupted run's)
-HOOK = '''
-import os, time
-_pause = float(os.environ.get("VB_TEST_EPOCH_PAUSE") or 0)
-if _pause:
-    from visionbench.train import callbacks
-    _start = callbacks.EpochSeeder.on_train_epoch_start
-    def _slow(self, trainer, pl_module):
-        time.sleep(_pause)
-        _start(self, trainer, pl_module)
-    callbacks.EpochSeeder.on_train_epoch_start = _slow
-'''
+from .helpers import FAST, ROOT, seed_dir, spawn, summary, wait_for
 
 
 # ---- helpers -------------------------------------------------------------------------------
@@ -56,14 +40,6 @@ def sweep(results: Path, *args: str):
     return run_sweep(load_config([f"results_dir={results}", *FAST, *args]), progress=False)
 
 
-def seed_dir(results: Path, act: str, seed: int, recipe: str = "digits_vgg4") -> Path:
-    return results / recipe / act / f"seed_{seed}"
-
-
-def summary(d: Path) -> dict:
-    return json.loads((d / "summary.json").read_text())
-
-
 def ckpt_epochs(path: Path) -> int:
     """Epochs completed by a checkpoint."""
     return int(torch.load(path, map_location="cpu", weights_only=False)["epoch"]) + 1
@@ -72,29 +48,6 @@ def ckpt_epochs(path: Path) -> int:
 def failed_lines(err: str) -> list[str]:
     """The lines under `failed runs:` of the CLI's stderr."""
     return err.split("failed runs:\n", 1)[1].strip().splitlines() if "failed runs:" in err else []
-
-
-def spawn(tmp_path: Path, results: Path, *args: str, pause: float = 0.0, env: dict | None = None) -> subprocess.Popen:
-    """`visionbench run` in a subprocess (pausing `pause` s at every epoch start)."""
-    hook = tmp_path / "hook"
-    hook.mkdir(exist_ok=True)
-    (hook / "sitecustomize.py").write_text(HOOK)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
-           "VB_TEST_EPOCH_PAUSE": str(pause), **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "visionbench.cli", "run", f"results_dir={results}", *FAST, *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-
-
-def wait_for(predicate, timeout: float = 120.0, what: str = "condition") -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            if predicate():
-                return
-        except (OSError, ValueError, KeyError):  # a file being replaced, a summary not there yet
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def training(d: Path, epochs_done: int = 1) -> bool:
@@ -219,7 +172,7 @@ def test_4_a_run_held_by_another_process_is_skipped_and_said_so(tmp_path, capsys
 
 
 def test_4_temp_files_are_per_process_and_stale_ones_are_removed(tmp_path, capsys):
-    from visionbench.train.io import atomic_write_text
+    from visionbench.results.io import atomic_write_text
 
     d = seed_dir(tmp_path, "relu", 0)
     atomic_write_text(d / "x.txt", "a")
@@ -343,7 +296,7 @@ def test_6_disk_full_is_one_line_leaves_no_temp_files_and_resumes(tmp_path, caps
 
 
 def test_6_atomic_write_on_a_full_disk_keeps_the_old_file_and_no_temp(tmp_path, monkeypatch):
-    from visionbench.train import io
+    from visionbench.results import io
 
     target = tmp_path / "summary.json"
     io.atomic_write_text(target, "old")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from .test_reliability import seed_dir, spawn, summary, wait_for
+from .helpers import seed_dir, spawn, summary, wait_for
 
 pytestmark = pytest.mark.slow
 

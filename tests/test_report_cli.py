@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from .test_report_helpers import write_recipe, write_run
+from .helpers import write_recipe, write_run
 
 from visionbench.report import load_runs, main, summarize, tables
 

@@ -1,74 +1,10 @@
-"""Write results trees in the runner's schema (DESIGN.md §6) for the report tests.
-
-Imported by the other test_report_* files; its own tests check that the tree reads back.
-"""
+"""The results-tree helpers of tests/helpers.py (`write_run`, `write_recipe`, `write_snapshot`)
+read back through the report's loader as the runner's schema says (DESIGN.md §6)."""
 from __future__ import annotations
-
-import json
-from pathlib import Path
-
-import numpy as np
 
 from visionbench.report import load_runs
 
-
-def write_run(root, recipe: str, act: str, seed: int, value: float | None = None, *, status: str = "completed",
-              baseline: str | None = "relu", metrics: dict | None = None, epochs: int = 0,
-              snapshot_epochs=(), act_params: int = 0, train_time_s: float = 10.0, summary: bool = True) -> Path:
-    """One run dir `<root>/<recipe>/<act>/seed_<seed>` with summary.json, and optionally
-    metrics.csv (`epochs` rows rising towards `value`) and act_snapshots/epoch_<eee>.json."""
-    run = Path(root) / recipe / act / f"seed_{seed}"
-    run.mkdir(parents=True, exist_ok=True)
-    (run / "config.yaml").write_text(f"recipe: {recipe}\nact: {act}\nseed: {seed}\n")
-    if metrics is None:
-        metrics = {} if value is None else {"val_top1_best": value, "val_top1_final": value - 0.1, "best_epoch": 3}
-    if summary:
-        (run / "summary.json").write_text(json.dumps({
-            "schema": 1, "recipe": recipe, "act": act, "seed": seed, "status": status, "metrics": metrics,
-            "train_time_s": train_time_s, "throughput_img_s": 1000.0 + seed, "peak_mem_mb": 50.0,
-            "params": 12345, "act_params": act_params,
-            "diverged_epoch": 2 if status == "diverged" else None,
-            "error": "boom" if status == "failed" else None,
-            "versions": {"torch": "x"}, "git_commit": None, "baseline": baseline,
-        }))
-    if epochs:
-        rng = np.random.default_rng(seed)
-        top = value if value is not None else 50.0
-        lines = ["epoch,train_loss,val_loss,val_top1,val_top5,lr,epoch_time_s"]
-        for e in range(epochs):
-            acc = top * (1 - np.exp(-(e + 1) / 2)) + rng.normal(0, 0.5)
-            lines.append(f"{e},{2.0 / (e + 1):.4f},{2.1 / (e + 1):.4f},{acc:.3f},{min(100, acc + 20):.3f},0.02,1.5")
-        (run / "metrics.csv").write_text("\n".join(lines) + "\n")
-    for k, epoch in enumerate(snapshot_epochs):
-        write_snapshot(run, act, epoch, bend=0.2 * k)
-    return run
-
-
-def write_snapshot(run: Path, act: str, epoch: int, bend: float = 0.0, layers=("features.2", "features.5.act")):
-    """An act_snapshots/epoch_<eee>.json with a leaky-ReLU-ish curve per layer and a Gaussian histogram."""
-    x = np.linspace(-3, 3, 61)
-    edges = np.linspace(-3, 3, 31)
-    centers = (edges[:-1] + edges[1:]) / 2
-    out = {"epoch": epoch, "act": act, "layers": []}
-    for i, name in enumerate(layers):
-        y = np.where(x > 0, x, 0.01 * x) + bend * np.sin(x + i)
-        counts = np.round(1000 * np.exp(-(centers - 0.3 * i) ** 2 / 2)).astype(int)
-        out["layers"].append({"name": name, "x": x.tolist(), "y": y.tolist(),
-                              "hist_edges": edges.tolist(), "hist_counts": counts.tolist()})
-    folder = run / "act_snapshots"
-    folder.mkdir(exist_ok=True)
-    (folder / f"epoch_{epoch:03d}.json").write_text(json.dumps(out))
-
-
-def write_recipe(root, recipe: str, values: dict[str, list], **kwargs) -> Path:
-    """Runs of one recipe from `{act: [value per seed]}`; a value may be "diverged"/"failed"/"running"."""
-    for act, vals in values.items():
-        for seed, v in enumerate(vals):
-            if isinstance(v, str):
-                write_run(root, recipe, act, seed, None, status=v, **kwargs)
-            else:
-                write_run(root, recipe, act, seed, v, **kwargs)
-    return Path(root) / recipe
+from .helpers import write_recipe, write_run
 
 
 def test_helper_tree_reads_back(tmp_path):

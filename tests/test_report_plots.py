@@ -5,7 +5,7 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 import torch
-from .test_report_helpers import write_recipe, write_run
+from .helpers import write_recipe, write_run
 
 from visionbench.report import load_runs, plot_main
 from visionbench.report.boundaries import plot_decision_boundaries, toy_data

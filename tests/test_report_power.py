@@ -15,7 +15,7 @@ from statsmodels.stats.weightstats import ttost_ind, ttost_paired
 
 from visionbench.report import curves, improvement, load_runs, main, power, summarize, verdict
 
-from .test_report_helpers import write_recipe, write_run
+from .helpers import write_recipe, write_run
 
 RNG = np.random.default_rng(11)
 A = RNG.normal(90.6, 0.4, 5)   # an act

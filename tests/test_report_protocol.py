@@ -11,7 +11,7 @@ import pytest
 from visionbench.report import main
 from visionbench.report.protocol import describe_metric, packaged_report
 
-from .test_report_helpers import write_run
+from .helpers import write_run
 
 METRICS = {"val_top1_best": 60.0, "val_top1_final": 55.0, "ema_val_top1_best": 70.0, "ema_val_top1_final": 69.0,
            "best_epoch": 90}

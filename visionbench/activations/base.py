@@ -346,6 +346,21 @@ class LearnableActivation(nn.Module):
         return ", ".join(parts)
 
 
+
+class SurrogateFit:
+    """Fitting for families whose layer depends on input statistics (PolyNorm, paper 000 Eq. 3;
+    SLAF, paper 003 Eq. 4-5): what is fitted is the function the layer computes for x ~ N(0, 1),
+    F(x) = basis(x) @ weight, with `basis` (the family's) folding in the N(0, 1) statistics and
+    `weight` (..., K) the only coefficients. Mix in before `LearnableActivation`."""
+
+    def theta_to_coefficients(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"weight": theta}
+
+    def fit_forward(self, x: torch.Tensor) -> torch.Tensor:
+        # The surrogate, not self(x): on a 1-D grid the layer would use the grid's own statistics.
+        # Channels hold identical coefficients after `fit`, so the channel mean is any channel's.
+        return self.basis(x) @ self.weight.reshape(-1, self.weight.shape[-1]).mean(dim=0)
+
 def _autocast_enabled(device_type: str) -> bool:
     try:
         return torch.is_autocast_enabled(device_type)

@@ -16,7 +16,7 @@ import math
 import torch
 
 from . import fused
-from .base import LearnableActivation, check_degree
+from .base import LearnableActivation, SurrogateFit, check_degree
 from .fused import horner_and_derivative, reduce_to, slices
 from .registry import register
 
@@ -133,7 +133,7 @@ class PolyReLU(LearnableActivation):
 
 
 @register("polynorm")
-class PolyNorm(LearnableActivation):
+class PolyNorm(SurrogateFit, LearnableActivation):
     """F(x) = sum_{i=1..r} a_i N(x^i) + a_0, N(z) = z / sqrt(mean(z^2) + eps) (paper 000 Eq. 3, App D).
 
     The mean runs over the feature dimension, which here is the channel dimension
@@ -193,14 +193,6 @@ class PolyNorm(LearnableActivation):
 
     def basis(self, x: torch.Tensor) -> torch.Tensor:
         return torch.stack([x**i * s for i, s in enumerate(self._gaussian_scales())], dim=1)
-
-    def theta_to_coefficients(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"weight": theta}
-
-    def fit_forward(self, x: torch.Tensor) -> torch.Tensor:
-        # The surrogate, not self(x): on a 1-D grid the layer would normalise by the grid's own
-        # mean square. Channels hold identical coefficients after `fit`, so the mean is channel 0's.
-        return self.basis(x) @ self.weight.reshape(-1, self.degree + 1).mean(dim=0)
 
     def extra_repr(self) -> str:
         return ", ".join(filter(None, [f"degree={self.degree}", super().extra_repr()]))

@@ -73,16 +73,21 @@ def accepted_kwargs(name: str) -> list[str]:
     return out
 
 
-def create(name: str, **kwargs: Any) -> nn.Module:
-    """Build a fresh activation module by name. Bad names or options raise ValueError."""
+def check(name: str, kwargs: dict[str, Any] | None = None) -> str:
+    """Canonical name of `name`; ValueError for an unknown name or option (listing the accepted
+    ones). What `create` checks, without building anything (config checks before training)."""
     key = resolve(name)
-    cls = _REGISTRY[key]
-    unknown = sorted(set(kwargs) - set(accepted_kwargs(key)))
+    unknown = sorted(set(kwargs or {}) - set(accepted_kwargs(key)))
     if unknown:
         raise ValueError(
             f"activation {key!r} does not take {', '.join(unknown)}; accepted: {', '.join(accepted_kwargs(key))}"
         )
-    return cls(**kwargs)
+    return key
+
+
+def create(name: str, **kwargs: Any) -> nn.Module:
+    """Build a fresh activation module by name. Bad names or options raise ValueError (`check`)."""
+    return _REGISTRY[check(name, kwargs)](**kwargs)
 
 
 def get_act_layer(spec: str | type | functools.partial | Callable | None, **kwargs: Any):

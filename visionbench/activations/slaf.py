@@ -16,7 +16,7 @@ import math
 import torch
 
 from . import fused
-from .base import FitResult, LearnableActivation, check_degree
+from .base import FitResult, LearnableActivation, SurrogateFit, check_degree
 from .fused import reduce_to
 from .polycom import run_poly
 from .registry import register
@@ -76,7 +76,7 @@ def _train_backward(x, g, a, *stats, degree: int, eps: float, dim: int):
 
 
 @register("slaf")
-class SLAF(LearnableActivation):
+class SLAF(SurrogateFit, LearnableActivation):
     """F(x) = a_0 + sum_{i=1..k} a_i x̂_i, x̂_i = (x^i - mean(x^i)) / sqrt(var(x^i) + eps) (paper 003 Eq. 4-5).
 
     Statistics are per channel (Sec 2.1: "for CNN, x_i's would denote a channel"), exactly as in
@@ -274,14 +274,6 @@ class SLAF(LearnableActivation):
                 p = p * x
             cols.append((p - mean[i]) / std[i])
         return torch.stack(cols, dim=1)
-
-    def theta_to_coefficients(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"weight": theta}
-
-    def fit_forward(self, x: torch.Tensor) -> torch.Tensor:
-        # The eval function with N(0, 1) statistics (what `fit` sets), evaluated without the
-        # channel layout: channels hold identical coefficients after `fit`.
-        return self.basis(x) @ self.weight.reshape(-1, self.degree + 1).mean(dim=0)
 
     def extra_repr(self) -> str:
         stats = f"stat_channels={self.stat_channels or 'lazy'}"

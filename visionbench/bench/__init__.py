@@ -20,7 +20,7 @@ def main(argv: list[str]) -> int:
     # inductor's C++ builds log "No CUDA runtime is found" on CPU-only machines: noise in a table
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     if what == "activations":
-        from .activations import main as run
+        from .act_speed import main as run
     elif what == "train":
         from .train import main as run
     else:

@@ -18,8 +18,8 @@ import sys
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
+from ..steps import classification_step
 from . import timing
 
 DEFAULT_STEPS = 10
@@ -49,26 +49,19 @@ def input_shape(cfg) -> tuple[int, int, int]:
     return cls.num_classes, cls.in_chans, int(d.img_size or cls.native_size or cls.default_img_size)
 
 
-def optimizer(params, optim: dict[str, Any]) -> torch.optim.Optimizer:
-    if optim["name"] == "adamw":
-        return torch.optim.AdamW(params, lr=optim["lr"], betas=tuple(optim["betas"]), eps=optim["eps"],
-                                 weight_decay=optim["weight_decay"])
-    return torch.optim.SGD(params, lr=optim["lr"], momentum=optim["momentum"], nesterov=bool(optim["nesterov"]))
-
-
 class TrainStep:
-    """One optimisation step of `model` on a fixed batch."""
+    """One optimisation step of `model` on a fixed batch, with the run's own optimizer
+    (`train.optim.build_optimizer`: the recipe's SGD/AdamW over the same parameter groups)."""
 
     def __init__(self, model: torch.nn.Module, run: dict[str, Any], x: torch.Tensor, y: torch.Tensor):
+        from ..train.optim import build_optimizer
+
         self.model, self.x, self.y = model.train(), x, y
-        self.opt = optimizer(model.parameters(), run["optim"])
+        self.opt = build_optimizer(model, run["optim"], len(x))  # the lr does not change a step's cost
         self.smoothing = float(run["loss"]["label_smoothing"])
 
     def __call__(self) -> None:
-        self.opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(self.model(self.x), self.y, label_smoothing=self.smoothing)
-        loss.backward()
-        self.opt.step()
+        classification_step(self.model, self.opt, self.x, self.y, self.smoothing)
 
 
 def main(argv: list[str]) -> int:

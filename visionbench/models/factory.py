@@ -16,9 +16,10 @@ from typing import Any
 import timm
 from torch import nn
 
+from .. import activations
 from . import resnet_cifar, vgg  # noqa: F401  (registers vb_vgg4, vb_vgg8, vb_resnet32 in timm)
 from .norms import make_norm_free
-from .swap import check_act, swap_activations
+from .swap import swap_activations
 
 SWIN_PATCH, SWIN_WINDOW, SWIN_STAGES = 4, 7, 4
 
@@ -148,7 +149,7 @@ def create(
             kwargs["window_size"] = swin_window_size(img_size)
     kwargs.update(timm_kwargs)
     if act is not None:  # fail on a bad activation before spending time on a large model
-        check_act(act, act_kwargs)
+        activations.check(act, act_kwargs)
     try:
         model = timm.create_model(spec.timm_id, **kwargs)
     except TypeError as err:  # a pass-through CNN that has no img_size: it pools globally, drop it

@@ -64,10 +64,11 @@ def param_groups(
 ) -> list[dict]:
     """Split the trainable parameters of `model` into "decay", "no_decay" and "act" groups.
 
-    Every group carries `name`, `lr`, `weight_decay` and `lr_scale` (the multiplier, which
-    timm's schedulers apply on top of the scheduled lr). Parameters with
-    `requires_grad=False` are left out; empty groups are dropped. `decay_rule` picks what decays
-    (module docstring); activation coefficients go to "act" whatever the rule.
+    Every group carries `name`, `lr` and `weight_decay`; the activation multiplier lives in the
+    "act" group's `lr` itself, which `train/schedules.py` scales per step like every group's base
+    lr (no `lr_scale` key: nothing here runs timm's schedulers, the only readers of one).
+    Parameters with `requires_grad=False` are left out; empty groups are dropped. `decay_rule`
+    picks what decays (module docstring); activation coefficients go to "act" whatever the rule.
     """
     act_ids = {id(p) for p in learnable_parameters(model)}
     decays = decay_test(model, decay_rule)
@@ -84,9 +85,9 @@ def param_groups(
         else:
             groups["no_decay"].append(p)
     settings = {
-        "decay": dict(lr=lr, weight_decay=weight_decay, lr_scale=1.0),
-        "no_decay": dict(lr=lr, weight_decay=0.0, lr_scale=1.0),
-        "act": dict(lr=lr * act_lr_mult, weight_decay=act_weight_decay, lr_scale=act_lr_mult),
+        "decay": dict(lr=lr, weight_decay=weight_decay),
+        "no_decay": dict(lr=lr, weight_decay=0.0),
+        "act": dict(lr=lr * act_lr_mult, weight_decay=act_weight_decay),
     }
     return [dict(name=k, params=v, **settings[k]) for k, v in groups.items() if v]
 

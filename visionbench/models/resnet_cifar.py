@@ -19,15 +19,17 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import nn
 from timm.layers import DropPath
-from timm.models import register_model
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 
 from .norms import norm_factory
 
-default_cfgs = {
+# timm's registry reads the module's `default_cfgs` when an entrypoint registers; url "" = no
+# weights, so timm never attempts a download
+default_cfgs = generate_default_cfgs({
     "vb_resnet32": dict(url="", num_classes=10, input_size=(3, 32, 32), pool_size=None, crop_pct=1.0,
                         interpolation="bilinear", mean=(0.4914, 0.4822, 0.4465), std=(0.2023, 0.1994, 0.2010),
                         first_conv="stem.conv", classifier="head"),
-}
+})
 
 
 class PadShortcut(nn.Module):
@@ -78,11 +80,12 @@ class CifarResNet(nn.Module):
         drop_path_rate: stochastic depth, rising linearly over the blocks to this rate.
         widths: channels of the three stages.
         img_size: accepted so every model takes the same factory call; the net is fully convolutional.
+        device, dtype: where the parameters live, as for timm's own models.
     """
 
     def __init__(self, depth_per_stage: int = 5, num_classes: int = 10, in_chans: int = 3, norm: str = "batch",
                  act_layer=nn.ReLU, shortcut: str = "A", drop_rate: float = 0.0, drop_path_rate: float = 0.0,
-                 widths: tuple[int, int, int] = (16, 32, 64), img_size=None):
+                 widths: tuple[int, int, int] = (16, 32, 64), img_size=None, device=None, dtype=None):
         super().__init__()
         if shortcut not in ("A", "B"):
             raise ValueError(f"shortcut must be 'A' or 'B', got {shortcut!r}")
@@ -118,6 +121,8 @@ class CifarResNet(nn.Module):
             elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
+        if device is not None or dtype is not None:
+            self.to(device=device, dtype=dtype)
 
     def get_classifier(self) -> nn.Module:
         return self.head
@@ -142,9 +147,6 @@ def vb_resnet32(pretrained: bool = False, **kwargs) -> CifarResNet:
     """ResNet-32 for CIFAR (He et al. 2016 Sec 4.2), option A shortcuts: 31 activations."""
     if pretrained:
         raise ValueError("vb_resnet32 has no pretrained weights")
-    for key in ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir"):  # timm.create_model passes these
-        kwargs.pop(key, None)
-    device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
-    model = CifarResNet(depth_per_stage=5, **kwargs)
-    model.pretrained_cfg = model.default_cfg = dict(default_cfgs["vb_resnet32"], architecture="vb_resnet32")
-    return model.to(device=device, dtype=dtype) if (device or dtype) else model
+    out_indices = kwargs.pop("out_indices", (0, 1, 2))  # features_only: one map per stage
+    return build_model_with_cfg(CifarResNet, "vb_resnet32", pretrained, depth_per_stage=5,
+                                feature_cfg=dict(flatten_sequential=True, out_indices=out_indices), **kwargs)

@@ -146,14 +146,9 @@ def fit_target(module: nn.Module) -> tuple[Any, Any]:
     return (_qualname(module), ref.extra_repr(), state), ref
 
 
-def check_act(act: str, act_kwargs: dict[str, Any] | None = None) -> str:
-    """Canonical name of `act`; ValueError for an unknown name or option (listing the accepted ones)."""
-    name = activations.resolve(act)
-    unknown = sorted(set(act_kwargs or {}) - set(activations.accepted_kwargs(name)))
-    if unknown:
-        raise ValueError(f"activation {name!r} does not take {', '.join(unknown)}; "
-                         f"accepted: {', '.join(activations.accepted_kwargs(name))}")
-    return name
+# The registry's validation (canonical name; ValueError naming a bad name or option), under the
+# name models/ callers already use.
+check_act = activations.check
 
 
 def swap_activations(
@@ -181,7 +176,7 @@ def swap_activations(
     Returns:
         A `SwapReport`. ValueError if `act` is unknown or nothing matched.
     """
-    name = check_act(act, act_kwargs)
+    name = activations.check(act, act_kwargs)
     act_kwargs = dict(act_kwargs or {})
     accepted = set(activations.accepted_kwargs(name))
     learnable = activations.is_learnable(name)

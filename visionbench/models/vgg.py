@@ -21,7 +21,7 @@ init (paper 004 App E: "standard PyTorch default initialization").
 from __future__ import annotations
 
 from torch import nn
-from timm.models import register_model
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 
 from .norms import norm_factory
 
@@ -30,12 +30,17 @@ VGG_CFGS = {
     "vb_vgg8": ((2, 64), (2, 128), (2, 256), (2, 512)),
 }
 
-default_cfgs = {  # timm reads the module's `default_cfgs` when an entrypoint registers
-    name: dict(url="", num_classes=10, input_size=(3, 32, 32), pool_size=None, crop_pct=1.0,
-               interpolation="bilinear", mean=(0.4914, 0.4822, 0.4465), std=(0.2023, 0.1994, 0.2010),
-               first_conv="stages.0.conv1", classifier="head")
-    for name in VGG_CFGS
-}
+
+
+def _cfg(**kwargs) -> dict:
+    """CIFAR-10 pretrained cfg with no weights (url ""), so timm never attempts a download."""
+    return dict(url="", num_classes=10, input_size=(3, 32, 32), pool_size=None, crop_pct=1.0,
+                interpolation="bilinear", mean=(0.4914, 0.4822, 0.4465), std=(0.2023, 0.1994, 0.2010),
+                first_conv="stages.0.conv1", classifier="head", **kwargs)
+
+
+# timm's registry reads the module's `default_cfgs` when an entrypoint registers
+default_cfgs = generate_default_cfgs({name: _cfg() for name in VGG_CFGS})
 
 
 class VGG(nn.Module):
@@ -50,6 +55,9 @@ class VGG(nn.Module):
         drop_rate: dropout before the linear classifier (paper 004 Table 6: 0.3 augmented).
         global_pool: "avg" (adaptive average to 1x1) or "flatten" (the whole final map).
         img_size: input size, needed only by `global_pool="flatten"` and to check the pooled map.
+        drop_path_rate: must be 0 (there are no residual branches); accepted because
+            `timm.create_model` callers pass it to every model.
+        device, dtype: where the parameters live, as for timm's own models.
     """
 
     def __init__(
@@ -62,8 +70,13 @@ class VGG(nn.Module):
         drop_rate: float = 0.0,
         global_pool: str = "avg",
         img_size: int | tuple[int, int] | None = None,
+        drop_path_rate: float = 0.0,
+        device=None,
+        dtype=None,
     ):
         super().__init__()
+        if drop_path_rate:
+            raise ValueError(f"VGG has no residual branches: drop_path_rate must be 0, got {drop_path_rate!r}")
         if global_pool not in ("avg", "flatten"):
             raise ValueError(f"global_pool must be 'avg' or 'flatten', got {global_pool!r}")
         make_norm = norm_factory(norm)
@@ -97,6 +110,8 @@ class VGG(nn.Module):
         self.flatten = nn.Flatten(1)
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
+        if device is not None or dtype is not None:
+            self.to(device=device, dtype=dtype)
 
     def _check_size(self, img_size) -> None:
         h, w = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
@@ -127,16 +142,13 @@ class VGG(nn.Module):
 
 
 def _create_vgg(variant: str, pretrained: bool = False, **kwargs) -> VGG:
+    """timm's builder (pretrained cfg, `features_only`, ...) around `VGG`, as timm's own models."""
     if pretrained:
         raise ValueError(f"{variant} has no pretrained weights")
-    for key in ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir"):  # timm.create_model passes these
-        kwargs.pop(key, None)
-    if kwargs.pop("drop_path_rate", 0.0):
-        raise ValueError(f"{variant} has no residual branches: drop_path_rate must be 0")
-    device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
-    model = VGG(VGG_CFGS[variant], **kwargs)
-    model.pretrained_cfg = model.default_cfg = dict(default_cfgs[variant], architecture=variant)
-    return model.to(device=device, dtype=dtype) if (device or dtype) else model
+    stages = VGG_CFGS[variant]
+    out_indices = kwargs.pop("out_indices", tuple(range(len(stages))))  # features_only: one map per stage
+    return build_model_with_cfg(VGG, variant, pretrained, stages=stages,
+                                feature_cfg=dict(flatten_sequential=True, out_indices=out_indices), **kwargs)
 
 
 @register_model

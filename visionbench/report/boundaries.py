@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 from torch import nn
 
 from ..activations.base import one_thread
+from ..steps import classification_step
 
 DATASETS = ("moons", "circles", "spirals", "classification")
 GRID = 150  # grid points per axis for the decision regions
@@ -62,12 +63,9 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 300, 
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
     for _ in range(steps):
-        opt.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(model(x), y)
+        loss = classification_step(model, opt, x, y, skip_nonfinite=True)
         if not torch.isfinite(loss):  # a diverging activation shows as what it reached, not a crash
             break
-        loss.backward()
-        opt.step()
     model.eval()
     with torch.no_grad():
         return float((model(x).argmax(1) == y).float().mean())

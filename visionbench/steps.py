@@ -1,0 +1,28 @@
+"""One plain-torch classification step, for the tools that train outside the Lightning run.
+
+    >>> loss = classification_step(model, opt, x, y, label_smoothing=0.1)
+
+`visionbench bench train` times it on a recipe's model and optimizer; `visionbench plot
+boundaries` (paper 001 Sec 4.2, App M) trains its toy MLPs with it. It lives here, beside the
+layers rather than in `train/`, so that `report/` can use it without importing Lightning.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def classification_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+                        label_smoothing: float = 0.0, skip_nonfinite: bool = False) -> torch.Tensor:
+    """zero_grad, cross-entropy of `model(x)` against `y`, backward, `opt.step()`; returns the loss.
+
+    With `skip_nonfinite`, a NaN/inf loss is returned without backward or step (one host sync per
+    step), so a caller can stop a diverging model where it got to instead of raising."""
+    opt.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x), y, label_smoothing=label_smoothing)
+    if skip_nonfinite and not torch.isfinite(loss):
+        return loss.detach()
+    loss.backward()
+    opt.step()
+    return loss.detach()
