@@ -19,7 +19,7 @@ from visionbench.cli import main
 from visionbench.runner import ranks
 from visionbench.runner.config import load_config
 from visionbench.runner.sweep import execute, plan
-from visionbench.train import fit
+from visionbench.train import run as one_run
 
 TINY = ["recipe=digits_vgg4", "act=relu", "batch_size=64", "data.limit_train=128", "data.limit_val=64"]
 DDP = ["trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"]
@@ -69,10 +69,10 @@ def fake_training(monkeypatch):
         calls.append((cfg["seed"], Path(run_dir)))
         if fake.fail:
             raise RuntimeError("boom")
-        return fit.RunResult(rows=[{"epoch": 1, "val_top1": 50.0, "train_loss": 1.0}], params=10)
+        return one_run.RunResult(rows=[{"epoch": 1, "val_top1": 50.0, "train_loss": 1.0}], params=10)
 
     fake.fail, fake.calls = False, calls
-    monkeypatch.setattr(fit, "train_run", fake)
+    monkeypatch.setattr(one_run, "train_run", fake)
     return fake
 
 

@@ -9,7 +9,7 @@ from visionbench import data, models
 from visionbench.models.lsuv import PAPER004, lsuv_images, lsuv_init, swappable_types
 from visionbench.runner.config import load_config, run_config
 from visionbench.runner.sweep import run_sweep
-from visionbench.train import fit
+from visionbench.train import run as one_run
 
 VGG_RECIPES = ("cifar10_vgg4", "cifar10_vgg8", "cifar10_vgg4_aug", "cifar10_vgg8_aug")
 # 004 code (VGGCIFARSmall): VGG4 4x4x256 -> Linear(4096, 10), VGG8 2x2x512 -> Linear(2048, 10)
@@ -24,7 +24,7 @@ def _recipe_model(recipe: str, cifar_root, act: str = "relu", *extra: str) -> tu
     cfg = load_config([f"recipe={recipe}", f"data.root={cifar_root}", *extra])
     dm = data.create_datamodule(cfg.data, batch_size=int(cfg.batch_size), seed=0)
     run = run_config(cfg, act, seed=0)
-    return run, fit.build_model(run, dm.num_classes, dm.in_chans, dm.img_size)
+    return run, one_run.build_model(run, dm.num_classes, dm.in_chans, dm.img_size)
 
 
 @pytest.mark.parametrize("recipe", VGG_RECIPES)
@@ -41,7 +41,7 @@ def test_recipe_builds_004_codes_vgg(recipe, cifar_root):
 def test_other_inputs_keep_the_average_pooled_head():
     cfg = load_config(["recipe=digits_vgg4"])
     assert cfg.model.global_pool is None and cfg.model.lsuv_variant == "mishkin"  # _base defaults
-    model = fit.build_model(run_config(cfg, "relu", seed=0), 10, 1, 8)
+    model = one_run.build_model(run_config(cfg, "relu", seed=0), 10, 1, 8)
     assert isinstance(model.global_pool, nn.AdaptiveAvgPool2d) and model.head.in_features == 256
 
 
@@ -163,18 +163,18 @@ def test_lsuv_images_and_variants():
     with pytest.raises(ValueError, match="accepted: mishkin, paper004"):
         lsuv_init(nn.Linear(2, 2), torch.zeros(1, 2), variant="lsuv2")
     with pytest.raises(ValueError, match="model.lsuv_variant"):
-        fit.lsuv_variant({"model": {"lsuv_variant": "orthogonal"}})
+        one_run.lsuv_variant({"model": {"lsuv_variant": "orthogonal"}})
 
 
 def test_run_uses_the_recipes_lsuv_variant_on_64_images(tmp_path, monkeypatch):
     seen = []
-    real = fit.models.lsuv_init
+    real = one_run.models.lsuv_init
 
     def spy(model, batch, variant="mishkin", **kw):
         seen.append((variant, batch.shape[0]))
         return real(model, batch, variant=variant, **kw)
 
-    monkeypatch.setattr(fit.models, "lsuv_init", spy)
+    monkeypatch.setattr(one_run.models, "lsuv_init", spy)
     cfg = load_config(["recipe=digits_vgg4", f"results_dir={tmp_path}", "act=relu", "seeds=1", "epochs=1",
                        "batch_size=32", "data.limit_train=128", "data.limit_val=64", "snapshot_epochs=[]",
                        "model.lsuv=true", "model.lsuv_variant=paper004"])

@@ -80,16 +80,16 @@ def test_divergence_is_recorded_and_the_sweep_goes_on(tmp_path):
 
 
 def test_failure_is_recorded_and_the_command_exits_nonzero(tmp_path, monkeypatch, capsys):
-    from visionbench.train import fit
+    from visionbench.train import run as one_run
 
-    real = fit.build_model
+    real = one_run.build_model
 
     def broken(cfg, *a, **k):
         if cfg["act"] == "gelu":
             raise RuntimeError("boom")
         return real(cfg, *a, **k)
 
-    monkeypatch.setattr(fit, "build_model", broken)
+    monkeypatch.setattr(one_run, "build_model", broken)
     code = main(["run", f"results_dir={tmp_path}", *FAST, "act=gelu,relu", "seeds=1"])
     err = capsys.readouterr().err
     assert code == 1 and "boom" in err

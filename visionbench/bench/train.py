@@ -66,7 +66,7 @@ class TrainStep:
 
 def main(argv: list[str]) -> int:
     from ..runner.config import ConfigError, load_config, run_config, sweep_acts
-    from ..train.fit import build_model
+    from ..train.run import build_model
 
     args, rest = parse_args(argv)
     baseline = None

@@ -7,7 +7,7 @@
   probabilities and magnitude noise from `random`; timm's RandomErasing draws boxes from `random`
   and per-pixel noise from `torch`; torchvision's crops, flips and RandAugment draw from `torch`.
   With `num_workers=0` augmentation runs in the main process and follows its global seed, which
-  `train.fit` sets with `lightning.seed_everything(seed)`.
+  `train.run` sets with `lightning.seed_everything(seed)`.
 """
 from __future__ import annotations
 

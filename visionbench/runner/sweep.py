@@ -82,7 +82,7 @@ def execute(run: dict, out: Path, progress: bool = True) -> Outcome:
 def _execute(run: dict, out: Path, progress: bool) -> Outcome:
     import torch
 
-    from ..train.fit import train_run  # the heavy import only where training happens
+    from ..train.run import train_run  # the heavy import only where training happens
     from ..train.module import Diverged
 
     act, label, seed = run["act"], run.get("act_label", run["act"]), run["seed"]

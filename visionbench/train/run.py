@@ -1,6 +1,6 @@
 """Train one run — one recipe, one activation, one seed — from its resolved config.
 
-    from visionbench.train.fit import train_run
+    from visionbench.train.run import train_run
     result = train_run(run_cfg, Path("results/digits_vgg4/relu/seed_0"))
 
 Builds data, model and trainer; resumes from checkpoints/last.ckpt when it exists.
