@@ -4,6 +4,7 @@
     visionbench report results --metric ema_val_top1_best --test welch --extras
     visionbench report results/digits_vgg4 --margin 0.5 --holm      # verdicts with equivalence (verdict.py)
     visionbench report results/digits_vgg4 --metric epochs_to_90    # convergence (curves.py)
+    visionbench report results          # several recipes: + ranks.md/csv, cd_diagram.png in results/ (suite.py)
     visionbench plot boundaries --acts relu,gelu,rational,hermite --out boundaries.png
 
 Both return an exit code instead of exiting: 0 on success, 2 on a usage or data error
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import curves, layout, plots, power, protocol, published, tables, verdict
+from . import curves, layout, plots, power, protocol, published, suite, tables, verdict
 from .collect import metric_names, scan_runs
 from .stats import TESTS, summarize
 
@@ -65,6 +66,9 @@ def report_parser() -> argparse.ArgumentParser:
     p.add_argument("--holm", action="store_true",
                    help="decide the verdicts on the Holm-adjusted p-values (p_holm, tost_p_holm) over the "
                         "recipe's acts")
+    p.add_argument("--suite", action=argparse.BooleanOptionalAction, default=True,
+                   help="with several recipes: write the suite view (ranks.csv, ranks.md, cd_diagram.png: mean "
+                        "ranks, Friedman test, Nemenyi CD, P(X > baseline)) into RESULTS_DIR (default on)")
     return p
 
 
@@ -126,7 +130,7 @@ def _report(args) -> int:
         raise UsageError(f"unknown baseline {args.baseline!r}; acts: {', '.join(acts)}")
     want_plots = plots.has_curves(runs) if args.plots is None else args.plots
 
-    written, skipped = [], []
+    written, skipped, tasks = [], [], []
     for root, root_runs in runs.groupby("recipe_root", sort=True):
         metric, metric_note = _metric(root_runs, args.metric)
         if metric is None and not (root_runs["status"] == "completed").any():
@@ -161,10 +165,17 @@ def _report(args) -> int:
                 written += plots.make_plots(recipe_runs, curves.plot_metric(metric), recipe_dir,
                                             tables.baseline_of(summary))
             per_setting.append(summary.assign(setting=recipe_runs["setting"].iloc[0]))
+            tasks.append(suite.task("/".join(filter(None, [Path(root).name, recipe_runs["setting"].iloc[0]])),
+                                    recipe_runs, metric, curves.higher_is_better(metric), tables.baseline_of(summary)))
         if (root_runs["setting"] != "").any():
             written += _write_layout(pd.concat(per_setting, ignore_index=True), root_runs, Path(root), args, formats)
     if len(skipped) == runs["recipe_root"].nunique():
         raise UsageError("nothing to report: " + "; ".join(skipped))
+    if args.suite and runs["recipe_root"].nunique() > 1:  # issue 11 "Across recipes"; one recipe: no suite view
+        text, suite_files = suite.write(suite.scores_frame(tasks), args.results_dir, alpha=args.alpha,
+                                        n_boot=args.bootstrap, seed=args.seed, digits=args.digits)
+        print(text)
+        written += suite_files
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     return 0
