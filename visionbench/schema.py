@@ -174,6 +174,20 @@ class TrainerConfig:
     gradient_clip_val: Optional[float] = None
     limit_train_batches: Any = None  # Lightning's: an int counts batches, a float is a fraction
     limit_val_batches: Any = None
+    # model and image batches in channels_last (NHWC) memory format (timm --channels-last): faster convs on
+    # GPUs with tensor cores (AMP, Volta and newer); little or nothing on CPU; same results up to float rounding
+    channels_last: bool = False
+    # torch.compile the model (timm --torchcompile; nn.Module.compile: checkpoints keep their keys); pays off on
+    # long GPU runs (compile time is minutes); learnable activations' plain formulas are then traced by this
+    # outer compile instead of their own fused kernels (docs/bench.md)
+    compile: bool = False
+    # gradient accumulation (timm --grad-accum-steps; Lightning's accumulate_grad_batches): the recipe's global
+    # batch_size is kept, each step loads batch_size / (devices x this) images, and the optimizer steps every
+    # this many; for a recipe's batch that does not fit in GPU memory. Must divide the per-device batch
+    accumulate_grad_batches: int = 1
+    # under DDP, BatchNorm statistics over all processes (Lightning's sync_batchnorm; timm --sync-bn): for
+    # BatchNorm models whose per-device batch is small; no effect on one device or with GroupNorm/LayerNorm
+    sync_batchnorm: bool = False
 
 
 @dataclass

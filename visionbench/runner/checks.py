@@ -212,6 +212,8 @@ CHECKS: dict[str, Check] = {
     "trainer.num_nodes": integer(1), "trainer.gradient_clip_val": number(0, lo_open=True, optional=True),
     "trainer.limit_train_batches": number(0, lo_open=True, optional=True),
     "trainer.limit_val_batches": number(0, optional=True),
+    "trainer.channels_last": boolean, "trainer.compile": boolean, "trainer.sync_batchnorm": boolean,
+    "trainer.accumulate_grad_batches": integer(1),
     "finetune.checkpoint": text(optional=True), "finetune.train": choice(_finetune_train),
     "finetune.source_act": text(optional=True),
 }
@@ -267,4 +269,28 @@ def key_errors(cfg: dict, defaults: dict, free: Iterable[str] = ()) -> list[str]
         wanted = check(value) if check else None
         if wanted:
             out.append(f"{key} must be {wanted}, got {value!r}")
-    return out
+    return out or accumulate_errors(cfg)
+
+
+def _processes(trainer: dict) -> int | None:
+    """How many processes share the batch, when the config says (devices an int >= 1 or a list)."""
+    devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
+    count = len(devices) if isinstance(devices, list) else devices
+    if _is_int(count) and count >= 1 and _is_int(nodes) and nodes >= 1:
+        return count * nodes
+    return None  # "auto", -1, "0,1": train/run.py checks again once Lightning knows the world size
+
+
+def accumulate_errors(cfg: dict) -> list[str]:
+    """`trainer.accumulate_grad_batches` must divide the per-device batch: the recipe's global batch is
+    kept (each step loads batch_size / (processes x accumulate) images, train/run.py `step_batch`)."""
+    trainer, batch = cfg.get("trainer") or {}, cfg.get("batch_size")
+    accumulate = trainer.get("accumulate_grad_batches", 1)
+    if not (_is_int(batch) and _is_int(accumulate)) or accumulate <= 1:
+        return []
+    processes = _processes(trainer) or 1
+    per_device = max(1, batch // processes)
+    if per_device % accumulate == 0:
+        return []
+    return [f"trainer.accumulate_grad_batches must divide the per-device batch {per_device} "
+            f"(batch_size={batch} over {processes} process(es)), got {accumulate}"]

@@ -51,6 +51,8 @@ class ClassificationModule(L.LightningModule):
         act_lr_mult: learning-rate multiplier of the activation coefficients.
         batch_size: global batch size, for lr scaling with `optim.lr_base_batch`.
         eval_names: names of the evaluation dataloaders, in order ("val", then "test" if any).
+        channels_last: convert each image batch to channels_last memory format (`trainer.channels_last`:
+            the model's weights are converted by the caller).
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class ClassificationModule(L.LightningModule):
         act_lr_mult: float = 1.0,
         batch_size: int = 128,
         eval_names: tuple[str, ...] = ("val",),
+        channels_last: bool = False,
     ):
         super().__init__()
         self.model = model
@@ -75,6 +78,7 @@ class ClassificationModule(L.LightningModule):
         self.act_lr_mult = float(act_lr_mult)
         self.batch_size = int(batch_size)
         self.eval_names = tuple(eval_names)
+        self.channels_last = bool(channels_last)
         check_name(self.optim_cfg["name"])  # fail at construction, not at the first optimizer step
 
         smoothing = float(self.loss_cfg["label_smoothing"])
@@ -98,11 +102,16 @@ class ClassificationModule(L.LightningModule):
         self.train_loss = MeanMetric()
 
     # ---- training --------------------------------------------------------------------
+    def _images(self, x: torch.Tensor) -> torch.Tensor:
+        """An image batch in channels_last when `trainer.channels_last` is on (timm --channels-last)."""
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last and x.dim() == 4 else x
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         x, y = batch
+        x = self._images(x)
         if self.mixup is not None:
             if x.shape[0] % 2:  # timm's batch mixup pairs images with the flipped batch: needs an even size
                 x, y = x[:-1], y[:-1]
@@ -129,6 +138,7 @@ class ClassificationModule(L.LightningModule):
     # ---- evaluation ------------------------------------------------------------------
     def _eval_step(self, batch, name: str) -> None:
         x, y = batch
+        x = self._images(x)
         nets = [("raw", self.model)] + ([("ema", self.ema.module)] if self.ema is not None else [])
         for variant, net in nets:
             logits = net(x)

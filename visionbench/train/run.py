@@ -123,6 +123,17 @@ def lsuv_variant(cfg: Mapping[str, Any]) -> str:
         raise ValueError(f"model.lsuv_variant: {e}") from None
 
 
+def step_batch(batch_size: int, world_size: int, accumulate: int) -> int:
+    """The images each process loads per step: recipes give the global batch (the papers' numbers),
+    shared by the DDP processes and, with gradient accumulation, by the `accumulate` steps of one
+    optimizer update (so a recipe's batch stays its batch: timm --grad-accum-steps)."""
+    per_device = max(1, batch_size // max(1, world_size))
+    if per_device % accumulate:
+        raise ValueError(f"trainer.accumulate_grad_batches={accumulate} must divide the per-device batch "
+                         f"{per_device} (batch_size={batch_size} over {world_size} processes)")
+    return per_device // accumulate
+
+
 def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> RunResult:
     """Train (or resume) the run described by `cfg` (a plain dict) into `run_dir`."""
     _quiet_lightning()
@@ -138,13 +149,18 @@ def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> R
         models.lsuv_init(model, lsuv_images(dm.train_dataloader(), variant), variant=variant)
     counts = models.count_parameters(model)
     counts["trainable_params"] = finetune.count_trainable(model)
+    t = cfg["trainer"]
+    if t["channels_last"]:  # NHWC weights; the module converts each image batch too (timm --channels-last)
+        model = model.to(memory_format=torch.channels_last)
 
     eval_names = ("val", "test") if dm.has_test else ("val",)
     module = ClassificationModule(
         model, num_classes=dm.num_classes, optim=cfg["optim"], sched=cfg["sched"], loss=cfg["loss"],
         ema_decay=cfg["ema"]["decay"], act_lr_mult=float(cfg["act_lr_mult"].get(act, 1.0)),  # 1.0: no multiplier given
-        batch_size=int(cfg["batch_size"]), eval_names=eval_names,
+        batch_size=int(cfg["batch_size"]), eval_names=eval_names, channels_last=bool(t["channels_last"]),
     )
+    if t["compile"]:  # in place (nn.Module.compile): state-dict keys and checkpoints unchanged; EMA copy stays eager
+        model.compile()
 
     paths = files(run_dir)
     ckpt_dir, last = paths.checkpoints, paths.last
@@ -166,17 +182,16 @@ def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> R
         callbacks.append(ActivationSnapshots(paths.snapshots, cfg["snapshot_epochs"], epochs, act))
     if progress:
         callbacks.append(RunProgressBar(f"{act} seed {seed}", leave=False))
-    t = cfg["trainer"]
     trainer = L.Trainer(
         max_epochs=epochs, accelerator=t["accelerator"], devices=t["devices"], num_nodes=t["num_nodes"],
         strategy=t["strategy"], precision=t["precision"], gradient_clip_val=t["gradient_clip_val"],
         limit_train_batches=t["limit_train_batches"], limit_val_batches=t["limit_val_batches"],
+        accumulate_grad_batches=int(t["accumulate_grad_batches"]), sync_batchnorm=bool(t["sync_batchnorm"]),
         logger=TensorBoardLogger(run_dir, name="tb", version=""),  # metrics.csv is MetricsWriter's
         callbacks=callbacks, plugins=[AtomicCheckpointIO()], enable_progress_bar=progress, enable_model_summary=False,
         num_sanity_val_steps=0, default_root_dir=run_dir, log_every_n_steps=10,
     )
-    # recipes give the global batch (the papers' numbers); each DDP process loads its share
-    dm.batch_size = max(1, int(cfg["batch_size"]) // max(1, trainer.world_size))
+    dm.batch_size = step_batch(int(cfg["batch_size"]), trainer.world_size, int(t["accumulate_grad_batches"]))
     t0 = time.perf_counter()
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
