@@ -72,28 +72,25 @@ def report_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _positive(flag: str):
+def _number(flag: str, ok, wanted: str):
+    """An argparse type: a float for which `ok` holds, else one line naming the flag and what it takes."""
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             value = float("nan")
-        if not value > 0 or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"{flag} takes a positive number in the metric's units, got {text!r}")
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{flag} takes {wanted}, got {text!r}")
         return value
     return parse
+
+
+def _positive(flag: str):
+    return _number(flag, lambda v: 0 < v < float("inf"), "a positive number in the metric's units")
 
 
 def _level(flag: str):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = float("nan")
-        if not 0 < value < 1:
-            raise argparse.ArgumentTypeError(f"{flag} takes a number in (0, 1), got {text!r}")
-        return value
-    return parse
+    return _number(flag, lambda v: 0 < v < 1, "a number in (0, 1)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -228,13 +228,7 @@ def apply_setting(cfg: DictConfig, setting: dict) -> DictConfig:
 def validate(cfg: DictConfig) -> DictConfig:
     """Check the sweep before any training: counts, names, every activation variant in every setting."""
     acts = sweep_acts(cfg)
-    if not isinstance(cfg.seeds, int) or cfg.seeds < 1:
-        raise ConfigError(f"seeds must be a whole number >= 1 (seeds=N runs seeds 0..N-1), got {cfg.seeds!r}")
-    if not isinstance(cfg.epochs, int) or cfg.epochs < 1:
-        raise ConfigError(f"epochs must be a whole number >= 1, got {cfg.epochs!r}")
-    if not isinstance(cfg.parallel, int) or cfg.parallel < 1:
-        raise ConfigError(f"parallel must be a whole number >= 1, got {cfg.parallel!r}")
-    _check_factors(cfg)
+    _check_factors(cfg)  # counts, ranges and names of every key: runner/checks.py, per setting below
     from ..train.optim import check_name
     from ..train.schedules import SCHEDULES
 
