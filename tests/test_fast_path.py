@@ -21,6 +21,8 @@ CASES = [
     ("rational", {"version": "A"}), ("rational", {"version": "B"}), ("rational", {"version": "C"}),
     ("rational", {"version": "D"}), ("polyrelu", {}), ("polynorm", {}), ("hermite", {}),
     ("hermite", {"clamp": True}), ("fourier", {}), ("tropical", {}), ("tropical_rational", {}), ("slaf", {}),
+    ("prelu", {}), ("swish_beta", {}), ("acon_c", {}), ("star_relu", {}),
+    ("apl", {}), ("kaf", {}), ("bspline", {}), ("bspline", {"residual": "linear"}), ("bspline", {"residual": "none"}),
 ]
 IDS = [name + "".join(f"-{v}" for v in kw.values()) for name, kw in CASES]
 TOL = {torch.float32: {"rtol": 2e-4, "atol": 2e-5}, torch.float64: {"rtol": 1e-9, "atol": 1e-10}}

@@ -6,7 +6,8 @@
     >>> act.fit("relu", interval=(-3, 3), derivative=True)
 """
 from .base import FitResult, LearnableActivation, learnable_parameters
-from .registry import accepted_kwargs, check, create, get_act_layer, get_class, is_learnable, names, register, resolve
+from .registry import (FAMILIES, accepted_kwargs, check, create, family, get_act_layer, get_class, is_learnable, names,
+                       register, resolve)
 from .targets import TARGETS, get_target, target_names
 
 # importing a family module registers it
@@ -14,7 +15,7 @@ from . import fixed  # noqa: E402,F401
 from . import families  # noqa: E402,F401
 
 __all__ = [
-    "FitResult", "LearnableActivation", "learnable_parameters", "accepted_kwargs", "check", "create",
-    "get_act_layer", "get_class", "is_learnable", "names", "register", "resolve",
+    "FitResult", "LearnableActivation", "learnable_parameters", "FAMILIES", "accepted_kwargs", "check", "create",
+    "family", "get_act_layer", "get_class", "is_learnable", "names", "register", "resolve",
     "TARGETS", "get_target", "target_names",
 ]

@@ -1,2 +1,2 @@
 """Imports every learnable family so that each registers itself."""
-from . import fourier, hermite, polycom, rational, slaf, tropical  # noqa: F401
+from . import classic, fourier, hermite, kaf, piecewise, polycom, rational, slaf, spline, tropical  # noqa: F401

@@ -83,6 +83,8 @@ class Fourier(LearnableActivation):
     `phase` (..., n) phi_1..phi_n.
     """
 
+    family = "orthogonal"  # `visionbench list` group (registry.family)
+
     has_variance_preserving_init = True
     # Sup-norm errors of `fit(target)` on [-3, 3] with derivative matching, degree 6: measured
     # 2.2e-5 / 5.0e-4 (gelu) and 0.067 / 0.498 (relu; its derivative jump bounds that below by 0.5).

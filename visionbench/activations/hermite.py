@@ -82,6 +82,8 @@ class Hermite(LearnableActivation):
     F is linear in a, so `fit` is one least-squares solve (with L held at its current value).
     """
 
+    family = "orthogonal"  # `visionbench list` group (registry.family)
+
     has_variance_preserving_init = True
     # Sup-norm errors of `fit(target)` on [-3, 3] with derivative matching, degree 3: measured
     # 0.213 / 0.397 (gelu) and 0.340 / 0.500 (relu); a cubic cannot do better on this interval

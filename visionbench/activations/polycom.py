@@ -97,6 +97,8 @@ class PolyReLU(LearnableActivation):
     Parameters: `weight` (..., r + 1) holds a_0..a_r (App D's `bias` is a_0 here).
     """
 
+    family = "polynomial"  # `visionbench list` group (registry.family)
+
     # Sup-norm errors of `fit(target)` on [-3, 3] with derivative matching, r = 3: measured
     # 0.107 / 0.500 (gelu: F is constant for x < 0 and F'(0-) = 0, while GELU'(0) = 1/2) and
     # ~1e-15 (relu: a_1 = 1 is exact).
@@ -154,6 +156,8 @@ class PolyNorm(SurrogateFit, LearnableActivation):
     dimension, where mean(x^{2i}) -> E[x^{2i}] = (2i - 1)!!, so that
     N(x^i) = x^i / sqrt((2i - 1)!! + eps): the fitted coefficients make F ≈ g on standardised inputs.
     """
+
+    family = "polynomial"  # `visionbench list` group (registry.family)
 
     # Sup-norm errors of `fit(target)` (of the N(0, 1) surrogate above) on [-3, 3] with derivative
     # matching, r = 3: measured 0.213 / 0.397 (gelu) and 0.340 / 0.500 (relu) — the span is the

@@ -188,6 +188,8 @@ class Rational(LearnableActivation):
     Parameters `numerator` = (a_0..a_m) and `denominator` = (b_1..b_n), or (b_0..b_{n-1}) for C.
     """
 
+    family = "rational"  # `visionbench list` group (registry.family)
+
     cache_fits = True
     # sup-norm errors (value, derivative) of fit() on [-3, 3] with degrees (5, 4), worst version,
     # with headroom. Measured: gelu A 2.0e-3 / 1.1e-2, B and D 5.6e-4 / 5.0e-3, C 1.6e-3 / 8.7e-3;

@@ -59,6 +59,29 @@ def is_learnable(name: str) -> bool:
     return issubclass(get_class(name), LearnableActivation)
 
 
+# Family labels (a registered class's `family` attribute) -> heading of `visionbench list`, in listing order.
+FAMILIES: dict[str, str] = {
+    "fixed": "fixed",
+    "gated": "scaled / gated (few parameters)",
+    "piecewise": "piecewise linear / spline / kernel",
+    "rational": "rational",
+    "polynomial": "polynomial",
+    "orthogonal": "orthogonal series",
+    "tropical": "tropical",
+    "other": "other learnable",
+}
+
+
+def family(name: str) -> str:
+    """Family label of activation `name` (a key of FAMILIES): its class's `family` attribute;
+    "fixed" for fixed activations (they set none), "other" for a learnable class that sets none."""
+    cls = get_class(name)
+    label = getattr(cls, "family", None)
+    if label is None:
+        return "other" if is_learnable(name) else "fixed"
+    return label
+
+
 def accepted_kwargs(name: str) -> list[str]:
     """Keyword arguments the activation's constructor accepts (for error messages and the CLI)."""
     out: list[str] = []

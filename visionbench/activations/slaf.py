@@ -110,6 +110,8 @@ class SLAF(SurrogateFit, LearnableActivation):
     Parameters: `weight` (..., k + 1) holds a_0..a_k.
     """
 
+    family = "polynomial"  # `visionbench list` group (registry.family)
+
     # Sup-norm errors of `fit(target)` on [-3, 3] with derivative matching, k = 2: measured
     # 0.213 / 0.397 (gelu) and 0.340 / 0.500 (relu) — the same as for cubics, since g(x) - x/2
     # is even for both targets.

@@ -16,6 +16,12 @@ TARGETS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "tanh": torch.tanh,
     "sigmoid": torch.sigmoid,
     "identity": lambda x: x,
+    "elu": F.elu,  # alpha 1
+    "selu": F.selu,
+    "softplus": F.softplus,  # beta 1, threshold 20
+    "hardswish": F.hardswish,
+    "relu6": F.relu6,
+    "relu2": lambda x: F.relu(x).square(),
 }
 
 

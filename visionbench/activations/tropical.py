@@ -115,6 +115,8 @@ class Tropical(LearnableActivation):
     dip) and slopes between those values (ReLU's 1) can only be approximated (paper 001 Sec 3.5).
     """
 
+    family = "tropical"  # `visionbench list` group (registry.family)
+
     has_variance_preserving_init = True
     # sup-norm errors (value, derivative) of fit() on [-3, 3], degree 6, with headroom. Measured:
     # gelu 0.106 / 0.242, relu 0.065 / 0.179 (convex with slopes k sqrt(2) / 6: see above).
@@ -194,6 +196,8 @@ class TropicalRational(LearnableActivation):
     A difference of convex piecewise-linear functions can be any continuous piecewise-linear one,
     so unlike `tropical` it fits non-convex targets such as GELU (to ~0.015), and ReLU almost exactly.
     """
+
+    family = "tropical"  # `visionbench list` group (registry.family)
 
     has_variance_preserving_init = True
     # sup-norm errors (value, derivative) of fit() on [-3, 3], degree 6, with headroom. Measured:
