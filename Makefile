@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test test-slow bench reference install clean
+.PHONY: run test test-slow bench bench-gpu reference install clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,14 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/visionbench bench activations
+
+# The first GPU's numbers (issue 14), into results/bench/: the activation benchmark and the training-step
+# benchmark of VGG8/rational and ConvNeXt-T/hermite. `make bench-gpu DEVICE=cpu` tries it on a CPU.
+DEVICE  ?= cuda
+bench-gpu: $(STAMP)
+	$(BIN)/visionbench bench activations --device $(DEVICE) --name activations_$(DEVICE)
+	$(BIN)/visionbench bench train recipe=cifar10_vgg8 act=rational --device $(DEVICE) --name train_vgg8_rational_$(DEVICE)
+	$(BIN)/visionbench bench train recipe=cifar10_convnext_t act=hermite --device $(DEVICE) --name train_convnext_t_hermite_$(DEVICE)
 
 reference: $(STAMP)  ## the bench's reference implementations (rational-activations pins torch 1.7.1: no deps)
 	$(BIN)/pip install -q -e '.[reference]'

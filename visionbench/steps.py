@@ -14,13 +14,17 @@ from torch import nn
 
 
 def classification_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-                        label_smoothing: float = 0.0, skip_nonfinite: bool = False) -> torch.Tensor:
+                        label_smoothing: float = 0.0, skip_nonfinite: bool = False,
+                        autocast_dtype: torch.dtype | None = None) -> torch.Tensor:
     """zero_grad, cross-entropy of `model(x)` against `y`, backward, `opt.step()`; returns the loss.
 
     With `skip_nonfinite`, a NaN/inf loss is returned without backward or step (one host sync per
-    step), so a caller can stop a diverging model where it got to instead of raising."""
+    step), so a caller can stop a diverging model where it got to instead of raising. With
+    `autocast_dtype` (bf16/fp16: `trainer.precision=*-mixed`), the forward and the loss run under
+    `torch.autocast` on x's device and the backward outside it, as Lightning's mixed precision does."""
     opt.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(model(x), y, label_smoothing=label_smoothing)
+    with torch.autocast(x.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        loss = F.cross_entropy(model(x), y, label_smoothing=label_smoothing)
     if skip_nonfinite and not torch.isfinite(loss):
         return loss.detach()
     loss.backward()

@@ -63,13 +63,14 @@ def saved_bytes(fn: Callable[[], object]) -> int:
     return sum(storages.values())
 
 
-def peak_bytes(fn: Callable[[], object], device: torch.device) -> int | None:
-    """CUDA: peak allocated bytes during fn above what was allocated before it; None elsewhere
-    (the CPU allocator keeps no such statistic)."""
+def peak_bytes(fn: Callable[[], object], device: torch.device, total: bool = False) -> int | None:
+    """CUDA: peak allocated bytes during fn above what was allocated before it (`total`: including
+    it, i.e. the device memory the process needs: weights, optimizer state, activations); None
+    elsewhere (the CPU allocator keeps no such statistic)."""
     if device.type != "cuda":
         return None
     torch.cuda.synchronize(device)
-    before = torch.cuda.memory_allocated(device)
+    before = 0 if total else torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
     fn()
     torch.cuda.synchronize(device)

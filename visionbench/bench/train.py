@@ -3,12 +3,16 @@
     visionbench bench train recipe=cifar10_vgg8 act=rational                   # vs the model's own ReLU
     visionbench bench train recipe=cifar10_convnext_t act=hermite --steps 5    # vs GELU, 32 px, batch 512
     visionbench bench train recipe=cifar10_vgg8 act=rational baseline=leaky_relu batch_size=64
+    visionbench bench train recipe=cifar10_vgg8 act=rational --device cuda trainer.precision=bf16-mixed \
+        trainer.channels_last=true
 
 A step is forward, cross-entropy, backward and the recipe's optimizer step on a fixed synthetic
-batch of the recipe's size. Both models are built as the runner builds them (`build_model`),
-warmed up (the first steps compile the fused kernels: reported as warm-up time), then timed in
-alternating steps: img/s are medians, the ratio is the median of per-step ratios. Memory: bytes
-autograd saves for backward in one step (any device) and peak allocated (CUDA).
+batch of the recipe's size, on `--device`, with the recipe's `trainer.precision`, `channels_last`
+and `compile` applied as a run applies them (`TrainStep`). Both models are built as the runner
+builds them (`build_model`), warmed up (the first steps compile the fused kernels: reported as
+warm-up time), then timed in alternating steps: img/s are medians, the ratio is the median of
+per-step ratios. Memory: bytes autograd saves for backward in one step (any device) and peak
+allocated (CUDA).
 """
 from __future__ import annotations
 
@@ -49,19 +53,57 @@ def input_shape(cfg) -> tuple[int, int, int]:
     return cls.num_classes, cls.in_chans, int(d.img_size or cls.native_size or cls.default_img_size)
 
 
+# Lightning's `precision` values (its legacy spellings included) -> the dtype they compute in
+MIXED_DTYPES = {"bf16-mixed": torch.bfloat16, "bf16": torch.bfloat16, "16-mixed": torch.float16, "16": torch.float16,
+                16: torch.float16}
+TRUE_DTYPES = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64, "64": torch.float64,
+               64: torch.float64}
+
+
 class TrainStep:
     """One optimisation step of `model` on a fixed batch, with the run's own optimizer
-    (`train.optim.build_optimizer`: the recipe's SGD/AdamW over the same parameter groups)."""
+    (`train.optim.build_optimizer`: the recipe's SGD/AdamW over the same parameter groups) and the
+    run's speed levers as `train.run.train_run` applies them: `trainer.precision` (`*-mixed`:
+    torch.autocast around forward and loss; `*-true`: model and batch cast), `trainer.channels_last`
+    (model and batch NHWC) and `trainer.compile` (nn.Module.compile: the warm-up pays the compile).
+    Without loss scaling for 16-mixed (its cost is one multiply). `self.model` and `self.x` are the
+    converted ones."""
 
     def __init__(self, model: torch.nn.Module, run: dict[str, Any], x: torch.Tensor, y: torch.Tensor):
         from ..train.optim import build_optimizer
 
+        t = run.get("trainer") or {}
+        precision = t.get("precision")
+        self.autocast_dtype = MIXED_DTYPES.get(precision)
+        if precision in TRUE_DTYPES:
+            model, x = model.to(TRUE_DTYPES[precision]), x.to(TRUE_DTYPES[precision])
+        if t.get("channels_last") and x.dim() == 4:  # as train_run + ClassificationModule._images
+            model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
         self.model, self.x, self.y = model.train(), x, y
         self.opt = build_optimizer(model, run["optim"], len(x))  # the lr does not change a step's cost
         self.smoothing = float(run["loss"]["label_smoothing"])
+        if t.get("compile"):  # in place, after the optimizer took the parameters (as train_run)
+            model.compile()
 
     def __call__(self) -> None:
-        classification_step(self.model, self.opt, self.x, self.y, self.smoothing)
+        classification_step(self.model, self.opt, self.x, self.y, self.smoothing, autocast_dtype=self.autocast_dtype)
+
+    def evaluate(self) -> None:
+        """One forward of the batch in eval mode without autograd (a validation batch; Lightning's
+        inference mode and the same autocast); the model is left in train mode."""
+        self.model.eval()
+        try:
+            with torch.inference_mode(), torch.autocast(self.x.device.type, dtype=self.autocast_dtype,
+                                                        enabled=self.autocast_dtype is not None):
+                self.model(self.x)
+        finally:
+            self.model.train()
+
+
+def levers(trainer) -> str:
+    """The `trainer:` speed levers a step ran with, for the report's notes."""
+    return (f"trainer.precision={trainer.precision}, channels_last={str(bool(trainer.channels_last)).lower()}, "
+            f"compile={str(bool(trainer.compile)).lower()}")
 
 
 def main(argv: list[str]) -> int:
@@ -121,6 +163,7 @@ def main(argv: list[str]) -> int:
              f"recipe {cfg.recipe}: model {cfg.model.name}, batch {batch} x {in_chans}x{img_size}x{img_size} "
              f"synthetic, optimizer {cfg.optim.name}, {args.steps} timed steps per model, alternating",
              f"{len(report) if report else 0} activation modules swapped for {act}",
+             "speed levers: " + levers(cfg.trainer),
              "× baseline: median of per-step ratios; img/s: batch / median step time"]
     name = args.name or f"train_{cfg.recipe}_{act}"
     timing.write_report(name, f"Training step: {cfg.model.name} with {act} vs {own}",

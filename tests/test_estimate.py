@@ -1,0 +1,143 @@
+"""`visionbench run ... estimate=true` (issue 14): the preflight before a sweep is submitted.
+
+It times each (setting, act) of the sweep, projects the run and sweep wall time from the real
+loader lengths, leaves out completed runs, writes nothing, and fails in one line on a missing
+dataset, a bad config or a batch that does not fit in memory.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.helpers import FAST
+from visionbench.cli import main
+from visionbench.results import layout
+from visionbench.runner import estimate as est
+from visionbench.runner.config import load_config
+
+SMALL = ["data.limit_train=128", "data.limit_val=64"]  # the default recipe (digits_vgg4), cut down
+
+
+def _rows(out: str) -> dict[str, list[str]]:
+    """The estimate table's rows by activation."""
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] not in ("act", "---"):
+            rows[cells[0]] = cells
+    return rows
+
+
+def test_estimate_of_the_default_recipe_prints_a_total_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # nothing may appear in the working directory either (lightning_logs, ...)
+    results = tmp_path / "results"
+    assert main(["run", "estimate=true", f"results_dir={results}", "act=relu,rational", "seeds=2", *SMALL]) == 0
+    out = capsys.readouterr().out
+    rows = _rows(out)
+    assert list(rows) == ["relu", "rational"]
+    assert rows["relu"][1] == f"{963_722:,}"  # params of digits VGG4 + GroupNorm with ReLU
+    assert rows["relu"][2] == "2"  # 128 images / batch 64
+    assert rows["relu"][6] == "2/2"
+    assert "projected total:" in out and "for 4 of 4 runs" in out
+    assert not results.exists()
+    assert list(tmp_path.iterdir()) == [], "estimate=true must not write anything"
+
+
+@pytest.mark.parametrize("extra, steps, evals", [
+    ([], 2, 2),  # 128 / 64; val 64 + test 64 images: one batch each
+    (["trainer.accumulate_grad_batches=2"], 4, 4),  # batch 32 per step: twice the steps
+    (["data.augment.repeated_aug=3"], 6, 2),  # 3 x 128 images per epoch (004 code's epoch)
+    (["trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"], 2, 2),  # 64 images and batch 32 per rank
+    (["ema.decay=0.9"], 2, 4),  # the EMA copy is evaluated too
+])
+def test_steps_per_epoch_come_from_the_real_loaders(extra, steps, evals):
+    cfg = load_config(["act=relu", "seeds=1", "results_dir=/nonexistent/results", *SMALL, *extra])
+    (row,) = est.estimate(cfg).rows
+    assert (row.train_steps, row.eval_batches) == (steps, evals)
+    assert row.run_s == pytest.approx(cfg.epochs * (steps * row.step_s + evals * row.eval_batch_s))
+
+
+def test_completed_runs_are_left_out_and_unfinished_ones_count_their_epochs_left(tmp_path, capsys):
+    results = tmp_path / "r"
+    assert main(["run", f"results_dir={results}", *FAST, "act=relu", "seeds=2"]) == 0
+    before = sorted(p for p in results.rglob("*"))
+    capsys.readouterr()
+
+    assert main(["run", "estimate=true", f"results_dir={results}", *FAST, "act=relu", "seeds=3"]) == 0
+    out = capsys.readouterr().out
+    assert _rows(out)["relu"][6] == "1/3"
+    assert "for 1 of 3 runs (2 completed in" in out
+    assert sorted(p for p in results.rglob("*")) == before  # no seed_2, nothing rewritten
+
+    # seed 1 interrupted after its first of 2 epochs: one epoch left (+ 2 of seed 2)
+    run = results / "digits_vgg4" / "relu" / "seed_1"
+    summary = layout.read_summary(run)
+    layout.write_summary(run, {**summary, "status": layout.INTERRUPTED})
+    metrics = (run / "metrics.csv").read_text().splitlines()
+    (run / "metrics.csv").write_text("\n".join(metrics[:2]) + "\n")
+    (row,) = est.estimate(load_config([f"results_dir={results}", *FAST, "act=relu", "seeds=3"])).rows
+    assert (row.runs_left, row.epochs_left) == (2, 3)
+    assert row.left_s == pytest.approx(3 * row.epoch_s)
+
+    # a results dir trained with other settings fails as the sweep would, before any timing
+    assert main(["run", "estimate=true", f"results_dir={results}", *FAST, "act=relu", "seeds=3", "optim.lr=0.05"]) == 2
+    assert "holds a run with a different configuration" in capsys.readouterr().err
+
+
+def test_a_huge_batch_is_one_line_memory_error_and_refused_at_once(tmp_path, capsys):
+    """The CPU allocator refuses the 256 GB input outright (more than RAM + swap): nothing is touched."""
+    t0 = time.monotonic()
+    code = main(["run", "estimate=true", f"results_dir={tmp_path / 'r'}", "act=relu", "seeds=1",
+                 "batch_size=1000000000"])
+    assert code == 2
+    assert time.monotonic() - t0 < 60
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("visionbench run: estimate: batch 1000000000 (per device) does not fit in memory on cpu "
+                          "for vgg4/relu: ")
+    assert err.endswith("; lower batch_size or set trainer.accumulate_grad_batches=K")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_batch_the_allocator_would_grant_is_refused_before_it_swaps(tmp_path, capsys, monkeypatch):
+    """Below RAM + swap the allocator grants anything (then the machine swaps): the estimate checks the
+    step's extrapolated need against the available memory (here: pretended 50 MB) before running it."""
+    monkeypatch.setattr(est, "available_bytes", lambda: 50 * 10**6)
+    assert main(["run", "estimate=true", f"results_dir={tmp_path / 'r'}", "act=relu", "seeds=1",
+                 "batch_size=4096"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "does not fit in memory on cpu for vgg4/relu: not enough memory: a step needs about" in err
+    assert err.endswith("50 MB available; lower batch_size or set trainer.accumulate_grad_batches=K")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["recipe=cifar10_vgg4", "data.root=/nonexistent"], "CIFAR-10 not found at /nonexistent"),
+    (["epochs=abc"], "epochs"),
+    (["estimate=maybe"], "estimate must be true or false"),
+])
+def test_missing_dataset_and_bad_config_fail_with_the_usual_message(tmp_path, capsys, args, message):
+    assert main(["run", "estimate=true", f"results_dir={tmp_path / 'r'}", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("visionbench run: ") and message in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_out_of_memory_messages_are_recognised():
+    cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                       "you tried to allocate 256000000000 bytes. Error code 12 (Cannot allocate memory)")
+    assert est.out_of_memory(cpu) == "tried to allocate 256.0 GB"
+    cuda = torch_oom("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.15 GiB")
+    assert est.out_of_memory(cuda) == "tried to allocate 20.00 GiB"
+    assert est.out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
+
+
+def torch_oom(text: str):
+    import torch
+
+    return torch.OutOfMemoryError(text)
+
+
+def test_durations_read_naturally():
+    assert [est.duration(s) for s in (4.25, 42, 210, 7560, 2 * 86400)] == ["4.2 s", "42 s", "3.5 min", "2.1 h", "2.0 d"]
