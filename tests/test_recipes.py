@@ -39,7 +39,8 @@ SWAPS = {
 RECIPE_MODEL = {
     "cifar10_vgg4": "vgg4", "cifar10_vgg4_aug": "vgg4", "cifar10_vgg8": "vgg8", "cifar10_vgg8_aug": "vgg8",
     "cifar10_convnext_t": "convnext_t", "cifar10_resnet50": "resnet50", "finetune_cifar10_convnext_t": "convnext_t",
-    "imagenet_convnext_t": "convnext_t", "imagenet_resnet50": "resnet50", "digits_vgg4": "vgg4",
+    "imagenet_convnext_t": "convnext_t", "imagenet_resnet50": "resnet50", "digits_vgg4": "vgg4", "digits_vgg8": "vgg8",
+    "digits_vgg4_aug": "vgg4",
     "digits_resnet32": "resnet32", "synthetic_vgg4": "vgg4", "tinyimagenet_vit_s8": "vit_s8",
     "tinyimagenet_vit_s8_nonorm": "vit_s8", "tinyimagenet_cait_s24": "cait_s24", "tinyimagenet_swin_t": "swin_t",
 }
@@ -55,6 +56,8 @@ INHERITS = {
     "tinyimagenet_vit_s8_nonorm": ("tinyimagenet_vit_s8", {
         "recipe": "tinyimagenet_vit_s8_nonorm", "model.norm_free": True}),
     "cifar10_vgg8": ("cifar10_vgg4", {"recipe": "cifar10_vgg8", "model.name": "vgg8"}),
+    "digits_vgg8": ("digits_vgg4", {"recipe": "digits_vgg8", "model.name": "vgg8", "data.img_size": 16}),
+    "digits_vgg4_aug": ("digits_vgg4", {"recipe": "digits_vgg4_aug", "data.augment.crop_pad": 1}),
     "cifar10_vgg8_aug": ("cifar10_vgg4_aug", {"recipe": "cifar10_vgg8_aug", "model.name": "vgg8"}),
     "cifar10_vgg4_aug": ("cifar10_vgg4", {
         "recipe": "cifar10_vgg4_aug", "act": "relu,leaky_relu,gelu,silu,rational[init=leaky_relu],rational[init=gelu]",

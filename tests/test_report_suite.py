@@ -106,16 +106,17 @@ def test_probability_of_improvement_equals_the_direct_pairwise_count(tree):
 
 def test_report_writes_the_suite_files_and_a_single_recipe_none(tree, tmp_path_factory):
     assert main([str(tree), "--bootstrap", "200"]) == 0
-    for name in ("ranks.csv", "ranks.md", "cd_diagram.png", "improvement.csv"):
+    for name in ("ranks.csv", "ranks.md", "cd_diagram.png", "improvement.csv", "improvement.png"):
         assert (tree / name).stat().st_size > 0, name
-    assert (tree / "cd_diagram.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tree / "cd_diagram.png").read_bytes()[:4] == (tree / "improvement.png").read_bytes()[:4] == b"\x89PNG"
     assert {"act", "mean_rank", "n_recipes"} <= set(pd.read_csv(tree / "ranks.csv").columns)
 
     single = tmp_path_factory.mktemp("single")
     write_recipe(single, "r0", {act: values(0, j) for j, act in enumerate(ACTS)})
     for where in (single, single / "r0"):
         assert main([str(where), "--bootstrap", "200"]) == 0
-        assert not any((where / n).exists() for n in ("ranks.csv", "ranks.md", "cd_diagram.png", "improvement.csv"))
+        assert not any((where / n).exists() for n in ("ranks.csv", "ranks.md", "cd_diagram.png", "improvement.csv",
+                                                      "improvement.png"))
 
     off = tmp_path_factory.mktemp("off")
     for i in range(2):
@@ -142,3 +143,13 @@ def test_complete_block_drops_the_act_that_ran_least():
                         ("c", ["relu", "gelu", "silu"])]])
     assert suite.complete_block(scores) == (["gelu", "relu", "silu"], ["a", "b", "c"])
     assert suite.cliques({"a": 1.0, "b": 1.5, "c": 3.0}, cd=1.0) == [["a", "b"]]
+
+
+def test_improvement_plot_needs_an_aggregate(tmp_path):
+    from visionbench.report import improvement_plot
+
+    frame = pd.DataFrame([{"act": "gelu", "block": "r0", "p_improve": 0.7, "ci_low": 0.5, "ci_high": 0.9, "n_blocks": 1}])
+    assert improvement_plot.plot(frame, "relu", tmp_path / "a.png") is None and not (tmp_path / "a.png").exists()
+    agg = {"act": "gelu", "block": "all", "p_improve": 0.7, "ci_low": float("nan"), "ci_high": float("nan"), "n_blocks": 1}
+    out = improvement_plot.plot(pd.concat([frame, pd.DataFrame([agg])]), "relu", tmp_path / "b.png")
+    assert out.read_bytes()[:4] == b"\x89PNG"

@@ -1,6 +1,7 @@
 """The `visionbench` command.
 
     visionbench run [recipe=NAME] [act=a,b,...] [seeds=N] [key=value ...]
+    visionbench run ... estimate=true      # projected time, memory, params of the sweep; trains nothing
     visionbench report RESULTS_DIR [--metric ...] [--baseline ...] [--test student|welch|paired]
     visionbench list
     visionbench bench activations|train [...]
@@ -9,6 +10,7 @@
 """
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -27,13 +29,23 @@ def _run(args: list[str]) -> int:
     except ConfigError as e:
         print(f"visionbench run: {e}", file=sys.stderr)
         return 2
+    if cfg.estimate:  # the preflight: time the sweep, print its cost, write nothing (runner/estimate.py)
+        from .runner.estimate import estimate, format_estimate
+
+        try:
+            print(format_estimate(estimate(cfg), cfg.recipe, str(Path(cfg.results_dir) / cfg.recipe)), flush=True)
+        except ConfigError as e:
+            print(f"visionbench run: {e}", file=sys.stderr)
+            return 2
+        return 0
     recipe_dir = Path(cfg.results_dir) / cfg.recipe
     # under DDP every rank runs this command and trains; rank 0 alone prints and reports (runner/ranks.py)
     lead = is_rank_zero()
     factors = "".join(f" {k}={','.join(map(format_value, v))}" for k, v in cfg.factors.items())
     settings = f" ({len(sweep_settings(cfg))} settings)" if factors else ""
     if lead:
-        print(f"recipe {cfg.recipe}: act={cfg.act} seeds={cfg.seeds} epochs={cfg.epochs}{factors}{settings} -> "
+        seeds = f"auto (up to {cfg.seeds_max})" if cfg.seeds == "auto" else cfg.seeds
+        print(f"recipe {cfg.recipe}: act={cfg.act} seeds={seeds} epochs={cfg.epochs}{factors}{settings} -> "
               f"{recipe_dir}", flush=True)
 
     shown = list(dict.fromkeys([cfg.report.metric or "val_top1_best", "test_top1_at_best_val"]))
@@ -47,7 +59,8 @@ def _run(args: list[str]) -> int:
 
     install_sigterm()
     try:
-        outcomes = run_sweep(cfg, progress=sys.stderr.isatty(), on_outcome=show if lead else None)
+        outcomes = run_sweep(cfg, progress=sys.stderr.isatty(), on_outcome=show if lead else None,
+                             on_note=functools.partial(print, flush=True) if lead else None)
     except ConfigError as e:
         print(f"visionbench run: {e}", file=sys.stderr)
         return 2
@@ -90,9 +103,14 @@ def _list(args: list[str]) -> int:
     print("recipes:")
     for name in recipe_names():
         print(f"  {name:<30} {recipe_description(name)}")
-    print("activations:")
-    print("  fixed:     " + ", ".join(n for n in activations.names() if not activations.is_learnable(n)))
-    print("  learnable: " + ", ".join(n for n in activations.names() if activations.is_learnable(n)))
+    print("activations (by family):")
+    groups: dict[str, list[str]] = {}
+    for name in activations.names():
+        groups.setdefault(activations.family(name), []).append(name)
+    order = list(activations.FAMILIES) + sorted(set(groups) - set(activations.FAMILIES))
+    for label in (f for f in order if f in groups):
+        heading = activations.FAMILIES.get(label, label) + ":"
+        print(f"  {heading:<34} " + ", ".join(groups[label]))
     print("models:")
     print("  " + ", ".join(models.names()) + ", or any timm model name")
     return 0

@@ -214,12 +214,19 @@ class RunSchema:
     # factor sweep {config key: [values]}, e.g. {model.norm: [null, group]}: every combination is a setting
     # with its runs in <recipe>/<setting>/; on the command line: model.norm=null,group
     factors: Dict[str, Any] = _dict()
-    seeds: int = 3  # N -> seeds 0..N-1
+    # N -> seeds 0..N-1; auto: seeds in rounds (3, 5, 7, ..., seeds_max), each activation stopped once its
+    # comparison with report.baseline is decided by the group-sequential rule (report/sequential.py)
+    seeds: Any = 3
+    seeds_max: int = 10  # seeds=auto: the most seeds per activation (the last round)
+    seeds_margin: Optional[float] = None  # seeds=auto: also stop as "equivalent" within ±this (metric units, TOST)
     seed: Optional[int] = None  # set per run by the runner (config.yaml of a run holds its seed)
     epochs: int = 10
     batch_size: int = 128
     results_dir: str = "results"
     parallel: int = 1  # run K seeds at once, in separate processes
+    # preflight: build and time each (setting, act) of the sweep on the configured device, print projected
+    # wall time (minus runs completed in results_dir), peak memory and parameters; train and write nothing
+    estimate: bool = False
     snapshot_epochs: List[int] = _list(0, 5, 30, -1)  # epochs whose activation shapes + input histograms are stored (-1 = last)
     report: ReportConfig = field(default_factory=ReportConfig)
     data: DataSchema = field(default_factory=DataSchema)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import curves, layout, plots, power, protocol, published, suite, tables, verdict
+from . import curves, layout, plots, power, protocol, published, stopping, suite, tables, verdict
 from .collect import metric_names, scan_runs
 from .stats import TESTS, summarize
 
@@ -149,6 +149,8 @@ def _report(args) -> int:
             recipe_notes = _recipe_notes(summary, recipe_runs, notes, Path(recipe_dir), args.baseline)
             if metric_note:
                 recipe_notes.insert(0, metric_note)
+            summary, stop_notes = stopping.attach(summary, _sequential_record(Path(recipe_dir), metric))
+            recipe_notes += stop_notes
             summary = verdict.annotate(summary, recipe_runs, alpha=args.alpha, margin=args.margin, effect=args.effect,
                                        holm_adjust=args.holm, higher_better=curves.higher_is_better(metric),
                                        n_boot=args.bootstrap, seed=args.seed, digits=args.digits)
@@ -230,6 +232,23 @@ def _write_layout(summaries, runs, root: Path, args, formats) -> list[Path]:
         written.append(root / "table.csv")
         table.to_csv(written[-1], index=False)
     return written
+
+
+def _sequential_record(recipe_dir: Path, metric: str) -> dict | None:
+    """The recipe's sequential.json when it decided on the table's metric (a note otherwise)."""
+    from ..results.io import RunStateError
+    from ..results.layout import read_sequential
+
+    try:
+        record = read_sequential(recipe_dir)
+    except RunStateError as exc:
+        print(f"note: {exc}", file=sys.stderr)
+        return None
+    if record and record.get("metric") != metric:
+        print(f"note: {recipe_dir.name}: seeds=auto decided on {record.get('metric')}, this table shows {metric}; "
+              "its stopping points are not shown", file=sys.stderr)
+        return None
+    return record
 
 
 def _recipe_notes(summary, runs, notes: list[str], recipe_dir: Path, baseline: str | None) -> list[str]:

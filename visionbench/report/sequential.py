@@ -65,6 +65,17 @@ def _student(a: np.ndarray, b: np.ndarray):
     return diff, se, df
 
 
+def _tests(a: np.ndarray, b: np.ndarray, margin: float | None):
+    """(Δ, two-tailed Student p, TOST p against ±margin or None); no evidence (p = 1) where the
+    variance is zero and Δ = 0."""
+    diff, se, df = _student(a, b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.nan_to_num(2.0 * stats.t.sf(np.abs(diff / se), df), nan=1.0)
+        p_tost = None if margin is None else np.nan_to_num(np.maximum(
+            stats.t.sf((diff + margin) / se, df), stats.t.cdf((diff - margin) / se, df)), nan=1.0)
+    return diff, p, p_tost
+
+
 def decide_batch(a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | None = None,
                  higher_is_better: bool = True) -> np.ndarray:
     """Decisions for many sweeps at once: `a` (candidate) and `b` (baseline) have shape (..., n_k)
@@ -77,16 +88,11 @@ def decide_batch(a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | Non
                          f"got {a.shape[-1]} and {b.shape[-1]}")
     k = looks.index(n)
     level = nominal_alphas(looks, alpha)[k]
-    diff, se, df = _student(a, b)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p = 2.0 * stats.t.sf(np.abs(diff / se), df)
-    p = np.where(np.isnan(p), 1.0, p)       # zero variance and Δ = 0: no evidence
+    diff, p, p_tost = _tests(a, b, margin)
     up = diff > 0 if higher_is_better else diff < 0
     out = np.full(diff.shape, "inconclusive" if k == len(looks) - 1 else "continue", dtype=object)
     if margin is not None:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            p_tost = np.maximum(stats.t.sf((diff + margin) / se, df), stats.t.cdf((diff - margin) / se, df))
-        out[np.nan_to_num(p_tost, nan=1.0) < level] = "equivalent"
+        out[p_tost < level] = "equivalent"
     significant = p < level
     out[significant & up] = "better"
     out[significant & ~up] = "worse"
@@ -100,6 +106,18 @@ def decide(a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | None = No
     at the last look."""
     return str(decide_batch(a, b, looks=looks, alpha=alpha, margin=margin,
                             higher_is_better=higher_is_better))
+
+
+def evidence(a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | None = None,
+             higher_is_better: bool = True) -> dict:
+    """`decide` with the numbers behind it, for a record of the sweep (runner/rounds.py): the seeds,
+    the difference of means, the t-test's p, TOST's p (with a margin), the look's level, the decision."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    decision = decide(a, b, looks=looks, alpha=alpha, margin=margin, higher_is_better=higher_is_better)
+    diff, p, p_tost = _tests(a, b, margin)
+    level = float(nominal_alphas(looks, alpha)[_check_looks(looks).index(a.shape[-1])])
+    return {"seeds": int(a.shape[-1]), "diff": float(diff), "p": float(p),
+            "p_tost": None if p_tost is None else float(p_tost), "level": level, "decision": decision}
 
 
 def simulate(d: float, *, n_sweeps: int = 10_000, looks=LOOKS, alpha: float = ALPHA,

@@ -27,7 +27,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from scipy import stats
 
-from . import improvement
+from . import improvement, improvement_plot
 
 ALPHA = 0.05
 SCORE_COLUMNS = ["task", "act", "seed", "value", "metric", "higher_better", "baseline"]
@@ -244,8 +244,8 @@ def markdown(table: pd.DataFrame, test: dict, metrics: pd.DataFrame, pi: pd.Data
 
 def write(scores: pd.DataFrame, out_dir, *, alpha: float = ALPHA, n_boot: int = 10_000, seed: int = 0,
           digits: int = 2) -> tuple[str, list[Path]]:
-    """Write ranks.csv, ranks.md, improvement.csv (with a common baseline) and cd_diagram.png (with a
-    Friedman test) into `out_dir`; returns (the Markdown, the paths written)."""
+    """Write ranks.csv, ranks.md, improvement.csv and improvement.png (with a common baseline) and
+    cd_diagram.png (with a Friedman test) into `out_dir`; returns (the Markdown, the paths written)."""
     out_dir = Path(out_dir)
     if scores.empty:  # every run of every recipe diverged or failed: nothing to rank
         text = "### Suite view: mean ranks across recipes\n\nNo recipe has a scored run: nothing to rank.\n"
@@ -261,6 +261,9 @@ def write(scores: pd.DataFrame, out_dir, *, alpha: float = ALPHA, n_boot: int = 
     if baseline is not None:
         written.append(out_dir / "improvement.csv")
         pi.to_csv(written[-1], index=False)
+        pi_path = improvement_plot.plot(pi, baseline, out_dir / "improvement.png")
+        if pi_path is not None:
+            written.append(pi_path)
     cd_path = plot_cd(test, out_dir / "cd_diagram.png")
     if cd_path is not None:
         written.append(cd_path)

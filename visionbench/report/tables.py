@@ -80,6 +80,8 @@ def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple
         headers += ["p (Holm)", "Cohen's d", "95% CI of Δ"]
     headers += ["diverged", "failed", "train time (s)", "img/s", "act params"]
     show_verdict = "verdict" in summary
+    if "stopped" in summary:  # seeds=auto (report/stopping.py)
+        headers.append("stopped (seeds=auto)")
     if extras and show_verdict:
         headers.append(f"P(> {base}) [95% CI]" if base else "P(> baseline)")
     if show_verdict:
@@ -97,6 +99,8 @@ def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple
             row += [p_cell(r, "p_holm", "stars_holm"), _num(r["cohen_d"], 2, sign=True), ci]
         row += [str(r["n_diverged"]), str(r["n_failed"]), _num(r["train_time_s"], 1),
                 _num(r["throughput_img_s"], 0), _int(r["act_params"])]
+        if "stopped" in summary:
+            row.append(r["stopped"])
         if extras and show_verdict:
             row.append(improvement_cell(r))
         if show_verdict:

@@ -35,6 +35,7 @@ SCORED = (COMPLETED, DIVERGED, FAILED)  # what a report counts; running/interrup
 CONFIG_KEYS = ("recipe", "act", "seed")  # in every run's config.yaml
 
 RUN_DIR_NAME = re.compile(r"seed_\d+")
+SEQUENTIAL = "sequential.json"  # <recipe>/[<setting>/]sequential.json: where `seeds=auto` stopped each activation
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,17 @@ def _clean(v: Any) -> Any:
 
 def write_summary(path: Path, summary: dict) -> None:
     atomic_write_text(files(path).summary, json.dumps(_clean(summary), indent=2, sort_keys=False) + "\n")
+
+
+def write_sequential(recipe_dir: Path, record: dict) -> None:
+    atomic_write_text(Path(recipe_dir) / SEQUENTIAL, json.dumps(_clean(record), indent=2) + "\n")
+
+
+def read_sequential(recipe_dir: Path) -> dict | None:
+    """A recipe (or setting) directory's sequential.json; None if absent; `RunStateError` if unreadable."""
+    f = Path(recipe_dir) / SEQUENTIAL
+    return _read(f, json.loads, "sequential-seeds", "delete it and rerun the sweep's command to rewrite it") \
+        if f.exists() else None
 
 
 def read_config(path: Path) -> dict | None:

@@ -182,7 +182,8 @@ PRECISIONS = ("64-true", "32-true", "16-true", "bf16-true", "16-mixed", "bf16-mi
 
 CHECKS: dict[str, Check] = {
     "recipe": text(), "act": text(), "results_dir": scalar,
-    "seeds": integer(1), "seed": integer(0, optional=True), "epochs": integer(1), "batch_size": integer(1),
+    "seeds": any_of(integer(1), choice(("auto",))), "seeds_max": integer(3),
+    "seeds_margin": number(0, lo_open=True, optional=True), "seed": integer(0, optional=True), "epochs": integer(1), "batch_size": integer(1),
     "parallel": integer(1), "snapshot_epochs": list_of(integer(-1)), "act_lr_mult": _lr_mults,
     "report.metric": text(optional=True), "report.baseline": text(optional=True), "report.best_of": list_of(text()),
     "data.name": choice(_datasets), "data.root": _optional(scalar, True), "data.img_size": integer(1, optional=True),

@@ -31,11 +31,12 @@ DEFAULT_RECIPE = "digits_vgg4"
 FREE_DICTS = ("act_options", "act_lr_mult", "model.kwargs", "factors")  # keys below these are the user's own
 # keys that do not change what a run computes: a resumed run may differ in these ("act_label" and "setting"
 # only name what act_options and the factor keys already hold; "baseline" is the pre-`report:` key)
-NOT_FINGERPRINTED = ("seeds", "parallel", "results_dir", "baseline", "report", "act_label", "setting", "factors",
+NOT_FINGERPRINTED = ("seeds", "seeds_max", "seeds_margin", "parallel", "results_dir", "baseline", "report", "act_label",
+                     "setting", "factors", "estimate",
                      "threads", "data.root", "data.num_workers", "data.download", "snapshot_epochs")
 PER_RUN = ("act", "act_label", "act_options", "act_lr_mult", "seed")  # what differs between the rows of one table
 ALIASES = {"baseline": "report.baseline"}  # short command-line names
-NOT_FACTORS = ("recipe", "seed", "seeds", "results_dir", "parallel", "factors")  # keys a factor sweep cannot vary
+NOT_FACTORS = ("recipe", "seed", "seeds", "seeds_max", "seeds_margin", "results_dir", "parallel", "factors", "estimate")  # keys a factor sweep cannot vary
 
 
 class ConfigError(ValueError):

@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from omegaconf import DictConfig
 
@@ -205,14 +205,16 @@ def check_data(cfg: DictConfig) -> None:
         raise ConfigError(str(e)) from None
 
 
-def plan(cfg: DictConfig) -> list[tuple[dict, Path]]:
+def plan(cfg: DictConfig, *, settings: list[dict] | None = None, acts: list[str] | None = None,
+         seeds: Iterable[int] | None = None) -> list[tuple[dict, Path]]:
     """(run config, run directory) of every run of the sweep — setting by setting, act by act,
-    seed by seed; fails early on a config mismatch or a missing dataset."""
+    seed by seed (or of the given subset: a round of `seeds=auto`); fails early on a config mismatch
+    or a missing dataset."""
     jobs = []
-    for setting in sweep_settings(cfg):
+    for setting in sweep_settings(cfg) if settings is None else settings:
         check_data(apply_setting(cfg, setting))
-        for act in sweep_acts(cfg):
-            for seed in range(int(cfg.seeds)):
+        for act in sweep_acts(cfg) if acts is None else acts:
+            for seed in range(int(cfg.seeds)) if seeds is None else seeds:
                 run = run_config(cfg, act, seed, setting)
                 out = results.run_dir(cfg.results_dir, cfg.recipe, act, seed, setting)
                 try:
@@ -223,10 +225,24 @@ def plan(cfg: DictConfig) -> list[tuple[dict, Path]]:
     return jobs
 
 
-def run_sweep(cfg: DictConfig, progress: bool = True, on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
-    """Run every job of the sweep, `cfg.parallel` at a time; returns the outcomes in plan order."""
-    jobs = plan(cfg)
-    parallel = min(int(cfg.parallel), len(jobs))
+def run_sweep(cfg: DictConfig, progress: bool = True, on_outcome: Callable[[Outcome], None] | None = None,
+              on_note: Callable[[str], None] | None = None) -> list[Outcome]:
+    """Run every job of the sweep, `cfg.parallel` at a time; returns the outcomes in plan order.
+    With `seeds=auto`, in rounds (runner/rounds.py; `on_note` gets a line per round)."""
+    def execute_all(jobs):
+        return execute_jobs(jobs, int(cfg.parallel), progress, on_outcome)
+
+    if cfg.seeds == "auto":
+        from .rounds import run_rounds
+
+        return run_rounds(cfg, plan, execute_all, on_note)
+    return execute_all(plan(cfg))
+
+
+def execute_jobs(jobs: list[tuple[dict, Path]], parallel: int, progress: bool = True,
+                 on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+    """Run `jobs`, `parallel` at a time (in worker processes when > 1); the outcomes in job order."""
+    parallel = min(parallel, len(jobs))
     outcomes: dict[int, Outcome] = {}
     if parallel <= 1:
         for i, (run, out) in enumerate(jobs):

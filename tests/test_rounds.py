@@ -1,0 +1,160 @@
+"""`seeds=auto`: rounds of seeds, each activation stopped once decided (runner/rounds.py), the
+record it leaves (sequential.json) and the report's `stopped` column."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from visionbench.cli import main
+from visionbench.report.cli import main as report_main
+from visionbench.results import layout
+from visionbench.runner import rounds
+from visionbench.runner.config import ConfigError, load_config
+from visionbench.runner.sweep import Outcome, plan
+
+from .helpers import write_run
+
+METRIC = "test_top1_at_best_val"  # digits_vgg4's metric (held-out val split)
+MEANS = {"relu": 90.0, "gelu": 60.0, "silu": 90.0}  # gelu overwhelmingly worse, silu the same as relu
+
+
+class FakeExecute:
+    """Stands in for training: each (act, seed) gets a fixed draw around its act's mean."""
+
+    def __init__(self, sd: float = 1.0):
+        self.calls: list[tuple[str, int]] = []
+        self.sd = sd
+
+    def __call__(self, jobs):
+        out = []
+        for run, run_dir in jobs:
+            act, seed = run["act_label"], run["seed"]
+            self.calls.append((act, seed))
+            value = MEANS[act] + self.sd * np.random.default_rng([seed, len(act)]).standard_normal()
+            out.append(Outcome(act, seed, "completed", {"metrics": {METRIC: value}}, run_dir))
+        return out
+
+
+def cfg_for(tmp_path, *extra):
+    return load_config(["act=relu,gelu,silu", "seeds=auto", f"results_dir={tmp_path}", *extra])
+
+
+@pytest.mark.parametrize("seeds_max, want", [(10, (3, 5, 7, 10)), (3, (3,)), (4, (3, 4)), (5, (3, 5)),
+                                             (6, (3, 6)), (8, (3, 5, 8)), (12, (3, 5, 7, 9, 12))])
+def test_looks(seeds_max, want):
+    assert rounds.looks(seeds_max) == want
+
+
+def test_stops_decided_acts_and_keeps_the_baseline_running(tmp_path):
+    execute = FakeExecute()
+    outcomes = rounds.run_rounds(cfg_for(tmp_path), plan, execute)
+    seeds = {act: sorted(s for a, s in execute.calls if a == act) for act in MEANS}
+    assert seeds["gelu"] == [0, 1, 2]               # worse by 30 sd: decided at the first look
+    assert seeds["silu"] == list(range(10))         # no effect: runs to seeds_max, inconclusive
+    assert seeds["relu"] == list(range(10))         # the baseline runs while any comparison is open
+    assert len(outcomes) == len(execute.calls) == 23
+    record = layout.read_sequential(tmp_path / "digits_vgg4")
+    assert record["looks"] == [3, 5, 7, 10] and record["metric"] == METRIC and record["baseline_seeds"] == 10
+    assert record["acts"]["gelu"]["decision"] == "worse" and record["acts"]["gelu"]["seeds"] == 3
+    assert record["acts"]["silu"]["decision"] == "inconclusive" and record["acts"]["silu"]["seeds"] == 10
+    assert [h["decision"] for h in record["acts"]["silu"]["history"]] == ["continue"] * 3 + ["inconclusive"]
+    assert record["acts"]["gelu"]["history"][0]["p"] < record["nominal_alphas"][0]
+
+
+def test_margin_stops_as_equivalent_and_baseline_stops_when_all_are_decided(tmp_path):
+    execute = FakeExecute(sd=0.1)
+    rounds.run_rounds(cfg_for(tmp_path, "seeds_margin=2.0"), plan, execute)
+    record = layout.read_sequential(tmp_path / "digits_vgg4")
+    assert record["acts"]["silu"]["decision"] == "equivalent" and record["margin"] == 2.0
+    last = max(record["acts"][a]["seeds"] for a in ("gelu", "silu"))
+    assert record["baseline_seeds"] == last < 10
+    assert max(s for a, s in execute.calls if a == "relu") == last - 1
+
+
+def test_rerun_makes_the_same_decisions(tmp_path):
+    first, second = FakeExecute(), FakeExecute()
+    rounds.run_rounds(cfg_for(tmp_path), plan, first)
+    before = (tmp_path / "digits_vgg4" / layout.SEQUENTIAL).read_text()
+    rounds.run_rounds(cfg_for(tmp_path), plan, second)
+    assert second.calls == first.calls  # (the real executor skips completed runs; the rounds are replayed)
+    assert (tmp_path / "digits_vgg4" / layout.SEQUENTIAL).read_text() == before
+
+
+def test_runs_without_the_metric_keep_the_comparison_open(tmp_path):
+    def execute(jobs):
+        return [Outcome(r["act_label"], r["seed"], "diverged" if r["act_label"] == "gelu" else "completed",
+                        {"metrics": {} if r["act_label"] == "gelu" else {METRIC: 90.0 + r["seed"]}}, d)
+                for r, d in jobs]
+    rounds.run_rounds(cfg_for(tmp_path, "act=relu,gelu", "seeds_max=5"), plan, execute)
+    entry = layout.read_sequential(tmp_path / "digits_vgg4")["acts"]["gelu"]
+    assert entry["decision"] == "inconclusive" and "diverged" in entry["history"][-1]["why"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["act=gelu,silu"], "report.baseline='relu'"), (["act=relu"], "at least one other"),
+])
+def test_needs_the_baseline_and_another_act(tmp_path, args, message):
+    with pytest.raises(ConfigError, match=message):
+        rounds.check(cfg_for(tmp_path, *args))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["seeds=auto", "act=gelu,silu"], "seeds=auto compares"), (["seeds=sometimes"], "seeds must be"),
+    (["seeds=auto", "seeds_max=2"], "seeds_max must be an integer >= 3"),
+    (["seeds=auto", "seeds_margin=-1"], "seeds_margin must be"),
+])
+def test_cli_rejects_bad_sequential_settings_in_one_line(tmp_path, capsys, args, message):
+    assert main(["run", *args, f"results_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "digits_vgg4").exists()
+
+
+def test_report_marks_where_each_act_stopped(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    for seed in range(5):
+        write_run(tmp_path, "r", "relu", seed, 90 + rng.normal())
+        write_run(tmp_path, "r", "silu", seed, 90 + rng.normal())
+    for seed in range(3):
+        write_run(tmp_path, "r", "gelu", seed, 60 + rng.normal())
+    record = {"metric": "val_top1_best", "baseline": "relu", "baseline_seeds": 5, "looks": [3, 5], "alpha": 0.05,
+              "nominal_alphas": [0.0114, 0.0386], "margin": None, "rule": "test rule",
+              "acts": {"gelu": {"decision": "worse", "seeds": 3, "history": [
+                  {"seeds": 3, "diff": -30.0, "p": 1e-6, "level": 0.0114, "decision": "worse"}]},
+                  "silu": {"decision": "inconclusive", "seeds": 5, "history": [
+                      {"seeds": 5, "diff": 0.1, "p": 0.8, "level": 0.0386, "decision": "inconclusive"}]}}}
+    layout.write_sequential(tmp_path / "r", record)
+    assert report_main([str(tmp_path / "r"), "--no-plots"]) == 0
+    table = (tmp_path / "r" / "table.md").read_text()
+    assert "stopped (seeds=auto)" in table and "| worse at 3 seeds |" in table
+    assert "| baseline, 5 seeds |" in table and "| inconclusive at 5 seeds |" in table
+    assert "gelu: worse at 3 seeds (Δ -30, p = 1e-06 vs level 0.0114)" in table
+    csv = (tmp_path / "r" / "table.csv").read_text()
+    assert "stopped" in csv.splitlines()[0]
+
+
+def test_report_without_record_has_no_stopped_column(tmp_path):
+    for seed in range(3):
+        write_run(tmp_path, "r", "relu", seed, 90.0 + seed)
+        write_run(tmp_path, "r", "gelu", seed, 91.0 + seed)
+    assert report_main([str(tmp_path / "r"), "--no-plots"]) == 0
+    assert "stopped" not in (tmp_path / "r" / "table.md").read_text()
+
+
+def test_real_sweep_stops_early_and_the_report_says_so(tmp_path, capsys):
+    """digits_vgg4, 6 epochs: sigmoid (≈ 40 %) against relu (≈ 96 %) is decided at the first look, so
+    neither trains seeds 3-4; the table marks it."""
+    code = main(["run", "act=relu,sigmoid", "seeds=auto", "seeds_max=5", "epochs=6", "snapshot_epochs=[-1]",
+                 f"results_dir={tmp_path}"])
+    out = capsys.readouterr().out
+    assert code == 0 and "seeds=auto round 1/2 (3 seeds): sigmoid worse" in out
+    recipe = tmp_path / "digits_vgg4"
+    record = json.loads((recipe / layout.SEQUENTIAL).read_text())
+    assert record["acts"]["sigmoid"] | {"history": None} == {"decision": "worse", "seeds": 3, "history": None}
+    assert record["baseline_seeds"] == 3
+    assert sorted(p.name for p in (recipe / "relu").iterdir()) == ["seed_0", "seed_1", "seed_2"]
+    assert not (recipe / "sigmoid" / "seed_3").exists()
+    table = (recipe / "table.md").read_text()
+    assert "| worse at 3 seeds |" in table and "sigmoid: worse at 3 seeds" in table
