@@ -84,8 +84,9 @@ def test_rerun_makes_the_same_decisions(tmp_path):
 
 def test_runs_without_the_metric_keep_the_comparison_open(tmp_path):
     def execute(jobs):
-        return [Outcome(r["act_label"], r["seed"], "diverged" if r["act_label"] == "gelu" else "completed",
-                        {"metrics": {} if r["act_label"] == "gelu" else {METRIC: 90.0 + r["seed"]}}, d)
+        # a diverged run keeps the metrics of its epochs before divergence (here far below relu's)
+        return [Outcome(r["act_label"], r["seed"], status := "diverged" if r["act_label"] == "gelu" else "completed",
+                        {"status": status, "metrics": {METRIC: 10.0 if status == "diverged" else 90.0 + r["seed"]}}, d)
                 for r, d in jobs]
     rounds.run_rounds(cfg_for(tmp_path, "act=relu,gelu", "seeds_max=5"), plan, execute)
     entry = layout.read_sequential(tmp_path / "digits_vgg4")["acts"]["gelu"]

@@ -95,7 +95,10 @@ def run_rounds(cfg: DictConfig, plan: Callable[..., list], execute_all: Callable
 
 
 def _value(summary: dict, metric: str) -> float:
-    """The run's metric; NaN for a diverged or failed run (it has none)."""
+    """The run's metric; NaN for a diverged or failed run, as in the report's tables (a diverged run
+    keeps the metrics of the epochs before it diverged: they are not its result)."""
+    if summary.get("status") in (layout.DIVERGED, layout.FAILED):
+        return math.nan
     v = (summary.get("metrics") or {}).get(metric, summary.get(metric))
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
 
