@@ -178,6 +178,21 @@ def test_apl_default_is_relu_with_hinges_at_normal_quantiles():
     assert act.slope.detach().abs().max() == 0
 
 
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")  # training_step outside a Trainer
+def test_apl_penalty_is_the_papers_l2_on_slopes_and_hinges_and_enters_the_training_loss():
+    from visionbench.train.module import ClassificationModule
+    act = A.create("apl", hinges=3, init="gelu")  # a != 0 and b != 0
+    want = act.slope.square().sum() + act.hinge.square().sum()
+    assert act.penalty().item() == pytest.approx(want.item()) and want.item() > 0.1
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), act)
+    batch = (torch.randn(8, 4), torch.randint(0, 3, (8,)))
+
+    def loss(act_l2: float) -> float:
+        return ClassificationModule(model, 3, {}, {}, {"act_l2": act_l2}).training_step(batch, 0).item()
+
+    assert loss(0.5) - loss(0.0) == pytest.approx(0.5 * want.item(), rel=1e-5)
+
+
 def test_kaf_default_is_kernel_ridge_regression_of_elu():
     act = A.create("kaf").double()
     d = np.linspace(-3, 3, 20)

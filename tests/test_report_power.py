@@ -169,6 +169,17 @@ def test_verdict_rules(tmp_path):
     assert same["tost_p"] < 1e-4 and "TOST p = 0.0" in table.loc["edge", "verdict_text"]
 
 
+def test_equal_means_up_to_float32_rounding_are_no_difference_not_a_million_seeds(tmp_path):
+    relu = [98.61111, 99.16667, 98.05556, 98.33333, 98.05556]
+    same = [98.61111, 99.16667, 98.05556, 98.33333, 98.0555585]  # Δ = -3e-7: float32 ulps
+    root = write_recipe(tmp_path, "toy", {"relu": relu, "same": same})
+    assert main([str(root), "--no-plots"]) == 0
+    row = pd.read_csv(root / "table.csv").set_index("act").loc["same"]
+    assert 0 < row["d_for_seeds"] < verdict.NO_DIFFERENCE_D and row["verdict"] == "inconclusive"
+    assert "no difference observed: pass --effect D or --margin M" in row["verdict_text"]
+    assert "would decide" not in row["verdict_text"] and "Δ = +0.00 " in row["verdict_text"]  # never "-0.00"
+
+
 def test_verdict_without_margin_and_with_holm(tmp_path):
     table = verdict_table(tmp_path)
     assert table["tost_p"].isna().all() and table.loc["same", "verdict"] == "inconclusive"

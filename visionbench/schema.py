@@ -152,7 +152,7 @@ class LossConfig:
     cutmix: float = 0.0  # cutmix alpha (0 = off)
     mixup_prob: float = 1.0
     switch_prob: float = 0.5
-    act_l2: float = 0.0  # L2 penalty on activation coefficients that define penalty() (SLAF, paper 003 Sec 4 and 5)
+    act_l2: float = 0.0  # L2 penalty on activation coefficients that define penalty() (SLAF, paper 003 Sec 4 and 5; APL)
 
 
 @dataclass

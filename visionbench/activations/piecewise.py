@@ -74,8 +74,9 @@ class APL(LearnableActivation):
             net), `num_channels`, `channel_dim`, `learnable`, `inplace` (see `LearnableActivation`).
 
     Parameters: `slope` (..., S) holds a, `hinge` (..., S) holds b. The paper adds an L2 penalty on
-    a and b (weight decay multiplier 10 in its configurations); visionbench trains activation
-    coefficients without weight decay, like every learnable family.
+    a and b (weight decay multiplier 10 in its configurations): `penalty()`, which the trainer adds
+    to the loss times `loss.act_l2` (0 by default: activation coefficients get no weight decay, as
+    in every learnable family).
     """
 
     family = "piecewise"
@@ -100,6 +101,11 @@ class APL(LearnableActivation):
         s = self.hinges
         b = [HINGE_INIT_STD * NormalDist().inv_cdf((i + 1) / (s + 1)) for i in range(s)]
         self.set_coefficients(slope=torch.zeros(s), hinge=torch.tensor(b, dtype=torch.float64))
+
+    # ---- regularisation (the paper's L2 on a and b) ---------------------------------------
+    def penalty(self) -> torch.Tensor:
+        """sum_s a_s^2 + b_s^2 over every coefficient set; the trainer adds `loss.act_l2 * penalty()`."""
+        return self.slope.square().sum() + self.hinge.square().sum()
 
     # ---- forward -----------------------------------------------------------------------
     def reference_forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
     >>> from visionbench import activations
     >>> act = activations.create("slaf", degree=2)          # statistics sized on the first batch
-    >>> loss = task_loss + cfg.slaf_l2 * act.penalty()      # the paper's L2 on the coefficients (Sec 4)
+    >>> loss = task_loss + cfg.loss.act_l2 * act.penalty()  # the paper's L2 on the coefficients (Sec 4)
 
 Fused kernels (`fused.py`): in eval the statistics fold into a polynomial's coefficients (PolyReLU's
 Horner kernel without the ReLU); in training the per-channel statistics are reductions inside the
@@ -238,7 +238,7 @@ class SLAF(SurrogateFit, LearnableActivation):
     # ---- regularisation (paper 003 Sec 4: L2 on the activation coefficients) ------------
     def penalty(self) -> torch.Tensor:
         """sum_{i>=1} a_i^2 over every coefficient set; a_0 is a bias and, as in the authors'
-        code, is not penalised. The trainer adds `slaf_l2 * penalty()` to the loss."""
+        code, is not penalised. The trainer adds `loss.act_l2 * penalty()` to the loss."""
         return self.weight[..., 1:].square().sum()
 
     # ---- initialisation and fitting ------------------------------------------------------

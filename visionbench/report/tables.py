@@ -31,9 +31,12 @@ _TEX = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#
 _TEX_RE = re.compile("|".join(re.escape(k) for k in _TEX))
 
 
-def _num(x, digits: int, sign: bool = False) -> str:
+def number(x, digits: int, sign: bool = False) -> str:
+    """x to `digits` decimals ("+" too with `sign`); "" when missing; never "-0.00" (a float32 ulp
+    below an equal mean reads "+0.00")."""
     if x is None or x is pd.NA or (isinstance(x, float) and not math.isfinite(x)):
         return ""
+    x = round(float(x), digits) + 0.0  # -0.0 + 0.0 is +0.0
     return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
 
 
@@ -60,8 +63,8 @@ def mean_cell(row, digits: int) -> str:
                (("n_diverged", "diverged"), ("n_failed", "failed"), ("n_missing", "without metric")) if row[k]]
         return f"NaN ({', '.join(why) or 'no runs'})"
     if row["n"] == 1:
-        return _num(row["mean"], digits)
-    return f"{_num(row['mean'], digits)} ± {_num(row['std'], digits)}"
+        return number(row["mean"], digits)
+    return f"{number(row['mean'], digits)} ± {number(row['std'], digits)}"
 
 
 def p_cell(row, col: str = "p_value", star_col: str = "stars") -> str:
@@ -92,13 +95,13 @@ def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple
     rows, emphasis = [], []
     for _, r in summary.iterrows():
         row = [r["act"], str(r["n"]), mean_cell(r, digits),
-               "—" if r["is_baseline"] else _num(r["diff"], digits, sign=True), p_cell(r)]
+               "—" if r["is_baseline"] else number(r["diff"], digits, sign=True), p_cell(r)]
         if extras:
             ci = "" if not math.isfinite(r["ci_low"]) else \
-                f"[{_num(r['ci_low'], digits, True)}, {_num(r['ci_high'], digits, True)}]"
-            row += [p_cell(r, "p_holm", "stars_holm"), _num(r["cohen_d"], 2, sign=True), ci]
-        row += [str(r["n_diverged"]), str(r["n_failed"]), _num(r["train_time_s"], 1),
-                _num(r["throughput_img_s"], 0), _int(r["act_params"])]
+                f"[{number(r['ci_low'], digits, True)}, {number(r['ci_high'], digits, True)}]"
+            row += [p_cell(r, "p_holm", "stars_holm"), number(r["cohen_d"], 2, sign=True), ci]
+        row += [str(r["n_diverged"]), str(r["n_failed"]), number(r["train_time_s"], 1),
+                number(r["throughput_img_s"], 0), _int(r["act_params"])]
         if "stopped" in summary:
             row.append(r["stopped"])
         if extras and show_verdict:
@@ -119,7 +122,7 @@ def verdict_cell(row, digits: int = 2) -> str:
         return "—"
     word = row.get("verdict") or ""
     if word == "equivalent":
-        return f"equivalent (±{_num(row['margin'], digits)})"
+        return f"equivalent (±{number(row['margin'], digits)})"
     if word == "inconclusive":
         n = row.get("seeds_needed", math.nan)
         if isinstance(n, float) and math.isfinite(n):
@@ -168,11 +171,11 @@ def published_cell(row, digits: int = 2) -> str:
     mean, std, n = (float(row[k]) for k in ("published_mean", "published_std", "published_n"))
     if not math.isfinite(mean):
         return "NaN (diverged in the paper)"
-    text = _num(mean, digits) + (f" ± {_num(std, digits)}" if math.isfinite(std) else "")
+    text = number(mean, digits) + (f" ± {number(std, digits)}" if math.isfinite(std) else "")
     text += f" (n={int(n)})" if math.isfinite(n) else " (n not stated)"
     diff = float(row["published_diff"])
     if math.isfinite(diff):
-        text += f"; Δ {_num(diff, digits, sign=True)}"
+        text += f"; Δ {number(diff, digits, sign=True)}"
     p = float(row["published_p"])
     return text + "; " + (f"p {format_p(p, stars(p))}" if math.isfinite(p) else str(row["published_mark"]))
 

@@ -32,15 +32,15 @@ import pandas as pd
 
 from . import curves, improvement, power
 from .stats import MARK_BASELINE, _values, holm
+from .tables import number
 
 VERDICTS = ("better", "worse", "equivalent", "inconclusive")
 TEST_LABEL = {"student": "Student", "welch": "Welch", "paired": "paired"}
+# |d| below this is "no difference observed", not "≈ 10⁶ seeds would decide d = 0.00": equal means
+# of float32 accuracies differ by a few ulps (relu6 vs relu on digits: Δ = -1.5e-6, d = 3e-6)
+NO_DIFFERENCE_D = 0.005
 NUMBER_COLUMNS = ("mde", "d_for_seeds", "seeds_needed", "tost_p", "tost_p_holm", "p_improve", "p_improve_low",
                   "p_improve_high")
-
-
-def _fmt(x: float, digits: int = 2, sign: bool = False) -> str:
-    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
 
 
 def _p(p: float) -> str:
@@ -147,10 +147,10 @@ def _decide(row, n_base: int, higher: bool, alpha, target_power, margin, effect,
     p_name, tost_name = ("Holm-adjusted p", "Holm-adjusted TOST p") if holm_adjust else ("p", "TOST p")
     test = TEST_LABEL.get(row["test"], row["test"])
     n = f"{int(row['n_pairs'])} pairs" if row["test"] == "paired" else f"n = {row['n']} vs {n_base}"
-    delta = f"Δ = {_fmt(row['diff'], digits, sign=True)}"
+    delta = f"Δ = {number(row['diff'], digits, sign=True)}"
     significant = math.isfinite(p) and p < alpha
     if margin and math.isfinite(tost) and tost < alpha:
-        text = (f"{act} is equivalent to {base} within ±{_fmt(margin, digits)}: {delta}, "
+        text = (f"{act} is equivalent to {base} within ±{number(margin, digits)}: {delta}, "
                 f"{tost_name} {_p_below(tost, alpha)} ({n})")
         if significant:
             text += f"; the difference is real ({test} {p_name} {_p(p)}) but inside the margin"
@@ -159,15 +159,15 @@ def _decide(row, n_base: int, higher: bool, alpha, target_power, margin, effect,
         word = "better" if (row["diff"] > 0) == higher else "worse"
         return word, f"{act} is {word} than {base}: {delta} ({test} {p_name} {_p_below(p, alpha)}; {n})."
     text = (f"{act} vs {base} is inconclusive: {delta} ({test} {p_name} {_p(p)}); at {n} the smallest difference "
-            f"detectable with {100 * target_power:g} % power at α = {alpha:g} is ±{_fmt(row['mde'], digits)}")
+            f"detectable with {100 * target_power:g} % power at α = {alpha:g} is ±{number(row['mde'], digits)}")
     if margin:
-        text += f"; not shown equivalent within ±{_fmt(margin, digits)} ({tost_name} {_p(tost)})" \
-            if math.isfinite(tost) else f"; no TOST within ±{_fmt(margin, digits)}"
+        text += f"; not shown equivalent within ±{number(margin, digits)} ({tost_name} {_p(tost)})" \
+            if math.isfinite(tost) else f"; no TOST within ±{number(margin, digits)}"
     d, seeds = row["d_for_seeds"], row["seeds_needed"]
-    if not math.isfinite(d) or d == 0:
+    if not math.isfinite(d) or d < NO_DIFFERENCE_D:
         text += "; no difference observed: pass --effect D or --margin M"
     elif effect is not None:
-        text += f"; {_seeds_text(seeds)} would detect Δ = {_fmt(effect, digits)} (d = {d:.2f})"
+        text += f"; {_seeds_text(seeds)} would detect Δ = {number(effect, digits)} (d = {d:.2f})"
     else:
         text += f"; {_seeds_text(seeds)} would decide d = {d:.2f}"
     return "inconclusive", text + "."
