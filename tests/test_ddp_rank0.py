@@ -60,6 +60,29 @@ def test_ddp_on_cpu_writes_and_prints_once_and_ranks_agree_on_skips(tmp_path, fa
     assert not [p for p in _files(tmp_path) if ".tmp" in p.name or p.name == "error.txt"]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("margin, seeds", [(None, 5), (1000, 3)])
+def test_seeds_auto_under_ddp_runs_the_same_rounds_on_every_rank(tmp_path, margin, seeds):
+    """seeds=auto under DDP: every rank must make the same decisions. Without a margin tiny runs stay
+    inconclusive and both rounds run: a rank 1 that stopped after round 1 would leave rank 0's round 2
+    waiting for it. A margin wider than the metric's range decides equivalence at the first look:
+    rank 0 stops there."""
+    env = {k: v for k, v in os.environ.items() if k not in ranks.RANK_ENV + ("NODE_RANK", "WORLD_SIZE")}
+    args = [a for a in TINY if a != "act=relu"] + ["act=relu,gelu", "seeds=auto", "seeds_max=5"]
+    args += [f"seeds_margin={margin}"] if margin else []
+    cmd = [sys.executable, "-m", "visionbench.cli", "run", *args, "epochs=1", *DDP, f"results_dir={tmp_path}"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log
+    record = json.loads((tmp_path / "digits_vgg4/sequential.json").read_text())
+    assert record["baseline_seeds"] == seeds and record["acts"]["gelu"]["seeds"] == seeds
+    assert record["acts"]["gelu"]["decision"] == ("equivalent" if margin else "inconclusive")
+    for act in ("relu", "gelu"):
+        assert sorted(p.name for p in (tmp_path / "digits_vgg4" / act).iterdir()) == [f"seed_{i}" for i in range(seeds)]
+    assert log.count("seeds=auto round 1/2 (3 seeds)") == 1 and log.count("### digits_vgg4") == 1, log  # by rank 0
+    assert log.count("seeds=auto round 2/2 (5 seeds)") == (0 if margin else 1), log
+
+
 @pytest.fixture
 def fake_training(monkeypatch):
     """`train_run` replaced by a stand-in that records its calls; `fail=True` makes it raise."""

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from visionbench.cli import main
+from visionbench.report import stopping
 from visionbench.report.cli import main as report_main
 from visionbench.results import layout
 from visionbench.runner import rounds
@@ -64,10 +65,14 @@ def test_stops_decided_acts_and_keeps_the_baseline_running(tmp_path):
 
 
 def test_margin_stops_as_equivalent_and_baseline_stops_when_all_are_decided(tmp_path):
-    execute = FakeExecute(sd=0.1)
-    rounds.run_rounds(cfg_for(tmp_path, "seeds_margin=2.0"), plan, execute)
+    execute, lines = FakeExecute(sd=0.1), []
+    rounds.run_rounds(cfg_for(tmp_path, "seeds_margin=2.0"), plan, execute, on_note=lines.append)
     record = layout.read_sequential(tmp_path / "digits_vgg4")
     assert record["acts"]["silu"]["decision"] == "equivalent" and record["margin"] == 2.0
+    step = record["acts"]["silu"]["history"][-1]  # the TOST p decided it: the round line and the report say so
+    said = f"p = {step['p']:.3g}, TOST p = {step['p_tost']:.3g} vs level {step['level']:.3g}"
+    assert f"silu equivalent ({said})" in "\n".join(lines)
+    assert any(said in note for note in stopping.notes(record))
     last = max(record["acts"][a]["seeds"] for a in ("gelu", "silu"))
     assert record["baseline_seeds"] == last < 10
     assert max(s for a, s in execute.calls if a == "relu") == last - 1

@@ -120,6 +120,15 @@ def evidence(a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | None = 
             "p_tost": None if p_tost is None else float(p_tost), "level": level, "decision": decision}
 
 
+def evidence_text(step: dict) -> str:
+    """One look of `evidence` in words: "p = 0.0031 vs level 0.0052" (with a margin also the TOST p,
+    which is what decides equivalence), or the reason the look had no test."""
+    if step.get("why"):
+        return step["why"]
+    tost = f", TOST p = {step['p_tost']:.3g}" if step.get("p_tost") is not None else ""
+    return f"p = {step['p']:.3g}{tost} vs level {step['level']:.3g}"
+
+
 def simulate(d: float, *, n_sweeps: int = 10_000, looks=LOOKS, alpha: float = ALPHA,
              margin: float | None = None, seed: int = 0) -> dict:
     """Run `n_sweeps` sequential sweeps with true effect d (in sd units) and return the rejection

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from . import sequential
+
 
 def stopped_cell(act: str, record: dict) -> str:
     """`better at 5 seeds`, `inconclusive at 10 seeds`, `baseline, 10 seeds`; "" for an act the record lacks."""
@@ -30,8 +32,7 @@ def notes(record: dict) -> list[str]:
              "the `stopped` column holds the sequential decision."]
     for act, entry in (record.get("acts") or {}).items():
         step = (entry.get("history") or [{}])[-1]
-        why = step.get("why") or (f"Δ {step['diff']:+.3g}, p = {step['p']:.3g} vs level {step['level']:.3g}"
-                                  if "p" in step else "")
+        why = step.get("why") or (f"Δ {step['diff']:+.3g}, {sequential.evidence_text(step)}" if "p" in step else "")
         out.append(f"{act}: {entry['decision']} at {entry['seeds']} seeds" + (f" ({why})" if why else ""))
     return out
 

@@ -123,6 +123,5 @@ def _round_line(setting: dict, n: int, rounds, acts: dict, open_acts: list[str])
     parts = []
     for act in open_acts:
         step = acts[act]["history"][-1]
-        detail = step.get("why") or f"p={step['p']:.3g} vs level {step['level']:.3g}"
-        parts.append(f"{act} {step['decision']} ({detail})")
+        parts.append(f"{act} {step['decision']} ({sequential.evidence_text(step)})")
     return f"seeds=auto round {rounds.index(n) + 1}/{len(rounds)} ({n} seeds){where}: " + "; ".join(parts)
