@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
+from visionbench import activations
 from visionbench.cli import main
 from visionbench.runner.axes import (format_value, parse_act, parse_acts, parse_setting_label, parse_value,
                                      setting_label, split_top_level)
 from visionbench.runner.config import ConfigError, load_config, run_config, sweep_acts, sweep_settings
 from visionbench.runner.results import run_dir
+from visionbench.runner.sweep import plan
 
 FAST = ["epochs=1", "batch_size=64", "data.limit_train=120", "data.limit_val=60", "snapshot_epochs=[]", "seeds=1"]
 
@@ -37,6 +40,25 @@ def test_act_variants_have_labels_families_and_options():
     assert parse_act("swish").label == "silu"  # aliases resolve to the registry name
     labels = [s.label for s in parse_acts("relu,rational[init=leaky_relu],rational[init=gelu],relu")]
     assert labels == ["relu", "rational[init=leaky_relu]", "rational[init=gelu]"]
+
+
+def test_act_all_is_every_registered_activation_after_those_named_first():
+    names = activations.names()
+    assert [s.label for s in parse_acts("all")] == names and len(names) >= 29
+    labels = [s.label for s in parse_acts("relu,rational[init=gelu],all")]
+    assert labels[:2] == ["relu", "rational[init=gelu]"] and labels[2:] == [n for n in names if n != "relu"]
+    cfg = load_config(["act=relu,all", "seeds=2"])
+    assert sweep_acts(cfg) == ["relu", *[n for n in names if n != "relu"]]
+    assert len(plan(cfg)) == 2 * len(names)
+    with pytest.raises(ValueError, match=r"unknown activation 'al'; known: acon_c, .*; or all \(every one\)"):
+        parse_acts("relu,al")
+
+
+@pytest.mark.parametrize("name, aliases", [("all", ()), ("mine", ("all",))])
+def test_all_cannot_be_registered(name, aliases):
+    with pytest.raises(ValueError, match="'all' is reserved: act=all sweeps every activation"):
+        activations.register(name, aliases=aliases)(type("Mine", (torch.nn.Identity,), {}))
+    assert "mine" not in activations.names()
 
 
 @pytest.mark.parametrize("text, message", [

@@ -18,8 +18,8 @@ USAGE = __doc__
 
 
 def _run(args: list[str]) -> int:
-    from .runner.axes import format_value
-    from .runner.config import ConfigError, load_config, sweep_settings
+    from .runner.axes import ALL, format_value, split_top_level
+    from .runner.config import ConfigError, load_config, sweep_acts, sweep_settings
     from .runner.ranks import is_rank_zero
     from .runner.signals import Interrupted, install_sigterm, received
     from .runner.sweep import run_sweep
@@ -45,7 +45,8 @@ def _run(args: list[str]) -> int:
     settings = f" ({len(sweep_settings(cfg))} settings)" if factors else ""
     if lead:
         seeds = f"auto (up to {cfg.seeds_max})" if cfg.seeds == "auto" else cfg.seeds
-        print(f"recipe {cfg.recipe}: act={cfg.act} seeds={seeds} epochs={cfg.epochs}{factors}{settings} -> "
+        acts = f" ({len(sweep_acts(cfg))} activations)" if ALL in split_top_level(str(cfg.act)) else ""
+        print(f"recipe {cfg.recipe}: act={cfg.act}{acts} seeds={seeds} epochs={cfg.epochs}{factors}{settings} -> "
               f"{recipe_dir}", flush=True)
 
     shown = list(dict.fromkeys([cfg.report.metric or "val_top1_best", "test_top1_at_best_val"]))
@@ -103,7 +104,7 @@ def _list(args: list[str]) -> int:
     print("recipes:")
     for name in recipe_names():
         print(f"  {name:<30} {recipe_description(name)}")
-    print("activations (by family):")
+    print("activations (by family; act=all sweeps every one):")
     groups: dict[str, list[str]] = {}
     for name in activations.names():
         groups.setdefault(activations.family(name), []).append(name)

@@ -16,11 +16,17 @@ _REGISTRY: dict[str, Callable[..., nn.Module]] = {}
 _ALIASES: dict[str, str] = {}
 
 
+RESERVED = ("all",)  # words of the sweep syntax, never activation names
+
+
 def register(name: str | None = None, *, aliases: tuple[str, ...] = ()):
     """Class decorator: register an activation under `name` (default: lower-cased class name)."""
 
     def decorator(cls):
         key = (name or cls.__name__).lower()
+        reserved = [n for n in (key, *aliases) if n in RESERVED]
+        if reserved:
+            raise ValueError(f"activation name {reserved[0]!r} is reserved: act=all sweeps every activation")
         if key in _REGISTRY or key in _ALIASES:
             raise ValueError(f"activation {key!r} is registered twice")
         _REGISTRY[key] = cls

@@ -1,6 +1,7 @@
 """The axes of a sweep besides the seed: activation variants and factor settings.
 
     act=relu,rational[init=leaky_relu],rational[init=gelu]     # three rows, three result dirs
+    act=relu,all                                               # every registered activation, relu first
     model.lsuv=false,true model.norm=null,group                 # four settings, one sub-dir each
 
 An activation *variant* is a registry name with options in brackets; its label (the text as
@@ -103,9 +104,17 @@ def parse_act(text: str) -> ActSpec:
     return ActSpec(label, family, options)
 
 
+ALL = "all"  # act=all: every registered activation (the zoo sweep), in registry order after any named first
+
+
 def parse_acts(text: str) -> list[ActSpec]:
-    """The comma-separated activations of a sweep, duplicates (same label) dropped, order kept."""
-    specs = [parse_act(t) for t in split_top_level(str(text)) if t]
+    """The comma-separated activations of a sweep, duplicates (same label) dropped, order kept;
+    `all` stands for every registered name (`act=relu,all`: relu first, then the rest)."""
+    try:
+        specs = [spec for t in split_top_level(str(text)) if t
+                 for spec in ([parse_act(n) for n in activations.names()] if t.strip() == ALL else [parse_act(t)])]
+    except ValueError as e:
+        raise ValueError(f"{e}; or {ALL} (every one)" if str(e).startswith("unknown activation") else str(e)) from None
     if not specs:
         raise ValueError("act is empty; give an activation name, e.g. act=relu")
     unique: dict[str, ActSpec] = {}
