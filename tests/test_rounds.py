@@ -107,7 +107,8 @@ def test_needs_the_baseline_and_another_act(tmp_path, args, message):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["seeds=auto", "act=gelu,silu"], "seeds=auto compares"), (["seeds=sometimes"], "seeds must be"),
+    (["seeds=auto", "act=gelu,silu"], "seeds=auto compares"),
+    (["seeds=sometimes"], "seeds must be an integer >= 1 or auto (seeds in rounds), got 'sometimes'"),
     (["seeds=auto", "seeds_max=2"], "seeds_max must be an integer >= 3"),
     (["seeds=auto", "seeds_margin=-1"], "seeds_margin must be"),
 ])

@@ -180,9 +180,13 @@ FRACTION = number(0, 1, hi_open=True)  # 1.0 would leave nothing (a split, a dro
 PRECISIONS = ("64-true", "32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed", "transformer-engine",
               "transformer-engine-float16", 64, 32, 16, "64", "32", "16", "bf16")
 
+def _seeds(v: Any) -> str | None:
+    return None if v == "auto" or integer(1)(v) is None else "an integer >= 1 or auto (seeds in rounds)"
+
+
 CHECKS: dict[str, Check] = {
     "recipe": text(), "act": text(), "results_dir": scalar,
-    "seeds": any_of(integer(1), choice(("auto",))), "seeds_max": integer(3),
+    "seeds": _seeds, "seeds_max": integer(3),
     "seeds_margin": number(0, lo_open=True, optional=True), "seed": integer(0, optional=True), "epochs": integer(1), "batch_size": integer(1),
     "parallel": integer(1), "snapshot_epochs": list_of(integer(-1)), "act_lr_mult": _lr_mults,
     "report.metric": text(optional=True), "report.baseline": text(optional=True), "report.best_of": list_of(text()),
