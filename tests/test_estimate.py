@@ -6,14 +6,17 @@ dataset, a bad config or a batch that does not fit in memory.
 """
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
+import torch
 
 from tests.helpers import FAST
 from visionbench.cli import main
 from visionbench.results import layout
 from visionbench.runner import estimate as est
+from visionbench.runner import sweep
 from visionbench.runner.config import load_config
 
 SMALL = ["data.limit_train=128", "data.limit_val=64"]  # the default recipe (digits_vgg4), cut down
@@ -56,6 +59,22 @@ def test_steps_per_epoch_come_from_the_real_loaders(extra, steps, evals):
     (row,) = est.estimate(cfg).rows
     assert (row.train_steps, row.eval_batches) == (steps, evals)
     assert row.run_s == pytest.approx(cfg.epochs * (steps * row.step_s + evals * row.eval_batch_s))
+
+
+def test_parallel_workers_are_timed_with_their_share_of_the_cores_and_the_wall_time_divided(monkeypatch, capsys):
+    timed_with, measure = [], est._measure
+    monkeypatch.setattr(est, "_measure", lambda *a: timed_with.append(torch.get_num_threads()) or measure(*a))
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    own = torch.get_num_threads()
+    cfg = load_config(["act=relu,gelu", "seeds=3", "parallel=4", "results_dir=/nonexistent/results", *SMALL])
+    result = est.estimate(cfg)
+    assert timed_with == [sweep.worker_threads(4)] * 2 == [2, 2] and torch.get_num_threads() == own
+    assert (result.parallel, result.threads) == (4, 2) and result.wall_s == pytest.approx(result.total_s / 4)
+    text = est.format_estimate(result)
+    assert f"≈ {est.duration(result.wall_s)} wall with parallel=4 (runs timed at 2 threads each" in text
+    assert "cpu (2 threads)" in text
+    one = est.estimate(load_config(["act=relu", "seeds=1", "parallel=4", "results_dir=/nonexistent/results", *SMALL]))
+    assert one.parallel == 1 and one.threads == own and "wall with" not in est.format_estimate(one)  # one job
 
 
 def test_completed_runs_are_left_out_and_unfinished_ones_count_their_epochs_left(tmp_path, capsys):

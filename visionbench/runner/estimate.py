@@ -41,7 +41,7 @@ from ..results import layout
 from ..results.io import RunStateError
 from .axes import setting_label
 from .config import ConfigError
-from .sweep import plan
+from .sweep import plan, worker_threads
 
 WARMUP_STEPS = 2  # untimed: the first steps allocate, autotune and compile the fused kernels
 WARMUP_MIN_S = 0.5  # ... and warm-up goes on (up to 50 steps) until this long: a process's first steps are slow
@@ -93,10 +93,18 @@ class Estimate:
     world_size: int
     batch: int  # per device per step (the first setting's)
     notes: list[str] = field(default_factory=list)
+    parallel: int = 1  # CPU worker processes the sweep will run at once (1 on CUDA: they share the device)
+    threads: int = 1  # torch threads the steps were timed with (each worker's share with parallel > 1)
 
     @property
     def total_s(self) -> float:
+        """Serial time: the sum of every run left."""
         return sum(r.left_s for r in self.rows)
+
+    @property
+    def wall_s(self) -> float:
+        """Wall time: on CPU, parallel=K workers run K runs at once, each on its share of the cores."""
+        return self.total_s / self.parallel
 
 
 def estimate(cfg: DictConfig) -> Estimate:
@@ -109,6 +117,32 @@ def estimate(cfg: DictConfig) -> Estimate:
     groups: dict[tuple[str, str], list[tuple[dict, Path]]] = {}
     for run, out in jobs:
         groups.setdefault((setting_label(run["setting"]), run["act_label"]), []).append((run, out))
+    parallel = max(1, min(int(cfg.parallel), len(jobs)))
+    own_threads = torch.get_num_threads()
+    threads = worker_threads(parallel) if parallel > 1 else own_threads  # each worker's (runner/sweep.py)
+    torch.set_num_threads(threads)
+    try:
+        rows, unreadable, unfinished, first = _measure_groups(groups)
+    finally:
+        torch.set_num_threads(own_threads)
+    device, world, batch = first or (torch.device("cpu"), 1, int(cfg.batch_size))
+    notes = [f"seeds=auto: up to seeds_max={n_seeds} runs per activation (rounds stop earlier once decided)"] \
+        if auto else []
+    if unfinished:
+        notes.append(f"{unfinished} unfinished run(s) counted by their remaining epochs (metrics.csv beside last.ckpt)")
+    if unreadable:
+        notes.append(f"{unreadable} run(s) with an unreadable summary.json counted as full runs")
+    load = _busy()
+    if load:
+        notes.append(load)
+    if parallel > 1 and device.type == "cuda":
+        notes.append(f"parallel={parallel}: the runs share the GPU; the total is serial time")
+        parallel = 1
+    return Estimate(rows, device, world, batch, notes, parallel, threads)
+
+
+def _measure_groups(groups: dict):
+    """(rows, unreadable summaries, unfinished runs, (device, world, batch) of the first setting)."""
     rows, unreadable, unfinished = [], 0, 0
     first: tuple[torch.device, int, int] | None = None
     loaders: dict[str, tuple] = {}  # per setting: its activations share data, batch and device
@@ -130,19 +164,7 @@ def estimate(cfg: DictConfig) -> Estimate:
         unfinished += sum(0 < e < epochs for e in left)
         rows.append(Row(label, act, params, train_steps, eval_batches, step_s, eval_s, memory, epochs,
                         len(group), sum(e > 0 for e in left), sum(left)))
-    device, world, batch = first or (torch.device("cpu"), 1, int(cfg.batch_size))
-    notes = [f"seeds=auto: up to seeds_max={n_seeds} runs per activation (rounds stop earlier once decided)"] \
-        if auto else []
-    if unfinished:
-        notes.append(f"{unfinished} unfinished run(s) counted by their remaining epochs (metrics.csv beside last.ckpt)")
-    if unreadable:
-        notes.append(f"{unreadable} run(s) with an unreadable summary.json counted as full runs")
-    load = _busy()
-    if load:
-        notes.append(load)
-    if int(cfg.parallel) > 1:
-        notes.append(f"parallel={cfg.parallel}: the runs share the device; the total is serial time")
-    return Estimate(rows, device, world, batch, notes)
+    return rows, unreadable, unfinished, first
 
 
 def epochs_left(out: Path, epochs: int) -> int:
@@ -348,12 +370,14 @@ def format_estimate(est: Estimate, recipe: str = "", results: str = "") -> str:
         f"{r.runs_left}/{r.runs}", duration(r.left_s), None if r.memory_bytes is None else r.memory_bytes / 2**20]
         for r in est.rows]
     left, runs = sum(r.runs_left for r in est.rows), sum(r.runs for r in est.rows)
-    where = torch.cuda.get_device_name(est.device) if cuda else f"{torch.get_num_threads()} threads"
+    where = torch.cuda.get_device_name(est.device) if cuda else f"{est.threads} thread{'s' * (est.threads > 1)}"
     head = (f"estimate{f' {recipe}' if recipe else ''}: {est.device.type} ({where}), batch {est.batch} per device "
             f"per step x {est.world_size} device(s); steps/epoch and eval per device; per run = epochs x "
             f"(steps x s/step + eval)")
     total = (f"projected total: {duration(est.total_s)} for {left} of {runs} runs"
-             + (f" ({runs - left} completed in {results})" if results and left < runs else ""))
+             + (f" ({runs - left} completed in {results})" if results and left < runs else "")
+             + (f"; ≈ {duration(est.wall_s)} wall with parallel={est.parallel} (runs timed at {where} each, "
+                "as the workers have)" if est.parallel > 1 else ""))
     notes = [*est.notes, "not measured: data loading/augmentation, mixup, EMA updates, checkpoints, Lightning's "
              "per-step overhead (synthetic batches); nothing was written"]
     return "\n".join([head, timing.markdown(header, rows), total, *[f"note: {n}" for n in notes]])

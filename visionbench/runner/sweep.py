@@ -239,6 +239,11 @@ def run_sweep(cfg: DictConfig, progress: bool = True, on_outcome: Callable[[Outc
     return execute_all(plan(cfg))
 
 
+def worker_threads(parallel: int) -> int:
+    """Torch threads of each of `parallel` worker processes: the cores shared out among them."""
+    return max(1, (os.cpu_count() or 1) // parallel)
+
+
 def execute_jobs(jobs: list[tuple[dict, Path]], parallel: int, progress: bool = True,
                  on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     """Run `jobs`, `parallel` at a time (in worker processes when > 1); the outcomes in job order."""
@@ -250,9 +255,8 @@ def execute_jobs(jobs: list[tuple[dict, Path]], parallel: int, progress: bool = 
             if on_outcome:
                 on_outcome(outcomes[i])
     else:
-        threads = max(1, (os.cpu_count() or 1) // parallel)
         pool = ProcessPoolExecutor(max_workers=parallel, mp_context=get_context("spawn"),
-                                   initializer=init_worker, initargs=(threads,))  # workers die with this process
+                                   initializer=init_worker, initargs=(worker_threads(parallel),))  # workers die with this process
         try:
             futures = {pool.submit(_execute_in_subprocess, run, str(out)): i for i, (run, out) in enumerate(jobs)}
             for fut in as_completed(futures):
