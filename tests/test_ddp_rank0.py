@@ -136,3 +136,43 @@ def test_node_rank_decides_for_launchers_that_give_local_ranks(monkeypatch):
     assert ranks.is_rank_zero()
     monkeypatch.setenv("RANK", "2")  # torchrun's global rank
     assert not ranks.is_rank_zero()
+
+
+def _training_step_on_rank(rank: int, port: int, out: str) -> None:
+    """One training step in a 2-process gloo group; rank 1's batch holds a NaN, rank 0's does not."""
+    import torch
+    import torch.distributed as dist
+
+    from visionbench.train.module import ClassificationModule, Diverged
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        torch.manual_seed(0)
+        module = ClassificationModule(torch.nn.Linear(4, 3), 3, {}, {}, {})
+        x = torch.randn(8, 4)
+        if rank == 1:
+            x[0, 0] = float("nan")
+        try:
+            module.training_step((x, torch.randint(0, 3, (8,))), 0)
+            said = "no divergence"
+        except Diverged as e:
+            said = str(e)
+        Path(out, f"rank{rank}.txt").write_text(said)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_non_finite_loss_on_one_rank_stops_every_rank(tmp_path):
+    """Under DDP a NaN on one rank's batch must end the run on all ranks at the same step: a rank that
+    carried on would wait for the other in the next gradient all-reduce (until the 30-min timeout)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_training_step_on_rank, args=(port, str(tmp_path)), nprocs=2, join=True)
+    assert (tmp_path / "rank1.txt").read_text() == "non-finite training loss nan at epoch 1, step 0"
+    assert (tmp_path / "rank0.txt").read_text() == "non-finite training loss on another DDP rank at epoch 1, step 0"

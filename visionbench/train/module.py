@@ -25,9 +25,25 @@ from .schedules import lr_lambda
 class Diverged(RuntimeError):
     """A non-finite training loss: the run ends with status `diverged`."""
 
-    def __init__(self, epoch: int, step: int, loss: float):
-        super().__init__(f"non-finite training loss {loss} at epoch {epoch}, step {step}")
+    def __init__(self, epoch: int, step: int, loss: float, elsewhere: bool = False):
+        where = " on another DDP rank" if elsewhere else f" {loss}"
+        super().__init__(f"non-finite training loss{where} at epoch {epoch}, step {step}")
         self.epoch, self.step, self.loss = epoch, step, loss
+
+
+def finite_on_every_rank(loss: torch.Tensor) -> tuple[bool, bool]:
+    """(finite here, finite on every rank). Under DDP the ranks see different batches, so one rank
+    alone can get a non-finite loss; all must then stop together, or the others wait in the next
+    gradient all-reduce for a rank that left (one MIN all-reduce of a flag, on the loss's device)."""
+    here = torch.isfinite(loss.detach()).to(torch.float32).reshape(1)
+    everywhere = here
+    if torch.distributed.is_available() and torch.distributed.is_initialized() \
+            and torch.distributed.get_world_size() > 1:
+        everywhere = here.clone()
+        torch.distributed.all_reduce(everywhere, op=torch.distributed.ReduceOp.MIN)
+    if everywhere.item():  # one device sync per step, as the plain check had
+        return True, True
+    return bool(here.item()), False
 
 
 def _metrics(num_classes: int) -> MetricCollection:
@@ -120,8 +136,9 @@ class ClassificationModule(L.LightningModule):
         loss = self.train_criterion(logits, y)
         if self.act_l2 > 0:  # L2 penalty on activation coefficients (SLAF, paper 003 Sec 4 and 5)
             loss = loss + self.act_l2 * sum(m.penalty() for m in self.model.modules() if hasattr(m, "penalty"))
-        if not torch.isfinite(loss):
-            raise Diverged(self.current_epoch + 1, self.global_step, float(loss.detach()))
+        here, everywhere = finite_on_every_rank(loss)
+        if not everywhere:
+            raise Diverged(self.current_epoch + 1, self.global_step, float(loss.detach()), elsewhere=here)
         self.train_loss.update(loss.detach(), weight=x.shape[0])
         self.log("train/loss_step", loss.detach(), prog_bar=True, batch_size=x.shape[0])
         return loss
