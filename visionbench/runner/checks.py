@@ -180,6 +180,7 @@ FRACTION = number(0, 1, hi_open=True)  # 1.0 would leave nothing (a split, a dro
 PRECISIONS = ("64-true", "32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed", "transformer-engine",
               "transformer-engine-float16", 64, 32, 16, "64", "32", "16", "bf16")
 
+
 def _seeds(v: Any) -> str | None:
     return None if v == "auto" or integer(1)(v) is None else "an integer >= 1 or auto (seeds in rounds)"
 

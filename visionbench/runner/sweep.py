@@ -255,8 +255,9 @@ def execute_jobs(jobs: list[tuple[dict, Path]], parallel: int, progress: bool = 
             if on_outcome:
                 on_outcome(outcomes[i])
     else:
+        # workers die with this process
         pool = ProcessPoolExecutor(max_workers=parallel, mp_context=get_context("spawn"),
-                                   initializer=init_worker, initargs=(worker_threads(parallel),))  # workers die with this process
+                                   initializer=init_worker, initargs=(worker_threads(parallel),))
         try:
             futures = {pool.submit(_execute_in_subprocess, run, str(out)): i for i, (run, out) in enumerate(jobs)}
             for fut in as_completed(futures):
