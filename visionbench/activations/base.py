@@ -45,12 +45,13 @@ def one_thread():
         torch.set_num_threads(n)
 
 
-def check_degree(name: str, degree, minimum: int = 1) -> int:
-    """`degree` as an int, or ValueError saying what is accepted (bools and non-integers are refused)."""
-    ok = isinstance(degree, numbers.Real) and not isinstance(degree, bool) and math.isfinite(degree)
-    if not ok or int(degree) != degree or degree < minimum:
-        raise ValueError(f"{name}: degree must be an integer >= {minimum}, got {degree!r}")
-    return int(degree)
+def check_count(name: str, option: str, value, minimum: int = 1) -> int:
+    """An integer option (a degree, a number of hinges or atoms) as an int, or ValueError naming the
+    family, the option and what is accepted (bools and non-integers are refused)."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or int(value) != value or value < minimum:
+        raise ValueError(f"{name}: {option} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
 
 
 def solve_least_squares(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from .base import FitResult, LearnableActivation, check_degree, solve_least_squares
+from .base import FitResult, LearnableActivation, check_count, solve_least_squares
 from .fused import reduce_to
 from .registry import register
 
@@ -92,7 +92,7 @@ class Fourier(LearnableActivation):
 
     def __init__(self, degree: int = 6, init: str = "default", **kwargs):
         super().__init__(**kwargs)
-        self.degree = check_degree("fourier", degree)
+        self.degree = check_count("fourier", "degree", degree)
         n = self.degree
         self.weight = self.coefficient(torch.zeros(n + 1))
         self.frequency = self.coefficient(torch.arange(1, n + 1))

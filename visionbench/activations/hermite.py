@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from .base import LearnableActivation, check_degree
+from .base import LearnableActivation, check_count
 from .fused import reduce_to
 from .registry import register
 
@@ -92,7 +92,7 @@ class Hermite(LearnableActivation):
 
     def __init__(self, degree: int = 3, init: str = "default", clamp: bool = False, **kwargs):
         super().__init__(**kwargs)
-        self.degree = check_degree("hermite", degree)
+        self.degree = check_count("hermite", "degree", degree)
         self.clamp = bool(clamp)
         self.weight = self.coefficient(torch.zeros(self.degree + 1))
         if self.clamp:

@@ -20,9 +20,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .base import LearnableActivation
+from .base import LearnableActivation, check_count
 from .fused import reduce_to
-from .piecewise import check_count
 from .registry import register
 
 BANDWIDTH_RULE = 1.0 / 6.0  # gamma * spacing^2: the paper's rule of thumb gamma = 1 / (6 spacing^2)

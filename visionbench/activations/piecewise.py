@@ -7,18 +7,16 @@ functions to improve deep neural networks", Eq. 1): ReLU plus S learnable hinges
 
 The fused kernel evaluates the S hinges one at a time; its backward finds which hinges are active
 again from x, so autograd keeps only x (the plain formula keeps one mask per hinge).
-Also home of `check_count`, the option check of the piecewise / spline / kernel families.
 """
 from __future__ import annotations
 
 import math
-import numbers
 from statistics import NormalDist
 
 import torch
 import torch.nn.functional as F
 
-from .base import FitResult, LearnableActivation, solve_least_squares
+from .base import FitResult, LearnableActivation, check_count, solve_least_squares
 from .fused import reduce_to
 from .registry import register
 
@@ -28,14 +26,6 @@ from .registry import register
 HINGE_INIT_STD = 0.5
 FIT_WIDTHS = (0.25, 0.4, 0.55, 0.7, 0.85)  # hinge layouts `fit_start` tries, as fractions of the interval
 REFINE_STEPS = 40  # L-BFGS iterations of a fit (the least-squares start is close; fits stay < 0.1 s)
-
-
-def check_count(family: str, option: str, value, minimum: int) -> int:
-    """`value` as an int >= minimum, or ValueError naming the option and what is accepted."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or int(value) != value or value < minimum:
-        raise ValueError(f"{family}: {option} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def _apl_forward(x, a, b, *, hinges: int):

@@ -16,7 +16,7 @@ import math
 import torch
 
 from . import fused
-from .base import LearnableActivation, SurrogateFit, check_degree
+from .base import LearnableActivation, SurrogateFit, check_count
 from .fused import horner_and_derivative, reduce_to, slices
 from .registry import register
 
@@ -106,7 +106,7 @@ class PolyReLU(LearnableActivation):
 
     def __init__(self, degree: int = 3, init: str = "default", **kwargs):
         super().__init__(**kwargs)
-        self.degree = check_degree("polyrelu", degree)
+        self.degree = check_count("polyrelu", "degree", degree)
         self.weight = self.coefficient(torch.zeros(self.degree + 1))  # weight[i] = a_i, i = 0..r
         self.reset_parameters(init)
 
@@ -166,7 +166,7 @@ class PolyNorm(SurrogateFit, LearnableActivation):
 
     def __init__(self, degree: int = 3, init: str = "default", eps: float = 1e-6, **kwargs):
         super().__init__(**kwargs)
-        self.degree = check_degree("polynorm", degree)
+        self.degree = check_count("polynorm", "degree", degree)
         self.eps = float(eps)
         self.weight = self.coefficient(torch.zeros(self.degree + 1))  # weight[i] = a_i, i = 0..r
         self.reset_parameters(init)

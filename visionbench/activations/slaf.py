@@ -16,7 +16,7 @@ import math
 import torch
 
 from . import fused
-from .base import FitResult, LearnableActivation, SurrogateFit, check_degree
+from .base import FitResult, LearnableActivation, SurrogateFit, check_count
 from .fused import reduce_to
 from .polycom import run_poly
 from .registry import register
@@ -121,7 +121,7 @@ class SLAF(SurrogateFit, LearnableActivation):
                  **kwargs):
         stat_channels = kwargs.get("num_channels")
         super().__init__(**kwargs)
-        self.degree = check_degree("slaf", degree)
+        self.degree = check_count("slaf", "degree", degree)
         if not 0.0 <= float(momentum) <= 1.0:
             raise ValueError(f"slaf: momentum must be in [0, 1], got {momentum!r}")
         if stat_channels is not None and int(stat_channels) < 1:

@@ -24,9 +24,8 @@ import torch
 import torch.nn.functional as F
 from numpy.polynomial import Polynomial
 
-from .base import LearnableActivation
+from .base import LearnableActivation, check_count
 from .fused import reduce_to
-from .piecewise import check_count
 from .registry import register
 
 RESIDUALS = ("silu", "linear", "none")

@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from .base import FitResult, LearnableActivation, check_degree
+from .base import FitResult, LearnableActivation, check_count
 from .fused import reduce_to
 from .registry import register
 
@@ -124,7 +124,7 @@ class Tropical(LearnableActivation):
 
     def __init__(self, degree: int = 6, init: str = "default", **kwargs):
         super().__init__(**kwargs)
-        self.degree = check_degree("tropical", degree)
+        self.degree = check_count("tropical", "degree", degree)
         self.weight = self.coefficient(torch.ones(self.degree + 1))  # weight[k] = a_k
         self.reset_parameters(init)
 
@@ -209,7 +209,7 @@ class TropicalRational(LearnableActivation):
     def __init__(self, degree: int | tuple[int, int] = 6, init: str = "default", **kwargs):
         super().__init__(**kwargs)
         m, n = degree if isinstance(degree, (tuple, list)) else (degree, degree)
-        self.degrees = (check_degree("tropical_rational", m), check_degree("tropical_rational", n))
+        self.degrees = (check_count("tropical_rational", "degree", m), check_count("tropical_rational", "degree", n))
         m, n = self.degrees
         self.num_intercepts = self.coefficient(torch.zeros(m + 1))
         self.num_slopes = self.coefficient(torch.zeros(m + 1))
