@@ -88,6 +88,7 @@ class LearnableActivation(nn.Module):
     registry_name: str = "learnable"
     has_variance_preserving_init: bool = False
     cache_fits: bool = False  # share fitted inits through _FIT_CACHE (key: `fit_cache_key`)
+    refine_steps: int = 200  # L-BFGS iterations of `fit` after `fit_start` (families without a linear basis)
     fast: bool = True  # False: this module always uses `reference_forward`
 
     def __init__(
@@ -240,12 +241,13 @@ class LearnableActivation(nn.Module):
         target: str | Callable[[torch.Tensor], torch.Tensor],
         interval: tuple[float, float] = (-3.0, 3.0),
         derivative: bool = True,
-        refine_steps: int = 200,
+        refine_steps: int | None = None,
     ) -> FitResult:
         """Choose coefficients so that F ≈ g (and F' ≈ g' if `derivative`) on `interval`.
 
-        Linear families: one least-squares solve. Others: `fit_start`, then L-BFGS in
-        float64 on mean (F-g)^2 + mean (F'-g')^2. Every channel gets the same coefficients.
+        Linear families: one least-squares solve. Others: `fit_start`, then `refine_steps` (default:
+        the family's `refine_steps`) L-BFGS iterations in float64 on mean (F-g)^2 + mean (F'-g')^2.
+        Every channel gets the same coefficients.
         """
         t0 = time.perf_counter()
         name = target if isinstance(target, str) else getattr(target, "__name__", "callable")
@@ -269,7 +271,7 @@ class LearnableActivation(nn.Module):
                     self._fit_linear(x, features, y, dy, derivative)
                 else:
                     self.fit_start(x, y, dy)
-                    self._refine(x, y, dy, derivative, refine_steps)
+                    self._refine(x, y, dy, derivative, self.refine_steps if refine_steps is None else refine_steps)
                 err, derr = self._fit_errors(x, y, dy)
         finally:
             self.to(dtype)

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from .base import FitResult, LearnableActivation, check_count, solve_least_squares
+from .base import LearnableActivation, check_count, solve_least_squares
 from .fused import reduce_to
 from .registry import register
 
@@ -89,6 +89,10 @@ class Fourier(LearnableActivation):
     # Sup-norm errors of `fit(target)` on [-3, 3] with derivative matching, degree 6: measured
     # 2.2e-5 / 5.0e-4 (gelu) and 0.067 / 0.498 (relu; its derivative jump bounds that below by 0.5).
     fit_tolerance = {"gelu": (1e-4, 2e-3), "relu": (0.1, 0.55)}
+    # A short refinement: the linear start (`fit_start`) is already close on smooth targets (GELU to
+    # 2e-5), and 20 L-BFGS steps keep the fit well under 0.1 s. The start always matches derivatives
+    # too (it is only a start); `derivative` governs the refinement and the reported errors.
+    refine_steps = 20
 
     def __init__(self, degree: int = 6, init: str = "default", **kwargs):
         super().__init__(**kwargs)
@@ -140,14 +144,6 @@ class Fourier(LearnableActivation):
         value = w[:, 0] + (amp * torch.cos(arg)).sum(-1)
         deriv = -(amp * f * torch.sin(arg)).sum(-1)
         return value, deriv
-
-    def fit(self, target, interval: tuple[float, float] = (-3.0, 3.0), derivative: bool = True,
-            refine_steps: int = 20) -> FitResult:
-        """`LearnableActivation.fit` with a short refinement: the linear start below is already
-        close on smooth targets (GELU to 2e-5), and 20 L-BFGS steps keep the fit well under 0.1 s.
-        The start always matches derivatives too (it is only a start); `derivative` governs the
-        refinement and the reported errors."""
-        return super().fit(target, interval, derivative, refine_steps)
 
     def fit_start(self, x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor) -> None:
         # With the frequencies fixed at f_k = k w the model is linear in the sine-cosine

@@ -16,7 +16,7 @@ from statistics import NormalDist
 import torch
 import torch.nn.functional as F
 
-from .base import FitResult, LearnableActivation, check_count, solve_least_squares
+from .base import LearnableActivation, check_count, solve_least_squares
 from .fused import reduce_to
 from .registry import register
 
@@ -71,6 +71,7 @@ class APL(LearnableActivation):
 
     family = "piecewise"
     cache_fits = True  # fits refine b with L-BFGS: once per process and configuration
+    refine_steps = REFINE_STEPS
     # Sup-norm errors of fit(target) on [-3, 3] with derivative matching, S = 5: measured
     # gelu 0.076 / 0.324 and relu 0 / 0 (a = 0 is exact). F is piecewise linear: F' jumps at 0
     # (by 1 + the slope of any hinge there) and at every hinge, against GELU's smooth derivative.
@@ -109,11 +110,6 @@ class APL(LearnableActivation):
                                     hinges=self.hinges)
 
     # ---- fitting: hinges on a grid, slopes by least squares, then L-BFGS over both -------
-    def fit(self, target, interval: tuple[float, float] = (-3.0, 3.0), derivative: bool = True,
-            refine_steps: int = REFINE_STEPS) -> FitResult:
-        """`LearnableActivation.fit` with `REFINE_STEPS` L-BFGS iterations by default."""
-        return super().fit(target, interval, derivative, refine_steps)
-
     def fit_start(self, x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor) -> None:
         """The best of a few hinge layouts, each with its least-squares slopes (h - relu is linear in
         a once b is fixed; value and derivative rows). Layouts: S hinges evenly spread over

@@ -260,7 +260,7 @@ class SLAF(SurrogateFit, LearnableActivation):
         self.set_coefficients(weight=torch.cat([a.new_tensor([_normal_half_moment(1)]), a]))
 
     def fit(self, target, interval: tuple[float, float] = (-3.0, 3.0), derivative: bool = True,
-            refine_steps: int = 200) -> FitResult:
+            refine_steps: int | None = None) -> FitResult:
         """Fit the eval-mode function for N(0, 1) input: the running statistics are first reset to
         the moments of x^i under N(0, 1) (`reset_running_stats`), then F ≈ g is one least-squares
         solve (see `LearnableActivation.fit`). In training the batch statistics take over."""

@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from .base import FitResult, LearnableActivation, check_count
+from .base import LearnableActivation, check_count
 from .fused import reduce_to
 from .registry import register
 
@@ -121,6 +121,9 @@ class Tropical(LearnableActivation):
     # sup-norm errors (value, derivative) of fit() on [-3, 3], degree 6, with headroom. Measured:
     # gelu 0.106 / 0.242, relu 0.065 / 0.179 (convex with slopes k sqrt(2) / 6: see above).
     fit_tolerance = {"gelu": (0.12, 0.27), "relu": (0.08, 0.2)}
+    # A short refinement: the start is already close to the best convex fit, and longer L-BFGS runs
+    # only trade sup-norm for mean-square error.
+    refine_steps = 10
 
     def __init__(self, degree: int = 6, init: str = "default", **kwargs):
         super().__init__(**kwargs)
@@ -133,12 +136,6 @@ class Tropical(LearnableActivation):
 
     def init_variance_preserving(self) -> None:
         self.init_default()  # Thm 3.19 is about exactly this init
-
-    def fit(self, target, interval: tuple[float, float] = (-3.0, 3.0), derivative: bool = True,
-            refine_steps: int = 10) -> FitResult:
-        """`LearnableActivation.fit` with a short refinement: the start below is already close to the
-        best convex fit, and longer L-BFGS runs only trade sup-norm for mean-square error."""
-        return super().fit(target, interval, derivative, refine_steps)
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.run_elementwise("tropical", _tropical_forward, _tropical_backward, x, self.weight,
@@ -204,6 +201,9 @@ class TropicalRational(LearnableActivation):
     # gelu 0.015 / 0.110 (12 slopes for a g' that varies by 1.5), relu 1.1e-3 / 8.2e-4 (the kink
     # is placed between grid points).
     fit_tolerance = {"gelu": (0.02, 0.125), "relu": (2e-3, 2e-3)}
+    # A short refinement that keeps a fit < 0.1 s: the start is already within
+    # (total curvature) / (2 degree) of g' everywhere.
+    refine_steps = 10
     cache_fits = True
 
     def __init__(self, degree: int | tuple[int, int] = 6, init: str = "default", **kwargs):
@@ -246,12 +246,6 @@ class TropicalRational(LearnableActivation):
         scale = math.sqrt(2.0) / m
         self.set_coefficients(num_intercepts=torch.full((m + 1,), scale), num_slopes=scale * torch.arange(m + 1.0),
                               den_intercepts=torch.zeros(n + 1), den_slopes=torch.zeros(n + 1))
-
-    def fit(self, target, interval: tuple[float, float] = (-3.0, 3.0), derivative: bool = True,
-            refine_steps: int = 10) -> FitResult:
-        """`LearnableActivation.fit` with a short refinement that keeps it < 0.1 s: the start below is
-        already within (total curvature) / (2 degree) of g' everywhere."""
-        return super().fit(target, interval, derivative, refine_steps)
 
     def fit_start(self, x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor) -> None:
         """Split g'' into its positive part (numerator hinges) and negative part (denominator
