@@ -76,10 +76,8 @@ def _tests(a: np.ndarray, b: np.ndarray, margin: float | None):
     return diff, p, p_tost
 
 
-def decide_batch(a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | None = None,
-                 higher_is_better: bool = True) -> np.ndarray:
-    """Decisions for many sweeps at once: `a` (candidate) and `b` (baseline) have shape (..., n_k)
-    with n_k one of `looks`; returns an array of DECISIONS of shape (...)."""
+def _look(a, b, looks, alpha: float, margin: float | None, higher_is_better: bool):
+    """(decisions, Δ, p, TOST p or None, the look's level) of groups `a`, `b` of shape (..., n_k)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     looks = _check_looks(looks)
     n = a.shape[-1]
@@ -96,7 +94,14 @@ def decide_batch(a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | Non
     significant = p < level
     out[significant & up] = "better"
     out[significant & ~up] = "worse"
-    return out
+    return out, diff, p, p_tost, level
+
+
+def decide_batch(a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | None = None,
+                 higher_is_better: bool = True) -> np.ndarray:
+    """Decisions for many sweeps at once: `a` (candidate) and `b` (baseline) have shape (..., n_k)
+    with n_k one of `looks`; returns an array of DECISIONS of shape (...)."""
+    return _look(a, b, looks, alpha, margin, higher_is_better)[0]
 
 
 def decide(a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | None = None,
@@ -112,12 +117,9 @@ def evidence(a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | None = 
              higher_is_better: bool = True) -> dict:
     """`decide` with the numbers behind it, for a record of the sweep (runner/rounds.py): the seeds,
     the difference of means, the t-test's p, TOST's p (with a margin), the look's level, the decision."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    decision = decide(a, b, looks=looks, alpha=alpha, margin=margin, higher_is_better=higher_is_better)
-    diff, p, p_tost = _tests(a, b, margin)
-    level = float(nominal_alphas(looks, alpha)[_check_looks(looks).index(a.shape[-1])])
-    return {"seeds": int(a.shape[-1]), "diff": float(diff), "p": float(p),
-            "p_tost": None if p_tost is None else float(p_tost), "level": level, "decision": decision}
+    decision, diff, p, p_tost, level = _look(a, b, looks, alpha, margin, higher_is_better)
+    return {"seeds": int(np.shape(a)[-1]), "diff": float(diff), "p": float(p),
+            "p_tost": None if p_tost is None else float(p_tost), "level": float(level), "decision": str(decision)}
 
 
 def evidence_text(step: dict) -> str:
