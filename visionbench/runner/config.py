@@ -36,7 +36,8 @@ NOT_FINGERPRINTED = ("seeds", "seeds_max", "seeds_margin", "parallel", "results_
                      "threads", "data.root", "data.num_workers", "data.download", "snapshot_epochs")
 PER_RUN = ("act", "act_label", "act_options", "act_lr_mult", "seed")  # what differs between the rows of one table
 ALIASES = {"baseline": "report.baseline"}  # short command-line names
-NOT_FACTORS = ("recipe", "seed", "seeds", "seeds_max", "seeds_margin", "results_dir", "parallel", "factors", "estimate")  # keys a factor sweep cannot vary
+# keys a factor sweep cannot vary
+NOT_FACTORS = ("recipe", "seed", "seeds", "seeds_max", "seeds_margin", "results_dir", "parallel", "factors", "estimate")
 
 
 class ConfigError(ValueError):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import gc
 import logging
 import math
+import os
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -186,8 +187,6 @@ def epochs_left(out: Path, epochs: int) -> int:
 def _busy() -> str | None:
     """A note when other processes share the CPU (load average above the cores): the times are then
     those of a busy machine, as a run started now would see them."""
-    import os
-
     try:
         load, cores = os.getloadavg()[0], os.cpu_count() or 1
     except (OSError, AttributeError):
