@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from visionbench.bench import main as bench_main
-from visionbench.bench.train import TrainStep
-from visionbench.runner.config import load_config, run_config
+from visionbench.bench.train_step import TrainStep
+from visionbench.sweep.config import load_config, run_config
 from visionbench.train.run import build_model
 
 ROOT = Path(__file__).resolve().parents[1]

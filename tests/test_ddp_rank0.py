@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from visionbench.cli import main
-from visionbench.runner import ranks
-from visionbench.runner.config import load_config
-from visionbench.runner.sweep import execute, plan
+from visionbench.sweep import ranks
+from visionbench.sweep.config import load_config
+from visionbench.sweep.sweep import execute, plan
 from visionbench.train import run as one_run
 
 TINY = ["recipe=digits_vgg4", "act=relu", "batch_size=64", "data.limit_train=128", "data.limit_val=64"]

@@ -15,9 +15,9 @@ import torch
 from tests.helpers import FAST
 from visionbench.cli import main
 from visionbench.results import layout
-from visionbench.runner import estimate as est
-from visionbench.runner import sweep
-from visionbench.runner.config import load_config
+from visionbench.bench import estimate as est
+from visionbench.sweep import sweep
+from visionbench.sweep.config import load_config
 
 SMALL = ["data.limit_train=128", "data.limit_val=64"]  # the default recipe (digits_vgg4), cut down
 

@@ -16,9 +16,9 @@ from visionbench.activations import learnable_parameters
 from visionbench.activations.base import one_thread
 from visionbench.data.digits import digits_split
 from visionbench.models import finetune
-from visionbench.models.checkpoint import read_checkpoint
-from visionbench.runner.config import ConfigError, load_config
-from visionbench.runner.sweep import run_sweep
+from visionbench.models.pretrained import read_checkpoint
+from visionbench.sweep.config import ConfigError, load_config
+from visionbench.sweep.sweep import run_sweep
 
 FAST = ["seeds=1", "epochs=1", "batch_size=64", "data.limit_train=128", "data.limit_val=64",
         "trainer.limit_val_batches=1", "snapshot_epochs=[-1]"]

@@ -7,8 +7,8 @@ from torch import nn
 
 from visionbench import data, models
 from visionbench.models.lsuv import PAPER004, lsuv_images, lsuv_init, swappable_types
-from visionbench.runner.config import load_config, run_config
-from visionbench.runner.sweep import run_sweep
+from visionbench.sweep.config import load_config, run_config
+from visionbench.sweep.sweep import run_sweep
 from visionbench.train import run as one_run
 
 VGG_RECIPES = ("cifar10_vgg4", "cifar10_vgg8", "cifar10_vgg4_aug", "cifar10_vgg8_aug")

@@ -18,8 +18,8 @@ from scipy.stats import ttest_ind_from_stats
 from visionbench.report import main as report_main
 from visionbench.report import published
 from visionbench.report.papers import main as papers_main
-from visionbench.runner.axes import parse_acts, parse_setting_label, setting_label
-from visionbench.runner.config import load_config, recipe_names
+from visionbench.sweep.axes import parse_acts, parse_setting_label, setting_label
+from visionbench.sweep.config import load_config, recipe_names
 
 from .helpers import write_run
 

@@ -10,8 +10,8 @@ import yaml
 from omegaconf import OmegaConf
 
 from visionbench import data
-from visionbench.runner.config import RECIPES_DIR, ConfigError, load_config, recipe_names, run_config, sweep_acts
-from visionbench.runner.sweep import run_sweep
+from visionbench.sweep.config import RECIPES_DIR, ConfigError, load_config, recipe_names, run_config, sweep_acts
+from visionbench.sweep.sweep import run_sweep
 from visionbench.train.run import build_model
 from visionbench.train.optim import build_optimizer, scaled_lr
 from visionbench.train.schedules import lr_lambda

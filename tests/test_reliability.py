@@ -19,10 +19,10 @@ import torch
 import yaml
 
 from visionbench.cli import main
-from visionbench.runner import checks
-from visionbench.runner.config import ConfigError, load_config
-from visionbench.runner.locks import RunLock
-from visionbench.runner.sweep import run_sweep
+from visionbench.sweep import checks
+from visionbench.sweep.config import ConfigError, load_config
+from visionbench.sweep.locks import RunLock
+from visionbench.sweep.sweep import run_sweep
 
 from .fixtures import write_cifar10, write_tiny_imagenet
 from .helpers import FAST, ROOT, seed_dir, spawn, summary, wait_for
@@ -362,7 +362,7 @@ def test_7_unknown_keys_keep_their_did_you_mean_hint():
 
 def test_7_every_recipe_passes_and_a_key_without_a_rule_is_checked_by_its_default_type():
     """Keys others add to _base.yaml need no entry in checks.CHECKS: their default's type is the check."""
-    from visionbench.runner.config import recipe_names
+    from visionbench.sweep.config import recipe_names
 
     for name in recipe_names():
         load_config([f"recipe={name}"])
@@ -496,7 +496,7 @@ def test_12_hydra_entry_point_exits_nonzero_with_the_line_when_the_run_failed(tm
     d = seed_dir(tmp_path, "relu", 0)
     d.mkdir(parents=True)
     (d / "summary.json").write_text("[]")
-    cmd = [sys.executable, "-m", "visionbench.runner.hydra_app", "act=relu", "seed=0", f"results_dir={tmp_path}",
+    cmd = [sys.executable, "-m", "visionbench.sweep.hydra_app", "act=relu", "seed=0", f"results_dir={tmp_path}",
            "epochs=1", "data.limit_train=100", "data.limit_val=50", f"hydra.run.dir={tmp_path / 'hydra'}"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode != 0

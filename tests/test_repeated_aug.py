@@ -10,8 +10,8 @@ import torch
 
 from visionbench.data import DataConfig, create_datamodule
 from visionbench.data.loading import ExpandedRepeatAugSampler, RepeatAugSampler
-from visionbench.runner.config import load_config
-from visionbench.runner.sweep import run_sweep
+from visionbench.sweep.config import load_config
+from visionbench.sweep.sweep import run_sweep
 from visionbench.train.callbacks import MetricsWriter
 
 

@@ -8,7 +8,7 @@ import torch
 from .helpers import write_recipe, write_run
 
 from visionbench.report import load_runs, plot_main
-from visionbench.report.boundaries import plot_decision_boundaries, toy_data
+from visionbench.experiments.boundaries import plot_decision_boundaries, toy_data
 from visionbench.report.plots import curve_column, make_plots, plot_act_shapes
 
 

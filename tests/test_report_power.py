@@ -13,7 +13,8 @@ from scipy.optimize import brentq
 from statsmodels.stats.power import TTestIndPower, TTestPower
 from statsmodels.stats.weightstats import ttost_ind, ttost_paired
 
-from visionbench.report import curves, improvement, load_runs, main, power, summarize, verdict
+from visionbench.report import curves, load_runs, main, summarize, verdict
+from visionbench.stats import improvement, power
 
 from .helpers import write_recipe, write_run
 

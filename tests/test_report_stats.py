@@ -9,7 +9,7 @@ import pytest
 from scipy import stats as sps
 
 from visionbench.report import bootstrap_ci, cohen_d, holm, stars, summarize
-from visionbench.report.stats import compare
+from visionbench.stats.significance import compare
 
 
 def runs_frame(values: dict[str, list], recipe: str = "toy", baseline: str | None = "relu") -> pd.DataFrame:

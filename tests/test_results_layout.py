@@ -96,7 +96,7 @@ def test_metric_keys_with_a_slash_are_kept_step_values_left_out(tmp_path):
 
 
 def test_run_checkpoint_format_lives_in_results(tmp_path):
-    from visionbench.models.checkpoint import read_checkpoint
+    from visionbench.models.pretrained import read_checkpoint
     from visionbench.results.checkpoint import EMA_PREFIX, LIGHTNING_MARKER, MODEL_PREFIX
 
     run = layout.run_path(tmp_path, "r", "gelu", 0)

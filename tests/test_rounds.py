@@ -9,11 +9,11 @@ import pytest
 
 from visionbench.cli import main
 from visionbench.report import stopping
-from visionbench.report.cli import main as report_main
+from visionbench.report.main import main as report_main
 from visionbench.results import layout
-from visionbench.runner import rounds
-from visionbench.runner.config import ConfigError, load_config
-from visionbench.runner.sweep import Outcome, plan
+from visionbench.sweep import rounds
+from visionbench.sweep.config import ConfigError, load_config
+from visionbench.sweep.sweep import Outcome, plan
 
 from .helpers import write_run
 

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from visionbench.cli import main
-from visionbench.runner.config import ConfigError, load_config
-from visionbench.runner.sweep import ConfigMismatch, run_sweep
+from visionbench.sweep.config import ConfigError, load_config
+from visionbench.sweep.sweep import ConfigMismatch, run_sweep
 
 FAST = ["epochs=2", "batch_size=64", "data.limit_train=200", "data.limit_val=100", "snapshot_epochs=[0,-1]"]
 
@@ -129,8 +129,8 @@ def _as_older_version(config_path: Path, **augment) -> None:
 
 
 def test_results_of_an_older_version_resume_without_a_false_mismatch(tmp_path):
-    from visionbench.runner.sweep import check_resumable
-    from visionbench.runner.config import run_config
+    from visionbench.sweep.sweep import check_resumable
+    from visionbench.sweep.config import run_config
 
     (o,) = sweep(tmp_path, "act=relu", "seeds=1")
     _as_older_version(o.run_dir / "config.yaml")
@@ -178,7 +178,7 @@ def test_hydra_multirun_entry_point_writes_the_same_tree(tmp_path):
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "visionbench.runner.hydra_app", "-m", "act=relu,gelu", "seed=1",
+    cmd = [sys.executable, "-m", "visionbench.sweep.hydra_app", "-m", "act=relu,gelu", "seed=1",
            f"results_dir={tmp_path}", "epochs=1", "data.limit_train=100", "data.limit_val=50",
            f"hydra.sweep.dir={tmp_path / 'multirun'}"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

@@ -7,8 +7,8 @@ import pytest
 
 from visionbench import schema
 from visionbench.cli import main
-from visionbench.runner import config
-from visionbench.runner.config import ConfigError, load_config, run_config
+from visionbench.sweep import config
+from visionbench.sweep.config import ConfigError, load_config, run_config
 
 
 def test_the_schema_is_the_recipes_base_and_no_yaml_copy_exists():

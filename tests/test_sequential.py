@@ -1,11 +1,11 @@
-"""visionbench.report.sequential: the group-sequential decision rule, tested by simulation (issue 11)."""
+"""visionbench.stats.sequential: the group-sequential decision rule, tested by simulation (issue 11)."""
 import math
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from visionbench.report import sequential
+from visionbench.stats import sequential
 
 N_SWEEPS = 20_000
 LOOKS = (3, 5, 7, 10)

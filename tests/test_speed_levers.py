@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from visionbench import activations
-from visionbench.runner import config
-from visionbench.runner.config import ConfigError
+from visionbench.sweep import config
+from visionbench.sweep.config import ConfigError
 from visionbench.train.run import step_batch, train_run
 
 TINY = ["recipe=digits_vgg4", "data.limit_train=256", "batch_size=64", "loss.mixup=0", "loss.cutmix=0"]

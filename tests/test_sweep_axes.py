@@ -9,11 +9,11 @@ import torch
 
 from visionbench import activations
 from visionbench.cli import main
-from visionbench.runner.axes import (format_value, parse_act, parse_acts, parse_setting_label, parse_value,
+from visionbench.sweep.axes import (format_value, parse_act, parse_acts, parse_setting_label, parse_value,
                                      setting_label, split_top_level)
-from visionbench.runner.config import ConfigError, load_config, run_config, sweep_acts, sweep_settings
-from visionbench.runner.results import run_dir
-from visionbench.runner.sweep import plan
+from visionbench.sweep.config import ConfigError, load_config, run_config, sweep_acts, sweep_settings
+from visionbench.results.provenance import run_dir
+from visionbench.sweep.sweep import plan
 
 FAST = ["epochs=1", "batch_size=64", "data.limit_train=120", "data.limit_val=60", "snapshot_epochs=[]", "seeds=1"]
 

@@ -15,7 +15,7 @@ from torchvision.transforms import InterpolationMode
 from visionbench import activations, models
 from visionbench.data.config import DataConfig
 from visionbench.data.transforms import build_eval_transform, build_train_transform
-from visionbench.runner.config import load_config
+from visionbench.sweep.config import load_config
 from visionbench.train.optim import build_optimizer
 
 TINY_RECIPES = ["tinyimagenet_vit_s8", "tinyimagenet_cait_s24", "tinyimagenet_swin_t", "tinyimagenet_vit_s8_nonorm"]

@@ -18,11 +18,11 @@ USAGE = __doc__
 
 
 def _run(args: list[str]) -> int:
-    from .runner.axes import ALL, format_value, split_top_level
-    from .runner.config import ConfigError, load_config, sweep_acts, sweep_settings
-    from .runner.ranks import is_rank_zero
-    from .runner.signals import Interrupted, install_sigterm, received
-    from .runner.sweep import run_sweep
+    from .sweep.axes import ALL, format_value, split_top_level
+    from .sweep.config import ConfigError, load_config, sweep_acts, sweep_settings
+    from .sweep.ranks import is_rank_zero
+    from .sweep.signals import Interrupted, install_sigterm, received
+    from .sweep.sweep import run_sweep
 
     try:
         cfg = load_config(args)
@@ -30,7 +30,7 @@ def _run(args: list[str]) -> int:
         print(f"visionbench run: {e}", file=sys.stderr)
         return 2
     if cfg.estimate:  # the preflight: time the sweep, print its cost, write nothing (runner/estimate.py)
-        from .runner.estimate import estimate, format_estimate
+        from .bench.estimate import estimate, format_estimate
 
         try:
             print(format_estimate(estimate(cfg), cfg.recipe, str(Path(cfg.results_dir) / cfg.recipe)), flush=True)
@@ -99,7 +99,7 @@ def _run(args: list[str]) -> int:
 
 def _list(args: list[str]) -> int:
     from . import activations, models
-    from .runner.config import recipe_description, recipe_names
+    from .sweep.config import recipe_description, recipe_names
 
     print("recipes:")
     for name in recipe_names():

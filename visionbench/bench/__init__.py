@@ -22,7 +22,7 @@ def main(argv: list[str]) -> int:
     if what == "activations":
         from .act_speed import main as run
     elif what == "train":
-        from .train import main as run
+        from .train_step import main as run
     else:
         print(f"visionbench bench: unknown benchmark {what!r}; known: activations, train\n{USAGE}", file=sys.stderr)
         return 2

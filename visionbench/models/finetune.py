@@ -34,7 +34,7 @@ from timm.layers import freeze_batch_norm_2d
 from torch import nn
 
 from ..activations import is_learnable, learnable_parameters
-from .checkpoint import check_path, read_checkpoint
+from .pretrained import check_path, read_checkpoint
 from .swap import SwapReport, check_act, swap_activations
 
 TIMM = "timm"

@@ -10,8 +10,9 @@ Files: `collect` (find and read summaries), `stats` (tests, Holm, effect size, b
 `tables` (md/csv/tex), `plots` (curves, learned shapes), `boundaries` (toy decision
 boundaries), `cli` (`main`, `plot_main`).
 """
-from .cli import main, plot_main
+from .main import main, plot_main
 from .collect import load_runs, metric_names
-from .stats import bootstrap_ci, cohen_d, holm, stars, summarize
+from ..stats.significance import bootstrap_ci, cohen_d, holm, stars
+from .summary import summarize
 
 __all__ = ["main", "plot_main", "load_runs", "metric_names", "summarize", "stars", "holm", "cohen_d", "bootstrap_ci"]

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from .plots import read_metrics
-from .stats import higher_is_better as _name_higher_is_better
+from ..stats.significance import higher_is_better as _name_higher_is_better
 
 DEFAULT_COLUMN = "val_top1"  # the curve 004 Fig 1 draws
 _EPOCHS_TO = re.compile(r"^(?:(?P<column>\w+?)_)?epochs_to_(?P<level>\d+(?:\.\d+)?)(?P<abs>_abs)?$")

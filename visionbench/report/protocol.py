@@ -26,7 +26,7 @@ def packaged_report(recipe: str) -> dict:
     """The `report:` block of the packaged recipe `recipe` ({} when there is no such recipe)."""
     from omegaconf import OmegaConf
 
-    from ..runner.config import ConfigError, load_config, recipe_names
+    from ..sweep.config import ConfigError, load_config, recipe_names
 
     if recipe not in recipe_names():
         return {}

@@ -31,7 +31,7 @@ from importlib import resources
 import pandas as pd
 from scipy import stats as sps
 
-from .stats import STAR_LEVELS, stars
+from ..stats.significance import STAR_LEVELS, stars
 
 DATA_FILE = "published_tables.csv"
 NUMERIC = ("mean", "std", "n")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import sequential
+from ..stats import sequential
 
 
 def stopped_cell(act: str, record: dict) -> str:

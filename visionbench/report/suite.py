@@ -27,7 +27,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from scipy import stats
 
-from . import improvement, improvement_plot
+from ..stats import improvement
+from . import improvement_plot
 
 ALPHA = 0.05
 SCORE_COLUMNS = ["task", "act", "seed", "value", "metric", "higher_better", "baseline"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .stats import MARK_BASELINE, stars
+from ..stats.significance import MARK_BASELINE, stars
 
 FORMATS = ("md", "csv", "tex")
 TEST_NAMES = {

@@ -30,8 +30,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from . import curves, improvement, power
-from .stats import MARK_BASELINE, _values, holm
+from ..stats import improvement, power
+from . import curves
+from ..stats.significance import MARK_BASELINE, holm
+from .summary import _values
 from .tables import number
 
 VERDICTS = ("better", "worse", "equivalent", "inconclusive")

@@ -16,8 +16,8 @@ import math
 
 import pandas as pd
 
-from ..runner.axes import format_value, parse_setting_label
-from .stats import higher_is_better
+from ..sweep.axes import format_value, parse_setting_label
+from ..stats.significance import higher_is_better
 from .tables import has_published, published_cell, published_header
 
 COLUMNS = ["recipe", "act", "column", "chosen", "mean", "std", "n", "p_value", "stars", "n_candidates", "metric",

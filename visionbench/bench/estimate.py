@@ -40,9 +40,9 @@ from omegaconf import DictConfig
 
 from ..results import layout
 from ..results.io import RunStateError
-from .axes import setting_label
-from .config import ConfigError
-from .sweep import plan, worker_threads
+from ..sweep.axes import setting_label
+from ..sweep.config import ConfigError
+from ..sweep.sweep import plan, worker_threads
 
 WARMUP_STEPS = 2  # untimed: the first steps allocate, autotune and compile the fused kernels
 WARMUP_MIN_S = 0.5  # ... and warm-up goes on (up to 50 steps) until this long: a process's first steps are slow

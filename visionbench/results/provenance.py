@@ -14,8 +14,8 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from ..results.layout import run_path
-from .axes import setting_label
+from .layout import run_path
+from ..sweep.axes import setting_label
 
 
 def run_dir(results_dir: str | Path, recipe: str, act: str, seed: int, setting: dict | None = None) -> Path:

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..steps import classification_step
+from ..train.step import classification_step
 from . import timing
 
 DEFAULT_STEPS = 10
@@ -107,7 +107,7 @@ def levers(trainer) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from ..runner.config import ConfigError, load_config, run_config, sweep_acts
+    from ..sweep.config import ConfigError, load_config, run_config, sweep_acts
     from ..train.run import build_model
 
     args, rest = parse_args(argv)

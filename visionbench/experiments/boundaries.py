@@ -2,7 +2,7 @@
 
     visionbench plot boundaries --acts relu,gelu,rational,hermite --out boundaries.png
 
-    >>> from visionbench.report.boundaries import plot_decision_boundaries
+    >>> from visionbench.experiments.boundaries import plot_decision_boundaries
     >>> plot_decision_boundaries(["relu", "gelu"], "boundaries.png", datasets=("moons", "circles"))
 
 Each panel is a 2-64-64-2 MLP whose two hidden activations are built by
@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from torch import nn
 
 from ..activations.base import one_thread
-from ..steps import classification_step
+from ..train.step import classification_step
 
 DATASETS = ("moons", "circles", "spirals", "classification")
 GRID = 150  # grid points per axis for the decision regions

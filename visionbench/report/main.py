@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import curves, layout, plots, power, protocol, published, stopping, suite, tables, verdict
+from ..stats import power
+from . import best_of, curves, plots, protocol, published, stopping, suite, tables, verdict
 from .collect import metric_names, scan_runs
-from .stats import TESTS, summarize
+from ..stats.significance import TESTS
+from .summary import summarize
 
 
 class UsageError(Exception):
@@ -216,12 +218,12 @@ def _metric(runs, explicit: str | None) -> tuple[str | None, str]:
 def _write_layout(summaries, runs, root: Path, args, formats) -> list[Path]:
     """The recipe-level table of a factor sweep (004 Table 2's layout) into the recipe's folder."""
     best_of = protocol.report_best_of(runs) if args.best_of is None else [k for k in args.best_of.split(",") if k]
-    table = layout.best_of_table(summaries, best_of)
+    table = best_of.best_of_table(summaries, best_of)
     notes = []
     if args.published:  # 004 Table 2 prints per GN setting the best of the inits: this table's layout
         table, notes = published.attach(table, setting_col="column", val_split=_common(runs["val_split"]))
     settings_dirs = sorted(set(runs["setting"]) - {""})
-    text = layout.markdown(table, str(runs["recipe"].iloc[0]), best_of, summaries["metric_text"].iloc[0],
+    text = best_of.markdown(table, str(runs["recipe"].iloc[0]), best_of, summaries["metric_text"].iloc[0],
                            settings_dirs, args.digits, notes)
     print(text)
     written = []
@@ -274,7 +276,7 @@ def _recipe_notes(summary, runs, notes: list[str], recipe_dir: Path, baseline: s
 
 def _mixed_configs(runs) -> str:
     """'' when every run of the table was configured alike but for act and seed; else what differs, and where."""
-    from ..runner.config import diff_configs, shared_part
+    from ..sweep.config import diff_configs, shared_part
     from ..results.io import RunStateError
     from ..results.layout import read_config
 
@@ -307,7 +309,7 @@ def plot_parser() -> argparse.ArgumentParser:
 
 def plot_main(argv: list[str] | None = None) -> int:
     """`visionbench plot boundaries --acts relu,gelu --out FILE`: returns an exit code."""
-    from .boundaries import plot_decision_boundaries
+    from ..experiments.boundaries import plot_decision_boundaries
 
     try:
         args = plot_parser().parse_args(argv)

@@ -1,7 +1,7 @@
 """Hydra entry point for clusters: one job per (activation, seed), any Hydra launcher.
 
     pip install -e '.[slurm]'
-    python -m visionbench.runner.hydra_app --config-name cifar10_vgg8 -m \
+    python -m visionbench.sweep.hydra_app --config-name cifar10_vgg8 -m \
         hydra/launcher=submitit_slurm act=relu,rational seed=0,1,2,3,4
 
 Every job resolves exactly as `visionbench run` would for that act and seed and writes into the
@@ -21,7 +21,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from . import results
+from ..results import provenance as results
 from .config import RECIPES_DIR, DEFAULT_RECIPE, sweep_acts, validate, run_config
 from .signals import Interrupted, install_sigterm
 from .sweep import check_data, execute

@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 
 from ..results import layout
 from ..results.io import DiskFullError, RunStateError, is_disk_full
-from . import results
+from ..results import provenance as results
 from .config import (ConfigError, apply_setting, config_hash, diff_configs, fingerprint, run_config, sweep_acts,
                      sweep_settings, upgrade)
 from .locks import RunLock, RunLocked

@@ -19,10 +19,11 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
-from ..report import protocol, sequential
-from ..report.stats import higher_is_better
+from ..report import protocol
+from ..stats import sequential
+from ..stats.significance import higher_is_better
 from ..results import layout
-from . import results
+from ..results import provenance as results
 from .config import ConfigError, sweep_acts, sweep_settings
 from .ranks import is_rank_zero
 
@@ -66,7 +67,7 @@ def run_rounds(cfg: DictConfig, plan: Callable[..., list], execute_all: Callable
     outcomes = []
     for setting in sweep_settings(cfg):
         record = {"rule": "group-sequential Student t-test, two-tailed; O'Brien-Fleming-type alpha spending "
-                          "(Lan-DeMets), Bonferroni on increments (visionbench.report.sequential)",
+                          "(Lan-DeMets), Bonferroni on increments (visionbench.stats.sequential)",
                   "metric": metric, "higher_is_better": up, "baseline": baseline, "alpha": sequential.ALPHA,
                   "margin": margin, "looks": list(rounds),
                   "nominal_alphas": [float(a) for a in sequential.nominal_alphas(rounds)],
