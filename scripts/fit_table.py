@@ -1,4 +1,4 @@
-"""Print the README's fit table: how closely each learnable family matches GELU and ReLU after
+"""Print the fit table of docs/activations.md: how closely each learnable family matches GELU and ReLU after
 `fit(target, interval=(-3, 3), derivative=True)`, with the tolerance the tests hold it to.
 
     python scripts/fit_table.py

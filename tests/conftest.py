@@ -6,7 +6,7 @@ import torch
 from .fixtures import write_cifar10, write_imagenet, write_tiny_imagenet
 
 # 2-core machines shared with other processes: one intra-op thread keeps tests predictable (two
-# threads contending with a busy core made an LSUV test go from 3 s to 87 s, issue 12)
+# threads contending with a busy core made an LSUV test go from 3 s to 87 s)
 torch.set_num_threads(int(os.environ.get("VISIONBENCH_TEST_THREADS", "1")))
 
 

@@ -1,6 +1,6 @@
 """Helpers shared by several test files (pytest collects no tests here):
 
-- results trees in the runner's schema (DESIGN.md §6) for the report tests (`write_run`,
+- results trees in the results layout (visionbench/results/layout.py) for the report tests (`write_run`,
   `write_recipe`, `write_snapshot`);
 - `visionbench run` in a subprocess, and waiting on its run dirs, for the reliability tests
   (`spawn`, `wait_for`, `seed_dir`, `summary`, `FAST`).

@@ -1,4 +1,4 @@
-"""APL, KAF and the KAN B-spline (issue 13): forward against independent float64 references
+"""APL, KAF and the KAN B-spline (docs/activations.md, "The zoo"): forward against independent float64 references
 (plain NumPy formulas; scipy's BSpline for the spline basis), fast path == plain formula, saved
 tensors, inits, option checks."""
 from __future__ import annotations
@@ -180,6 +180,7 @@ def test_apl_default_is_relu_with_hinges_at_normal_quantiles():
 
 @pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")  # training_step outside a Trainer
 def test_apl_penalty_is_the_papers_l2_on_slopes_and_hinges_and_enters_the_training_loss():
+    from visionbench.config import block
     from visionbench.train.module import ClassificationModule
     act = A.create("apl", hinges=3, init="gelu")  # a != 0 and b != 0
     want = act.slope.square().sum() + act.hinge.square().sum()
@@ -188,7 +189,8 @@ def test_apl_penalty_is_the_papers_l2_on_slopes_and_hinges_and_enters_the_traini
     batch = (torch.randn(8, 4), torch.randint(0, 3, (8,)))
 
     def loss(act_l2: float) -> float:
-        return ClassificationModule(model, 3, {}, {}, {"act_l2": act_l2}).training_step(batch, 0).item()
+        blocks = block("optim"), block("sched"), block("loss", {"act_l2": act_l2})
+        return ClassificationModule(model, 3, *blocks).training_step(batch, 0).item()
 
     assert loss(0.5) - loss(0.0) == pytest.approx(0.5 * want.item(), rel=1e-5)
 

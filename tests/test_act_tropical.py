@@ -122,7 +122,7 @@ def test_tropical_bad_init_lists_accepted():
 
 
 @pytest.mark.parametrize("target", ["gelu", "relu"])
-def test_tropical_fit_within_tolerance_and_fast(target):
+def test_tropical_fit_within_tolerance(target):
     check_fit(activations.create("tropical"), target, Tropical.fit_tolerance[target])
     assert activations.create("tropical").fit(target).max_abs_error < 0.7 * _start_error(target)
 

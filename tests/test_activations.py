@@ -16,9 +16,9 @@ LEARNABLE = [n for n in ALL if A.is_learnable(n)]
 FIXED = [n for n in ALL if not A.is_learnable(n)]
 EXPECTED_LEARNABLE = {"rational", "polyrelu", "polynorm", "hermite", "fourier", "tropical", "tropical_rational", "slaf"}
 EXPECTED_FIXED = {"relu", "leaky_relu", "gelu", "silu", "mish", "tanh", "identity"}
-EXPECTED_LEARNABLE |= {"prelu", "swish_beta", "acon_c", "star_relu"}  # issue 13: scaled / gated
-EXPECTED_FIXED |= {"elu", "selu", "softplus", "hardswish", "relu6", "relu2"}  # issue 13
-EXPECTED_LEARNABLE |= {"apl", "kaf", "bspline"}  # issue 13: piecewise / spline / kernel
+EXPECTED_LEARNABLE |= {"prelu", "swish_beta", "acon_c", "star_relu"}  # the zoo: scaled / gated
+EXPECTED_FIXED |= {"elu", "selu", "softplus", "hardswish", "relu6", "relu2"}  # the zoo: more fixed functions
+EXPECTED_LEARNABLE |= {"apl", "kaf", "bspline"}  # the zoo: piecewise / spline / kernel
 
 
 def test_registry_has_every_family():

@@ -1,4 +1,4 @@
-"""`make bench-gpu` (issue 14): the benchmarks for the first GPU, and the speed levers `bench train`
+"""`make bench-gpu` (docs/bench.md, "On the first GPU"): the benchmarks for the first GPU, and the speed levers `bench train`
 applies as a run does (trainer.precision, trainer.channels_last), tested on CPU."""
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import torch
 
 from visionbench.bench import main as bench_main
 from visionbench.bench.train_step import TrainStep
-from visionbench.sweep.config import load_config, run_config
+from visionbench.config import run_config
+from visionbench.sweep.preflight import load_config
 from visionbench.train.run import build_model
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Under DDP only rank 0 prints and writes (issue 14, "Rank 0 only"); every rank trains the same runs.
+"""Under DDP only rank 0 prints and writes (docs/running.md, "GPUs and clusters"); every rank trains the same runs.
 
 The real check runs a 2-process gloo DDP sweep on CPU through the CLI (Lightning's subprocess
 launcher re-runs the command as rank 1 with LOCAL_RANK=1); the in-process tests pin the gating
@@ -17,7 +17,7 @@ import pytest
 
 from visionbench.cli import main
 from visionbench.sweep import ranks
-from visionbench.sweep.config import load_config
+from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import execute, plan
 from visionbench.train import run as one_run
 
@@ -143,12 +143,13 @@ def _training_step_on_rank(rank: int, port: int, out: str) -> None:
     import torch
     import torch.distributed as dist
 
+    from visionbench.config import block
     from visionbench.train.module import ClassificationModule, Diverged
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         torch.manual_seed(0)
-        module = ClassificationModule(torch.nn.Linear(4, 3), 3, {}, {}, {})
+        module = ClassificationModule(torch.nn.Linear(4, 3), 3, block("optim"), block("sched"), block("loss"))
         x = torch.randn(8, 4)
         if rank == 1:
             x[0, 0] = float("nan")

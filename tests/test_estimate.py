@@ -1,8 +1,9 @@
-"""`visionbench run ... estimate=true` (issue 14): the preflight before a sweep is submitted.
+"""The estimate of a sweep (bench/estimate.py; docs/running.md, "Before a sweep"): the preflight
+before a sweep is submitted.
 
 It times each (setting, act) of the sweep, projects the run and sweep wall time from the real
 loader lengths, leaves out completed runs, writes nothing, and fails in one line on a missing
-dataset, a bad config or a batch that does not fit in memory.
+dataset, a bad config (both in test_bad_inputs.py) or a batch that does not fit in memory.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from visionbench.cli import main
 from visionbench.results import layout
 from visionbench.bench import estimate as est
 from visionbench.sweep import sweep
-from visionbench.sweep.config import load_config
+from visionbench.sweep.preflight import load_config
 
 SMALL = ["data.limit_train=128", "data.limit_val=64"]  # the default recipe (digits_vgg4), cut down
 
@@ -35,7 +36,7 @@ def _rows(out: str) -> dict[str, list[str]]:
 def test_estimate_of_the_default_recipe_prints_a_total_and_writes_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # nothing may appear in the working directory either (lightning_logs, ...)
     results = tmp_path / "results"
-    assert main(["run", "estimate=true", f"results_dir={results}", "act=relu,rational", "seeds=2", *SMALL]) == 0
+    assert main(["estimate", f"results_dir={results}", "act=relu,rational", "seeds=2", *SMALL]) == 0
     out = capsys.readouterr().out
     rows = _rows(out)
     assert list(rows) == ["relu", "rational"]
@@ -44,7 +45,7 @@ def test_estimate_of_the_default_recipe_prints_a_total_and_writes_nothing(tmp_pa
     assert rows["relu"][6] == "2/2"
     assert "projected total:" in out and "for 4 of 4 runs" in out
     assert not results.exists()
-    assert list(tmp_path.iterdir()) == [], "estimate=true must not write anything"
+    assert list(tmp_path.iterdir()) == [], "visionbench estimate must not write anything"
 
 
 @pytest.mark.parametrize("extra, steps, evals", [
@@ -83,7 +84,7 @@ def test_completed_runs_are_left_out_and_unfinished_ones_count_their_epochs_left
     before = sorted(p for p in results.rglob("*"))
     capsys.readouterr()
 
-    assert main(["run", "estimate=true", f"results_dir={results}", *FAST, "act=relu", "seeds=3"]) == 0
+    assert main(["estimate", f"results_dir={results}", *FAST, "act=relu", "seeds=3"]) == 0
     out = capsys.readouterr().out
     assert _rows(out)["relu"][6] == "1/3"
     assert "for 1 of 3 runs (2 completed in" in out
@@ -100,20 +101,20 @@ def test_completed_runs_are_left_out_and_unfinished_ones_count_their_epochs_left
     assert row.left_s == pytest.approx(3 * row.epoch_s)
 
     # a results dir trained with other settings fails as the sweep would, before any timing
-    assert main(["run", "estimate=true", f"results_dir={results}", *FAST, "act=relu", "seeds=3", "optim.lr=0.05"]) == 2
+    assert main(["estimate", f"results_dir={results}", *FAST, "act=relu", "seeds=3", "optim.lr=0.05"]) == 2
     assert "holds a run with a different configuration" in capsys.readouterr().err
 
 
 def test_a_huge_batch_is_one_line_memory_error_and_refused_at_once(tmp_path, capsys):
     """The CPU allocator refuses the 256 GB input outright (more than RAM + swap): nothing is touched."""
     t0 = time.monotonic()
-    code = main(["run", "estimate=true", f"results_dir={tmp_path / 'r'}", "act=relu", "seeds=1",
+    code = main(["estimate", f"results_dir={tmp_path / 'r'}", "act=relu", "seeds=1",
                  "batch_size=1000000000"])
     assert code == 2
     assert time.monotonic() - t0 < 60
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
-    assert err.startswith("visionbench run: estimate: batch 1000000000 (per device) does not fit in memory on cpu "
+    assert err.startswith("visionbench estimate: batch 1000000000 (per device) does not fit in memory on cpu "
                           "for vgg4/relu: ")
     assert err.endswith("; lower batch_size or set trainer.accumulate_grad_batches=K")
     assert not (tmp_path / "r").exists()
@@ -123,24 +124,12 @@ def test_a_batch_the_allocator_would_grant_is_refused_before_it_swaps(tmp_path, 
     """Below RAM + swap the allocator grants anything (then the machine swaps): the estimate checks the
     step's extrapolated need against the available memory (here: pretended 50 MB) before running it."""
     monkeypatch.setattr(est, "available_bytes", lambda: 50 * 10**6)
-    assert main(["run", "estimate=true", f"results_dir={tmp_path / 'r'}", "act=relu", "seeds=1",
+    assert main(["estimate", f"results_dir={tmp_path / 'r'}", "act=relu", "seeds=1",
                  "batch_size=4096"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "does not fit in memory on cpu for vgg4/relu: not enough memory: a step needs about" in err
     assert err.endswith("50 MB available; lower batch_size or set trainer.accumulate_grad_batches=K")
-
-
-@pytest.mark.parametrize("args, message", [
-    (["recipe=cifar10_vgg4", "data.root=/nonexistent"], "CIFAR-10 not found at /nonexistent"),
-    (["epochs=abc"], "epochs"),
-    (["estimate=maybe"], "estimate must be true or false"),
-])
-def test_missing_dataset_and_bad_config_fail_with_the_usual_message(tmp_path, capsys, args, message):
-    assert main(["run", "estimate=true", f"results_dir={tmp_path / 'r'}", *args]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("visionbench run: ") and message in err and "Traceback" not in err
-    assert not (tmp_path / "r").exists()
 
 
 def test_out_of_memory_messages_are_recognised():

@@ -17,7 +17,8 @@ from visionbench.activations.base import one_thread
 from visionbench.data.digits import digits_split
 from visionbench.models import finetune
 from visionbench.models.pretrained import read_checkpoint
-from visionbench.sweep.config import ConfigError, load_config
+from visionbench.config import ConfigError
+from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import run_sweep
 
 FAST = ["seeds=1", "epochs=1", "batch_size=64", "data.limit_train=128", "data.limit_val=64",
@@ -226,7 +227,7 @@ def test_timm_weights_without_internet_is_a_clear_error(monkeypatch):
         finetune.prepare(builder("vgg4"), "timm", "hermite", num_classes=10)
 
 
-# ---- through the runner: visionbench checkpoints, Lightning training, the recipe ----------------
+# ---- through the sweep: visionbench checkpoints, Lightning training, the recipe ----------------
 @pytest.fixture(scope="module")
 def source_run(tmp_path_factory):
     """A visionbench ResNet-32 (BatchNorm) run on digits with ReLU: last.ckpt + config.yaml. (Its act inputs

@@ -7,7 +7,8 @@ from torch import nn
 
 from visionbench import data, models
 from visionbench.models.lsuv import PAPER004, lsuv_images, lsuv_init, swappable_types
-from visionbench.sweep.config import load_config, run_config
+from visionbench.config import run_config
+from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import run_sweep
 from visionbench.train import run as one_run
 
@@ -20,7 +21,7 @@ CONVS = {"vgg4": ["stages.0.conv1", "stages.1.conv1", "stages.2.conv1", "stages.
 
 
 def _recipe_model(recipe: str, cifar_root, act: str = "relu", *extra: str) -> tuple[dict, nn.Module]:
-    """The run config and model of `recipe`, composed and built as tests/test_recipes.py (the runner) does."""
+    """The run config and model of `recipe`, composed and built as tests/test_recipes.py (the sweep) does."""
     cfg = load_config([f"recipe={recipe}", f"data.root={cifar_root}", *extra])
     dm = data.create_datamodule(cfg.data, batch_size=int(cfg.batch_size), seed=0)
     run = run_config(cfg, act, seed=0)

@@ -9,7 +9,8 @@ import torch
 from visionbench import activations
 from visionbench.activations import fused
 from visionbench.activations.rational import Rational
-from visionbench.sweep.config import ConfigError, act_options, load_config, run_config
+from visionbench.config import ConfigError, act_options, run_config
+from visionbench.sweep.preflight import load_config
 
 # Copied by hand from rational/rationals_config.json of the rational_activations-0.2.0 wheel,
 # "Rational_version_A5/4" -> approx_func -> (init_w_numerator, init_w_denominator): a second copy,

@@ -1,7 +1,9 @@
-"""Issue 10: whatever happens to a sweep, rerunning the same command finishes it with nothing lost,
-and every failure is one line naming the file or key and the fix. One test (or group) per item of
-the issue, numbered as there; each checks the message, the exit code and the rest of the sweep.
-The random kill -9 test and the two-process race are in test_reliability_kill.py (slow)."""
+"""Whatever happens to a sweep, rerunning the same command finishes it with nothing lost, and every
+failure is one line naming the file or key and the fix (docs/running.md, "When things go wrong").
+The sections follow the items of the issue that asked for it (numbered as there); each test checks
+the message, the exit code and the rest of the sweep. Bad keys and values on the command line (item 7)
+are in test_bad_inputs.py; the random kill -9 test and the two-process race are in
+test_reliability_kill.py (slow)."""
 from __future__ import annotations
 
 import errno
@@ -19,8 +21,7 @@ import torch
 import yaml
 
 from visionbench.cli import main
-from visionbench.sweep import checks
-from visionbench.sweep.config import ConfigError, load_config
+from visionbench.sweep.preflight import load_config
 from visionbench.sweep.locks import RunLock
 from visionbench.sweep.sweep import run_sweep
 
@@ -64,7 +65,7 @@ def alive(pid: int) -> bool:
 
 
 # ---- 1. last.ckpt every epoch ---------------------------------------------------------------
-def test_1_last_ckpt_is_written_every_epoch_best_only_on_improvement(tmp_path):
+def test_last_ckpt_is_written_every_epoch_best_only_on_improvement(tmp_path):
     """optim.lr=0: val_top1 never improves after epoch 1, so best.ckpt stays at epoch 1 while
     last.ckpt must follow every epoch (it is what a resume starts from, and the final weights)."""
     (o,) = sweep(tmp_path, "act=relu", "seeds=1", "epochs=3", "optim.lr=0")
@@ -74,7 +75,7 @@ def test_1_last_ckpt_is_written_every_epoch_best_only_on_improvement(tmp_path):
 
 
 # ---- 2. SIGTERM, SLURM requeue ----------------------------------------------------------------
-def test_2_sigterm_records_interrupted_exits_143_and_a_rerun_finishes(tmp_path, capsys):
+def test_sigterm_records_interrupted_exits_143_and_a_rerun_finishes(tmp_path, capsys):
     results = tmp_path / "r"
     proc = spawn(tmp_path, results, "act=relu,gelu", "seeds=1", pause=1.0)
     relu = seed_dir(results, "relu", 0)
@@ -95,7 +96,7 @@ def test_2_sigterm_records_interrupted_exits_143_and_a_rerun_finishes(tmp_path, 
         assert ckpt_epochs(seed_dir(results, act, 0) / "checkpoints" / "last.ckpt") == 2
 
 
-def test_2_slurm_requeue_signal_requeues_the_job_and_the_run_resumes_at_an_epoch_end(tmp_path, capsys):
+def test_slurm_requeue_signal_requeues_the_job_and_the_run_resumes_at_an_epoch_end(tmp_path, capsys):
     """In a SLURM job (faked by its environment and an `scontrol` that records its call), SIGUSR1
     (`#SBATCH --signal=USR1@120`) runs `scontrol requeue <job>` and stops like SIGTERM (exit 138);
     SLURM's own SIGTERM right after does not disturb the recording. The requeued job resumes."""
@@ -134,7 +135,7 @@ def _column(path: Path, name: str) -> list[str]:
 # ---- 3. parallel workers die with their parent ----------------------------------------------------
 @pytest.mark.parametrize("how", [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
                          ids=["kill-9", "SIGTERM"])
-def test_3_parallel_workers_stop_with_their_parent(how, tmp_path, capsys):
+def test_parallel_workers_stop_with_their_parent(how, tmp_path, capsys):
     """kill -9: no handler of the parent runs, the kernel tells the workers (PDEATHSIG); SIGTERM:
     the parent stops them and exits 143. Either way they record `interrupted` and exit."""
     results = tmp_path / "r"
@@ -155,7 +156,7 @@ def test_3_parallel_workers_stop_with_their_parent(how, tmp_path, capsys):
 
 
 # ---- 4. one process per run directory -----------------------------------------------------------
-def test_4_a_run_held_by_another_process_is_skipped_and_said_so(tmp_path, capsys):
+def test_a_run_held_by_another_process_is_skipped_and_said_so(tmp_path, capsys):
     results = tmp_path / "r"
     held = seed_dir(results, "relu", 0)
     with RunLock(held):  # as a live `visionbench run` training it would
@@ -171,7 +172,7 @@ def test_4_a_run_held_by_another_process_is_skipped_and_said_so(tmp_path, capsys
     assert code == 0 and "seed 0: completed" in out and "seed 1: skipped" in out
 
 
-def test_4_temp_files_are_per_process_and_stale_ones_are_removed(tmp_path, capsys):
+def test_temp_files_are_per_process_and_stale_ones_are_removed(tmp_path, capsys):
     from visionbench.results.io import atomic_write_text
 
     d = seed_dir(tmp_path, "relu", 0)
@@ -226,7 +227,7 @@ CORRUPTIONS = {  # name: (damage, words of the one-line message, what the messag
 
 
 @pytest.mark.parametrize("case", list(CORRUPTIONS))
-def test_5_corrupt_run_state_fails_that_run_in_one_line_and_the_sweep_goes_on(case, finished_sweep, tmp_path, capsys):
+def test_corrupt_run_state_fails_that_run_in_one_line_and_the_sweep_goes_on(case, finished_sweep, tmp_path, capsys):
     damage, words, fix = CORRUPTIONS[case]
     results = tmp_path / "r"
     shutil.copytree(finished_sweep, results)
@@ -248,7 +249,7 @@ def test_5_corrupt_run_state_fails_that_run_in_one_line_and_the_sweep_goes_on(ca
     assert summary(d)["status"] == "completed"
 
 
-def test_5_missing_config_of_a_completed_run_with_other_settings_is_refused(finished_sweep, tmp_path, capsys):
+def test_missing_config_of_a_completed_run_with_other_settings_is_refused(finished_sweep, tmp_path, capsys):
     """Without config.yaml, the summary's config hash tells a run of other settings from this one."""
     results = tmp_path / "r"
     shutil.copytree(finished_sweep, results)
@@ -266,7 +267,7 @@ def test_5_missing_config_of_a_completed_run_with_other_settings_is_refused(fini
 
 
 # ---- 6. disk full -------------------------------------------------------------------------------------
-def test_6_disk_full_is_one_line_leaves_no_temp_files_and_resumes(tmp_path, capsys, monkeypatch):
+def test_disk_full_is_one_line_leaves_no_temp_files_and_resumes(tmp_path, capsys, monkeypatch):
     from lightning.fabric.plugins import TorchCheckpointIO
 
     real = TorchCheckpointIO.save_checkpoint
@@ -295,7 +296,7 @@ def test_6_disk_full_is_one_line_leaves_no_temp_files_and_resumes(tmp_path, caps
     assert summary(gelu)["status"] == "completed" and ckpt_epochs(gelu / "checkpoints" / "last.ckpt") == 2
 
 
-def test_6_atomic_write_on_a_full_disk_keeps_the_old_file_and_no_temp(tmp_path, monkeypatch):
+def test_atomic_write_on_a_full_disk_keeps_the_old_file_and_no_temp(tmp_path, monkeypatch):
     from visionbench.results import io
 
     target = tmp_path / "summary.json"
@@ -310,71 +311,13 @@ def test_6_atomic_write_on_a_full_disk_keeps_the_old_file_and_no_temp(tmp_path, 
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["summary.json"]
 
 
-# ---- 7. every key checked before any training ---------------------------------------------------------
-BAD_VALUES = [
-    ("batch_size=0", "batch_size must be an integer >= 1"),
-    ("batch_size=-5", "batch_size must be an integer >= 1"),
-    ("batch_size=abc", "batch_size must be an integer >= 1, got 'abc'"),
-    ("data.val_split=1.5", "data.val_split must be a number >= 0 and < 1"),
-    ("data.num_workers=-1", "data.num_workers must be an integer >= 0"),
-    ("data.name=mnist", "data.name must be one of cifar10, digits"),
-    ("data.img_size=0", "data.img_size must be null or an integer >= 1"),
-    ("data.limit_train=0", "data.limit_train must be null or an integer >= 1"),
-    ("model.name=vgg44", "model.name must be (did you mean vgg4"),
-    ("model.norm=batch", "model.norm must be one of null, group"),
-    ("model.norm_free=true", "model.norm_free=True is not supported by model.name=vgg4"),
-    ("trainer.precision=77", "trainer.precision must be one of 64-true, 32-true"),
-    ("trainer.devices=abc", "trainer.devices=abc: `devices`"),
-    ("trainer.strategy=bogus", "trainer.strategy=bogus: You selected an invalid strategy name"),
-    ("optim.lr=-1", "optim.lr must be a number >= 0, got -1"),
-    ("optim.nesterov=maybe", "optim.nesterov must be true or false, got 'maybe'"),
-    ("optim.betas=[0.9]", "optim.betas must be a list of 2 values"),
-    ("sched.milestones=[0]", "sched.milestones must be a list, each an integer >= 1"),
-    ("loss.label_smoothing=1.0", "loss.label_smoothing must be a number >= 0 and < 1"),
-    ("ema.decay=1.5", "ema.decay must be null or a number > 0 and < 1"),
-    ("data.augment.hflip=2", "data.augment.hflip must be a number >= 0 and <= 1"),
-    ("data.mean=[0.5,0.5]", "data.mean has 2 values, digits has 1 channels"),
-    ("finetune.train=everything", "finetune.train must be one of act,head, act, head, all"),
-    ("act_lr_mult.relu=-2", "act_lr_mult must be a mapping {act: multiplier > 0}"),
-    ("batch_size=64,0", "batch_size must be an integer >= 1, got 0 (setting batch_size=0)"),  # a factor: once
-    # the keys of issue 15 (paper fidelity)
-    ("model.lsuv_variant=paper", "model.lsuv_variant must be (did you mean paper004?) one of mishkin, paper004"),
-    ("model.global_pool=3", "model.global_pool must be null or a non-empty string, got 3"),
-    ("optim.decay_rule=ndims", "optim.decay_rule must be (did you mean ndim?) one of conv_linear, ndim"),
-    ("data.augment.repeated_aug_epoch=full", "data.augment.repeated_aug_epoch must be one of expand, deit"),
-    ("data.augment.auto_augment_impl=tv", "data.augment.auto_augment_impl must be one of timm, torchvision"),
-]
-
-
-@pytest.mark.parametrize("arg, message", BAD_VALUES, ids=[a for a, _ in BAD_VALUES])
-def test_7_bad_values_fail_once_before_any_training_in_one_line(arg, message, tmp_path, capsys):
-    code, out, err = run(capsys, tmp_path, "act=relu,gelu", "seeds=2", arg)
-    assert code == 2
-    (line,) = err.strip().splitlines()
-    assert line.startswith("visionbench run: ") and message in line, line
-    assert not (tmp_path / "digits_vgg4").exists()  # nothing trained, nothing written
-
-
-def test_7_unknown_keys_keep_their_did_you_mean_hint():
-    with pytest.raises(ConfigError, match=r"unknown key 'optim.nesterof' \(did you mean optim.nesterov"):
-        load_config(["optim.nesterof=true"])
-
-
-def test_7_every_recipe_passes_and_a_key_without_a_rule_is_checked_by_its_default_type():
-    """Keys others add to _base.yaml need no entry in checks.CHECKS: their default's type is the check."""
-    from visionbench.sweep.config import recipe_names
+# ---- 7. every key checked before any training (the bad values: test_bad_inputs.py) --------------------
+def test_every_recipe_passes_the_checks():
+    """A key added to the schema is checked by its annotation (tests/test_schema.py): no table to extend."""
+    from visionbench.config import recipe_names
 
     for name in recipe_names():
         load_config([f"recipe={name}"])
-    defaults = {"model": {"new_text": "avg", "new_mode": "paper", "new_flag": False, "new_int": 3,
-                          "new_float": 0.5, "new_null": None, "kwargs": {}}}
-    good = {"model": {"new_text": "max", "new_mode": "x", "new_flag": True, "new_int": 0, "new_float": 2,
-                      "new_null": [1, "x"], "kwargs": {"anything": object()}}}
-    assert checks.key_errors(good, defaults, free=("model.kwargs",)) == []
-    bad = {"model": {"new_text": 3, "new_flag": "maybe", "new_int": 1.5, "new_float": "x"}}
-    assert checks.key_errors(bad, defaults) == [
-        "model.new_text must be a non-empty string, got 3", "model.new_flag must be true or false, got 'maybe'",
-        "model.new_int must be an integer, got 1.5", "model.new_float must be a number, got 'x'"]
 
 
 # ---- 8. corrupt data: validated at load, the file named -----------------------------------------------
@@ -398,7 +341,7 @@ CIFAR_DAMAGE = {
 
 
 @pytest.mark.parametrize("case", list(CIFAR_DAMAGE))
-def test_8_corrupt_cifar_batches_stop_the_sweep_before_training_naming_the_file(case, tmp_path, capsys):
+def test_corrupt_cifar_batches_stop_the_sweep_before_training_naming_the_file(case, tmp_path, capsys):
     damage, words = CIFAR_DAMAGE[case]
     (tmp_path / "data").mkdir()
     root = write_cifar10(tmp_path / "data")
@@ -412,7 +355,7 @@ def test_8_corrupt_cifar_batches_stop_the_sweep_before_training_naming_the_file(
     assert not (tmp_path / "r").exists()
 
 
-def test_8_truncated_jpeg_fails_the_run_naming_the_path(tmp_path, capsys):
+def test_truncated_jpeg_fails_the_run_naming_the_path(tmp_path, capsys):
     (tmp_path / "data").mkdir()
     root = write_tiny_imagenet(tmp_path / "data")
     bad = sorted((root / "tiny-imagenet-200" / "train").rglob("*.JPEG"))[3]
@@ -424,24 +367,15 @@ def test_8_truncated_jpeg_fails_the_run_naming_the_path(tmp_path, capsys):
     assert len(lines) == 2 and all(f"{bad}: unreadable image" in line for line in lines), lines
 
 
-def test_8_text_file_as_finetune_checkpoint_fails_before_the_sweep(tmp_path, capsys):
-    text = tmp_path / "weights.pth"
-    text.write_text("these are not weights\n")
-    code, _, err = run(capsys, tmp_path / "r", f"finetune.checkpoint={text}", "act=relu", "seeds=1")
-    assert code == 2
-    (line,) = err.strip().splitlines()
-    assert f"finetune.checkpoint: {text} is not a readable torch checkpoint" in line, line
-
-
 # ---- 9, 10. report: all-diverged recipes, mixed configurations ---------------------------------------
-def test_9_report_of_an_all_diverged_recipe_prints_nan_rows(tmp_path, capsys):
+def test_report_of_an_all_diverged_recipe_prints_nan_rows(tmp_path, capsys):
     sweep(tmp_path, "act=relu,gelu", "seeds=2", "epochs=1", "optim.lr=1e6", "act_lr_mult.gelu=1")
     assert main(["report", str(tmp_path / "digits_vgg4")]) == 0
     out = capsys.readouterr().out
     assert "| relu | 0 | NaN (2/2 diverged)" in out and "| gelu | 0 | NaN (2/2 diverged)" in out
 
 
-def test_10_report_marks_runs_of_different_configurations(tmp_path, capsys):
+def test_report_marks_runs_of_different_configurations(tmp_path, capsys):
     sweep(tmp_path, "act=relu", "seeds=2", "epochs=1")
     sweep(tmp_path, "act=gelu", "seeds=2", "epochs=2")
     assert main(["report", str(tmp_path / "digits_vgg4")]) == 0
@@ -451,7 +385,7 @@ def test_10_report_marks_runs_of_different_configurations(tmp_path, capsys):
 
 
 # ---- 11, 13. resume after a move; time, throughput and threads of a resumed run -------------------------
-def test_11_moved_results_dir_resumes_with_its_best_checkpoint(tmp_path, crash_in_epoch_3):
+def test_moved_results_dir_resumes_with_its_best_checkpoint(tmp_path, crash_in_epoch_3):
     """lr=0: epoch 1 stays the best. Lightning drops the best score when the checkpoint's dirpath
     changed; best.ckpt would then be overwritten by epoch 3."""
     args = ("act=relu", "seeds=1", "epochs=3", "optim.lr=0")
@@ -469,7 +403,7 @@ def test_11_moved_results_dir_resumes_with_its_best_checkpoint(tmp_path, crash_i
     assert best["best_model_path"] == str(ckpt / "best.ckpt") and best["dirpath"] == str(ckpt)
 
 
-def test_13_resumed_run_time_throughput_and_threads_cover_all_sessions(tmp_path, crash_in_epoch_3, capsys):
+def test_resumed_run_time_throughput_and_threads_cover_all_sessions(tmp_path, crash_in_epoch_3, capsys):
     args = ("act=relu", "seeds=1", "epochs=3")
     (o,) = sweep(tmp_path, *args)
     assert o.status == "failed"
@@ -492,7 +426,7 @@ def test_13_resumed_run_time_throughput_and_threads_cover_all_sessions(tmp_path,
 
 
 # ---- 12. the Hydra entry point fails when its run failed -------------------------------------------------
-def test_12_hydra_entry_point_exits_nonzero_with_the_line_when_the_run_failed(tmp_path):
+def test_hydra_entry_point_exits_nonzero_with_the_line_when_the_run_failed(tmp_path):
     d = seed_dir(tmp_path, "relu", 0)
     d.mkdir(parents=True)
     (d / "summary.json").write_text("[]")

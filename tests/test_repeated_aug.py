@@ -8,9 +8,10 @@ from collections import Counter
 import pytest
 import torch
 
-from visionbench.data import DataConfig, create_datamodule
+from visionbench.config import data_config
+from visionbench.data import create_datamodule
 from visionbench.data.loading import ExpandedRepeatAugSampler, RepeatAugSampler
-from visionbench.sweep.config import load_config
+from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import run_sweep
 from visionbench.train.callbacks import MetricsWriter
 
@@ -70,11 +71,11 @@ def test_datamodule_picks_the_sampler_of_repeated_aug_epoch(mode, cls, length):
 
 def test_config_rejects_bad_repeated_aug_epoch():
     with pytest.raises(ValueError, match="data.augment.repeated_aug_epoch must be one of expand, deit"):
-        DataConfig.from_mapping({"augment": {"repeated_aug_epoch": "long"}})
+        data_config({"augment": {"repeated_aug_epoch": "long"}})
     with pytest.raises(ValueError, match="data.augment.repeated_aug must be an integer"):
-        DataConfig.from_mapping({"augment": {"repeated_aug": 2.5}})
-    assert DataConfig.from_mapping({"augment": {"repeated_aug": 2.5, "repeated_aug_epoch": "deit"}}).augment.repeated_aug == 2.5
-    assert DataConfig.from_mapping({}).augment.repeated_aug_epoch == "expand"
+        data_config({"augment": {"repeated_aug": 2.5}})
+    assert data_config({"augment": {"repeated_aug": 2.5, "repeated_aug_epoch": "deit"}}).augment.repeated_aug == 2.5
+    assert data_config({}).augment.repeated_aug_epoch == "expand"
 
 
 # ---- metrics.csv step/samples and the schedule, end to end -----------------------------

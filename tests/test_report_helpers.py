@@ -1,5 +1,5 @@
 """The results-tree helpers of tests/helpers.py (`write_run`, `write_recipe`, `write_snapshot`)
-read back through the report's loader as the runner's schema says (DESIGN.md §6)."""
+read back through the report's loader as the results layout says (visionbench/results/layout.py)."""
 from __future__ import annotations
 
 from visionbench.report import load_runs

@@ -1,15 +1,12 @@
-"""Report plots exist and are not blank: curves, learned shapes, toy decision boundaries."""
+"""Report figures exist and are not blank: curves and learned shapes (report/figures.py)."""
 from __future__ import annotations
 
 import matplotlib.image as mpimg
-import numpy as np
-import pytest
-import torch
+
 from .helpers import write_recipe, write_run
 
-from visionbench.report import load_runs, plot_main
-from visionbench.experiments.boundaries import plot_decision_boundaries, toy_data
-from visionbench.report.plots import curve_column, make_plots, plot_act_shapes
+from visionbench.report import load_runs
+from visionbench.report.figures import curve_column, make_plots, plot_act_shapes
 
 
 def assert_not_blank(path, min_bytes: int = 5000):
@@ -40,24 +37,3 @@ def test_curve_column_maps_summary_metrics_to_epoch_columns():
     assert curve_column("test_top1_at_best_val", cols) == "test_top1"
     assert curve_column("train_time_s", cols) == "val_top1"  # no curve of its own: the accuracy
     assert curve_column("val_top1_best", ["epoch"]) is None
-
-
-def test_decision_boundaries_plot_and_entry_point(tmp_path, capsys):
-    state = torch.random.get_rng_state()
-    threads = torch.get_num_threads()
-    out = plot_decision_boundaries(["relu", "gelu", "polyrelu", "tanh"], tmp_path / "b.png", seed=0, steps=150)
-    assert_not_blank(out, 20_000)
-    assert torch.equal(torch.random.get_rng_state(), state) and torch.get_num_threads() == threads
-    assert plot_main(["boundaries", "--acts", "relu,silu", "--datasets", "circles,spirals", "--steps", "50",
-                      "--out", str(tmp_path / "sub" / "b2.png")]) == 0
-    assert_not_blank(tmp_path / "sub" / "b2.png")
-    assert plot_main(["boundaries", "--acts", "relu,nope", "--out", str(tmp_path / "x.png")]) == 2
-    assert "unknown activation 'nope'" in capsys.readouterr().err
-    assert plot_main(["boundaries", "--datasets", "xor", "--out", str(tmp_path / "x.png")]) == 2
-    assert not (tmp_path / "x.png").exists()
-
-
-@pytest.mark.parametrize("name", ["moons", "circles", "spirals", "classification"])
-def test_toy_data_is_standardised_and_balanced(name):
-    x, y = toy_data(name, seed=1)
-    assert x.shape[1] == 2 and np.allclose(x.mean(0), 0, atol=1e-5) and set(np.unique(y)) == {0, 1}

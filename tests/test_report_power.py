@@ -15,6 +15,7 @@ from statsmodels.stats.weightstats import ttost_ind, ttost_paired
 
 from visionbench.report import curves, load_runs, main, summarize, verdict
 from visionbench.stats import improvement, power
+from visionbench.stats.metrics import higher_is_better
 
 from .helpers import write_recipe, write_run
 
@@ -243,20 +244,6 @@ def test_cli_writes_the_columns_and_the_sentences(tmp_path, capsys):
     assert "equivalent ($\\pm$1.00)" in tex
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--margin", "0"], "--margin takes a positive number in the metric's units, got '0'"),
-    (["--effect", "abc"], "--effect takes a positive number"),
-    (["--alpha", "1.5"], "--alpha takes a number in (0, 1), got '1.5'"),
-    (["--metric", "val_top1_bestt"], "or a curve metric: epochs_to_<X>"),
-    (["--metric", "epochs_to_120"], "for an absolute threshold write epochs_to_120_abs"),
-    (["--metric", "val_loss_epochs_to_90"], "epochs_to needs a column where higher is better"),
-])
-def test_clear_errors(tmp_path, capsys, argv, message):
-    root = write_recipe(tmp_path, "toy", {"relu": [90.0, 90.5], "gelu": [91.0, 91.2]}, epochs=3)
-    assert main([str(root), "--no-plots", *argv]) == 2
-    assert message in capsys.readouterr().err
-
-
 # --- curves.py --------------------------------------------------------------------------------------------------
 
 def write_curve(root, recipe: str, act: str, seed: int, val_top1: list[float], *, status="completed",
@@ -281,8 +268,8 @@ def test_epochs_to_and_auc_on_one_curve(tmp_path):
     assert curves.parse("ema_val_top1_epochs_to_97.5") == curves.CurveMetric(
         "ema_val_top1_epochs_to_97.5", "ema_val_top1", "epochs_to", 97.5, False)
     assert curves.parse("epochs_to_95_abs").absolute and curves.parse("val_top1_best") is None
-    assert not curves.higher_is_better("epochs_to_90") and curves.higher_is_better("val_top1_auc")
-    assert not curves.higher_is_better("val_loss_auc")
+    assert not higher_is_better("epochs_to_90") and higher_is_better("val_top1_auc")
+    assert not higher_is_better("val_loss_auc")
 
 
 def test_curve_metrics_through_the_report(tmp_path):

@@ -1,4 +1,4 @@
-"""The recipe decides what a table scores (issue: paper fidelity 4): EMA top-1 at the best epoch
+"""The recipe decides what a table scores (docs/report.md, "What is scored"): EMA top-1 at the best epoch
 for 004's Tiny ImageNet, the final epoch for 001, best-over-training for 004 CIFAR; the caption
 names it, and --metric still overrides."""
 from __future__ import annotations

@@ -173,3 +173,56 @@ def test_best_second_rows_order_and_costs():
 def test_compare_rejects_unknown_test():
     with pytest.raises(ValueError, match="student, welch, paired"):
         compare(pd.Series(A), pd.Series(B), "mann-whitney")
+
+
+def _holm_by_hand(p):
+    """The step-down rule written out: sorted p times (m, m-1, ..., 1), running max, capped at 1."""
+    p = np.asarray(p, float)
+    order = np.argsort(p, kind="stable")
+    out = np.empty_like(p)
+    out[order] = np.minimum(1.0, np.maximum.accumulate(p[order] * (p.size - np.arange(p.size))))
+    return out
+
+
+def test_holm_is_statsmodels_and_equals_the_rule_with_nans_left_out():
+    from statsmodels.stats.multitest import multipletests
+
+    rng = np.random.default_rng(0)
+    for size in (1, 2, 5, 12):
+        p = rng.uniform(0, 0.2, size)
+        p[rng.integers(0, size)] = p[0]  # a tie
+        assert holm(p).tolist() == _holm_by_hand(p).tolist() == multipletests(p, method="holm")[1].tolist()
+        with_nan = np.insert(p, [0, size], np.nan)  # NaN: no test, so m stays `size`
+        got = holm(with_nan)
+        assert np.isnan(got[0]) and np.isnan(got[-1]) and got[1:-1].tolist() == holm(p).tolist()
+    assert np.isnan(holm([np.nan, np.nan])).all() and holm([]).size == 0
+
+
+@pytest.mark.parametrize("n_a, n_b", [(3, 3), (5, 4), (2, 6)])
+def test_bootstrap_ci_is_scipys_percentile_interval_on_the_same_resamples(n_a, n_b):
+    """Ours draws the resamples as scipy.stats.bootstrap does (per group, `integers(0, n, (n_boot, n))`),
+    so the intervals agree; ours is kept because scipy's vectorised mean can differ in the last bit."""
+    rng = np.random.default_rng(n_a * 10 + n_b)
+    a, b = rng.normal(98, 0.5, n_a), rng.normal(97, 1.0, n_b)
+    lo, hi = bootstrap_ci(a, b, n_boot=2000, seed=7)
+    res = sps.bootstrap((a, b), lambda x, y, axis: x.mean(axis) - y.mean(axis), n_resamples=2000,
+                        method="percentile", confidence_level=0.95, vectorized=True,
+                        random_state=np.random.default_rng(7))
+    assert (lo, hi) == pytest.approx((res.confidence_interval.low, res.confidence_interval.high), rel=1e-12, abs=1e-12)
+    d = a[:2] - b[:2]
+    lo, hi = bootstrap_ci(a[:2], b[:2], paired=True, n_boot=2000, seed=7)
+    res = sps.bootstrap((d,), lambda x, axis: x.mean(axis), n_resamples=2000, method="percentile",
+                        vectorized=True, random_state=np.random.default_rng(7))
+    assert (lo, hi) == pytest.approx(tuple(res.confidence_interval), rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("metric, higher", [
+    ("val_top1_best", True), ("ema_val_top1_best", True), ("test_top1_at_best_val", True), ("val_top1_auc", True),
+    ("val_loss_final", False), ("val_loss_auc", False), ("train_time_s", False), ("peak_mem_mb", False),
+    ("top1_err", False), ("epochs_to_90", False), ("epochs_to_95_abs", False), ("ema_val_top1_epochs_to_97.5", False),
+    ("epochs_to_150", False),  # an invalid level still counts epochs
+])
+def test_one_higher_is_better_knows_every_metric_name(metric, higher):
+    from visionbench.stats.metrics import higher_is_better
+
+    assert higher_is_better(metric) is higher

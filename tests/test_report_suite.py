@@ -1,4 +1,4 @@
-"""The suite view of `visionbench report` over several recipes (issue 11, "Across recipes"):
+"""The suite view of `visionbench report` over several recipes (docs/report.md, "Across recipes"):
 mean ranks, Friedman test, Nemenyi CD, probability of improvement; checked against scipy / pandas /
 a direct pairwise count on a fabricated 6-recipe x 4-activation x 5-seed tree."""
 from __future__ import annotations
@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from visionbench.report import main, suite
+from visionbench.report import figures, main, suite
 from visionbench.report.collect import scan_runs
+from visionbench.stats import ranking
 
 from .helpers import write_recipe, write_run
 
@@ -80,7 +81,7 @@ def test_lower_is_better_metrics_rank_the_smallest_first():
         {"task": "b", "metric": "val_top1_best", "higher_better": True, "baseline": "relu",
          "values": {"relu": [90.0], "gelu": [91.0], "silu": [89.0]}},
     ])
-    got = suite.rank_table(scores).set_index("act")["mean_rank"]
+    got = ranking.rank_table(scores).set_index("act")["mean_rank"]
     assert got.to_dict() == {"gelu": 1.0, "relu": 2.0, "silu": 3.0}
 
 
@@ -141,15 +142,14 @@ def test_complete_block_drops_the_act_that_ran_least():
          "values": {a: [float(i)] for i, a in enumerate(acts)}}
         for t, acts in [("a", ["relu", "gelu", "silu", "x"]), ("b", ["relu", "gelu", "silu"]),
                         ("c", ["relu", "gelu", "silu"])]])
-    assert suite.complete_block(scores) == (["gelu", "relu", "silu"], ["a", "b", "c"])
-    assert suite.cliques({"a": 1.0, "b": 1.5, "c": 3.0}, cd=1.0) == [["a", "b"]]
+    assert ranking.complete_block(scores) == (["gelu", "relu", "silu"], ["a", "b", "c"])
+    assert ranking.cliques({"a": 1.0, "b": 1.5, "c": 3.0}, cd=1.0) == [["a", "b"]]
 
 
 def test_improvement_plot_needs_an_aggregate(tmp_path):
-    from visionbench.report import improvement_plot
-
     frame = pd.DataFrame([{"act": "gelu", "block": "r0", "p_improve": 0.7, "ci_low": 0.5, "ci_high": 0.9, "n_blocks": 1}])
-    assert improvement_plot.plot(frame, "relu", tmp_path / "a.png") is None and not (tmp_path / "a.png").exists()
+    assert figures.plot_improvement(frame, "relu", tmp_path / "a.png") is None
+    assert not (tmp_path / "a.png").exists()
     agg = {"act": "gelu", "block": "all", "p_improve": 0.7, "ci_low": float("nan"), "ci_high": float("nan"), "n_blocks": 1}
-    out = improvement_plot.plot(pd.concat([frame, pd.DataFrame([agg])]), "relu", tmp_path / "b.png")
+    out = figures.plot_improvement(pd.concat([frame, pd.DataFrame([agg])]), "relu", tmp_path / "b.png")
     assert out.read_bytes()[:4] == b"\x89PNG"

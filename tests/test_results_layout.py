@@ -1,5 +1,5 @@
-"""The results tree is owned by `visionbench.results` (issue 12 item 3): one schema, one status list,
-one summary reader for runner and report; MetricsWriter's columns (item 5: '/' in a metric key)."""
+"""The results tree is owned by `visionbench.results` (docs/layout.md): one schema, one status list,
+one summary reader for sweep and report; MetricsWriter's columns ('/' in a metric key)."""
 from __future__ import annotations
 
 import json

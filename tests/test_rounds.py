@@ -1,4 +1,4 @@
-"""`seeds=auto`: rounds of seeds, each activation stopped once decided (runner/rounds.py), the
+"""`seeds=auto`: rounds of seeds, each activation stopped once decided (sweep/rounds.py), the
 record it leaves (sequential.json) and the report's `stopped` column."""
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from visionbench.report import stopping
 from visionbench.report.main import main as report_main
 from visionbench.results import layout
 from visionbench.sweep import rounds
-from visionbench.sweep.config import ConfigError, load_config
+from visionbench.config import ConfigError
+from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import Outcome, plan
 
 from .helpers import write_run
@@ -104,19 +105,6 @@ def test_runs_without_the_metric_keep_the_comparison_open(tmp_path):
 def test_needs_the_baseline_and_another_act(tmp_path, args, message):
     with pytest.raises(ConfigError, match=message):
         rounds.check(cfg_for(tmp_path, *args))
-
-
-@pytest.mark.parametrize("args, message", [
-    (["seeds=auto", "act=gelu,silu"], "seeds=auto compares"),
-    (["seeds=sometimes"], "seeds must be an integer >= 1 or auto (seeds in rounds), got 'sometimes'"),
-    (["seeds=auto", "seeds_max=2"], "seeds_max must be an integer >= 3"),
-    (["seeds=auto", "seeds_margin=-1"], "seeds_margin must be"),
-])
-def test_cli_rejects_bad_sequential_settings_in_one_line(tmp_path, capsys, args, message):
-    assert main(["run", *args, f"results_dir={tmp_path}"]) == 2
-    err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "digits_vgg4").exists()
 
 
 def test_report_marks_where_each_act_stopped(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""The speed levers (issue 14): trainer.channels_last, trainer.compile, trainer.accumulate_grad_batches,
+"""The speed levers (docs/running.md, "Speed levers"): trainer.channels_last, trainer.compile, trainer.accumulate_grad_batches,
 trainer.sync_batchnorm, and trainer.precision=bf16-mixed with every learnable activation.
 
 Each lever must leave the training itself alone: on digits VGG4 (GroupNorm, per-sample, so half
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from visionbench import activations
-from visionbench.sweep import config
-from visionbench.sweep.config import ConfigError
+from visionbench.config import ConfigError, run_config
+from visionbench.sweep.preflight import load_config
 from visionbench.train.run import step_batch, train_run
 
 TINY = ["recipe=digits_vgg4", "data.limit_train=256", "batch_size=64", "loss.mixup=0", "loss.cutmix=0"]
@@ -26,7 +26,7 @@ RTOL = 1e-4  # the issue's bound; measured: 1.1e-7
 def _losses(tmp: Path, *overrides: str, act: str = "relu", epochs: int = 3) -> list[float]:
     """Train one tiny run and return its per-epoch train_loss (metrics.csv)."""
     args = [*TINY, f"act={act}", f"epochs={epochs}", *overrides]
-    run = config.run_config(config.validate(config.load_config(args)), act, 0)
+    run = run_config(load_config(args), act, 0)
     run_dir = tmp / "_".join([act, *overrides]).replace("=", "-")
     train_run(run, run_dir, progress=False)
     with open(run_dir / "metrics.csv") as f:
@@ -90,7 +90,7 @@ def test_step_batch_divides_by_processes_and_accumulation():
 ])
 def test_bad_levers_fail_before_the_sweep(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
-        config.validate(config.load_config([*TINY, *overrides]))
+        load_config([*TINY, *overrides])
 
 
 def test_levers_are_passed_to_lightning(tmp_path, monkeypatch):

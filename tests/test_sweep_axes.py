@@ -1,5 +1,6 @@
-"""Activation variants and factor sweeps (runner/axes.py, runner/config.py) and the paper-shaped
-recipe-level table they feed (report/layout.py): 004 Table 2 as one sweep."""
+"""Activation variants and factor sweeps (the config's axes, visionbench/config/) and the paper-shaped
+recipe-level table they feed (report/best_of.py): 004 Table 2 as one sweep. Bad variants and bad
+sweeps on the command line: test_bad_inputs.py."""
 from __future__ import annotations
 
 import json
@@ -9,10 +10,11 @@ import torch
 
 from visionbench import activations
 from visionbench.cli import main
-from visionbench.sweep.axes import (format_value, parse_act, parse_acts, parse_setting_label, parse_value,
-                                     setting_label, split_top_level)
-from visionbench.sweep.config import ConfigError, load_config, run_config, sweep_acts, sweep_settings
+from visionbench.config import RECIPES_DIR, ConfigError, parse_value, run_config, split_top_level, sweep_settings
 from visionbench.results.provenance import run_dir
+from visionbench.results.settings import format_value, parse_setting_label, setting_label
+from visionbench.sweep.acts import parse_act, parse_acts, sweep_acts
+from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import plan
 
 FAST = ["epochs=1", "batch_size=64", "data.limit_train=120", "data.limit_val=60", "snapshot_epochs=[]", "seeds=1"]
@@ -61,17 +63,6 @@ def test_all_cannot_be_registered(name, aliases):
     assert "mine" not in activations.names()
 
 
-@pytest.mark.parametrize("text, message", [
-    ("rational[init]", "expected key=value"),
-    ("rational[]", "no options"),
-    ("rational[init=gelu]x", "expected name"),
-    ("relux[a=1]", "unknown activation 'relux'"),
-])
-def test_bad_variants_are_named(text, message):
-    with pytest.raises(ValueError, match=message):
-        parse_act(text)
-
-
 def test_setting_labels_round_trip_and_make_one_directory_level(tmp_path):
     setting = {"model.norm": None, "model.lsuv": True, "data.augment.scale": [0.6, 1.0]}
     label = setting_label(setting)
@@ -109,16 +100,33 @@ def test_command_line_factors_replace_or_extend_the_recipes():
     assert sweep_settings(cfg) == [{}] and list(cfg.data.augment.scale) == [0.6, 1.0]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["seeds=1,2"], "seeds cannot be swept"),
-    (["act=rational[init=nope]"], r"act rational\[init=nope\]: .*unknown init 'nope'"),
-    (["optim.name=sgd,adamz"], r"unknown optim.name 'adamz' \(setting optim.name=adamz\)"),
-    (["factors={model.nrm: [null, group]}"], r"factors: 'model.nrm' is not a config key .*did you mean model.norm"),
-    (["act=rational[init=gelu"], "unbalanced"),
+@pytest.mark.parametrize("recipe, argv, setting", [
+    ("digits_vgg4", ["act=rational[init=gelu]", "act.version=B", "baseline=gelu", "optim.lr=1", "seed=2"], {}),
+    ("cifar10_vgg4_aug", ["act=silu", "model.norm=group", "data.augment.scale=[0.6,1.0]", "data.augment.crop_pad=0"],
+     {"model.norm": "group", "model.lsuv": False}),  # the job's values of the recipe's factor keys
 ])
-def test_bad_sweeps_fail_before_training(args, message):
-    with pytest.raises(ConfigError, match=message):
-        load_config(args)
+def test_the_hydra_app_reads_the_grammar_of_visionbench_run(recipe, argv, setting):
+    """act=a[k=v], act.KEY=, baseline= and list values compose in a Hydra job as `visionbench run` composes them."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from visionbench.sweep import hydra_app
+
+    with initialize_config_dir(config_dir=str(RECIPES_DIR), version_base=None):
+        hydra_cfg = compose(recipe, overrides=hydra_app.to_hydra(argv))
+    job, job_setting = hydra_app.job_config(hydra_cfg, recipe)
+    expected = OmegaConf.to_container(load_config([f"recipe={recipe}", *argv]))
+    assert OmegaConf.to_container(job) == {**expected, "factors": {}} and job_setting == setting
+    # with -m, each comma list is a Hydra sweep whose jobs get one value each, variants whole
+    swept = hydra_app.to_hydra(["-m", "act=relu,rational[init=gelu]", "model.lsuv=false,true", "act.degrees=[5,4]"])
+    parsed = OverridesParser.create().parse_overrides(swept[1:])
+    assert [[v.text for v in o.sweep_iterator()] if o.is_sweep_override() else o.value() for o in parsed] == [
+        ["act=relu", "act=rational[init=gelu]"], ["model.lsuv=false", "model.lsuv=true"], "act.degrees=[5,4]"]
+    # the sweep is checked as a whole before any job (seed=0,1 is Hydra's sweep); a relu job skips act.version
+    hydra_app.check_sweep(["-m", "act=relu,rational", "act.version=B", "seed=0,1"])
+    with pytest.raises(ConfigError, match="no activation in the sweep .relu, rational. takes option 'versio'"):
+        hydra_app.check_sweep(["-m", "act=relu,rational", "act.versio=B"])
 
 
 def test_digits_table2_sweep_lands_apart_and_reports_in_the_papers_layout(tmp_path, capsys):

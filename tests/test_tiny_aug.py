@@ -1,4 +1,4 @@
-"""Tiny ImageNet augmentation and weight decay as the 004 authors' code ran them (issue 15 item 5):
+"""Tiny ImageNet augmentation and weight decay as the 004 authors' code ran them (docs/recipes.md, note 8):
 ColorJitter before torchvision's RandAugment, a plain-resize eval transform, and the `ndim`
 weight-decay rule (pos_embed / cls_token / Swin's relative_position_bias_table decay)."""
 from __future__ import annotations
@@ -13,9 +13,9 @@ from torchvision import transforms as T
 from torchvision.transforms import InterpolationMode
 
 from visionbench import activations, models
-from visionbench.data.config import DataConfig
+from visionbench.config import block, data_config
 from visionbench.data.transforms import build_eval_transform, build_train_transform
-from visionbench.sweep.config import load_config
+from visionbench.sweep.preflight import load_config
 from visionbench.train.optim import build_optimizer
 
 TINY_RECIPES = ["tinyimagenet_vit_s8", "tinyimagenet_cait_s24", "tinyimagenet_swin_t", "tinyimagenet_vit_s8_nonorm"]
@@ -29,11 +29,11 @@ def image() -> Image.Image:
 
 
 def _augment(**keys):
-    return DataConfig.from_mapping({"name": "tiny_imagenet", "augment": keys}).augment
+    return data_config({"name": "tiny_imagenet", "augment": keys}).augment
 
 
 def _recipe_train_transform(recipe: str = "tinyimagenet_vit_s8") -> T.Compose:
-    cfg = DataConfig.from_mapping(load_config([f"recipe={recipe}"]).data)
+    cfg = data_config(load_config([f"recipe={recipe}"]).data)
     return build_train_transform(cfg.augment, 64, cfg.mean, cfg.std, native_size=64)
 
 
@@ -47,8 +47,8 @@ def _seeded(transform, img, seed: int) -> torch.Tensor:
 @pytest.mark.parametrize("recipe", TINY_RECIPES)
 def test_recipes_set_the_004_code_values(recipe):
     cfg = load_config([f"recipe={recipe}"])
-    aug = DataConfig.from_mapping(cfg.data).augment
-    assert aug.color_jitter == (0.4, 0.4, 0.4, 0.1)
+    aug = data_config(cfg.data).augment
+    assert aug.jitter == (0.4, 0.4, 0.4, 0.1)
     assert (aug.auto_augment, aug.auto_augment_impl) == ("rand-n2-m9", "torchvision")
     assert cfg.optim.decay_rule == "ndim" and cfg.optim.weight_decay == 0.05
 
@@ -91,8 +91,8 @@ def test_torchvision_rand_augment_matches_the_004_call(image):
 
 
 def test_color_jitter_forms_and_order_with_timm_rand_augment():
-    assert _augment(color_jitter=0.4).color_jitter == (0.4, 0.4, 0.4, 0.0)  # timm's scalar: no hue
-    assert _augment(color_jitter=[0.1, 0.2, 0.3]).color_jitter == (0.1, 0.2, 0.3, 0.0)
+    assert _augment(color_jitter=0.4).jitter == (0.4, 0.4, 0.4, 0.0)  # timm's scalar: no hue
+    assert _augment(color_jitter=[0.1, 0.2, 0.3]).jitter == (0.1, 0.2, 0.3, 0.0)
     aug = _augment(crop_pad=4, color_jitter=0.4, auto_augment="rand-m9-mstd0.5-inc1")  # CIFAR style too
     kinds = [type(t).__name__ for t in build_train_transform(aug, 32, MEAN, STD, native_size=32).transforms]
     assert kinds.index("ColorJitter") + 1 == kinds.index("RandAugment")  # timm's, right after the jitter
@@ -170,7 +170,7 @@ def test_default_rule_unchanged(transformers, name):
 
 def test_build_optimizer_reads_decay_rule(transformers):
     model = transformers["vit_s8"]
-    optim = {"name": "adamw", "lr": 2e-3, "lr_base_batch": 512, "weight_decay": 0.05, "decay_rule": "ndim"}
+    optim = block("optim", {"name": "adamw", "lr": 2e-3, "lr_base_batch": 512, "weight_decay": 0.05, "decay_rule": "ndim"})
     opt = build_optimizer(model, optim, batch_size=128, act_lr_mult=4.0)
     decay = {id(p) for g in opt.param_groups if g["name"] == "decay" for p in g["params"]}
     assert id(model.pos_embed) in decay and id(model.cls_token) in decay

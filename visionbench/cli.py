@@ -1,7 +1,7 @@
 """The `visionbench` command.
 
     visionbench run [recipe=NAME] [act=a,b,...] [seeds=N] [key=value ...]
-    visionbench run ... estimate=true      # projected time, memory, params of the sweep; trains nothing
+    visionbench estimate <the run's arguments>   # projected time, memory, params of the sweep; trains nothing
     visionbench report RESULTS_DIR [--metric ...] [--baseline ...] [--test student|welch|paired]
     visionbench list
     visionbench bench activations|train [...]
@@ -11,35 +11,68 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 
 USAGE = __doc__
+RUN_USAGE = """usage: visionbench {cmd} [recipe=NAME] [act=a,b[k=v,...],...] [act.KEY=V] [baseline=ACT] [KEY=V | KEY=v1,v2 ...]
+
+{what}
+
+  recipe=NAME          a recipe of visionbench/recipes/ (`visionbench list`; default digits_vgg4)
+  act=a,b[k=v]         the activations swept; a variant's options in brackets; all = every one
+  act.KEY=V            option KEY of every swept activation that takes it
+  baseline=ACT         short for report.baseline=ACT (the t-test's reference)
+  KEY=V                any schema key: seeds=5, epochs=100, optim.lr=0.01, data.root=PATH, ...
+  KEY=v1,v2            a factor sweep: every combination of factor values is a setting
+Every key, its type, default and rule: docs/configuration.md (visionbench/config/schema.py)."""
+WHAT = {"run": "Train every (setting, activation, seed) of the sweep, resuming what is unfinished, then report.",
+        "estimate": "Time each (setting, activation) of the sweep on its device and print the projected wall time, "
+                    "memory and parameters (minus runs completed in results_dir); trains and writes nothing."}
+
+
+def _load(cmd: str, args: list[str]):
+    """The checked sweep config of `visionbench run|estimate ARGS`, or None after printing why."""
+    from .config import ConfigError
+    from .sweep.preflight import load_config
+
+    try:
+        return load_config(args)
+    except ConfigError as e:
+        print(f"visionbench {cmd}: {e}", file=sys.stderr)
+        return None
+
+
+def _estimate(args: list[str]) -> int:
+    """The preflight before a sweep is submitted (bench/estimate.py): its cost, nothing written."""
+    from .bench.estimate import estimate, format_estimate
+    from .config import ConfigError
+
+    cfg = _load("estimate", args)
+    if cfg is None:
+        return 2
+    try:
+        print(format_estimate(estimate(cfg), cfg.recipe, str(Path(cfg.results_dir) / cfg.recipe)), flush=True)
+    except ConfigError as e:
+        print(f"visionbench estimate: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _run(args: list[str]) -> int:
-    from .sweep.axes import ALL, format_value, split_top_level
-    from .sweep.config import ConfigError, load_config, sweep_acts, sweep_settings
+    from .config import ConfigError, split_top_level, sweep_settings
+    from .results.settings import format_value
+    from .sweep.acts import ALL, sweep_acts
     from .sweep.ranks import is_rank_zero
     from .sweep.signals import Interrupted, install_sigterm, received
     from .sweep.sweep import run_sweep
 
-    try:
-        cfg = load_config(args)
-    except ConfigError as e:
-        print(f"visionbench run: {e}", file=sys.stderr)
+    cfg = _load("run", args)
+    if cfg is None:
         return 2
-    if cfg.estimate:  # the preflight: time the sweep, print its cost, write nothing (runner/estimate.py)
-        from .bench.estimate import estimate, format_estimate
-
-        try:
-            print(format_estimate(estimate(cfg), cfg.recipe, str(Path(cfg.results_dir) / cfg.recipe)), flush=True)
-        except ConfigError as e:
-            print(f"visionbench run: {e}", file=sys.stderr)
-            return 2
-        return 0
     recipe_dir = Path(cfg.results_dir) / cfg.recipe
-    # under DDP every rank runs this command and trains; rank 0 alone prints and reports (runner/ranks.py)
+    # under DDP every rank runs this command and trains; rank 0 alone prints and reports (sweep/ranks.py)
     lead = is_rank_zero()
     factors = "".join(f" {k}={','.join(map(format_value, v))}" for k, v in cfg.factors.items())
     settings = f" ({len(sweep_settings(cfg))} settings)" if factors else ""
@@ -99,7 +132,7 @@ def _run(args: list[str]) -> int:
 
 def _list(args: list[str]) -> int:
     from . import activations, models
-    from .sweep.config import recipe_description, recipe_names
+    from .config import recipe_description, recipe_names
 
     print("recipes:")
     for name in recipe_names():
@@ -118,13 +151,36 @@ def _list(args: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `visionbench` entry point; returns the exit code."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `visionbench list | head`: the reader left early, which is no error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush does not raise again
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
+    helps = {**{c: RUN_USAGE.format(cmd=c, what=w) for c, w in WHAT.items()},
+             "list": "usage: visionbench list\n\nThe recipes, the activations (by family) and the models a config may name."}
+    if cmd in helps and any(a in ("-h", "--help") for a in rest):
+        print(helps[cmd])
+        return 0
+    try:
+        return _dispatch(cmd, rest)
+    except SystemExit as e:  # a subcommand's argparse: --help (0) or a usage error (2)
+        return e.code if isinstance(e.code, int) else 2
+
+
+def _dispatch(cmd: str, rest: list[str]) -> int:
     if cmd == "run":
         return _run(rest)
+    if cmd == "estimate":
+        return _estimate(rest)
     if cmd == "list":
         return _list(rest)
     if cmd == "report":
@@ -132,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return report_main(rest)
     if cmd == "plot":
-        from .report import plot_main
+        from .experiments.boundaries import main as plot_main
 
         return plot_main(rest)
     if cmd == "papers":
@@ -143,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         from .bench import main as bench_main
 
         return bench_main(rest)
-    print(f"visionbench: unknown command {cmd!r}; commands: run, report, list, bench, plot, papers\n{USAGE}", file=sys.stderr)
+    print(f"visionbench: unknown command {cmd!r}; commands: run, estimate, report, list, bench, plot, papers\n{USAGE}", file=sys.stderr)
     return 2
 
 

@@ -2,6 +2,7 @@
 
     visionbench bench activations [--shape 64,128,32,32] [--dtype float32] [--device cpu] [--repeats N] [--families ...]
     visionbench bench train recipe=cifar10_vgg8 act=rational [baseline=relu] [--steps N]
+    visionbench bench fit [--families rational,hermite] [--repeats N]
 """
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ def main(argv: list[str]) -> int:
         from .act_speed import main as run
     elif what == "train":
         from .train_step import main as run
+    elif what == "fit":
+        from .fit_speed import main as run
     else:
-        print(f"visionbench bench: unknown benchmark {what!r}; known: activations, train\n{USAGE}", file=sys.stderr)
+        print(f"visionbench bench: unknown benchmark {what!r}; known: activations, train, fit\n{USAGE}", file=sys.stderr)
         return 2
     return run(rest)

@@ -47,19 +47,32 @@ CASES: dict[str, tuple[str, dict]] = {
     "acon_c": ("acon_c", {}),
     "star_relu": ("star_relu", {}),
 }
-# issue 7: every family <= 2x GELU, Fourier (a sincos per harmonic) <= 3x; issue 13: KAF (D Gaussians
+# targets (docs/bench.md): every family <= 2x GELU, Fourier (a sincos per harmonic) <= 3x, KAF (D Gaussians
 # per element) and the B-spline (a gather per element, G + k closed forms in backward) <= 3x
 TARGET = {"fourier": 3.0, "kaf": 3.0, "bspline": 3.0}
 DEFAULT_TARGET = 2.0
 REFERENCE_ROUNDS = 5  # references are 10-100x slower: fewer rounds keep the benchmark short
 
 
+def input_shape(text: str) -> tuple[int, ...]:
+    """An argparse type: the input shape, comma-separated integers >= 1."""
+    try:
+        dims = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        dims = ()
+    if not dims or min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"takes comma-separated integers >= 1 (NCHW), got {text!r}")
+    return dims
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="visionbench bench activations", description=__doc__.splitlines()[0])
-    p.add_argument("--shape", default="64,128,32,32", help="input shape, NCHW (default: 64,128,32,32)")
+    p.add_argument("--shape", type=input_shape, default="64,128,32,32",
+                   help="input shape, NCHW (default: 64,128,32,32)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"])
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--repeats", type=int, default=15, help="timing rounds (default 15; medians reported)")
+    p.add_argument("--device", type=timing.device_name, default="cpu")
+    p.add_argument("--repeats", type=timing.positive_int, default=15,
+                   help="timing rounds (default 15; medians reported)")
     p.add_argument("--families", default="all",
                    help="comma-separated family names or case labels (default: all): " + ", ".join(CASES))
     p.add_argument("--per-channel", action="store_true", help="one coefficient set per channel")
@@ -133,7 +146,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     try:
         labels = select(args.families)
-        shape = tuple(int(s) for s in args.shape.split(","))
+        shape = args.shape
     except ValueError as e:
         print(f"visionbench bench activations: {e}", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
-"""`visionbench run ... estimate=true`: what a sweep will cost, measured before it is paid (issue 14).
+"""`visionbench estimate <the run's arguments>`: what a sweep will cost, measured before it is paid.
 
-    visionbench run recipe=cifar10_vgg8 act=relu,rational seeds=5 estimate=true
+    visionbench estimate recipe=cifar10_vgg8 act=relu,rational seeds=5
 
 The preflight before a sweep is submitted to a cluster. For each distinct (setting, activation)
 of the sweep, on the trainer's device (`trainer.accelerator`/`devices`, resolved by Lightning):
@@ -40,8 +40,8 @@ from omegaconf import DictConfig
 
 from ..results import layout
 from ..results.io import RunStateError
-from ..sweep.axes import setting_label
-from ..sweep.config import ConfigError
+from ..config import ConfigError
+from ..results.settings import setting_label
 from ..sweep.sweep import plan, worker_threads
 
 WARMUP_STEPS = 2  # untimed: the first steps allocate, autotune and compile the fused kernels
@@ -120,7 +120,7 @@ def estimate(cfg: DictConfig) -> Estimate:
         groups.setdefault((setting_label(run["setting"]), run["act_label"]), []).append((run, out))
     parallel = max(1, min(int(cfg.parallel), len(jobs)))
     own_threads = torch.get_num_threads()
-    threads = worker_threads(parallel) if parallel > 1 else own_threads  # each worker's (runner/sweep.py)
+    threads = worker_threads(parallel) if parallel > 1 else own_threads  # each worker's (sweep/sweep.py)
     torch.set_num_threads(threads)
     try:
         rows, unreadable, unfinished, first = _measure_groups(groups)
@@ -245,7 +245,7 @@ def _measure(run: dict[str, Any], data, device: torch.device, batch: int, what: 
     Memory: CUDA peak allocated in one step; elsewhere the bytes autograd saves for backward."""
     from .. import models
     from ..bench import timing
-    from ..bench.train import TrainStep
+    from .train_step import TrainStep
     from ..train.run import build_model
 
     torch.manual_seed(0)
@@ -276,7 +276,7 @@ def _measure(run: dict[str, Any], data, device: torch.device, batch: int, what: 
         if why is None:
             raise
         step = x = None
-        raise DoesNotFit(f"estimate: batch {batch} (per device) does not fit in memory on {device.type} for {what}: "
+        raise DoesNotFit(f"batch {batch} (per device) does not fit in memory on {device.type} for {what}: "
                          f"{why}; lower batch_size or set trainer.accumulate_grad_batches=K") from None
     finally:
         del step, model
@@ -356,7 +356,7 @@ def duration(seconds: float) -> str:
 
 
 def format_estimate(est: Estimate, recipe: str = "", results: str = "") -> str:
-    """The table and the projected total, as printed by `visionbench run ... estimate=true`."""
+    """The table and the projected total, as printed by `visionbench estimate ...`."""
     from ..bench import timing
 
     setting = any(r.setting for r in est.rows)

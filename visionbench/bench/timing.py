@@ -1,5 +1,5 @@
 """Measuring for the benchmarks: paired timing rounds, bytes saved for backward, peak CUDA memory,
-and the Markdown table every benchmark prints and writes.
+and the Markdown table every benchmark prints and writes (drawn by `visionbench.report.render`).
 
 Machines running these benchmarks are often shared (this project's CI has 2 loaded cores), so a
 benchmark never compares numbers taken minutes apart: every round times each contender once, in
@@ -7,6 +7,7 @@ turn, and ratios are the median over rounds of the per-round ratios.
 """
 from __future__ import annotations
 
+import argparse
 import datetime
 import platform
 import statistics
@@ -16,7 +17,30 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
+# the one table renderer; bench sits above report in the layering, so it may use it
+from ..report import render
+
 RESULTS_DIR = Path("results") / "bench"
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a count of timed rounds or steps, an integer >= 1 (no median of none)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def device_name(text: str) -> str:
+    """An argparse type: a torch device (cpu, cuda, cuda:1, mps, ...), checked before anything is built."""
+    try:
+        torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"not a torch device, got {text!r}; e.g. cpu, cuda, cuda:1") from None
+    return text
 
 
 def synchronize(device: torch.device) -> None:
@@ -84,17 +108,18 @@ def environment(device: torch.device) -> str:
             f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}")
 
 
-def markdown(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    def cell(v: object) -> str:
-        if v is None:
-            return "—"
-        if isinstance(v, float):
-            return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
-        return str(v)
+def cell(v: object) -> str:
+    """A benchmark number as shown: 3 significant digits below 1000, whole numbers above; None is "—"."""
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
 
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
+
+def markdown(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """The pipe table of a benchmark (no newline at the end), rendered by the report's one renderer."""
+    return render.pipe_table(render.Table(header, [[cell(v) for v in row] for row in rows], align="-" * len(header)))
 
 
 def write_report(name: str, title: str, command: str, notes: Sequence[str], table: str,

@@ -8,7 +8,7 @@
 
 A step is forward, cross-entropy, backward and the recipe's optimizer step on a fixed synthetic
 batch of the recipe's size, on `--device`, with the recipe's `trainer.precision`, `channels_last`
-and `compile` applied as a run applies them (`TrainStep`). Both models are built as the runner
+and `compile` applied as a run applies them (`TrainStep`). Both models are built as the sweep
 builds them (`build_model`), warmed up (the first steps compile the fused kernels: reported as
 warm-up time), then timed in alternating steps: img/s are medians, the ratio is the median of
 per-step ratios. Memory: bytes autograd saves for backward in one step (any device) and peak
@@ -33,9 +33,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(prog="visionbench bench train", description=__doc__.splitlines()[0],
                                 epilog="key=value arguments: recipe=NAME act=NAME [baseline=NAME] and any "
                                        "recipe override (batch_size=64, model.norm=group, ...)")
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"timed steps per model (default {DEFAULT_STEPS})")
+    p.add_argument("--steps", type=timing.positive_int, default=DEFAULT_STEPS,
+                   help=f"timed steps per model (default {DEFAULT_STEPS})")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per model first (default 2)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", type=timing.device_name, default="cpu")
     p.add_argument("--name", default=None, help="report name (default train_<recipe>_<act>)")
     p.add_argument("--out", default=str(timing.RESULTS_DIR))
     return p.parse_known_args(argv)
@@ -107,7 +108,9 @@ def levers(trainer) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from ..sweep.config import ConfigError, load_config, run_config, sweep_acts
+    from ..config import ConfigError, run_config
+    from ..sweep.acts import sweep_acts
+    from ..sweep.preflight import load_config
     from ..train.run import build_model
 
     args, rest = parse_args(argv)

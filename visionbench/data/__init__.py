@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..config import DATA_ENV_VAR, AugmentConfig, DataConfig, data_config
 from .base import VisionDataModule
 from .cifar10 import CIFAR10DataModule
-from .config import DATA_ENV_VAR, AugmentConfig, DataConfig
 from .datasets import DatasetNotFoundError
 from .digits import DigitsDataModule
+from .fashion_mnist import FashionMNISTDataModule
 from .imagenet import ImageNetDataModule
 from .synthetic import SyntheticDataModule
 from .tiny_imagenet import TinyImageNetDataModule
@@ -28,6 +29,7 @@ DATAMODULES: dict[str, type[VisionDataModule]] = {
         TinyImageNetDataModule,
         ImageNetDataModule,
         DigitsDataModule,
+        FashionMNISTDataModule,
         SyntheticDataModule,
     )
 }
@@ -45,7 +47,7 @@ def create_datamodule(
 
     Args:
         data_cfg: the `data:` block (dict or OmegaConf DictConfig; missing keys take
-            the schema's defaults (visionbench/schema.py), unknown keys are an error), or a `DataConfig`.
+            the schema's defaults (visionbench/config/), unknown keys are an error), or a `DataConfig`.
         batch_size: per-process batch size.
         seed: the run's seed; fixes shuffling and augmentation, never the splits.
         test_in_val: when there is a test split (`val_split > 0`), `val_dataloader()`
@@ -58,7 +60,7 @@ def create_datamodule(
         ValueError: unknown dataset name or invalid settings.
         DatasetNotFoundError: the dataset is not on disk (a FileNotFoundError).
     """
-    cfg = data_cfg if isinstance(data_cfg, DataConfig) else DataConfig.from_mapping(data_cfg)
+    cfg = data_cfg if isinstance(data_cfg, DataConfig) else data_config(data_cfg)
     if cfg.name not in DATAMODULES:
         raise ValueError(f"unknown dataset data.name={cfg.name!r}; known: {', '.join(names())}")
     return DATAMODULES[cfg.name](cfg, batch_size=batch_size, seed=seed, test_in_val=test_in_val)

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-from .config import DataConfig
+from ..config import DataConfig
 from .datasets import TransformSubset
 from .loading import ExpandedRepeatAugSampler, RepeatAugSampler, make_loader
 from .splits import stratified_limit, stratified_split

@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from .config import DATA_ENV_VAR, DataConfig
+from ..config import DATA_ENV_VAR, DataConfig
 
 
 class DatasetNotFoundError(FileNotFoundError):

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from .base import VisionDataModule
-from .config import DataConfig
+from ..config import DataConfig
 from .datasets import ArrayDataset
 
 

@@ -27,7 +27,7 @@ from timm.data.random_erasing import RandomErasing
 from timm.data.transforms import MaybeToTensor, str_to_interp_mode, str_to_pil_interp
 from torchvision import transforms as T
 
-from .config import AugmentConfig, rand_augment_ops
+from ..config import AugmentConfig, rand_augment_ops
 
 INTERPOLATION = "bicubic"  # timm's default for the DeiT/ConvNeXt recipes
 EVAL_CROP_PCT = 0.875  # the standard ImageNet eval: resize 256, center-crop 224
@@ -100,8 +100,8 @@ def colour_and_auto_augment(
 ) -> list[Callable]:
     """ColorJitter (if set), then the auto-augment policy (if set): the 004 code's order."""
     tfl: list[Callable] = []
-    if aug.color_jitter is not None:
-        brightness, contrast, saturation, hue = aug.color_jitter
+    if aug.jitter is not None:
+        brightness, contrast, saturation, hue = aug.jitter
         tfl.append(T.ColorJitter(brightness=brightness, contrast=contrast, saturation=saturation, hue=hue))
     if aug.auto_augment and aug.auto_augment_impl == "torchvision":
         tfl.append(torchvision_rand_augment(aug.auto_augment))

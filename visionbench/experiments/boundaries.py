@@ -1,6 +1,7 @@
 """Decision boundaries of a tiny MLP per activation on 2-D toy data (paper 001 Sec 4.2, App M).
 
     visionbench plot boundaries --acts relu,gelu,rational,hermite --out boundaries.png
+    visionbench plot boundaries --acts relu,silu --datasets moons,spirals --steps 150 --out b.png
 
     >>> from visionbench.experiments.boundaries import plot_decision_boundaries
     >>> plot_decision_boundaries(["relu", "gelu"], "boundaries.png", datasets=("moons", "circles"))
@@ -13,6 +14,8 @@ differs. Rows are datasets, columns activations. Runs in about a second per pane
 """
 from __future__ import annotations
 
+import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -128,3 +131,33 @@ def plot_decision_boundaries(acts, out_path, seed: int = 0, datasets=("moons",),
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
     return out
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="visionbench plot", description="Stand-alone figures.")
+    sub = p.add_subparsers(dest="what", required=True)
+    b = sub.add_parser("boundaries", help="decision boundaries of a tiny MLP per activation on 2-D toy data")
+    b.add_argument("--acts", default="relu,gelu,rational,hermite", help="comma-separated activation names")
+    b.add_argument("--out", required=True, help="PNG file to write")
+    b.add_argument("--datasets", default="moons", help=f"comma-separated: {','.join(DATASETS)}")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--steps", type=int, default=300, help="full-batch Adam steps per network")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`visionbench plot boundaries --acts relu,gelu --out FILE`: 0 on success, 2 on a usage error
+    (an unknown activation or dataset: the message lists the known ones)."""
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exc:  # argparse's --help and usage errors
+        return exc.code if isinstance(exc.code, int) else 2
+    acts = [a.strip() for a in args.acts.split(",") if a.strip()]
+    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    try:
+        out = plot_decision_boundaries(acts, args.out, seed=args.seed, datasets=datasets, steps=args.steps)
+    except ValueError as exc:
+        print(f"visionbench plot: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}", file=sys.stderr)
+    return 0

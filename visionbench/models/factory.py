@@ -17,9 +17,9 @@ import timm
 from torch import nn
 
 from .. import activations
-from . import resnet_cifar, vgg  # noqa: F401  (registers vb_vgg4, vb_vgg8, vb_resnet32 in timm)
+from . import fmnist_resnet, resnet_cifar, vgg  # noqa: F401  (registers vb_vgg4, vb_vgg8, vb_resnet32, vb_fmnist_* in timm)
 from .norms import make_norm_free
-from .swap import swap_activations
+from .swap import SWAP_OPTION, split_swap_options, swap_activations
 
 SWIN_PATCH, SWIN_WINDOW, SWIN_STAGES = 4, 7, 4
 
@@ -52,6 +52,9 @@ MODELS: dict[str, ModelSpec] = {
     "vgg4": ModelSpec("vb_vgg4", takes_img_size=True, group_norm={"norm": "group"}),
     "vgg8": ModelSpec("vb_vgg8", takes_img_size=True, group_norm={"norm": "group"}),
     "resnet32": ModelSpec("vb_resnet32", takes_img_size=True, group_norm={"norm": "group"}),
+    # paper 003 Table 6's Fashion-MNIST net (models/fmnist_resnet.py); img_size sizes fc1
+    "fmnist_resnet": ModelSpec("vb_fmnist_resnet", takes_img_size=True),
+    "fmnist_slnn": ModelSpec("vb_fmnist_slnn", takes_img_size=True),
 }
 _BY_TIMM_ID = {spec.timm_id: spec for spec in MODELS.values()}
 NORMS = ("group",)
@@ -76,6 +79,19 @@ def resolve(name: str) -> ModelSpec:
         return ModelSpec(name, takes_img_size=True)  # other timm models: img_size passes through if given
     raise ValueError(f"unknown model {name!r}; accepted: {', '.join(MODELS)}, or any timm model id "
                      f"(timm.list_models())")
+
+
+def check(name: str, norm: str | None = None, norm_free: bool = False) -> ModelSpec:
+    """The spec of model `name` with its norm toggles checked (the one check: `create` and the sweep's
+    preflight call it); ValueError naming what is accepted."""
+    spec = resolve(name)
+    if norm is not None and norm not in NORMS:
+        raise ValueError(f"unknown norm {norm!r}; accepted: {', '.join(NORMS)} or None")
+    if norm == "group" and spec.group_norm is None:
+        raise ValueError(f"norm='group' is not supported by {name!r}; supported models: {_supporting('group_norm')}")
+    if norm_free and not spec.norm_free:
+        raise ValueError(f"norm_free is not supported by {name!r}; supported models: {_supporting('norm_free')}")
+    return spec
 
 
 def swin_window_size(img_size: int, patch_size: int = SWIN_PATCH, max_window: int = SWIN_WINDOW,
@@ -105,13 +121,14 @@ def create(
     norm_free: bool = False,
     fit_to_replaced: bool = False,
     act_kwargs: dict[str, Any] | None = None,
+    swap_layers: Any = None,
     **timm_kwargs: Any,
 ) -> nn.Module:
     """Build model `name` (short name or timm id) and swap its activations to `act`.
 
     Args:
         name: `resnet50`, `convnext_t`, `vit_s8`, `cait_s24`, `swin_t`, `vgg4`, `vgg8`,
-            `resnet32`, or any timm model id (passed through).
+            `resnet32`, `fmnist_resnet`, `fmnist_slnn`, or any timm model id (passed through).
         act: visionbench activation registry name; None keeps the model's own activations.
         num_classes: classifier outputs; None = the timm entrypoint's default.
         img_size: input size for models that size themselves from it (ViT/CaiT/Swin, VGG's
@@ -122,20 +139,17 @@ def create(
             reduced to divide the channels; ResNet: GroupNorm instead of BatchNorm).
         norm_free: bypass norm1/norm2 in every transformer block (ViT, CaiT, Swin).
         fit_to_replaced: fit each new learnable activation to the activation it replaces.
-        act_kwargs: options of the new activation (e.g. {"init": "gelu"}).
+        act_kwargs: options of the new activation (e.g. {"init": "gelu"}); the reserved key
+            `swap_layers` is the swap's, not the activation's (`act=slaf[swap_layers=last]`).
+        swap_layers: which activation sites get `act` (swap.select_sites: "all" / None, "first",
+            "last", an index, a list, a slice "a:b"); the others keep the model's own.
         **timm_kwargs: passed to `timm.create_model` (`pretrained` defaults to False;
             `in_chans`, `drop_rate`, `drop_path_rate`, ...).
 
     Returns:
         The model, with `model.swap_report` (a `SwapReport`, or None without `act`).
     """
-    spec = resolve(name)
-    if norm is not None and norm not in NORMS:
-        raise ValueError(f"unknown norm {norm!r}; accepted: {', '.join(NORMS)} or None")
-    if norm == "group" and spec.group_norm is None:
-        raise ValueError(f"norm='group' is not supported by {name!r}; supported models: {_supporting('group_norm')}")
-    if norm_free and not spec.norm_free:
-        raise ValueError(f"norm_free is not supported by {name!r}; supported models: {_supporting('norm_free')}")
+    spec = check(name, norm, norm_free)
     if fit_to_replaced and act is None:
         raise ValueError("fit_to_replaced=True needs an act to fit")
     kwargs: dict[str, Any] = {"pretrained": False}
@@ -148,6 +162,13 @@ def create(
         if spec.timm_id == MODELS["swin_t"].timm_id and "window_size" not in timm_kwargs:
             kwargs["window_size"] = swin_window_size(img_size)
     kwargs.update(timm_kwargs)
+    act_kwargs, from_options = split_swap_options(act_kwargs)
+    if from_options is not None:
+        if swap_layers is not None and swap_layers != from_options:
+            raise ValueError(f"swap_layers given twice: {swap_layers!r} and act option {SWAP_OPTION}={from_options!r}")
+        swap_layers = from_options
+    if swap_layers is not None and act is None:
+        raise ValueError(f"swap_layers={swap_layers!r} needs an act to swap in")
     if act is not None:  # fail on a bad activation before spending time on a large model
         activations.check(act, act_kwargs)
     try:
@@ -159,5 +180,6 @@ def create(
         model = timm.create_model(spec.timm_id, **kwargs)
     if norm_free:
         make_norm_free(model)
-    model.swap_report = swap_activations(model, act, act_kwargs, fit_to_replaced) if act is not None else None
+    model.swap_report = (swap_activations(model, act, act_kwargs, fit_to_replaced, layers=swap_layers)
+                         if act is not None else None)
     return model

@@ -260,7 +260,7 @@ def _build_timm(build: Build, source_act) -> nn.Module:
 
 def check(checkpoint: str | Path, train: str | list[str], act: str,
           act_kwargs: dict[str, Any] | None = None) -> tuple[frozenset[str], str]:
-    """Validate fine-tuning settings without loading anything (the runner calls it before a sweep).
+    """Validate fine-tuning settings without loading anything (the sweep calls it before training).
 
     Returns:
         (the parts of `train`, the canonical act name). ValueError for a bad `train`, act or option, and

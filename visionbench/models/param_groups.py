@@ -10,8 +10,8 @@ Which parameters decay is the `decay_rule`:
 - `ndim`: the 004 Tiny ImageNet code's rule: everything decays except 1-D parameters, names ending
   in `.bias` and names containing "norm" or "bn"; so ViT/CaiT's pos_embed and cls_token and Swin's
   relative_position_bias_table decay, and `no_weight_decay()` is not consulted.
-Activation coefficients (DESIGN §3) get their own group with lr x `act_lr_mult` and
-`act_weight_decay` (0 in every paper) under either rule.
+Activation coefficients (no weight decay: 001 Sec 3.5) get their own group with lr x `act_lr_mult`
+and `act_weight_decay` (0 in every paper) under either rule.
 """
 from __future__ import annotations
 

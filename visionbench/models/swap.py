@@ -18,6 +18,18 @@ Each new module gets, unless `act_kwargs` sets them: `num_channels` (output size
 conv/linear/norm registered just before the activation; used by `per_channel` and SLAF) and
 `channel_dim=-1` where that layer is a `Linear` (its output has features last: token MLPs and
 ConvNeXt's NHWC block MLP); conv/norm outputs keep the NCHW default.
+
+Which sites (`layers`, default all): the swappable modules are numbered 0..n-1 in module order
+(`named_modules`, i.e. forward order in every supported model) and `layers` picks some of them; the
+others keep the model's own activation. Paper 003 swaps one site only (Table 5: the first ReLU of
+ResNet-32; Table 6: the last one of its Fashion-MNIST net):
+
+    >>> swap_activations(model, "slaf", {"degree": 2}, layers="last").paths      # ['fc2.act']
+
+Accepted: None or "all"; "first" / "last"; an int i (negative counts from the end); a list of ints;
+a slice "a:b" / "a:b:c" (Python's rules, "-1:" = the last). A swept activation variant carries it as
+the reserved option `swap_layers` (`act=relu,slaf[swap_layers=last]`): `split_swap_options` takes it
+out of the activation's options before the activation sees them.
 """
 from __future__ import annotations
 
@@ -43,6 +55,88 @@ _TIMM = tuple(getattr(mod, n) for mod, names in (
     (timm_acts_me, ("SwishMe", "MishMe", "HardSwishMe", "HardMishMe")),
 ) for n in names if hasattr(mod, n))
 DEFAULT_EXCLUDE = ("head", "pre_logits")
+SWAP_OPTION = "swap_layers"  # reserved key of an activation's options: which sites a swap replaces (`layers`)
+
+
+def split_swap_options(act_kwargs: dict[str, Any] | None) -> tuple[dict[str, Any], Any]:
+    """(the activation's own options, the `swap_layers` value or None): `slaf[degree=2,swap_layers=last]`
+    reaches the swap as act_kwargs {degree: 2, swap_layers: last}; only {degree: 2} is the activation's."""
+    kwargs = dict(act_kwargs or {})
+    return kwargs, kwargs.pop(SWAP_OPTION, None)
+
+
+ACCEPTED_LAYERS = "all, first, last, an int, a list of ints, or a slice 'a:b' / 'a:b:c'"
+
+
+def parse_layers(layers: Any) -> Any:
+    """`layers` in one canonical form, checked without a model: None (all), "first", "last", a
+    `slice`, or a tuple of ints. ValueError (one line) for anything else; `check_layers` in a
+    config check, `select_sites` once the model's site count is known."""
+    def bad(why: str) -> ValueError:
+        return ValueError(f"swap layers={layers!r}: {why}; accepted: {ACCEPTED_LAYERS}")
+
+    if layers is None:
+        return None
+    if isinstance(layers, str):
+        text = layers.strip()
+        if text in ("all", "first", "last"):
+            return None if text == "all" else text
+        if ":" in text:
+            parts = text.split(":")
+            try:
+                if len(parts) > 3:
+                    raise ValueError
+                bounds = [int(p) if p.strip() else None for p in parts]
+            except ValueError:
+                raise bad("not a slice of integers") from None
+            if len(bounds) == 3 and bounds[2] == 0:
+                raise bad("slice step 0")
+            return slice(*bounds)
+        try:
+            layers_int = int(text)
+        except ValueError:
+            raise bad("unknown word") from None
+        return (layers_int,)
+    items = list(layers) if isinstance(layers, (list, tuple)) else [layers]
+    if not items:
+        raise bad("empty list")
+    for i in items:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise bad(f"{i!r} is not an integer index")
+    return tuple(items)
+
+
+def check_layers(layers: Any) -> None:
+    """Raise ValueError if `layers` can select sites in no model (what a config check can say)."""
+    parse_layers(layers)
+
+
+def select_sites(layers: Any, n: int) -> list[int]:
+    """Indices (sorted, distinct) of the `n` swappable sites that `layers` picks (module docstring).
+
+    Raises:
+        ValueError: one line naming the value, the number of sites and what is accepted (an index out of
+            range, an empty selection, a value of another type).
+    """
+    spec = parse_layers(layers)
+
+    def bad(why: str) -> ValueError:
+        return ValueError(f"swap layers={layers!r}: {why}; the model has {n} activation site(s), numbered "
+                          f"0..{n - 1} (or -{n}..-1)")
+
+    if spec is None:
+        return list(range(n))
+    if spec in ("first", "last"):
+        return [0 if spec == "first" else n - 1]
+    if isinstance(spec, slice):
+        picked = list(range(n))[spec]
+        if not picked:
+            raise bad("the slice selects no site")
+        return sorted(set(picked))
+    for i in spec:
+        if not -n <= i < n:
+            raise bad(f"index {i} is out of range")
+    return sorted({i % n for i in spec})
 
 
 def swappable_types() -> tuple[type, ...]:
@@ -77,6 +171,8 @@ class SwapReport:
     act: str
     entries: list[SwapEntry] = field(default_factory=list)
     functional: list[str] = field(default_factory=list)
+    sites: list[str] = field(default_factory=list)  # every swappable site's path, swapped or not
+    layers: Any = None  # the `layers` selection (None = all)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -95,9 +191,16 @@ class SwapReport:
             out[e.original] = out.get(e.original, 0) + 1
         return out
 
+    @property
+    def kept(self) -> list[str]:
+        """Sites left with the model's own activation (`layers` picked others)."""
+        swapped = set(self.paths)
+        return [p for p in self.sites if p not in swapped]
+
     def summary(self) -> str:
         by_type = ", ".join(f"{n} x {k}" for k, n in self.counts().items())
-        return f"swapped {len(self)} activations -> {self.act} ({by_type})"
+        of = f" of {len(self.sites)}" if len(self.sites) > len(self) else ""
+        return f"swapped {len(self)}{of} activations -> {self.act} ({by_type})"
 
 
 def _qualname(module: nn.Module) -> str:
@@ -159,6 +262,7 @@ def swap_activations(
     *,
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE,
     warn_functional: bool = True,
+    layers: Any = None,
 ) -> SwapReport:
     """Replace every swappable activation module of `model`, in place, by a new `act` instance.
 
@@ -172,12 +276,19 @@ def swap_activations(
             and the fitted state copied to every other site with the same target.
         exclude: path prefixes left alone (the classifier).
         warn_functional: warn if functional activation calls are found (they stay unswapped).
+        layers: which of the swappable sites to replace, in module order: None / "all", "first",
+            "last", an index, a list of indices or a slice "a:b" (module docstring); the others keep
+            their activation. `act_kwargs["swap_layers"]` is the same (one of the two may be given).
 
     Returns:
-        A `SwapReport`. ValueError if `act` is unknown or nothing matched.
+        A `SwapReport`. ValueError if `act` is unknown, nothing matched or `layers` is bad.
     """
+    act_kwargs, from_options = split_swap_options(act_kwargs)
+    if from_options is not None:
+        if layers is not None and layers != from_options:
+            raise ValueError(f"swap layers given twice: layers={layers!r} and {SWAP_OPTION}={from_options!r}")
+        layers = from_options
     name = activations.check(act, act_kwargs)
-    act_kwargs = dict(act_kwargs or {})
     accepted = set(activations.accepted_kwargs(name))
     learnable = activations.is_learnable(name)
     types = swappable_types()
@@ -200,8 +311,11 @@ def swap_activations(
             f"swap to {name!r} matched no activation module in {type(model).__name__} "
             f"(looked for {', '.join(sorted({t.__name__ for t in types}))} outside {', '.join(exclude)})"
         )
+    all_paths = [path for path, *_ in sites]
+    chosen = select_sites(layers, len(sites))
+    sites = [sites[i] for i in chosen]
 
-    report = SwapReport(act=name)
+    report = SwapReport(act=name, sites=all_paths, layers=layers)
     cache: dict[Any, tuple[dict[str, torch.Tensor], FitResult]] = {}
     replacements: list[tuple[str, nn.Module]] = []
     for path, old, channels, linear_before in sites:

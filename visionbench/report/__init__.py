@@ -1,4 +1,4 @@
-"""Aggregate runs into significance tables and plots; reads only the results files (DESIGN.md §6, §7).
+"""Aggregate runs into significance tables and figures; reads only the results files.
 
     visionbench report results/cifar10_vgg8 [--metric val_top1_best] [--baseline relu] [--test student]
 
@@ -6,13 +6,21 @@
     >>> runs = load_runs("results")                       # one row per run
     >>> summarize(runs, "val_top1_best", baseline="relu")  # one row per (recipe, act)
 
-Files: `collect` (find and read summaries), `stats` (tests, Holm, effect size, bootstrap),
-`tables` (md/csv/tex), `plots` (curves, learned shapes), `boundaries` (toy decision
-boundaries), `cli` (`main`, `plot_main`).
+The report stands on `visionbench.results` (the files' layout) and `visionbench.stats` (every
+statistic); it imports no torch and trains nothing. Modules:
+
+* `main`: the `visionbench report` command line.
+* `collect`: find and read summary.json, metrics.csv and activation snapshots.
+* `summary`: one row per (recipe, act): counts, mean ± std, the test against the baseline.
+* `verdict`, `stopping`, `published`, `curves`, `protocol`: what is added to a table — verdicts and
+  power, where `seeds=auto` stopped, the papers' numbers, convergence metrics, what the recipe scores.
+* `tables` (per recipe), `best_of` (a factor sweep in its paper's layout), `suite` (across
+  recipes), `papers` (`visionbench papers`): the tables, all written by `render` (md, csv, tex).
+* `figures`: curves, learned activation shapes, the improvement interval plot, the CD diagram.
 """
-from .main import main, plot_main
+from .main import main
 from .collect import load_runs, metric_names
 from ..stats.significance import bootstrap_ci, cohen_d, holm, stars
 from .summary import summarize
 
-__all__ = ["main", "plot_main", "load_runs", "metric_names", "summarize", "stars", "holm", "cohen_d", "bootstrap_ci"]
+__all__ = ["main", "load_runs", "metric_names", "summarize", "stars", "holm", "cohen_d", "bootstrap_ci"]

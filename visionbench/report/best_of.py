@@ -4,11 +4,12 @@ per setting of the factors not selected over, and in each cell the best of the s
 LSUV init; Sec 5.1).
 
     >>> table = best_of_table(per_setting_summaries, best_of=["model.lsuv"])
-    >>> print(markdown(table, recipe="cifar10_vgg4_aug"))
+    >>> print(markdown(table, "cifar10_vgg4_aug", ["model.lsuv"], metric_text, settings_dirs))
 
 Selecting the maximum of several means is optimistic (a max of noisy estimates is biased up):
 the caption says it is a selection, and each cell names the setting chosen; the per-setting
-tables, with their t-tests, sit in the settings' folders.
+tables, with their t-tests, sit in the settings' folders. "Best" follows the metric's direction
+(`stats.metrics.higher_is_better`): with `--metric epochs_to_90` the fastest setting is chosen.
 """
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ import math
 
 import pandas as pd
 
-from ..sweep.axes import format_value, parse_setting_label
-from ..stats.significance import higher_is_better
+from ..results.settings import format_value, parse_setting_label
+from ..stats.metrics import higher_is_better
+from . import render
 from .tables import has_published, published_cell, published_header
 
 COLUMNS = ["recipe", "act", "column", "chosen", "mean", "std", "n", "p_value", "stars", "n_candidates", "metric",
@@ -59,20 +61,18 @@ def best_of_table(summaries: pd.DataFrame, best_of: list[str]) -> pd.DataFrame:
     return out[COLUMNS]
 
 
-def _cell(row, digits: int) -> str:
+def _cell(row, digits: int) -> render.Cell | str:
+    """`mean ± std (chosen setting)`, the number bold for the best in its column, underlined for the second."""
     if not (isinstance(row["mean"], float) and math.isfinite(row["mean"])):
         return "NaN"
     text = f"{row['mean']:.{digits}f}" + (f" ± {row['std']:.{digits}f}" if math.isfinite(row["std"]) else "")
-    if row["best"]:
-        text = f"**{text}**"
-    elif row["second"]:
-        text = f"<ins>{text}</ins>"
-    return text + (f" ({row['chosen']})" if row["chosen"] else "")
+    mark = "bold" if row["best"] else "underline" if row["second"] else ""
+    return render.Cell(text, mark, f" ({row['chosen']})" if row["chosen"] else "")
 
 
-def markdown(table: pd.DataFrame, recipe: str, best_of: list[str], metric_text: str, settings_dirs: list[str],
-             digits: int = 2, notes=()) -> str:
-    """The paper-shaped Markdown table: acts down, columns across, the chosen setting in each cell; with
+def layout(table: pd.DataFrame, recipe: str, best_of: list[str], metric_text: str, settings_dirs: list[str],
+           digits: int = 2, notes=()) -> render.Table:
+    """The paper-shaped table: acts down, columns across, the chosen setting in each cell; with
     `--published` (004 Table 2's numbers are per GN setting, best of the inits) a paper column per column."""
     # columns in a stable order, "off" values first: null / false before the others (004 Table 2: no GN, GN)
     columns = sorted(dict.fromkeys(table["column"]), key=lambda c: [
@@ -82,20 +82,22 @@ def markdown(table: pd.DataFrame, recipe: str, best_of: list[str], metric_text: 
     selection = (f"Each cell is the best of the settings of {', '.join(best_of)} (the one chosen in brackets) — "
                  "a selection over settings, as 004 Table 2 reports it; a max of noisy means is optimistic. "
                  if best_of else "")
-    lines = [f"### {recipe} — by setting", "",
-             f"{recipe}: mean ± sample std over completed seeds; metric {metric_text}. {selection}"
-             "Best mean per column **bold**, second <ins>underlined</ins>. Per-setting tables with t-tests: "
-             + ", ".join(f"`{d}/table.md`" for d in settings_dirs) + ".", "",
-             "| Act. | " + " | ".join(c or "(all)" for c in columns) + " |",
-             "|:---|" + "---:|" * len(columns)]
+    what = f"{recipe}: mean ± sample std over completed seeds; metric {metric_text}. {selection}"
+    intro = [what + "Best mean per column **bold**, second <ins>underlined</ins>. Per-setting tables with t-tests: "
+             + ", ".join(f"`{d}/table.md`" for d in settings_dirs) + "."]
+    header = ["Act."] + [c or "(all)" for c in columns]
     if has_published(table):
         cells |= {(r["act"], "published " + r["column"]): published_cell(r, digits) for _, r in table.iterrows()}
-        lines[-2] = lines[-2] + " " + " | ".join(f"paper {c or '(all)'}" for c in columns) + " |"
-        lines[-1] = lines[-1] + "---:|" * len(columns)
-        lines[-2:-2] = [f"Paper columns: {published_header(table)}.", ""]
+        header += [f"paper {c or '(all)'}" for c in columns]
+        intro.append(f"Paper columns: {published_header(table)}.")
         columns = columns + ["published " + c for c in columns]
-    for act in acts:
-        lines.append(f"| {act} | " + " | ".join(cells.get((act, c), "") for c in columns) + " |")
-    if notes:
-        lines += ["", "Notes:"] + [f"- {n}" for n in notes]
-    return "\n".join(lines) + "\n"
+    rows = [[act] + [cells.get((act, c), "") for c in columns] for act in acts]
+    return render.Table(header, rows, title=f"{recipe} — by setting", intro=intro, notes=list(notes),
+                        caption=what + "Best mean per column bold, second underlined.",
+                        label=recipe.replace("_", "-") + "-by-setting", data=table)
+
+
+def markdown(table: pd.DataFrame, recipe: str, best_of: list[str], metric_text: str, settings_dirs: list[str],
+             digits: int = 2, notes=()) -> str:
+    """The Markdown of `layout`: title, caption, the table, notes."""
+    return render.markdown(layout(table, recipe, best_of, metric_text, settings_dirs, digits, notes))

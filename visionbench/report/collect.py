@@ -4,16 +4,20 @@
     >>> runs = load_runs("results/cifar10_vgg8")      # or the parent `results/`
     >>> runs.groupby(["recipe", "act"]).val_top1_best.mean()
 
-Layout read (DESIGN.md §6): `<recipe_dir>/<act>/seed_<k>/summary.json`, and in factor sweeps
-`<recipe>/<setting>/<act>/seed_<k>/summary.json` (runner/axes.py). Labels come from the
+Layout read (visionbench/results/layout.py): `<recipe_dir>/<act>/seed_<k>/summary.json`, and in
+factor sweeps `<recipe>/<setting>/<act>/seed_<k>/summary.json`. Labels come from the
 directory names, which are unique on disk by construction (two variants of one family, e.g.
 `rational[init=gelu]` and `rational[init=leaky_relu]`, live in two act dirs); the summary's own
 fields are only a fallback for the seed, and a disagreement is reported as a note. `recipe_dir`
 is the folder above the act folders (a setting's folder in a factor sweep: its own table goes
 there), `recipe_root` the recipe's folder.
+
+The per-epoch files the figures and the curve metrics read are here too: `read_metrics`
+(metrics.csv as a frame), `read_snapshots` (act_snapshots/epoch_*.json), `snapshot_runs`, `has_curves`.
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -151,3 +155,44 @@ def metric_names(runs: pd.DataFrame) -> list[str]:
     metrics = [c for c in runs.columns if c not in BASE_COLUMNS]
     scalars = [c for c in RUN_SCALARS if c in runs.columns and runs[c].notna().any()]
     return metrics + scalars
+
+
+# --- per-epoch files: metrics.csv and the activation snapshots -------------------------------
+
+def read_metrics(run_dir) -> pd.DataFrame | None:
+    """A run's metrics.csv, or None when missing or unreadable (a plot never fails the report)."""
+    path = layout.files(run_dir).metrics
+    if not path.is_file():
+        return None
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError):
+        return None
+    return frame if "epoch" in frame.columns else None
+
+
+def read_snapshots(run_dir) -> list[dict]:
+    """The run's `act_snapshots/epoch_*.json`, sorted by epoch (unreadable files skipped)."""
+    out = []
+    for path in sorted(layout.files(run_dir).snapshots.glob("epoch_*.json")):
+        try:
+            snap = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(snap, dict) and snap.get("layers"):
+            out.append(snap)
+    return sorted(out, key=lambda s: s.get("epoch", 0))
+
+
+def snapshot_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """One run per act that stored snapshots: a completed run if any, then the lowest seed."""
+    has = runs[[layout.files(d).snapshots.is_dir() for d in runs["run_dir"]]] if len(runs) else runs
+    if not len(has):
+        return has
+    has = has.assign(_not_done=has["status"] != "completed")
+    return has.sort_values(["act", "_not_done", "seed"]).groupby("act", sort=True).head(1).drop(columns="_not_done")
+
+
+def has_curves(runs: pd.DataFrame) -> bool:
+    """Whether any run has a metrics.csv (the `--plots` default)."""
+    return any(layout.files(d).metrics.is_file() for d in runs["run_dir"])

@@ -1,7 +1,7 @@
-"""Convergence as a metric, computed from each run's metrics.csv (issue 11, "Per recipe").
+"""Convergence as a metric, computed from each run's metrics.csv (docs/report.md, "Convergence metrics").
 
 The summary metrics say where a run ends; these say how fast it gets there. On the digits
-default, rational is at 70 % after one epoch where ReLU is at 15 % (issue 11): a best-over-epochs
+default, rational is at 70 % after one epoch where ReLU is at 15 %: a best-over-epochs
 table cannot show that, `epochs_to_90` and `val_top1_auc` can.
 
     visionbench report results/digits_vgg4 --metric epochs_to_90
@@ -10,88 +10,34 @@ table cannot show that, `epochs_to_90` and `val_top1_auc` can.
     >>> from visionbench.report import curves, load_runs
     >>> runs = curves.add_metric(load_runs("results/digits_vgg4"), "epochs_to_90")
 
-Names a `--metric` may take (`<column>`: a column of metrics.csv, default `val_top1`):
-
-* `[<column>_]epochs_to_<X>`: the first epoch at which the column reaches X % of the run's own
-  best value of it (0 < X <= 100). The epoch is metrics.csv's `epoch` value (the runner writes 1
-  after the first epoch). Lower is better.
-* `[<column>_]epochs_to_<T>_abs`: the first epoch at which the column reaches T in its own units
-  (`epochs_to_95_abs`: 95 % top-1). A run that never reaches T has no value: it is counted in the
-  table's `n_missing` and named in the notes, not scored as fast or slow.
-* `<column>_auc`: the area under the column's per-epoch curve divided by the number of epochs
-  (each epoch one unit wide): the mean of the column over training, in its units, so recipes
-  with different epoch counts stay on one scale. Higher is better for accuracies, lower for
-  losses (as `stats.higher_is_better` decides from the name).
+The names a `--metric` may take, and their direction, are `visionbench.stats.metrics`'s (`parse`,
+`higher_is_better`): `[<column>_]epochs_to_<X>` (X % of the run's own best of the column, default
+`val_top1`), `[<column>_]epochs_to_<T>_abs` (T in the column's units) and `<column>_auc` (the area
+under the per-epoch curve divided by the number of epochs: the mean over training, in the column's
+units, so recipes with different epoch counts stay on one scale). The epoch is metrics.csv's `epoch`
+value (the runner writes 1 after the first epoch). A run that never reaches the threshold has no
+value: it is counted in the table's `n_missing` and named in the notes, not scored as fast or slow.
 
 Only completed runs get a value (diverged and failed runs are never scored, as in the tables).
 """
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from .plots import read_metrics
-from ..stats.significance import higher_is_better as _name_higher_is_better
-
-DEFAULT_COLUMN = "val_top1"  # the curve 004 Fig 1 draws
-_EPOCHS_TO = re.compile(r"^(?:(?P<column>\w+?)_)?epochs_to_(?P<level>\d+(?:\.\d+)?)(?P<abs>_abs)?$")
-_AUC = re.compile(r"^(?P<column>\w+)_auc$")
-NAMES_HELP = "epochs_to_<X> (X % of the run's own best val_top1), epochs_to_<T>_abs, <column>_auc " \
-             "(curve metrics from metrics.csv; docs/report.md)"
-
-
-@dataclass(frozen=True)
-class CurveMetric:
-    """A parsed curve metric name: `kind` is `epochs_to` or `auc`; `level` is X (relative, %) or T."""
-    name: str
-    column: str
-    kind: str
-    level: float | None = None
-    absolute: bool = False
-
-
-def parse(name: str) -> CurveMetric | None:
-    """The curve metric `name` stands for, None when it is no curve metric name.
-
-    Raises:
-        ValueError: an `epochs_to_<X>` with X outside (0, 100].
-    """
-    m = _EPOCHS_TO.match(name)
-    if m:
-        level, absolute = float(m["level"]), bool(m["abs"])
-        if not absolute and not 0 < level <= 100:
-            raise ValueError(f"--metric {name}: X in epochs_to_<X> is a percentage of the run's best, in (0, 100]; "
-                             f"for an absolute threshold write epochs_to_{m['level']}_abs")
-        return CurveMetric(name, m["column"] or DEFAULT_COLUMN, "epochs_to", level, absolute)
-    m = _AUC.match(name)
-    if m:
-        return CurveMetric(name, m["column"], "auc")
-    return None
-
-
-def higher_is_better(metric: str) -> bool:
-    """`epochs_to_*` goes down; everything else as `stats.higher_is_better` (accuracies up, losses down)."""
-    cm = _safe_parse(metric)
-    if cm is not None and cm.kind == "epochs_to":
-        return False
-    return _name_higher_is_better(metric)
+from ..stats.metrics import NAMES_HELP, CurveMetric, higher_is_better, parse
+from .collect import read_metrics
 
 
 def plot_metric(metric: str) -> str:
     """The per-epoch column to draw for `metric`: a curve metric's own column, else `metric` itself."""
-    cm = _safe_parse(metric)
-    return cm.column if cm is not None else metric
-
-
-def _safe_parse(metric: str) -> CurveMetric | None:
     try:
-        return parse(metric)
+        cm = parse(metric)
     except ValueError:
-        return None
+        return metric
+    return cm.column if cm is not None else metric
 
 
 def epochs_to(frame: pd.DataFrame, column: str, level: float, absolute: bool = False) -> float:
@@ -138,7 +84,7 @@ def add_metric(runs: pd.DataFrame, name: str) -> pd.DataFrame:
     cm = parse(name)
     if cm is None:
         raise ValueError(f"{name!r} is no curve metric; curve metrics are {NAMES_HELP}")
-    if cm.kind == "epochs_to" and not _name_higher_is_better(cm.column):
+    if cm.kind == "epochs_to" and not higher_is_better(cm.column):
         raise ValueError(f"--metric {name}: epochs_to needs a column where higher is better (val_top1, test_top1, "
                          f"ema_val_top1, ...), got {cm.column!r}")
     frames = {i: read_metrics(run["run_dir"]) for i, run in runs.iterrows() if run["status"] == "completed"}

@@ -1,14 +1,15 @@
-"""Command lines `visionbench report` and `visionbench plot` (the top-level CLI delegates here).
+"""The command line `visionbench report` (the top-level CLI delegates here).
 
     visionbench report results/cifar10_vgg8                       # one recipe
     visionbench report results --metric ema_val_top1_best --test welch --extras
     visionbench report results/digits_vgg4 --margin 0.5 --holm      # verdicts with equivalence (verdict.py)
     visionbench report results/digits_vgg4 --metric epochs_to_90    # convergence (curves.py)
     visionbench report results          # several recipes: + ranks.md/csv, cd_diagram.png in results/ (suite.py)
-    visionbench plot boundaries --acts relu,gelu,rational,hermite --out boundaries.png
 
-Both return an exit code instead of exiting: 0 on success, 2 on a usage or data error
-(the message, printed to stderr, lists the valid choices).
+`main` returns an exit code instead of exiting: 0 on success, 2 on a usage or data error
+(the message, printed to stderr, lists the valid choices). The report reads the results files
+only; the decision-boundary figure (`visionbench plot boundaries`) trains networks and is
+`visionbench.experiments.boundaries`.
 """
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ from pathlib import Path
 import pandas as pd
 
 from ..stats import power
-from . import best_of, curves, plots, protocol, published, stopping, suite, tables, verdict
-from .collect import metric_names, scan_runs
+from ..stats.metrics import NAMES_HELP, higher_is_better, parse
 from ..stats.significance import TESTS
+from . import best_of, curves, figures, protocol, published, render, stopping, suite, tables, verdict
+from .collect import has_curves, metric_names, scan_runs
 from .summary import summarize
 
 
@@ -37,8 +39,10 @@ def report_parser() -> argparse.ArgumentParser:
                    help="a recipe dir (results/cifar10_vgg8) or a parent of several")
     p.add_argument("--metric", default=None,
                    help="summary metric to compare (default: each recipe's report.metric, the value its paper "
-                        f"reports; else {protocol.HELD_OUT_METRIC} with a held-out val split, else {protocol.DEFAULT_METRIC}); "
-                        f"or a curve metric: {curves.NAMES_HELP}")
+                        f"reports; else {protocol.HELD_OUT_METRIC} with a held-out val split, else "
+                        f"{protocol.DEFAULT_METRIC}); "
+                        # argparse %-formats help strings: NAMES_HELP's "X % of" would raise
+                        "or a curve metric: " + NAMES_HELP.replace("%", "%%"))
     p.add_argument("--baseline", default=None,
                    help="act to test against (default: the summaries' baseline field, else relu, else gelu)")
     p.add_argument("--best-of", default=None, metavar="KEY[,KEY]",
@@ -127,7 +131,7 @@ def _report(args) -> int:
     acts = sorted(set(runs["act"]))
     if args.baseline is not None and args.baseline not in acts:
         raise UsageError(f"unknown baseline {args.baseline!r}; acts: {', '.join(acts)}")
-    want_plots = plots.has_curves(runs) if args.plots is None else args.plots
+    want_plots = has_curves(runs) if args.plots is None else args.plots
 
     written, skipped, tasks = [], [], []
     for root, root_runs in runs.groupby("recipe_root", sort=True):
@@ -142,7 +146,7 @@ def _report(args) -> int:
             continue
         # an explicit baseline missing from this recipe marks it "no baseline" instead of failing the others
         summaries = summarize(root_runs, metric, args.baseline, args.test, n_boot=args.bootstrap, seed=args.seed,
-                              require_baseline=False, higher_better=curves.higher_is_better(metric))
+                              require_baseline=False, higher_better=higher_is_better(metric))
         summaries["metric_text"] = protocol.describe_metric(metric, _common(root_runs["val_split"]))
         per_setting = []
         for recipe_dir, summary in summaries.groupby("recipe_dir", sort=True):
@@ -154,7 +158,7 @@ def _report(args) -> int:
             summary, stop_notes = stopping.attach(summary, _sequential_record(Path(recipe_dir), metric))
             recipe_notes += stop_notes
             summary = verdict.annotate(summary, recipe_runs, alpha=args.alpha, margin=args.margin, effect=args.effect,
-                                       holm_adjust=args.holm, higher_better=curves.higher_is_better(metric),
+                                       holm_adjust=args.holm, higher_better=higher_is_better(metric),
                                        n_boot=args.bootstrap, seed=args.seed, digits=args.digits)
             if args.published:
                 summary, published_notes = published.attach(summary, setting=recipe_runs["setting"].iloc[0],
@@ -163,16 +167,16 @@ def _report(args) -> int:
             print(tables.markdown(summary, recipe_notes, args.digits, args.extras))
             written += tables.write(summary, recipe_dir, formats, recipe_notes, args.digits, args.extras)
             if want_plots:
-                written += plots.make_plots(recipe_runs, curves.plot_metric(metric), recipe_dir,
-                                            tables.baseline_of(summary))
+                written += figures.make_plots(recipe_runs, curves.plot_metric(metric), recipe_dir,
+                                              tables.baseline_of(summary))
             per_setting.append(summary.assign(setting=recipe_runs["setting"].iloc[0]))
             tasks.append(suite.task("/".join(filter(None, [Path(root).name, recipe_runs["setting"].iloc[0]])),
-                                    recipe_runs, metric, curves.higher_is_better(metric), tables.baseline_of(summary)))
+                                    recipe_runs, metric, higher_is_better(metric), tables.baseline_of(summary)))
         if (root_runs["setting"] != "").any():
             written += _write_layout(pd.concat(per_setting, ignore_index=True), root_runs, Path(root), args, formats)
     if len(skipped) == runs["recipe_root"].nunique():
         raise UsageError("nothing to report: " + "; ".join(skipped))
-    if args.suite and runs["recipe_root"].nunique() > 1:  # issue 11 "Across recipes"; one recipe: no suite view
+    if args.suite and runs["recipe_root"].nunique() > 1:  # one recipe: no suite view (nothing to rank across)
         text, suite_files = suite.write(suite.scores_frame(tasks), args.results_dir, alpha=args.alpha,
                                         n_boot=args.bootstrap, seed=args.seed, digits=args.digits)
         print(text)
@@ -186,9 +190,9 @@ def _curve_metric(runs: pd.DataFrame, metric: str, available: list[str]) -> pd.D
     """`runs` with the curve metric `metric` (curves.py) computed from the metrics.csv files; UsageError when
     `metric` is neither a summary metric nor a curve metric, or its curves are missing."""
     try:
-        if curves.parse(metric) is None:
+        if parse(metric) is None:
             raise UsageError(f"unknown metric {metric!r}; available: {', '.join(available)}; "
-                             f"or a curve metric: {curves.NAMES_HELP}")
+                             f"or a curve metric: {NAMES_HELP}")
         return curves.add_metric(runs, metric)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -217,23 +221,16 @@ def _metric(runs, explicit: str | None) -> tuple[str | None, str]:
 
 def _write_layout(summaries, runs, root: Path, args, formats) -> list[Path]:
     """The recipe-level table of a factor sweep (004 Table 2's layout) into the recipe's folder."""
-    best_of = protocol.report_best_of(runs) if args.best_of is None else [k for k in args.best_of.split(",") if k]
-    table = best_of.best_of_table(summaries, best_of)
+    keys = protocol.report_best_of(runs) if args.best_of is None else [k for k in args.best_of.split(",") if k]
+    table = best_of.best_of_table(summaries, keys)
     notes = []
     if args.published:  # 004 Table 2 prints per GN setting the best of the inits: this table's layout
         table, notes = published.attach(table, setting_col="column", val_split=_common(runs["val_split"]))
     settings_dirs = sorted(set(runs["setting"]) - {""})
-    text = best_of.markdown(table, str(runs["recipe"].iloc[0]), best_of, summaries["metric_text"].iloc[0],
+    shown = best_of.layout(table, str(runs["recipe"].iloc[0]), keys, summaries["metric_text"].iloc[0],
                            settings_dirs, args.digits, notes)
-    print(text)
-    written = []
-    if "md" in formats:
-        written.append(root / "table.md")
-        written[-1].write_text(text)
-    if "csv" in formats:
-        written.append(root / "table.csv")
-        table.to_csv(written[-1], index=False)
-    return written
+    print(render.markdown(shown))
+    return render.write(shown, root / "table", formats)
 
 
 def _sequential_record(recipe_dir: Path, metric: str) -> dict | None:
@@ -276,7 +273,7 @@ def _recipe_notes(summary, runs, notes: list[str], recipe_dir: Path, baseline: s
 
 def _mixed_configs(runs) -> str:
     """'' when every run of the table was configured alike but for act and seed; else what differs, and where."""
-    from ..sweep.config import diff_configs, shared_part
+    from ..config import diff_configs, shared_part
     from ..results.io import RunStateError
     from ..results.layout import read_config
 
@@ -293,34 +290,3 @@ def _mixed_configs(runs) -> str:
     diffs = sorted({d.split(":")[0] for cfg, _ in groups[1:] for d in diff_configs(groups[0][0], cfg)})
     where = "; ".join(f"config {i + 1}: {', '.join(acts)}" for i, (_, acts) in enumerate(groups))
     return f"keys {', '.join(diffs) or '(unreadable configs)'} — {where}"
-
-
-def plot_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="visionbench plot", description="Stand-alone figures.")
-    sub = p.add_subparsers(dest="what", required=True)
-    b = sub.add_parser("boundaries", help="decision boundaries of a tiny MLP per activation on 2-D toy data")
-    b.add_argument("--acts", default="relu,gelu,rational,hermite", help="comma-separated activation names")
-    b.add_argument("--out", required=True, help="PNG file to write")
-    b.add_argument("--datasets", default="moons", help="comma-separated: moons,circles,spirals,classification")
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--steps", type=int, default=300, help="full-batch Adam steps per network")
-    return p
-
-
-def plot_main(argv: list[str] | None = None) -> int:
-    """`visionbench plot boundaries --acts relu,gelu --out FILE`: returns an exit code."""
-    from ..experiments.boundaries import plot_decision_boundaries
-
-    try:
-        args = plot_parser().parse_args(argv)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
-    acts = [a.strip() for a in args.acts.split(",") if a.strip()]
-    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
-    try:
-        out = plot_decision_boundaries(acts, args.out, seed=args.seed, datasets=datasets, steps=args.steps)
-    except ValueError as exc:
-        print(f"visionbench plot: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"wrote {out}", file=sys.stderr)
-    return 0

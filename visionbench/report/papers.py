@@ -16,7 +16,7 @@ import sys
 
 import pandas as pd
 
-from . import published
+from . import published, render
 from .tables import format_p
 
 TEST_NAMES = {"student": "two-tailed Student t-test (equal variances, as 001 states)",
@@ -96,34 +96,38 @@ def _diff_cell(row) -> str:
     return f"{row['diff']:+.{decimals}f}"
 
 
+def group_table(g: pd.DataFrame) -> render.Table:
+    """One (paper, table, group, metric) section: the printed rows, Δ, recomputed and printed p."""
+    first = g.iloc[0]
+    recipes = [f"`{r}`" for r in dict.fromkeys(g["recipe"]) if r]
+    where = f"{', '.join(dict.fromkeys(g['model']))} on {first['dataset']}; " + \
+        (f"recipe {', '.join(recipes)}" if recipes else "no visionbench recipe")
+    rows = [[r["label"], f"`{r['activation']}`", r["setting"], _n_cell(r["n"]), _mean_cell(r), _diff_cell(r),
+             _p_cell(r), r["printed_p"], r["check"], r["note"]] for _, r in g.iterrows()]
+    header = ["Act. (paper)", "act", "setting", "n", "mean ± std", "Δ vs baseline", "p (recomputed)", "printed p",
+              "check", "note"]
+    return render.Table(header, [[str(c) for c in row] for row in rows], align="lllrrrrrll",
+                        title=f"{first['paper']} {first['table']} — {first['group']} — {first['printed_column']} "
+                              f"(`{first['metric']}`)", intro=[f"{where}."], data=g)
+
+
 def markdown(rows: pd.DataFrame, test: str) -> str:
-    """One section per (paper, table, group, metric): the printed rows, Δ, recomputed and printed p."""
-    lines = [f"Published results. p: {TEST_NAMES[test]} from the printed mean ± std (n) against the group's "
-             "baseline; `check`: does the paper's printed significance hold (`holds within rounding`: some "
-             "mean/std within the printed rounding gives the printed stars). n = seeds the paper states "
-             "(`?`: none stated).", ""]
-    for (paper, table, group, metric), g in rows.groupby(["paper", "table", "group", "metric"], sort=False):
-        first = g.iloc[0]
-        recipes = [f"`{r}`" for r in dict.fromkeys(g["recipe"]) if r]
-        where = f"{', '.join(dict.fromkeys(g['model']))} on {first['dataset']}; " + \
-            (f"recipe {', '.join(recipes)}" if recipes else "no visionbench recipe")
-        lines += [f"### {paper} {table} — {group} — {first['printed_column']} (`{metric}`)", "", f"{where}.", "",
-                  "| Act. (paper) | act | setting | n | mean ± std | Δ vs baseline | p (recomputed) | printed p "
-                  "| check | note |", "|:---|:---|:---|---:|---:|---:|---:|---:|:---|:---|"]
-        for _, r in g.iterrows():
-            cells = [r["label"], f"`{r['activation']}`", r["setting"], _n_cell(r["n"]), _mean_cell(r), _diff_cell(r),
-                     _p_cell(r), r["printed_p"], r["check"], r["note"]]
-            lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
-        lines.append("")
+    """One section per (paper, table, group, metric), then the printed claims that do not hold."""
+    blocks = [f"Published results. p: {TEST_NAMES[test]} from the printed mean ± std (n) against the group's "
+              "baseline; `check`: does the paper's printed significance hold (`holds within rounding`: some "
+              "mean/std within the printed rounding gives the printed stars). n = seeds the paper states "
+              "(`?`: none stated).\n"]
+    groups = rows.groupby(["paper", "table", "group", "metric"], sort=False)
+    blocks += [render.markdown(group_table(g)) for _, g in groups]
     failing = rows[rows["check"] == published.FAILS]
     if (rows["check"] != "").any() and failing.empty:
-        lines += ["Every printed p-value shown holds under this test."]
+        blocks.append("Every printed p-value shown holds under this test.")
     if len(failing):
-        lines += ["Printed significance that does not hold under this test:"]
-        lines += [f"- {published.ref(r)} {r['label']} ({r['metric']}): printed {r['printed_p']}, recomputed "
-                  f"{format_p(r['p_value'], r['stars'])} (rounding allows {r['p_low']:.2g}–{r['p_high']:.2g})"
-                  for _, r in failing.iterrows()]
-    return "\n".join(lines).rstrip() + "\n"
+        blocks.append("\n".join(["Printed significance that does not hold under this test:"] + [
+            f"- {published.ref(r)} {r['label']} ({r['metric']}): printed {r['printed_p']}, recomputed "
+            f"{format_p(r['p_value'], r['stars'])} (rounding allows {r['p_low']:.2g}–{r['p_high']:.2g})"
+            for _, r in failing.iterrows()]))
+    return "\n".join(blocks).rstrip() + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

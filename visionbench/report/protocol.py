@@ -17,8 +17,7 @@ import math
 
 import pandas as pd
 
-DEFAULT_METRIC = "val_top1_best"
-HELD_OUT_METRIC = "test_top1_at_best_val"
+from ..config import DEFAULT_METRIC, HELD_OUT_METRIC
 
 
 @functools.lru_cache(maxsize=None)
@@ -26,12 +25,12 @@ def packaged_report(recipe: str) -> dict:
     """The `report:` block of the packaged recipe `recipe` ({} when there is no such recipe)."""
     from omegaconf import OmegaConf
 
-    from ..sweep.config import ConfigError, load_config, recipe_names
+    from ..config import ConfigError, recipe_config, recipe_names
 
     if recipe not in recipe_names():
         return {}
     try:
-        return OmegaConf.to_container(load_config([f"recipe={recipe}"]).report)
+        return OmegaConf.to_container(recipe_config(recipe).report)
     except ConfigError:
         return {}
 

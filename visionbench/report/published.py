@@ -35,7 +35,7 @@ from ..stats.significance import STAR_LEVELS, stars
 
 DATA_FILE = "published_tables.csv"
 NUMERIC = ("mean", "std", "n")
-# marks for rows whose p cannot be computed: never a crash (DESIGN.md §7)
+# marks for rows whose p cannot be computed: a missing number is named, never a crash
 MARK_BASELINE = "baseline"
 MARK_NO_N = "n not stated"
 MARK_N1 = "n=1"

@@ -1,5 +1,5 @@
 """Where `seeds=auto` stopped each activation, and why: the `stopped` column and notes of a table,
-from the `sequential.json` the runner wrote beside the runs (runner/rounds.py).
+from the `sequential.json` the sweep wrote beside the runs (visionbench/sweep/rounds.py).
 
     >>> summary, notes = attach(summary, layout.read_sequential(recipe_dir))
 """

@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..stats.metrics import higher_is_better
 from ..stats.significance import (MARK_BASELINE, MARK_NO_BASELINE, MARK_NO_RUN, TESTS, bootstrap_ci, cohen_d, compare,
-                                  higher_is_better, holm, stars)
+                                  holm, stars)
 from .collect import metric_names
 
 FALLBACK_BASELINES = ("relu", "gelu")  # the baselines of the papers' CNN and transformer tables

@@ -1,10 +1,11 @@
-"""Render one recipe's `summarize` rows as Markdown, CSV and LaTeX (booktabs).
+"""One recipe's `summarize` rows as a table: display cells, caption and notes, written as Markdown,
+CSV and LaTeX (booktabs) by the one renderer, `render`.
 
     >>> from visionbench.report import tables
     >>> print(tables.markdown(summary))
     >>> tables.write(summary, "results/cifar10_vgg8", formats=("md", "csv", "tex"))
 
-Markdown and LaTeX are built from the same display cells, so they always show the same
+Markdown and LaTeX are built from the same display cells (`table`), so they always show the same
 numbers; the CSV holds every column of `summarize` at full precision. As in the papers'
 tables (004 Table 2), the best mean is bold and the second-best underlined
 (`<ins>` in Markdown, which GitHub renders underlined; `\\underline` in LaTeX).
@@ -12,23 +13,19 @@ tables (004 Table 2), the best mean is bold and the second-best underlined
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import pandas as pd
 
 from ..stats.significance import MARK_BASELINE, stars
+from . import render
+from .render import FORMATS
 
-FORMATS = ("md", "csv", "tex")
 TEST_NAMES = {
     "student": "two-tailed Student t-test (equal variances)",
     "welch": "two-tailed Welch t-test (unequal variances)",
     "paired": "two-tailed paired t-test over the seeds both acts share",
 }
-# one pass, so that the backslashes and dollars a substitution inserts are not escaped again
-_TEX = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$", "{": r"\{",
-        "}": r"\}", "~": r"\~{}", "^": r"\^{}", "±": r"$\pm$", "<": "$<$", ">": "$>$", "—": "--", "Δ": r"$\Delta$"}
-_TEX_RE = re.compile("|".join(re.escape(k) for k in _TEX))
 
 
 def number(x, digits: int, sign: bool = False) -> str:
@@ -75,8 +72,9 @@ def p_cell(row, col: str = "p_value", star_col: str = "stars") -> str:
     return row["mark"]
 
 
-def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple[list[str], list[list[str]], list[str]]:
-    """Headers, display rows and per-row emphasis (`best`, `second` or "") for one recipe."""
+def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple[list[str], list[list]]:
+    """Headers and display rows for one recipe: strings, and the mean as a `render.Cell`, bold for the
+    best mean and underlined for the second (a NaN mean is never marked)."""
     metric, base = summary["metric"].iloc[0], baseline_of(summary)
     headers = ["Act.", "n", f"{metric} (mean ± std)", f"Δ vs {base}" if base else "Δ", "p-value"]
     if extras:
@@ -92,9 +90,11 @@ def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple
     show_published = has_published(summary)
     if show_published:
         headers.append(published_header(summary))
-    rows, emphasis = [], []
+    rows = []
     for _, r in summary.iterrows():
-        row = [r["act"], str(r["n"]), mean_cell(r, digits),
+        mean = mean_cell(r, digits)
+        mark = "bold" if r["best"] else "underline" if r["second"] else ""
+        row = [r["act"], str(r["n"]), render.Cell(mean, mark) if mean and not mean.startswith("NaN") else mean,
                "—" if r["is_baseline"] else number(r["diff"], digits, sign=True), p_cell(r)]
         if extras:
             ci = "" if not math.isfinite(r["ci_low"]) else \
@@ -111,8 +111,7 @@ def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple
         if show_published:
             row.append(published_cell(r, digits))
         rows.append(row)
-        emphasis.append("best" if r["best"] else "second" if r["second"] else "")
-    return headers, rows, emphasis
+    return headers, rows
 
 
 def verdict_cell(row, digits: int = 2) -> str:
@@ -189,31 +188,6 @@ def caption(summary: pd.DataFrame) -> str:
             "* p < 0.05, ** < 0.01, *** < 0.001, **** < 0.0001, ns otherwise.")
 
 
-def markdown(summary: pd.DataFrame, notes=(), digits: int = 2, extras: bool = False) -> str:
-    """A Markdown section: title, caption, pipe table, legend of the marks, notes."""
-    headers, rows, emphasis = cells(summary, digits, extras)
-    wrap = {"best": "**{}**", "second": "<ins>{}</ins>", "": "{}"}
-    lines = [f"### {summary['recipe'].iloc[0]} — {summary['metric'].iloc[0]}", "",
-             caption(summary) + " Best mean **bold**, second <ins>underlined</ins>.", "",
-             "| " + " | ".join(headers) + " |",
-             "|" + "|".join(":---" if i == 0 else "---:" for i in range(len(headers))) + "|"]
-    for row, emph in zip(rows, emphasis):
-        row = list(row)
-        if row[2] and not row[2].startswith("NaN"):
-            row[2] = wrap[emph].format(row[2])
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
-    marks = sorted(set(summary["mark"]) - {"", MARK_BASELINE})
-    if marks:
-        lines += ["", "Marks in the p-value column: " + "; ".join(f"`{m}`: {MARK_HELP.get(m, m)}" for m in marks)
-                  + "."]
-    verdicts = verdict_lines(summary)
-    if verdicts:
-        lines += [""] + verdicts
-    if notes:
-        lines += ["", "Notes:"] + [f"- {n}" for n in notes]
-    return "\n".join(lines) + "\n"
-
-
 MARK_HELP = {
     "n<2": "fewer than two completed runs, no std and no test",
     "baseline n<2": "the baseline has fewer than two completed runs",
@@ -224,45 +198,39 @@ MARK_HELP = {
 }
 
 
-def tex_escape(text: str) -> str:
-    """Escape LaTeX specials and turn the table's Unicode symbols into math."""
-    return _TEX_RE.sub(lambda m: _TEX[m.group(0)], text)
+def table(summary: pd.DataFrame, notes=(), digits: int = 2, extras: bool = False) -> render.Table:
+    """The recipe's table: its cells; in Markdown the title, the caption with the legend of the
+    emphasis, then the marks, the verdicts and the notes; in LaTeX the caption and `tab:<recipe>`."""
+    headers, rows = cells(summary, digits, extras)
+    outro = []
+    marks = sorted(set(summary["mark"]) - {"", MARK_BASELINE})
+    if marks:
+        outro.append("Marks in the p-value column: " + "; ".join(f"`{m}`: {MARK_HELP.get(m, m)}" for m in marks) + ".")
+    verdicts = verdict_lines(summary)
+    if verdicts:
+        outro.append("\n".join(verdicts))
+    recipe, text = summary["recipe"].iloc[0], caption(summary)
+    return render.Table(headers, rows, title=f"{recipe} — {summary['metric'].iloc[0]}",
+                        intro=[text + " Best mean **bold**, second <ins>underlined</ins>."], outro=outro,
+                        notes=list(notes), caption=text, label=recipe.replace("_", "-"),
+                        data=summary.drop(columns=["recipe_dir"], errors="ignore"))
+
+
+def markdown(summary: pd.DataFrame, notes=(), digits: int = 2, extras: bool = False) -> str:
+    """A Markdown section: title, caption, pipe table, legend of the marks, verdicts, notes."""
+    return render.markdown(table(summary, notes, digits, extras))
 
 
 def latex(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> str:
     """A booktabs `table` float (needs `\\usepackage{booktabs}`) with the same cells as `markdown`."""
-    headers, rows, emphasis = cells(summary, digits, extras)
-    wrap = {"best": r"\textbf{%s}", "second": r"\underline{%s}", "": "%s"}
-    recipe = summary["recipe"].iloc[0]
-    lines = [r"\begin{table}[t]", r"\centering",
-             r"\caption{" + tex_escape(caption(summary)) + "}",
-             r"\label{tab:" + recipe.replace("_", "-") + "}",
-             r"\begin{tabular}{l" + "r" * (len(headers) - 1) + "}", r"\toprule",
-             " & ".join(tex_escape(h) for h in headers) + r" \\", r"\midrule"]
-    for row, emph in zip(rows, emphasis):
-        row = [tex_escape(c) for c in row]
-        if row[2] and not row[2].startswith("NaN"):
-            row[2] = wrap[emph] % row[2]
-        lines.append(" & ".join(row) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-    return "\n".join(lines) + "\n"
+    return render.latex(table(summary, digits=digits, extras=extras))
 
 
 def write(summary: pd.DataFrame, out_dir, formats=FORMATS, notes=(), digits: int = 2,
           extras: bool = False) -> list[Path]:
-    """Write `table.md`, `table.csv`, `table.tex` (those in `formats`) into `out_dir`."""
-    unknown = set(formats) - set(FORMATS)
-    if unknown:
-        raise ValueError(f"unknown table format(s) {', '.join(sorted(unknown))}; choose from {', '.join(FORMATS)}")
-    out_dir = Path(out_dir)
-    written = []
-    for fmt in formats:
-        path = out_dir / f"table.{fmt}"
-        if fmt == "md":
-            path.write_text(markdown(summary, notes, digits, extras))
-        elif fmt == "tex":
-            path.write_text(latex(summary, digits, extras))
-        else:
-            summary.drop(columns=["recipe_dir"], errors="ignore").to_csv(path, index=False)
-        written.append(path)
-    return written
+    """Write `table.md`, `table.csv`, `table.tex` (those in `formats`) into `out_dir`.
+
+    Raises:
+        ValueError: an unknown format (before anything is written).
+    """
+    return render.write(table(summary, notes, digits, extras), Path(out_dir) / "table", formats)

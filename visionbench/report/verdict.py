@@ -1,5 +1,6 @@
 """The verdict of each activation against the recipe's baseline: better / worse / equivalent /
-inconclusive, with the power numbers behind it and one sentence a reader can quote (issue 11).
+inconclusive, with the power numbers behind it and one sentence a reader can quote
+(docs/report.md, "Power, equivalence, verdicts").
 
     visionbench report results/digits_vgg4 --margin 0.5 --holm
 
@@ -31,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ..stats import improvement, power
-from . import curves
+from ..stats.metrics import higher_is_better
 from ..stats.significance import MARK_BASELINE, holm
 from .summary import _values
 from .tables import number
@@ -84,7 +85,7 @@ def annotate(summary: pd.DataFrame, runs: pd.DataFrame, *, alpha: float = power.
         margin: equivalence margin ±M in the metric's units (None: no TOST, no "equivalent").
         effect: the difference of means (metric units) `seeds_needed` is solved for; None = the observed one.
         holm_adjust: decide on the Holm-adjusted p-values (`p_holm`, `tost_p_holm`).
-        higher_better: the metric's direction; None decides from its name (`curves.higher_is_better`).
+        higher_better: the metric's direction; None decides from its name (`stats.metrics.higher_is_better`).
         n_boot, seed: bootstrap resamples and seed of the probability-of-improvement CI.
         digits: decimals of the numbers in the sentence.
 
@@ -94,7 +95,7 @@ def annotate(summary: pd.DataFrame, runs: pd.DataFrame, *, alpha: float = power.
     check_settings(alpha, target_power, margin, effect)
     out = summary.copy().reset_index(drop=True)
     metric = out["metric"].iloc[0]
-    higher = curves.higher_is_better(metric) if higher_better is None else higher_better
+    higher = higher_is_better(metric) if higher_better is None else higher_better
     base = out["baseline"].iloc[0] if isinstance(out["baseline"].iloc[0], str) else None
     values = {act: _values(group, metric) for act, group in runs.groupby("act", sort=True)}
     b = values.get(base, pd.Series(dtype=float))

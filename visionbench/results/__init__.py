@@ -5,5 +5,5 @@
     io.py          atomic writes, CSV rows, RunStateError / DiskFullError
 
 A leaf: it imports nothing of visionbench, so models (reading a run's weights), train (writing
-metrics and checkpoints), runner (writing summaries) and report (reading them) all go through it.
+metrics and checkpoints), sweep (writing summaries) and report (reading them) all go through it.
 """

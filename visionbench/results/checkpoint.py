@@ -2,7 +2,7 @@
 `train.module.ClassificationModule`, with the run's config.yaml one folder up.
 
 The one place that knows Lightning's checkpoint markers and the module's attribute names, so that
-`models/` reads a run's weights without knowing either (models/checkpoint.py asks `run_weights`).
+`models/` reads a run's weights without knowing either (models/pretrained.py asks `run_weights`).
 Depends on nothing of visionbench (torch is imported only to read an epoch).
 """
 from __future__ import annotations

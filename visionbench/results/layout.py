@@ -1,17 +1,17 @@
-"""The on-disk layout of one run (DESIGN §6) and the contract of its files: the one place that
-knows file names, the summary schema and the run statuses.
+"""The on-disk layout of one run and the contract of its files (for readers: docs/layout.md): the one
+place that knows file names, the summary schema and the run statuses.
 
     <results_dir>/<recipe>/[<setting label>/]<act>/seed_<k>/
-        config.yaml     the resolved run config (runner writes, resume compares)
-        summary.json    status + metrics, schema `SCHEMA` (runner writes, report reads)
+        config.yaml     the resolved run config (the sweep writes, resume compares)
+        summary.json    status + metrics, schema `SCHEMA` (the sweep writes, report reads)
         metrics.csv     one row per finished epoch (train/callbacks.MetricsWriter)
         checkpoints/    last.ckpt (every epoch: what a resume starts from), best.ckpt (best val_top1)
         act_snapshots/  learnable activations' shapes at chosen epochs (report plots)
         tb/             TensorBoard events
 
-The writer (runner) and the reader (report) both go through `read_summary`: one contract, so a
-summary the runner would refuse is one the report skips with the same reason.
-Depends on nothing of visionbench: models, train, runner and report may all import it.
+The writer (sweep) and the reader (report) both go through `read_summary`: one contract, so a
+summary the sweep would refuse is one the report skips with the same reason.
+Depends on nothing of visionbench: models, train, sweep and report may all import it.
 """
 from __future__ import annotations
 

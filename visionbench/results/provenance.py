@@ -1,8 +1,8 @@
 """Where the sweep puts a run, and the provenance it records (package versions, git commit).
 
 The layout of a run directory and the contract of its files (summary schema, statuses, config.yaml,
-metrics.csv) are `visionbench.results.layout`'s; this module only adds the runner's factor-sweep
-level (runner/axes.py):
+metrics.csv) are `visionbench.results.layout`'s; this module only adds the sweep's factor-sweep
+level (the factor axes of visionbench/config/):
 
     results/<recipe>/<act>/seed_<k>/...
     results/<recipe>/<setting>/<act>/seed_<k>/...       # factor sweeps: one level per setting
@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 
 from .layout import run_path
-from ..sweep.axes import setting_label
+from .settings import setting_label
 
 
 def run_dir(results_dir: str | Path, recipe: str, act: str, seed: int, setting: dict | None = None) -> Path:

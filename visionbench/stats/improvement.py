@@ -3,7 +3,7 @@ stratified bootstrap confidence intervals — the definitions of Agarwal et al.,
 "Deep RL at the edge of the statistical precipice" (Sec 4.3, App A.4; rliable's
 `probability_of_improvement` and `StratifiedBootstrap`).
 
-    >>> from visionbench.report import improvement
+    >>> from visionbench.stats import improvement
     >>> improvement.probability_of_improvement([91, 92], [90, 93])   # 0.5: two of four pairs won
     >>> improvement.interval({"r1": (x1, y1), "r2": (x2, y2)}, n_boot=10_000)  # (P, low, high)
 
@@ -109,27 +109,3 @@ def table(blocks: dict, baseline: str, *, n_boot: int = 10_000, seed: int = 0) -
                          "n_blocks": len(tasks)})
     return pd.DataFrame(rows, columns=["act", "block", "p_improve", "ci_low", "ci_high", "n_blocks"])
 
-
-def markdown(frame: pd.DataFrame, baseline: str, level: float = LEVEL) -> str:
-    """Acts down, blocks across, `P [low, high]` in each cell; the aggregate column first."""
-    if frame.empty:
-        return f"### Probability of improvement over {baseline}\n\nNo activation ran beside {baseline}.\n"
-    blocks = ["all"] + sorted(set(frame["block"]) - {"all"})
-
-    def cell(r) -> str:
-        ci = "" if not math.isfinite(r["ci_low"]) else f" [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
-        return f"{r['p_improve']:.2f}{ci}"
-
-    cells = {(r["act"], r["block"]): cell(r) for _, r in frame.iterrows()}
-    n = frame[frame["block"] == "all"].set_index("act")["n_blocks"].to_dict()
-    lines = [f"### Probability of improvement over {baseline}", "",
-             f"P(X > {baseline}): the probability that a run of X beats a run of {baseline} on the recipe's own "
-             "metric (ties ½; Agarwal et al. 2021), per recipe and averaged over the recipes where both ran "
-             f"(`all`), with {100 * level:g} % stratified-bootstrap CIs (runs resampled within each recipe). "
-             "0.5 = indistinguishable.", "",
-             "| Act. | " + " | ".join(f"all (n recipes)" if b == "all" else b for b in blocks) + " |",
-             "|:---|" + "---:|" * len(blocks)]
-    for act in sorted(set(frame["act"])):
-        row = [cells.get((act, b), "") + (f" ({n[act]})" if b == "all" and act in n else "") for b in blocks]
-        lines.append(f"| {act} | " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"

@@ -1,7 +1,7 @@
 """Power and equivalence of one comparison with the baseline: minimal detectable effect, seeds
-needed, and the TOST p-value (issue 11, "Per recipe").
+needed, and the TOST p-value (docs/report.md, "Verdicts, power and equivalence").
 
-    >>> from visionbench.report import power
+    >>> from visionbench.stats import power
     >>> power.mde(a, b)                       # smallest |Δ| detectable with 80 % power at α = 0.05
     >>> power.seeds_needed(0.35)              # seeds per group for 80 % power at Cohen's d = 0.35
     >>> power.tost_p(a, b, margin=0.5)        # p < α: the means are equivalent within ±0.5
@@ -23,7 +23,7 @@ from statsmodels.stats.power import TTestIndPower, TTestPower
 from statsmodels.stats.weightstats import ttost_ind, ttost_paired
 
 ALPHA = 0.05  # the papers' significance level (001 Tables 1, 2, 7: stars from p < 0.05)
-POWER = 0.8   # the conventional target power (issue 11)
+POWER = 0.8   # the conventional target power (Cohen 1988)
 MAX_SEEDS = 1_000_000  # beyond this the answer is "no realistic number of seeds"
 
 

@@ -1,11 +1,12 @@
-"""Sequential seeds: decide an activation against the baseline in rounds of seeds (issue 11).
+"""Sequential seeds: decide an activation against the baseline in rounds of seeds
+(docs/report.md, "Sequential seeds").
 
 A group-sequential two-sample Student t-test, two-tailed, with the Lan–DeMets O'Brien–Fleming-type
 α-spending function
 
     α*(t) = 2 − 2·Φ(z_{1−α/2} / √t),   t = n_k / n_max   (information fraction at look k).
 
-    >>> from visionbench.report import sequential
+    >>> from visionbench.stats import sequential
     >>> sequential.nominal_alphas((3, 5, 7, 10), alpha=0.05)   # the level each look is tested at
     >>> sequential.decide(acc_x, acc_relu, looks=(3, 5, 7, 10), margin=0.5)   # 'better', 'continue', ...
 
@@ -115,8 +116,8 @@ def decide(a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | None = No
 
 def evidence(a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | None = None,
              higher_is_better: bool = True) -> dict:
-    """`decide` with the numbers behind it, for a record of the sweep (runner/rounds.py): the seeds,
-    the difference of means, the t-test's p, TOST's p (with a margin), the look's level, the decision."""
+    """`decide` with the numbers behind it, for the sweep's record (visionbench/sweep/rounds.py): the
+    seeds, the difference of means, the t-test's p, TOST's p (with a margin), the look's level, the decision."""
     decision, diff, p, p_tost, level = _look(a, b, looks, alpha, margin, higher_is_better)
     return {"seeds": int(np.shape(a)[-1]), "diff": float(diff), "p": float(p),
             "p_tost": None if p_tost is None else float(p_tost), "level": float(level), "decision": str(decision)}

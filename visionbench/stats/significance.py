@@ -4,8 +4,11 @@
 
 The papers' test is the two-tailed Student t-test with equal variances (paper 001 Tables 1, 2,
 7); Welch and a paired test over shared seeds are options. Beyond the papers: Holm–Bonferroni
-adjusted p-values over the activations compared with the baseline of one recipe, Cohen's d with
-the pooled sd, and a seeded percentile-bootstrap 95 % CI of the difference of means.
+adjusted p-values over the activations compared with the baseline of one recipe (statsmodels'
+`multipletests`), Cohen's d with the pooled sd, and a seeded percentile-bootstrap 95 % CI of the
+difference of means (the interval `scipy.stats.bootstrap(method="percentile")` gives on the same
+resamples; kept here because scipy's vectorised mean can differ from it in the last bit, and the
+committed tables hold these numbers at full precision).
 
 Degenerate cases never raise; the `mark` column says why a number is missing:
 `baseline` (the baseline's own row), `n<2`, `baseline n<2`, `zero variance` (t undefined: both
@@ -19,10 +22,10 @@ import warnings
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
 
 TESTS = ("student", "welch", "paired")
 STAR_LEVELS = ((1e-4, "****"), (1e-3, "***"), (1e-2, "**"), (5e-2, "*"))
-LOWER_IS_BETTER = ("loss", "err", "ppl", "time", "mem")  # metric names where smaller wins
 
 MARK_BASELINE = "baseline"
 MARK_N = "n<2"
@@ -44,16 +47,16 @@ def stars(p: float) -> str:
 
 
 def holm(pvalues) -> np.ndarray:
-    """Holm–Bonferroni step-down adjusted p-values; NaNs stay NaN and do not count as tests."""
+    """Holm–Bonferroni step-down adjusted p-values (statsmodels' `multipletests(method="holm")`).
+
+    NaNs (untested rows: the baseline, n < 2, ...) stay NaN and do not count as tests, so m is the
+    number of finite p-values.
+    """
     p = np.asarray(pvalues, dtype=float)
     out = np.full_like(p, np.nan)
-    valid = np.flatnonzero(np.isfinite(p))
-    m = valid.size
-    if m == 0:
-        return out
-    order = valid[np.argsort(p[valid], kind="stable")]
-    scaled = p[order] * (m - np.arange(m))
-    out[order] = np.minimum(1.0, np.maximum.accumulate(scaled))  # monotone in the sorted order
+    valid = np.isfinite(p)
+    if valid.any():
+        out[valid] = multipletests(p[valid], method="holm")[1]
     return out
 
 
@@ -145,7 +148,3 @@ def _quiet(fn, *args, **kwargs):
         warnings.simplefilter("ignore", RuntimeWarning)
         return fn(*args, **kwargs)
 
-
-def higher_is_better(metric: str) -> bool:
-    """Accuracies go up, losses/errors/times go down (decides which mean is marked best)."""
-    return not any(key in metric.lower() for key in LOWER_IS_BETTER)

@@ -1,6 +1,13 @@
 """One process per run directory: a second `visionbench run` on the same results skips the runs
-another live process is training, and says so (an advisory `flock`, released when its holder
-exits or dies; on systems without `fcntl` there is no lock).
+another live process is training, and says so.
+
+    with RunLock(run_dir):      # RunLocked if another live process holds run_dir
+        train(...)
+
+The lock is `filelock.FileLock` (an advisory `flock` on POSIX, `msvcrt.locking` on Windows): the
+kernel drops it when its holder exits or dies, so a killed sweep's lock is taken over by the next
+run without any stale-lock cleanup. The holder's pid is written into the lock file (filelock opens
+it without truncating) so the skip message can name it.
 
 Under DDP every rank runs the same command and trains the same run together: only rank 0 takes
 the lock (the others would find it held and skip, leaving rank 0 waiting for them forever)."""
@@ -9,12 +16,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .ranks import is_rank_zero
+from filelock import FileLock, Timeout
 
-try:
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None
+from .ranks import is_rank_zero
 
 LOCK_NAME = ".lock"
 
@@ -28,30 +32,24 @@ class RunLock:
 
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / LOCK_NAME
-        self._file = None
+        self._lock: FileLock | None = None
 
     def __enter__(self) -> "RunLock":
-        if fcntl is None or not is_rank_zero():  # rank 0 of this DDP job holds it
+        if not is_rank_zero():  # rank 0 of this DDP job holds it
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(self.path, "a+")
+        lock = FileLock(self.path, timeout=0)
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.seek(0)
-            holder = f.read().strip() or "?"
-            f.close()
-            raise RunLocked(f"{self.path.parent} is being trained by another visionbench process (pid {holder}); "
+            lock.acquire()
+        except Timeout:
+            holder = self.path.read_text().strip() if self.path.exists() else ""
+            raise RunLocked(f"{self.path.parent} is being trained by another visionbench process (pid {holder or '?'}); "
                             "skipped here") from None
-        f.seek(0)
-        f.truncate()
-        f.write(str(os.getpid()))
-        f.flush()
-        self._file = f
+        self.path.write_text(str(os.getpid()))  # same inode: the lock stays held
+        self._lock = lock
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._file is not None:
-            fcntl.flock(self._file, fcntl.LOCK_UN)
-            self._file.close()
-            self._file = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None

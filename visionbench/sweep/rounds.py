@@ -1,10 +1,10 @@
 """`seeds=auto`: run a sweep's seeds in rounds and stop each activation once its comparison with the
-baseline is decided (issue 11, "Sequential seeds").
+baseline is decided (docs/running.md, "Sequential seeds"; the rule: visionbench/stats/sequential.py).
 
     visionbench run recipe=digits_vgg4 act=relu,gelu,rational seeds=auto seeds_max=10
 
 Round k trains seeds up to `looks[k]` (3, 5, 7, 10 for seeds_max=10) for every activation still
-open and for the baseline; then `report.sequential.decide` tests each open activation against the
+open and for the baseline; then `stats.sequential.decide` tests each open activation against the
 baseline on the recipe's report metric, at the level that look's share of α allows (O'Brien–Fleming-
 type spending, Bonferroni on increments: the overall type-I error stays ≤ α). "better", "worse" or,
 with `seeds_margin=M`, "equivalent" stops the activation; the baseline runs while any comparison is
@@ -19,12 +19,12 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
-from ..report import protocol
 from ..stats import sequential
-from ..stats.significance import higher_is_better
+from ..stats.metrics import higher_is_better
 from ..results import layout
 from ..results import provenance as results
-from .config import ConfigError, sweep_acts, sweep_settings
+from ..config import ConfigError, default_metric, sweep_settings
+from .acts import sweep_acts
 from .ranks import is_rank_zero
 
 STOPPED = ("better", "worse", "equivalent")
@@ -43,7 +43,7 @@ def metric_of(cfg: DictConfig) -> str:
     """The metric the decisions use: the recipe's report metric (the table's), by the report's rule."""
     if cfg.report.metric:
         return str(cfg.report.metric)
-    return protocol.HELD_OUT_METRIC if float(cfg.data.val_split) > 0 else protocol.DEFAULT_METRIC
+    return default_metric(cfg.data.val_split)
 
 
 def check(cfg: DictConfig) -> tuple[str, list[str]]:
@@ -59,7 +59,7 @@ def run_rounds(cfg: DictConfig, plan: Callable[..., list], execute_all: Callable
                on_note: Callable[[str], None] | None = None) -> list:
     """Every round of every setting; returns the outcomes of all runs executed or skipped.
 
-    `plan(cfg, settings=, acts=, seeds=)` and `execute_all(jobs)` are the sweep's own (runner/sweep.py)."""
+    `plan(cfg, settings=, acts=, seeds=)` and `execute_all(jobs)` are the sweep's own (sweep/sweep.py)."""
     baseline, others = check(cfg)
     metric, rounds = metric_of(cfg), looks(cfg.seeds_max)
     margin = None if cfg.seeds_margin is None else float(cfg.seeds_margin)

@@ -23,8 +23,9 @@ from omegaconf import DictConfig
 from ..results import layout
 from ..results.io import DiskFullError, RunStateError, is_disk_full
 from ..results import provenance as results
-from .config import (ConfigError, apply_setting, config_hash, diff_configs, fingerprint, run_config, sweep_acts,
-                     sweep_settings, upgrade)
+from ..config import (ConfigError, apply_setting, config_hash, diff_configs, fingerprint, run_config, sweep_settings,
+                      upgrade)
+from .acts import sweep_acts
 from .locks import RunLock, RunLocked
 from .ranks import is_rank_zero
 from .signals import Interrupted, init_worker, received
@@ -63,7 +64,7 @@ def execute(run: dict, out: Path, progress: bool = True) -> Outcome:
     (nothing in it is touched then). Raises `Interrupted` after recording status `interrupted`
     on SIGTERM or Ctrl-C.
 
-    Under DDP every rank calls this for every run and trains (runner/ranks.py); only rank 0 writes.
+    Under DDP every rank calls this for every run and trains (sweep/ranks.py); only rank 0 writes.
     All ranks decide skip/resume from the files as they were before this run's training: rank 0
     writes into the run directory only `running` before `trainer.fit`, which it cannot finish
     without the other ranks, so no rank can see this run `completed` before deciding to train it.
@@ -228,7 +229,7 @@ def plan(cfg: DictConfig, *, settings: list[dict] | None = None, acts: list[str]
 def run_sweep(cfg: DictConfig, progress: bool = True, on_outcome: Callable[[Outcome], None] | None = None,
               on_note: Callable[[str], None] | None = None) -> list[Outcome]:
     """Run every job of the sweep, `cfg.parallel` at a time; returns the outcomes in plan order.
-    With `seeds=auto`, in rounds (runner/rounds.py; `on_note` gets a line per round)."""
+    With `seeds=auto`, in rounds (sweep/rounds.py; `on_note` gets a line per round)."""
     def execute_all(jobs):
         return execute_jobs(jobs, int(cfg.parallel), progress, on_outcome)
 

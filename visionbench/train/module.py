@@ -17,8 +17,7 @@ from torch import nn
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from ..schema import defaults
-from .optim import build_optimizer, check_name, scaled_lr
+from .optim import build_optimizer, scaled_lr
 from .schedules import lr_lambda
 
 
@@ -87,15 +86,11 @@ class ClassificationModule(L.LightningModule):
         super().__init__()
         self.model = model
         self.num_classes = num_classes
-        # over the schema's defaults (visionbench/schema.py): the one place a default lives
-        base = defaults()
-        self.optim_cfg = {**base["optim"], **optim}
-        self.sched_cfg, self.loss_cfg = {**base["sched"], **sched}, {**base["loss"], **loss}
+        self.optim_cfg, self.sched_cfg, self.loss_cfg = dict(optim), dict(sched), dict(loss)  # whole, checked blocks
         self.act_lr_mult = float(act_lr_mult)
         self.batch_size = int(batch_size)
         self.eval_names = tuple(eval_names)
         self.channels_last = bool(channels_last)
-        check_name(self.optim_cfg["name"])  # fail at construction, not at the first optimizer step
 
         smoothing = float(self.loss_cfg["label_smoothing"])
         mixup, cutmix = float(self.loss_cfg["mixup"]), float(self.loss_cfg["cutmix"])

@@ -4,7 +4,7 @@
     result = train_run(run_cfg, Path("results/digits_vgg4/relu/seed_0"))
 
 Builds data, model and trainer; resumes from checkpoints/last.ckpt when it exists.
-Raises `Diverged` on a non-finite loss; the runner turns outcomes into summary.json.
+Raises `Diverged` on a non-finite loss; the sweep turns outcomes into summary.json.
 """
 from __future__ import annotations
 

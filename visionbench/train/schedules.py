@@ -9,17 +9,11 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping
 
-from ..schema import defaults
-
-SCHEDULES = ("constant", "step", "cosine")
-
 
 def lr_lambda(cfg: Mapping, base_lr: float, steps_per_epoch: int, epochs: int) -> Callable[[int], float]:
-    """Multiplier of the base lr at optimizer step `step` (0-based)."""
-    cfg = {**defaults()["sched"], **cfg}  # defaults live in the schema only (visionbench/schema.py)
-    name = str(cfg["name"]).lower()
-    if name not in SCHEDULES:
-        raise ValueError(f"unknown sched.name {name!r}; accepted: {', '.join(SCHEDULES)}")
+    """Multiplier of the base lr at optimizer step `step` (0-based); `cfg` is a whole, checked `sched`
+    block (a run's config, or `config.block("sched", {...})`: `name` is one of config.SCHEDULES)."""
+    name = cfg["name"]
     steps_per_epoch = max(1, int(steps_per_epoch))
     total = max(1, epochs * steps_per_epoch)
     warmup = int(round(float(cfg["warmup_epochs"]) * steps_per_epoch))

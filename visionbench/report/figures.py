@@ -1,18 +1,27 @@
-"""Plots next to the tables: accuracy curves over epochs and the learned activation shapes.
+"""The report's figures, drawn from the results files and the statistics already computed.
 
-    >>> from visionbench.report import load_runs, plots
-    >>> plots.make_plots(load_runs("results/cifar10_vgg8"), "val_top1_best")
+    >>> from visionbench.report import figures, load_runs
+    >>> figures.make_plots(load_runs("results/cifar10_vgg8"), "val_top1_best")   # curves + learned shapes
+    >>> figures.plot_improvement(pi_frame, "relu", "results/improvement.png")
+    >>> figures.plot_cd(ranking.friedman(scores), "results/cd_diagram.png")
 
-`curves_<column>.png` follows paper 004 Fig 1 (mean over seeds with a ±1 std band, one line
-per activation, completed runs only, as in the table). `act_shapes_<act>_seed<k>.png` follows
-paper 004 Fig 2/7: one panel per layer, the learned activation at each stored epoch over the
-density of that layer's pre-activation inputs (the last stored epoch's histogram, on a
-secondary axis). Figures are drawn with `matplotlib.figure.Figure` (Agg canvas), never pyplot,
-so nothing global (backend, current figure) changes in the caller's process.
+* `curves_<column>.png` follows paper 004 Fig 1: mean over seeds with a ±1 std band, one line per
+  activation, completed runs only, as in the table.
+* `act_shapes_<act>_seed<k>.png` follows paper 004 Fig 2/7: one panel per layer, the learned
+  activation at each stored epoch over the density of that layer's pre-activation inputs (the last
+  stored epoch's histogram, on a secondary axis).
+* `improvement.png`: the interval plot of the probability of improvement (Agarwal et al. 2021, Fig. 4
+  style): per activation the aggregate P(X > baseline) with its stratified-bootstrap CI, the per-recipe
+  values as small marks, a line at 0.5.
+* `cd_diagram.png`: the critical-difference diagram of the suite view (Demšar 2006 Fig 1).
+
+Figures are drawn with `matplotlib.figure.Figure` (Agg canvas), never pyplot, so nothing global
+(backend, current figure) changes in the caller's process. Reading metrics.csv and the snapshots is
+`collect.py`'s; the decision-boundary figure trains networks and lives in
+`visionbench.experiments.boundaries`.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -20,8 +29,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..stats import ranking
+from .collect import read_metrics, read_snapshots, snapshot_runs
+
 CURVE_SUFFIXES = ("_at_best_val", "_best", "_final")  # summary metric -> its per-epoch column
-SNAPSHOT_DIR = "act_snapshots"
 
 
 def curve_column(metric: str, columns) -> str | None:
@@ -36,18 +47,6 @@ def curve_column(metric: str, columns) -> str | None:
         if name in columns:
             return name
     return None
-
-
-def read_metrics(run_dir) -> pd.DataFrame | None:
-    """A run's metrics.csv, or None when missing or unreadable (a plot never fails the report)."""
-    path = Path(run_dir) / "metrics.csv"
-    if not path.is_file():
-        return None
-    try:
-        frame = pd.read_csv(path)
-    except (OSError, ValueError, pd.errors.ParserError):
-        return None
-    return frame if "epoch" in frame.columns else None
 
 
 def plot_curves(runs: pd.DataFrame, metric: str, out_dir, baseline: str | None = None) -> Path | None:
@@ -84,19 +83,6 @@ def plot_curves(runs: pd.DataFrame, metric: str, out_dir, baseline: str | None =
     out = Path(out_dir) / f"curves_{column}.png"
     fig.savefig(out, dpi=120)
     return out
-
-
-def read_snapshots(run_dir) -> list[dict]:
-    """The run's `act_snapshots/epoch_*.json`, sorted by epoch (unreadable files skipped)."""
-    out = []
-    for path in sorted((Path(run_dir) / SNAPSHOT_DIR).glob("epoch_*.json")):
-        try:
-            snap = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(snap, dict) and snap.get("layers"):
-            out.append(snap)
-    return sorted(out, key=lambda s: s.get("epoch", 0))
 
 
 def plot_act_shapes(run_dir, out_path, title: str | None = None) -> Path | None:
@@ -155,15 +141,6 @@ def _viridis(t: float):
     return colormaps["viridis"](0.1 + 0.8 * t)
 
 
-def snapshot_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """One run per act that stored snapshots: a completed run if any, then the lowest seed."""
-    has = runs[[(Path(d) / SNAPSHOT_DIR).is_dir() for d in runs["run_dir"]]] if len(runs) else runs
-    if not len(has):
-        return has
-    has = has.assign(_not_done=has["status"] != "completed")
-    return has.sort_values(["act", "_not_done", "seed"]).groupby("act", sort=True).head(1).drop(columns="_not_done")
-
-
 def make_plots(runs: pd.DataFrame, metric: str, out_dir=None, baseline: str | None = None) -> list[Path]:
     """All plots of one recipe's runs into `out_dir` (default: the recipe dir). Returns the files."""
     if not len(runs):
@@ -178,6 +155,72 @@ def make_plots(runs: pd.DataFrame, metric: str, out_dir=None, baseline: str | No
     return [p for p in written if p is not None]
 
 
-def has_curves(runs: pd.DataFrame) -> bool:
-    """Whether any run has a metrics.csv (the `--plots` default)."""
-    return any((Path(d) / "metrics.csv").is_file() for d in runs["run_dir"])
+def plot_improvement(frame: pd.DataFrame, baseline: str, out_path) -> Path | None:
+    """`improvement.png` from `stats.improvement.table`'s frame: per act the aggregate P(X > baseline) (dot)
+    with its CI (bar) and the per-recipe values (gray marks); None when the frame has no aggregate row."""
+    agg = frame[frame["block"] == "all"].sort_values("p_improve").reset_index(drop=True)
+    if agg.empty:
+        return None
+    blocks = sorted(set(frame["block"]) - {"all"})
+    markers = dict(zip(blocks, "osD^v<>ph*"))
+    fig = Figure(figsize=(6.5, 1.0 + 0.45 * len(agg)))
+    ax = fig.add_subplot(1, 1, 1)
+    for i, r in agg.iterrows():
+        if math.isfinite(r["ci_low"]):
+            ax.hlines(i, r["ci_low"], r["ci_high"], color="tab:blue", lw=6, alpha=0.35)
+        ax.plot(r["p_improve"], i, "o", color="tab:blue", ms=6)
+        per = frame[(frame["act"] == r["act"]) & (frame["block"] != "all")]
+        for _, b in per.iterrows():
+            ax.plot(b["p_improve"], i + 0.22, markers.get(b["block"], "o"), color="gray", ms=4, mfc="none")
+    for block, m in markers.items():
+        ax.plot([], [], m, color="gray", ms=4, mfc="none", label=block)
+    ax.axvline(0.5, color="black", lw=0.8, ls="--")
+    ax.set_yticks(range(len(agg)), [f"{a} ({n})" for a, n in zip(agg["act"], agg["n_blocks"])])
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_ylim(-0.6, len(agg) - 0.4)
+    ax.set_xlabel(f"P(X > {baseline})  (bar: 95 % stratified-bootstrap CI over recipes; gray: per recipe)")
+    if blocks:
+        ax.legend(fontsize=7, loc="lower right", frameon=False)
+    ax.set_title(f"Probability of improvement over {baseline} (n recipes in brackets)", fontsize=9)
+    out_path = Path(out_path)
+    fig.savefig(out_path, dpi=120, bbox_inches="tight")
+    return out_path
+
+
+def plot_cd(test: dict, out_path) -> Path | None:
+    """Critical-difference diagram (Demšar 2006 Fig 1): an axis of mean ranks (1 at the left), each act
+    a labelled tick, the CD as a scale bar, thick bars joining acts not significantly different."""
+    ranks_ = test["mean_ranks"]
+    if not ranks_ or not math.isfinite(test["cd"]):
+        return None
+    k, cd = test["k"], test["cd"]
+    order = sorted(ranks_, key=ranks_.get)
+    half = math.ceil(len(order) / 2)
+    groups = ranking.cliques(ranks_, cd)
+    height = 1.6 + 0.3 * max(half, len(order) - half) + 0.15 * len(groups)
+    fig = Figure(figsize=(7, height))
+    ax = fig.add_axes([0.02, 0.02, 0.96, 0.96])
+    ax.set_xlim(0.5 - 1.2, k + 0.5 + 1.2)
+    ax.set_ylim(-0.35 - 0.3 * (max(half, len(order) - half) - 1) - 0.15 * len(groups) - 0.2, 0.6)
+    ax.axis("off")
+    ax.hlines(0, 1, k, color="black", lw=1)
+    for r in range(1, k + 1):
+        ax.vlines(r, 0, 0.08, color="black", lw=1)
+        ax.text(r, 0.12, str(r), ha="center", va="bottom", fontsize=9)
+    ax.hlines(0.45, 1, 1 + cd, color="black", lw=1.5)
+    ax.text(1 + cd / 2, 0.5, f"CD = {cd:.2f}", ha="center", va="bottom", fontsize=9)
+    for i, act in enumerate(order):
+        left = i < half
+        level = -0.35 - 0.3 * (i if left else len(order) - 1 - i) - 0.15 * len(groups)
+        x_text = 0.5 - 0.1 if left else k + 0.5 + 0.1
+        ax.plot([ranks_[act], ranks_[act], x_text], [0, level, level], color="black", lw=0.8)
+        ax.text(x_text, level, f"{act} ({ranks_[act]:.2f})" if left else f"({ranks_[act]:.2f}) {act}",
+                ha="right" if left else "left", va="center", fontsize=9)
+    for j, g in enumerate(groups):
+        y = -0.12 - 0.15 * j
+        ax.hlines(y, ranks_[g[0]] - 0.04, ranks_[g[-1]] + 0.04, color="black", lw=3)
+    ax.set_title(f"Friedman p = {test['p_value']:.3g}, Nemenyi α = {test['alpha']:g} "
+                 f"({test['k']} acts × {test['n']} recipes)", fontsize=9)
+    out_path = Path(out_path)
+    fig.savefig(out_path, dpi=120, bbox_inches="tight")
+    return out_path

@@ -1,0 +1,259 @@
+"""Bad input, in one table: every bad command line of `visionbench` (run, estimate, report, papers, bench,
+plot) fails before anything runs — the exit code (2), one line on stderr naming the key or flag and what it
+accepts (no traceback), and nothing written: neither the results_dir or --out folder the command names (under
+the test's tmp_path, "{tmp}" in the row) nor anything in the working directory (tmp_path too).
+
+A `run` row is the default recipe's sweep (4 activations x 3 seeds) plus the bad value: its one line means the
+value is checked once, before any run, not in every run. A row's expected text names the key or flag.
+
+Where a bad input needs a file to exist, a placeholder names it (SETUP below): "{report_tree}" is a results
+tree of two activations with curves, "{not_weights}" a text file. The corrupt files of a run directory or a
+dataset, which fail a run rather than the command line, are in test_reliability.py.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from visionbench.cli import main
+
+from .helpers import write_recipe
+
+R = "results_dir={tmp}/results"  # where `run` and `estimate` would write
+OUT = "--out={tmp}/out"  # where `bench` would write
+
+
+def bad(argv: list[str], code: int, text: str):
+    """A row: the command as typed (after `visionbench`), its exit code, text of its one line on stderr.
+    The id is the command without the placeholders of where it would write."""
+    return pytest.param(argv, code, text, id=" ".join(a for a in argv if a not in (R, OUT)))
+
+
+BAD_INPUTS = [
+    # ---- run: unknown keys (with "did you mean" for typos), recipes, activations and their variants
+    bad(["run", R, "foo=1"], 2, "unknown key 'foo'; valid keys: act, "),
+    bad(["run", R, "optim.nam=adamw"], 2, "unknown key 'optim.nam' (did you mean optim.name"),
+    bad(["run", R, "optim.lrr=0.1"], 2, "unknown key 'optim.lrr' (did you mean optim.lr"),
+    bad(["run", R, "optim.nesterof=true"], 2, "unknown key 'optim.nesterof' (did you mean optim.nesterov"),
+    bad(["run", R, "--foo"], 2, "expected key=value, got '--foo'"),
+    bad(["run", R, "recipe=nope"], 2, "unknown recipe 'nope'; known: cifar10_convnext_t, "),
+    bad(["run", R, "act=relux"], 2, "unknown activation 'relux'; known: acon_c, "),
+    bad(["run", R, "act=relux[a=1]"], 2, "unknown activation 'relux'; known: acon_c, "),
+    bad(["run", R, "act=rational[init=nope]"], 2, "act rational[init=nope]: rational: unknown init 'nope'; accepted: "),
+    bad(["run", R, "act=rational[init]"], 2, "activation variant 'rational[init]': expected key=value inside [...]"),
+    bad(["run", R, "act=rational[]"], 2, "activation variant 'rational[]': no options inside [...]"),
+    bad(["run", R, "act=rational[init=gelu]x"], 2, "activation variant 'rational[init=gelu]x': expected "
+                                                    "name[key=value"),
+    bad(["run", R, "act=rational[init=gelu"], 2, "unbalanced brackets or quotes in 'rational[init=gelu'"),
+    bad(["run", R, "act=relu", "act.degree=3"], 2, "no activation in the sweep (relu) takes option 'degree'; relu: "),
+    bad(["run", R, "act=rational", "act.version=Z"], 2, "act rational: rational: unknown version 'Z'; accepted: A, B"),
+    bad(["run", R, "act_lr_mult.relu=-2"], 2, "act_lr_mult must be a mapping {act: multiplier > 0}"),
+    # ---- run: values of the wrong type or out of range, key by key
+    bad(["run", R, "epochs=abc"], 2, "epochs must be an integer >= 1, got 'abc'"),
+    bad(["run", R, "seeds=0"], 2, "seeds must be an integer >= 1 or auto (seeds in rounds), got 0"),
+    bad(["run", R, "seeds=sometimes"], 2, "seeds must be an integer >= 1 or auto (seeds in rounds), got 'sometimes'"),
+    bad(["run", R, "parallel=0"], 2, "parallel must be an integer >= 1, got 0"),
+    bad(["run", R, "batch_size=0"], 2, "batch_size must be an integer >= 1"),
+    bad(["run", R, "batch_size=-5"], 2, "batch_size must be an integer >= 1"),
+    bad(["run", R, "batch_size=abc"], 2, "batch_size must be an integer >= 1, got 'abc'"),
+    bad(["run", R, "data.val_split=1.5"], 2, "data.val_split must be a number >= 0 and < 1"),
+    bad(["run", R, "data.num_workers=-1"], 2, "data.num_workers must be an integer >= 0"),
+    bad(["run", R, "data.name=mnist"], 2, "unknown dataset data.name='mnist'; known: cifar10, digits"),
+    bad(["run", R, "data.img_size=0"], 2, "data.img_size must be null or an integer >= 1"),
+    bad(["run", R, "data.limit_train=0"], 2, "data.limit_train must be null or an integer >= 1"),
+    bad(["run", R, "data.mean=[0.5,0.5]"], 2, "data.mean has 2 values, digits has 1 channels"),
+    bad(["run", R, "data.augment.hflip=2"], 2, "data.augment.hflip must be a number >= 0 and <= 1"),
+    bad(["run", R, "data.augment.repeated_aug_epoch=full"], 2,
+        "data.augment.repeated_aug_epoch must be one of expand, deit"),
+    bad(["run", R, "data.augment.auto_augment_impl=tv"], 2, "data.augment.auto_augment_impl must be one of timm, "
+                                                            "torchvision"),
+    bad(["run", R, "model.name=vgg44"], 2, "model.name=vgg44, model.norm=group: unknown model 'vgg44'; accepted: "),
+    bad(["run", R, "model.norm=batch"], 2, "model.name=vgg4, model.norm=batch: unknown norm 'batch'; accepted: "
+                                           "group or None"),
+    bad(["run", R, "model.norm_free=true"], 2, "model.norm_free=True: norm_free is not supported by 'vgg4'; "
+                                               "supported models: vit_s8"),
+    bad(["run", R, "model.lsuv_variant=paper"], 2, "model.lsuv_variant must be (did you mean paper004?) one of "
+                                                   "mishkin, paper004"),
+    bad(["run", R, "model.global_pool=3"], 2, "model.global_pool must be null or a non-empty string, got 3"),
+    bad(["run", R, "trainer.precision=77"], 2, "trainer.precision must be one of 64-true, 32-true"),
+    bad(["run", R, "trainer.devices=abc"], 2, "trainer.devices=abc: `devices`"),
+    bad(["run", R, "trainer.strategy=bogus"], 2, "trainer.strategy=bogus: You selected an invalid strategy name"),
+    bad(["run", R, "optim.lr=-1"], 2, "optim.lr must be a number >= 0, got -1"),
+    bad(["run", R, "optim.lr=nan"], 2, "optim.lr must be a number >= 0, got nan"),
+    bad(["run", R, "optim.nesterov=maybe"], 2, "optim.nesterov must be true or false, got 'maybe'"),
+    bad(["run", R, "optim.betas=[0.9]"], 2, "optim.betas must be a list of 2 values"),
+    bad(["run", R, "optim.decay_rule=ndims"], 2, "optim.decay_rule must be (did you mean ndim?) one of "
+                                                 "conv_linear, ndim"),
+    bad(["run", R, "sched.milestones=[0]"], 2, "sched.milestones must be a list, each an integer >= 1"),
+    bad(["run", R, "loss.label_smoothing=1.0"], 2, "loss.label_smoothing must be a number >= 0 and < 1"),
+    bad(["run", R, "ema.decay=1.5"], 2, "ema.decay must be null or a number > 0 and < 1"),
+    bad(["run", R, "finetune.train=everything"], 2, "finetune.train must be one of act,head, act, head, all"),
+    bad(["run", R, "finetune.checkpoint={not_weights}"], 2,
+        "finetune.checkpoint: {not_weights} is not a readable torch checkpoint"),
+    # ---- run: factor sweeps (every setting checked before the first) and seeds=auto
+    bad(["run", R, "batch_size=64,0"], 2, "batch_size must be an integer >= 1, got 0 (setting batch_size=0)"),
+    bad(["run", R, "optim.name=sgd,adamz"], 2, "optim.name must be (did you mean adamw?) one of sgd, adamw, "
+                                               "got 'adamz' (setting optim.name=adamz)"),
+    bad(["run", R, "factors={model.nrm: [null, group]}"], 2,
+        "factors: 'model.nrm' is not a config key a sweep can vary (did you mean model.norm"),
+    bad(["run", R, "seeds=1,2"], 2, "seeds cannot be swept (got seeds=1,2)"),
+    bad(["run", R, "seeds=auto", "act=gelu,silu"], 2, "seeds=auto compares each activation with "
+                                                      "report.baseline='relu'"),
+    bad(["run", R, "seeds=auto", "seeds_max=2"], 2, "seeds_max must be an integer >= 3, got 2"),
+    bad(["run", R, "seeds=auto", "seeds_margin=-1"], 2, "seeds_margin must be null or a number > 0, got -1"),
+    # ---- estimate: the run's checks, and it is a subcommand, not a key
+    bad(["estimate", R, "epochs=abc"], 2, "epochs must be an integer >= 1, got 'abc'"),
+    bad(["estimate", R, "act=relux"], 2, "unknown activation 'relux'; known: acon_c, "),
+    bad(["estimate", R, "estimate=true"], 2, "unknown key 'estimate'; valid keys: "),
+    bad(["estimate", R, "--foo"], 2, "expected key=value, got '--foo'"),
+    # ---- report: the results dir, then each flag (argparse's own errors: see the_line)
+    bad(["report"], 2, "the following arguments are required: RESULTS_DIR"),
+    bad(["report", "{tmp}/nope"], 2, "results directory '{tmp}/nope' does not exist"),
+    bad(["report", "{tmp}"], 2, "no finished run (summary.json) under '{tmp}'; expected "
+                                "<recipe>/<act>/seed_<k>/summary.json"),
+    bad(["report", "{report_tree}", "--metric", "val_top7_best"], 2,
+        "unknown metric 'val_top7_best'; available: val_top1_best, val_top1_final, best_epoch, train_time_s, "
+        "throughput_img_s, peak_mem_mb; or a curve metric: epochs_to_<X>"),
+    bad(["report", "{report_tree}", "--metric", "epochs_to_120"], 2,
+        "--metric epochs_to_120: X in epochs_to_<X> is a percentage of the run's best, in (0, 100]; for an absolute "
+        "threshold write epochs_to_120_abs"),
+    bad(["report", "{report_tree}", "--metric", "val_loss_epochs_to_90"], 2,
+        "--metric val_loss_epochs_to_90: epochs_to needs a column where higher is better"),
+    bad(["report", "{report_tree}", "--baseline", "tanhh"], 2, "unknown baseline 'tanhh'; acts: gelu, relu"),
+    bad(["report", "{report_tree}", "--format", "md,html"], 2, "unknown format html; choose from md, csv, tex"),
+    bad(["report", "{report_tree}", "--test", "anova"], 2, "argument --test: invalid choice: 'anova' "
+                                                           "(choose from 'student', 'welch', 'paired')"),
+    bad(["report", "{report_tree}", "--digits", "x"], 2, "argument --digits: invalid int value: 'x'"),
+    bad(["report", "{report_tree}", "--margin", "0"], 2, "--margin takes a positive number in the metric's units, "
+                                                         "got '0'"),
+    bad(["report", "{report_tree}", "--effect", "abc"], 2, "--effect takes a positive number in the metric's units, "
+                                                           "got 'abc'"),
+    bad(["report", "{report_tree}", "--alpha", "1.5"], 2, "--alpha takes a number in (0, 1), got '1.5'"),
+    # ---- papers
+    bad(["papers", "--paper", "9"], 2, "unknown --paper '9'; choose from 000, 001, 003, 004"),
+    bad(["papers", "--paper", "3", "--table", "7"], 2, "unknown --table '7'; choose from Table 5"),
+    bad(["papers", "--format", "html"], 2, "argument --format: invalid choice: 'html' (choose from 'md', 'csv')"),
+    bad(["papers", "--test", "anova"], 2, "argument --test: invalid choice: 'anova' (choose from 'student', 'welch')"),
+    # ---- bench activations | train | fit
+    bad(["bench", "activations", "--families", "relux", OUT], 2, "unknown family 'relux'; known: rational A, "),
+    bad(["bench", "activations", "--shape", "2,x", OUT], 2,
+        "argument --shape: takes comma-separated integers >= 1 (NCHW), got '2,x'"),
+    bad(["bench", "activations", "--dtype", "int8", OUT], 2, "argument --dtype: invalid choice: 'int8'"),
+    bad(["bench", "activations", "--repeats", "0", OUT], 2, "argument --repeats: must be an integer >= 1, got '0'"),
+    bad(["bench", "activations", "--device", "nope", OUT], 2, "argument --device: not a torch device, got 'nope'"),
+    bad(["bench", "train", "recipe=nope", "act=relu", OUT], 2, "unknown recipe 'nope'; known: "),
+    bad(["bench", "train", "act=relu,gelu", OUT], 2, "give one activation (act=NAME), got act=relu,gelu"),
+    bad(["bench", "train", "act=relu", "epochs=abc", OUT], 2, "epochs must be an integer >= 1, got 'abc'"),
+    bad(["bench", "train", "act=relu", "--steps", "0", OUT], 2, "argument --steps: must be an integer >= 1, got '0'"),
+    bad(["bench", "fit", "--families", "relu", OUT], 2, "unknown learnable activation(s) relu; known: acon_c, "),
+    bad(["bench", "fit", "--repeats", "0", OUT], 2, "--repeats must be >= 1, got 0"),
+    # ---- plot
+    bad(["plot", "nope"], 2, "argument what: invalid choice: 'nope' (choose from 'boundaries')"),
+    bad(["plot", "boundaries", "--acts", "relu,nope", "--out", "{tmp}/b.png"], 2, "unknown activation 'nope'; known: "),
+    bad(["plot", "boundaries", "--datasets", "xor", "--out", "{tmp}/b.png"], 2,
+        "unknown toy dataset 'xor'; choose from moons, circles, spirals, classification"),
+]
+
+# Bad inputs whose line comes with more lines by design: the expected layout of a missing dataset and how to
+# get it, the list of commands after an unknown one. (argv, exit code, text of the first line, text after it)
+BAD_INPUTS_WITH_HELP = [
+    pytest.param(["run", R, "recipe=cifar10_vgg8", "data.root={tmp}/datasets"], 2,
+                 "CIFAR-10 not found at {tmp}/datasets", "(from data.root)", id="run data.root=<no CIFAR-10 there>"),
+    pytest.param(["estimate", R, "recipe=cifar10_vgg4", "data.root={tmp}/datasets"], 2,
+                 "CIFAR-10 not found at {tmp}/datasets", "cifar-10-batches-py/data_batch_1 .. data_batch_5",
+                 id="estimate data.root=<no CIFAR-10 there>"),
+    pytest.param(["nope"], 2, "unknown command 'nope'; commands: run, estimate, report, list, bench, plot, papers",
+                 "visionbench run [recipe=NAME]", id="nope"),
+    pytest.param(["bench", "nope"], 2, "unknown benchmark 'nope'; known: activations, train, fit",
+                 "visionbench bench activations [--shape", id="bench nope"),
+]
+
+
+# ---- what a placeholder of a row stands for (made in the test's tmp_path before the command) ------------------
+def _report_tree(tmp: Path) -> Path:
+    """Two activations, two completed seeds each, with 3-epoch curves (metrics.csv) for the curve metrics."""
+    return write_recipe(tmp / "tree", "toy", {"relu": [90.0, 90.5], "gelu": [91.0, 91.2]}, epochs=3)
+
+
+def _not_weights(tmp: Path) -> Path:
+    path = tmp / "weights.pth"
+    path.write_text("these are not weights\n")
+    return path
+
+
+SETUP = {"{report_tree}": _report_tree, "{not_weights}": _not_weights}
+
+
+def _fill(texts: list[str], tmp: Path) -> list[str]:
+    """`texts` with the placeholders replaced, making what they name."""
+    made = {"{tmp}": str(tmp)}
+    for key, make in SETUP.items():
+        if any(key in t for t in texts):
+            made[key] = str(make(tmp))
+    out = []
+    for t in texts:
+        for key, value in made.items():
+            t = t.replace(key, value)
+        out.append(t)
+    return out
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path under `root` with its size and modification time: what "nothing written" compares."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture
+def command(tmp_path, monkeypatch, capsys):
+    """Run a row in tmp_path (also the working directory); returns (exit code, stderr, the row's texts filled).
+    Asserts nothing was written and nothing trained (a check that let a bad value through would train the
+    default sweep: it fails here at once instead)."""
+    from visionbench.sweep import sweep
+
+    def trained(*args, **kwargs):
+        raise AssertionError("a bad input reached training")
+
+    monkeypatch.setattr(sweep, "execute_jobs", trained)
+    monkeypatch.chdir(tmp_path)
+
+    def run(argv: list[str], *texts: str):
+        argv_texts = _fill([*argv, *texts], tmp_path)
+        before = _tree(tmp_path)
+        capsys.readouterr()
+        code = main(argv_texts[:len(argv)])
+        err = capsys.readouterr().err
+        assert "Traceback" not in err, err
+        assert _tree(tmp_path) == before, "a bad input wrote something"
+        return code, err, argv_texts[len(argv):]
+
+    return run
+
+
+def the_line(err: str) -> str:
+    """stderr's one line. An argparse usage error (a flag's type or choices, a missing argument) prints
+    argparse's usage synopsis first: its lines (the first begins `usage:`, the rest are indented) are
+    not the message."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    if lines and lines[0].startswith("usage: visionbench "):
+        lines = [line for line in lines[1:] if not line.startswith(" ")]
+    assert len(lines) == 1, f"not one line:\n{err}"
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, code, text", BAD_INPUTS)
+def test_a_bad_input_fails_in_one_line_and_writes_nothing(command, argv, code, text):
+    exit_code, err, (text,) = command(argv, text)
+    assert exit_code == code, err
+    line = the_line(err)
+    assert line.startswith(f"visionbench {argv[0]}") and text in line, line
+
+
+@pytest.mark.parametrize("argv, code, text, help_text", BAD_INPUTS_WITH_HELP)
+def test_a_bad_input_with_help_fails_in_its_first_line_then_the_help(command, argv, code, text, help_text):
+    exit_code, err, (text, help_text) = command(argv, text, help_text)
+    assert exit_code == code, err
+    first, *rest = [line for line in err.splitlines() if line.strip()]
+    assert first.startswith("visionbench") and text in first, first
+    assert rest and help_text in "\n".join(rest), err
+    assert not any(line.startswith("visionbench") for line in rest), err  # one message, not one per run

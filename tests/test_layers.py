@@ -1,0 +1,51 @@
+"""The layers are enforced, not claimed: `lint-imports` checks pyproject.toml's contracts (data flows
+up from results/stats/config to the CLI; the report and the statistics import no torch), and the
+contract would catch the imports that once ran both ways (report -> sweep, stats -> report)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _lint(cwd: Path) -> subprocess.CompletedProcess:
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+    assert exe, "import-linter is a dev dependency (pip install -e '.[dev]')"
+    return subprocess.run([exe, "--no-cache"], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(cwd), "PATH": str(Path(sys.executable).parent)})
+
+
+def test_every_import_follows_the_layers():
+    result = _lint(ROOT)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "broken" not in result.stdout.lower() or "0 broken" in result.stdout
+
+
+@pytest.mark.parametrize("module, line", [
+    ("report/summary.py", "from ..sweep import locks"),            # the report reading the sweep
+    ("stats/significance.py", "from ..report import collect"),    # statistics above the report
+    ("report/collect.py", "import torch"),                         # the report loading torch
+    ("results/layout.py", "from ..train import step"),             # the bottom floor reaching up
+])
+def test_the_contract_fails_on_an_upward_import(tmp_path, module, line):
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "visionbench", tree / "visionbench", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
+    target = tree / "visionbench" / module
+    target.write_text(target.read_text() + "\n" + textwrap.dedent(line) + "  # noqa\n")
+    result = _lint(tree)
+    assert result.returncode != 0, f"lint-imports accepted {line!r} in {module}"
+
+
+@pytest.mark.parametrize("module", ["visionbench.report", "visionbench.stats", "visionbench.config", "visionbench.results"])
+def test_reading_results_loads_no_torch(module):
+    code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'lightning', 'timm')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", f"importing {module} loaded {out.stdout.strip()[:300]}"

@@ -1,0 +1,132 @@
+"""The one override grammar of `visionbench run`, `visionbench estimate` and the Hydra app.
+
+    parse(["recipe=cifar10_vgg8", "act=relu,rational[init=gelu]", "act.version=B", "baseline=gelu",
+           "model.norm=null,group", "optim.lr=0.01"])
+
+- `recipe=NAME`: the recipe (default digits_vgg4);
+- `act=a,b[k=v,...]`: the activations swept, a variant's options in brackets (`all`: every one);
+- `act.KEY=V`: option KEY of every swept activation that takes it (the sweep's preflight knows which);
+- `baseline=ACT`: short for `report.baseline=ACT`;
+- `KEY=V`: any schema key; `KEY=v1,v2` sweeps it (a factor: every combination is a setting);
+- `act_options.ACT.KEY=V`, `act_lr_mult.ACT=V`, `model.kwargs.ARG=V`: the free mappings, any key.
+
+Values are read as Hydra reads them (`null`, `true`, `0.5`, `[5,4]`, `gelu`); commas inside brackets
+or quotes do not split a sweep (`data.augment.scale=[0.6,1.0]` is one value).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import yaml
+
+from .validate import NOT_FACTORS, ConfigError, is_free, unknown_key, valid_keys
+
+DEFAULT_RECIPE = "digits_vgg4"
+ALIASES = {"baseline": "report.baseline"}  # short command-line names
+_OPEN, _CLOSE = "[{(", "]})"
+
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """Split `text` at `sep` outside brackets and quotes: `a[x=1,y=2],b` -> [`a[x=1,y=2]`, `b`].
+
+    Raises:
+        ValueError: unbalanced brackets or quotes.
+    """
+    parts, depth, quote, start = [], 0, None, 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced {ch!r} in {text!r}")
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth or quote:
+        raise ValueError(f"unbalanced brackets or quotes in {text!r}")
+    parts.append(text[start:])
+    return [p.strip() for p in parts]
+
+
+def parse_value(text: str) -> Any:
+    """A YAML scalar or flow value as the config would read it (`null`, `true`, `0.5`, `[5, 4]`, `gelu`)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def parse_variant(text: str) -> tuple[str, dict]:
+    """`name` or `name[key=value,...]` -> (name, options), as written; ValueError naming what is wrong."""
+    text = text.strip()
+    if "[" not in text:
+        return text, {}
+    if not text.endswith("]"):
+        raise ValueError(f"activation variant {text!r}: expected name[key=value,...]")
+    name, inner = text[:-1].split("[", 1)
+    options = {}
+    for item in filter(None, split_top_level(inner)):
+        if "=" not in item:
+            raise ValueError(f"activation variant {text!r}: expected key=value inside [...], got {item!r}")
+        key, value = (s.strip() for s in item.split("=", 1))
+        options[key] = parse_value(value)
+    if not options:
+        raise ValueError(f"activation variant {text!r}: no options inside [...]")
+    return name.strip(), options
+
+
+@dataclass
+class Overrides:
+    """A command line, parsed: what `config.compose` lays over the recipe."""
+
+    recipe: str = DEFAULT_RECIPE
+    act: str | None = None  # act=, as written
+    act_keys: dict[str, Any] = field(default_factory=dict)  # act.KEY=V
+    hydra: list[str] = field(default_factory=list)  # key=value for Hydra's compose (the first value of a factor)
+    factors: dict[str, list] = field(default_factory=dict)  # KEY=v1,v2
+    given: set[str] = field(default_factory=set)  # keys set here (a schema key replaces the recipe's factor)
+
+    def gave(self, key: str | None) -> bool:
+        """Whether the command line set `key`, a key below it or above it (act= and act.KEY= count)."""
+        given = self.given | ({"act"} if self.act is not None or self.act_keys else set())
+        return key is not None and any(key == g or g.startswith(key + ".") or key.startswith(g + ".") for g in given)
+
+
+def parse(args: Iterable[str]) -> Overrides:
+    """The command line's `key=value` pairs; ConfigError naming the key (and what is accepted)."""
+    out = Overrides()
+    for arg in args:
+        if "=" not in arg:
+            raise ConfigError(f"expected key=value, got {arg!r}")
+        key, value = arg.split("=", 1)
+        key = ALIASES.get(key.lstrip("+"), key.lstrip("+"))
+        if key == "recipe":
+            out.recipe = value
+        elif key == "act":
+            out.act = value
+        elif key.startswith("act."):
+            out.act_keys[key[4:]] = parse_value(value)
+        elif is_free(key):
+            out.given.add(key)
+            out.hydra.append(f"++{key}={value}")
+        elif key not in valid_keys():
+            raise ConfigError(unknown_key(key) + " (and act.<option>, act_options.<act>.<option>, act_lr_mult.<act>, "
+                              "model.kwargs.<arg>)", key)
+        else:
+            try:
+                values = split_top_level(value)
+            except ValueError as e:
+                raise ConfigError(f"{key}: {e}", key) from None
+            if len(values) > 1:  # a factor: the composed value is the first, each run gets its own
+                if key in NOT_FACTORS:
+                    raise ConfigError(f"{key} cannot be swept (got {key}={value}); factor sweeps take any other key", key)
+                out.factors[key] = [parse_value(v) for v in values]
+            out.given.add(key)
+            out.hydra.append(f"{key}={values[0]}")
+    return out

@@ -1,0 +1,307 @@
+"""The config schema: every key a recipe may set, with its type, default, rule and meaning.
+
+    RunConfig      # the dataclass tree: one field per key (type, default, rule, comment)
+    defaults()     # plain dict of every key with its default
+    DataConfig     # the `data:` block, typed; data modules take one (config.data_config)
+
+The one source of defaults and rules: each rule sits on its field (config/rules.py), config/validate.py
+applies them in one pass. A key that may hold an int or a float is typed `Any` with a `kind`: OmegaConf
+2.3 has no Union of primitives and would turn `warmup_epochs: 20` into 20.0 (another config hash for
+existing results; Lightning's `limit_*_batches` keep their int = batches, float = fraction meaning).
+Names a registry holds (activations, models, datasets, ...) and Lightning's arguments are checked
+above this layer, by visionbench/sweep/preflight.py.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from omegaconf import MISSING, OmegaConf
+
+from .rules import any_of, choice, integer, is_number, list_of, rule, scalar, text
+
+DATA_ENV_VAR = "VISIONBENCH_DATA"
+OPTIMIZERS = ("sgd", "adamw")  # train/optim.py
+SCHEDULES = ("constant", "step", "cosine")  # train/schedules.py
+# Lightning's precision values (Trainer(precision=...)); Lightning itself is asked by the sweep's preflight
+PRECISIONS = ("64-true", "32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed", "transformer-engine",
+              "transformer-engine-float16", 64, 32, 16, "64", "32", "16", "bf16")
+TV_MAGNITUDE_MAX = 30  # torchvision RandAugment: num_magnitude_bins 31 -> magnitudes 0..30
+
+
+def _seeds(v: Any) -> str | None:
+    return None if v == "auto" or integer(">= 1")(v) is None else "an integer >= 1 or auto (seeds in rounds)"
+
+
+def _multipliers(v: Any) -> str | None:
+    ok = isinstance(v, dict) and all(is_number(x) and x > 0 for x in v.values())
+    return None if ok else "a mapping {act: multiplier > 0}"
+
+
+def _jitter(v: Any) -> str | None:
+    """null, b (= b, b, b, hue 0, as timm) or [b, c, s(, hue)]; each >= 0, hue <= 0.5."""
+    values = [v] * 3 if is_number(v) else v
+    ok = v is None or (isinstance(values, list) and len(values) in (3, 4) and all(is_number(x) and x >= 0 for x in values)
+                       and (len(values) == 3 or values[3] <= 0.5))
+    return None if ok else "null, a number or [brightness, contrast, saturation(, hue)], each >= 0 and hue <= 0.5"
+
+
+def rand_augment_ops(policy: str) -> tuple[int, int] | None:
+    """(num_ops, magnitude) of a `rand-nN-mM` policy for torchvision's RandAugment (defaults 2, 9); None
+    when it is not one: timm's other fields (mstd, inc, ...) have no torchvision counterpart."""
+    parts, ops = policy.split("-"), {"n": 2, "m": 9}
+    if parts[0] != "rand" or any(p[:1] not in ops or not p[1:].isdigit() for p in parts[1:]):
+        return None
+    ops.update({p[0]: int(p[1:]) for p in parts[1:]})
+    return (ops["n"], ops["m"]) if ops["m"] <= TV_MAGNITUDE_MAX else None
+
+
+DEFAULT_METRIC = "val_top1_best"  # report.metric: null without a held-out split
+HELD_OUT_METRIC = "test_top1_at_best_val"  # report.metric: null with one (the test set read at the selected epoch)
+
+
+def default_metric(val_split: float) -> str:
+    """The metric a table scores when the recipe names none: selection on held-out data if there is any."""
+    return HELD_OUT_METRIC if float(val_split) > 0 else DEFAULT_METRIC
+
+
+@dataclass
+class ReportConfig:
+    """What the recipe's paper reports: `visionbench run` and `report` use it (docs/report.md)."""
+
+    metric: Optional[str] = None  # summary metric scored; null: test_top1_at_best_val with a held-out val split, else val_top1_best
+    baseline: Optional[str] = "relu"  # the activation the report's t-test compares against (command line: baseline=gelu)
+    best_of: List[str] = field(default_factory=list)  # factor keys reduced to the best setting per cell in the recipe-level table (004 Table 2: [model.lsuv])
+
+
+@dataclass
+class AugmentConfig:
+    """`data.augment`: training-time augmentation (data/transforms.py)."""
+
+    crop_pad: int = rule(0, ">= 0")  # random crop with this zero padding (CIFAR style); 0 = off
+    scale: Optional[List[float]] = rule(None, "(0, 1]", length=2)  # random-resized-crop scale range, e.g. [0.08, 1.0] (ImageNet); null = off
+    hflip: float = rule(0.0, "[0, 1]")
+    # ColorJitter before auto_augment: b (= brightness, contrast, saturation; hue 0) or [b, c, s] or
+    # [b, c, s, hue] (004 code: [0.4, 0.4, 0.4, 0.1]); null = off
+    color_jitter: Any = rule(None, check=_jitter)
+    auto_augment: Optional[str] = None  # policy string, e.g. rand-m9-mstd0.5-inc1 (timm) or rand-n2-m9 (either impl)
+    # timm: timm's RandAugment/AugMix/AutoAugment (m out of 10, mean fill, bicubic);
+    # torchvision: T.RandAugment(num_ops=n, magnitude=m) (m out of 30, black fill, nearest)
+    auto_augment_impl: str = rule("timm", choices=("timm", "torchvision"))
+    re_prob: float = rule(0.0, "[0, 1]")  # random erasing probability
+    re_mode: str = rule("pixel", choices=("const", "rand", "pixel"))
+    repeated_aug: Any = rule(1, ">= 1", kind=float)  # repeated-augmentation sampler: each image this many times per epoch
+    # expand: an epoch is repeated_aug x N samples (004 code's sampler, 004 App G);
+    # deit: timm/DeiT's, an epoch keeps N samples (N/repeated_aug distinct images)
+    repeated_aug_epoch: str = rule("expand", choices=("expand", "deit"))
+
+    @property
+    def jitter(self) -> tuple[float, float, float, float] | None:
+        """(brightness, contrast, saturation, hue) of `color_jitter`, None when off."""
+        v = [self.color_jitter] * 3 if is_number(self.color_jitter) else self.color_jitter
+        return None if v is None else (*map(float, v[:3]), float(v[3]) if len(v) > 3 else 0.0)
+
+    @property
+    def enabled(self) -> bool:
+        """True when any random transform is on (repeated_aug alone draws no randomness)."""
+        return bool(self.crop_pad or self.scale or self.hflip or self.auto_augment or self.re_prob
+                    or any(self.jitter or ()))
+
+
+@dataclass
+class SyntheticConfig:
+    """`data.synthetic` (data.name=synthetic): random tensors, for speed tests."""
+
+    num_train: int = rule(512, ">= 1")
+    num_val: int = rule(128, ">= 1")
+    num_classes: int = rule(10, ">= 2")
+    img_size: int = rule(32, ">= 1")
+    in_chans: int = rule(3, ">= 1")
+
+
+@dataclass
+class DataConfig:
+    """`data:` the dataset and its splits (data modules take it typed: config.data_config)."""
+
+    name: str = "digits"  # cifar10 | fashion_mnist | tiny_imagenet | imagenet | digits | synthetic (the data registry checks it)
+    root: Optional[str] = rule(None, check=scalar)  # null -> $VISIONBENCH_DATA, else ./data
+    download: bool = False  # cifar10, fashion_mnist: torchvision download where there is internet
+    img_size: Optional[int] = rule(None, ">= 1")  # null -> the dataset's native size
+    mean: Optional[List[float]] = None  # null -> the dataset's usual statistics
+    std: Optional[List[float]] = rule(None, "> 0")
+    val_split: float = rule(0.0, "[0, 1)")  # fraction of train held out (stratified, fixed) for model selection
+    num_workers: int = rule(0, ">= 0")
+    limit_train: Optional[int] = rule(None, ">= 1")  # cap the number of training images (smoke tests)
+    limit_val: Optional[int] = rule(None, ">= 1")
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+    def root_dir(self) -> Path:
+        """Where datasets live: `data.root`, else `$VISIONBENCH_DATA`, else `./data` (absolute)."""
+        return Path(self.root or os.environ.get(DATA_ENV_VAR) or "data").expanduser().resolve()
+
+    def root_source(self) -> str:
+        """Which setting chose `root_dir()`, for error messages."""
+        if self.root:
+            return "data.root"
+        if os.environ.get(DATA_ENV_VAR):
+            return f"${DATA_ENV_VAR} (data.root is null)"
+        return f"the default ./data (data.root is null and ${DATA_ENV_VAR} unset)"
+
+
+@dataclass
+class ModelConfig:
+    """`model:` the network and how it is initialised (models/factory.py checks name and norms)."""
+
+    name: str = "vgg4"  # vgg4 | vgg8 | resnet32 | fmnist_resnet | fmnist_slnn | resnet50 | convnext_t | vit_s8 | cait_s24 | swin_t | any timm id
+    norm: Optional[str] = None  # group: GroupNorm (VGG, ResNet)
+    norm_free: bool = False  # ViT/CaiT/Swin: bypass block norm1/norm2
+    lsuv: bool = False  # LSUV data-dependent init before training
+    # mishkin: Mishkin & Matas 2016 (orthonormal, unit output variance, one batch);
+    # paper004: 004 code's (variance 0.125 after the activation, bias -mean, 64 images, eval mode)
+    lsuv_variant: str = "mishkin"
+    # classifier pooling; null = the model's own (VGG: avg; flatten = 004 code's head); timm models: avg, max, avgmax, token, ...
+    global_pool: Optional[str] = None
+    dropout: float = rule(0.0, "[0, 1)")  # before the classifier
+    drop_path: float = rule(0.0, "[0, 1)")
+    pretrained: bool = False
+    kwargs: Dict[str, Any] = field(default_factory=dict)  # more keyword arguments for the timm constructor
+
+
+@dataclass
+class OptimConfig:
+    """`optim:` the optimizer (train/optim.py)."""
+
+    name: str = rule("sgd", choices=OPTIMIZERS)
+    lr: float = rule(0.02, ">= 0")
+    lr_base_batch: Optional[int] = rule(None, "> 0")  # if set, lr is scaled by batch_size / lr_base_batch
+    momentum: float = rule(0.9, "[0, 1]")
+    nesterov: bool = True
+    betas: List[float] = rule([0.9, 0.999], "[0, 1)", length=2)
+    eps: float = rule(1.0e-8, "> 0")
+    weight_decay: float = rule(0.0, ">= 0")  # on the parameters decay_rule picks
+    # conv_linear: conv/linear weights only, minus the model's no_weight_decay() (004 App E);
+    # ndim: all but 1-D params, biases, names with norm/bn (004 Tiny code: pos_embed, cls_token decay)
+    decay_rule: str = "conv_linear"
+    act_weight_decay: float = rule(0.0, ">= 0")  # activation coefficients (the papers: none)
+
+
+@dataclass
+class SchedConfig:
+    """`sched:` the learning-rate schedule (train/schedules.py)."""
+
+    name: str = rule("constant", choices=SCHEDULES)
+    milestones: List[int] = rule([], ">= 1")  # step: epochs at which lr *= gamma
+    gamma: float = rule(0.1, "> 0")
+    warmup_epochs: Any = rule(0, ">= 0", kind=float)  # linear warmup (cosine), in epochs
+    warmup_lr: float = rule(1.0e-6, ">= 0")
+    min_lr: float = rule(0.0, ">= 0")  # cosine floor
+
+
+@dataclass
+class LossConfig:
+    """`loss:` label smoothing, mixup/cutmix and the activation penalty (train/module.py)."""
+
+    label_smoothing: float = rule(0.0, "[0, 1)")
+    mixup: float = rule(0.0, ">= 0")  # mixup alpha (0 = off)
+    cutmix: float = rule(0.0, ">= 0")  # cutmix alpha (0 = off)
+    mixup_prob: float = rule(1.0, "[0, 1]")
+    switch_prob: float = rule(0.5, "[0, 1]")
+    act_l2: float = rule(0.0, ">= 0")  # L2 penalty on activation coefficients that define penalty() (SLAF, paper 003 Sec 4 and 5; APL)
+
+
+@dataclass
+class EmaConfig:
+    """`ema:` weight EMA."""
+
+    decay: Optional[float] = rule(None, "(0, 1)")  # weight EMA decay, e.g. 0.9999; null = off
+
+
+@dataclass
+class TrainerConfig:
+    """`trainer:` Lightning Trainer arguments (Lightning itself is asked by the sweep's preflight)."""
+
+    accelerator: str = "auto"
+    # an int, -1, "auto", a string or a list of device indices (Lightning's `devices`)
+    devices: Any = rule(1, check=any_of(integer(">= 1"), choice(-1, "auto"), text, list_of(integer(">= 0"))))
+    num_nodes: int = rule(1, ">= 1")
+    strategy: str = "auto"
+    # bf16-mixed / 16-mixed on GPUs; learnable activations stay fp32 (Lightning: str or int)
+    precision: Any = rule("32-true", choices=PRECISIONS)
+    gradient_clip_val: Optional[float] = rule(None, "> 0")
+    limit_train_batches: Any = rule(None, "> 0", kind=Optional[float])  # Lightning's: an int counts batches, a float is a fraction
+    limit_val_batches: Any = rule(None, ">= 0", kind=Optional[float])
+    # model and image batches in channels_last (NHWC) memory format (timm --channels-last): faster convs on
+    # GPUs with tensor cores (AMP, Volta and newer); little or nothing on CPU; same results up to float rounding
+    channels_last: bool = False
+    # torch.compile the model (timm --torchcompile; nn.Module.compile: checkpoints keep their keys); pays off on
+    # long GPU runs (compile time is minutes); learnable activations' plain formulas are then traced by this
+    # outer compile instead of their own fused kernels (docs/bench.md)
+    compile: bool = False
+    # gradient accumulation (timm --grad-accum-steps; Lightning's accumulate_grad_batches): the recipe's global
+    # batch_size is kept, each step loads batch_size / (devices x this) images, and the optimizer steps every
+    # this many; for a recipe's batch that does not fit in GPU memory. Must divide the per-device batch
+    accumulate_grad_batches: int = rule(1, ">= 1")
+    # under DDP, BatchNorm statistics over all processes (Lightning's sync_batchnorm; timm --sync-bn): for
+    # BatchNorm models whose per-device batch is small; no effect on one device or with GroupNorm/LayerNorm
+    sync_batchnorm: bool = False
+
+
+@dataclass
+class FinetuneConfig:
+    """`finetune:` docs/finetune.md; models/finetune.py."""
+
+    checkpoint: Optional[str] = None  # PATH (state dict / visionbench checkpoint) or "timm" (pretrained weights); set: model.pretrained unused
+    train: str = "act,head"  # what is trained: act,head | act | head | all (act,head with a fixed act = head only)
+    source_act: Optional[str] = None  # act the checkpoint was trained with; null: its run's config.yaml, else the model's own
+    ema: bool = False  # load the checkpoint's weight-EMA copy (visionbench ema.*, timm state_dict_ema)
+
+
+@dataclass
+class RunConfig:
+    """Every key a recipe may set, with its default. A recipe starts with `defaults: [_base, _self_]`
+    and overrides only what differs; unknown keys are an error."""
+
+    recipe: str = MISSING  # the recipe's own name; results go to <results_dir>/<recipe>/
+    # activation name, or comma-separated names for a sweep: relu,gelu,rational;
+    # a variant carries options in brackets: rational[init=leaky_relu],rational[init=gelu]
+    act: str = "relu"
+    act_options: Dict[str, Any] = field(default_factory=dict)  # per activation, options passed to it: {rational: {init: leaky_relu}}
+    act_lr_mult: Dict[str, Any] = rule({}, check=_multipliers)  # per activation, learning-rate multiplier of its coefficients: {rational: 4.0}
+    # factor sweep {config key: [values]}, e.g. {model.norm: [null, group]}: every combination is a setting
+    # with its runs in <recipe>/<setting>/; on the command line: model.norm=null,group
+    factors: Dict[str, Any] = field(default_factory=dict)
+    # N -> seeds 0..N-1; auto: seeds in rounds (3, 5, 7, ..., seeds_max), each activation stopped once its
+    # comparison with report.baseline is decided by the group-sequential rule (sweep/rounds.py)
+    seeds: Any = rule(3, check=_seeds)
+    seeds_max: int = rule(10, ">= 3")  # seeds=auto: the most seeds per activation (the last round)
+    seeds_margin: Optional[float] = rule(None, "> 0")  # seeds=auto: also stop as "equivalent" within ±this (metric units, TOST)
+    seed: Optional[int] = rule(None, ">= 0")  # set per run by the sweep (config.yaml of a run holds its seed)
+    epochs: int = rule(10, ">= 1")
+    batch_size: int = rule(128, ">= 1")
+    results_dir: str = rule("results", check=scalar)
+    parallel: int = rule(1, ">= 1")  # run K seeds at once, in separate processes
+    snapshot_epochs: List[int] = rule([0, 5, 30, -1], ">= -1")  # epochs whose activation shapes + input histograms are stored (-1 = last)
+    report: ReportConfig = field(default_factory=ReportConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    sched: SchedConfig = field(default_factory=SchedConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    ema: EmaConfig = field(default_factory=EmaConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+
+
+@functools.lru_cache(maxsize=1)
+def _defaults() -> dict:
+    return OmegaConf.to_container(OmegaConf.structured(RunConfig))
+
+
+def defaults() -> dict:
+    """Every key with its default, as a plain dict (a fresh copy: callers may change it)."""
+    return copy.deepcopy(_defaults())

@@ -1,0 +1,192 @@
+"""One pass that checks a config, whatever it came from: a recipe's YAML, the command line, the Hydra
+app, or a partial block laid over the defaults (`block`).
+
+    check(plain_dict)                  # ConfigError naming the first bad key, and what it accepts
+    errors(plain_dict)                 # [(key, "key must be ..., got ...")], every bad key
+    block("data", {"val_split": 0.2})  # a partial block over the schema's defaults, checked
+
+Values are checked as written (before OmegaConf would turn 3 into "3" or 1 into true): each key by
+the rule on its schema field (config/rules.py), then the rules that need several keys of one block
+(CROSS), then the factor sweep: its keys, and every setting's values.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import functools
+import itertools
+import typing
+from typing import Any, Callable, Mapping
+
+from omegaconf import OmegaConf
+
+from .rules import check_of, is_int
+from .schema import AugmentConfig, RunConfig, defaults, rand_augment_ops, TV_MAGNITUDE_MAX
+
+FREE_DICTS = ("act_options", "act_lr_mult", "model.kwargs", "factors")  # keys below these are the user's own
+# keys a factor sweep cannot vary
+NOT_FACTORS = ("recipe", "seed", "seeds", "seeds_max", "seeds_margin", "results_dir", "parallel", "factors")
+
+
+class ConfigError(ValueError):
+    """A recipe or override the user must fix; the message says what is accepted (`key`: the key named)."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
+
+
+@functools.lru_cache(maxsize=None)
+def _fields(cls: type) -> dict[str, tuple[dataclasses.Field, Any]]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: (f, hints[f.name]) for f in dataclasses.fields(cls)}
+
+
+@functools.lru_cache(maxsize=1)
+def valid_keys() -> tuple[str, ...]:
+    def walk(cls: type, prefix: str) -> list[str]:
+        out = []
+        for name, (_, hint) in _fields(cls).items():
+            out.append(prefix + name)
+            if dataclasses.is_dataclass(hint):
+                out += walk(hint, f"{prefix}{name}.")
+        return out
+
+    return tuple(walk(RunConfig, ""))
+
+
+def is_free(key: str) -> bool:
+    return any(key == f or key.startswith(f + ".") for f in FREE_DICTS)
+
+
+def unknown_key(key: str) -> str:
+    """`unknown key 'optim.nam' (did you mean optim.name?); valid keys: ...`."""
+    close = difflib.get_close_matches(key, valid_keys(), n=3)
+    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+    return f"unknown key {key!r}{hint}; valid keys: {', '.join(sorted(valid_keys()))}"
+
+
+def _augment(a: dict) -> list[tuple[str, str]]:
+    out, key = [], "data.augment."
+    if a.get("crop_pad") and a.get("scale") is not None:
+        # ConvNeXt/DeiT swap random-resized-crop for a padded crop at <= 32 px: one or the other
+        out.append((key + "scale", f"{key}crop_pad and {key}scale are alternatives; set only one"))
+    scale = a.get("scale")
+    if scale is not None and scale[0] > scale[1]:
+        out.append((key + "scale", f"{key}scale must be [min, max] with 0 < min <= max <= 1, got {scale!r}"))
+    if a.get("auto_augment") and a.get("auto_augment_impl") == "torchvision" and not rand_augment_ops(a["auto_augment"]):
+        out.append((key + "auto_augment", f"{key}auto_augment {a['auto_augment']!r} with auto_augment_impl torchvision "
+                    f"must be rand[-nN][-mM] (N >= 0 ops, magnitude 0 <= M <= {TV_MAGNITUDE_MAX})"))
+    if a.get("repeated_aug_epoch") == "expand" and not float(a.get("repeated_aug", 1)).is_integer():
+        out.append((key + "repeated_aug", f"{key}repeated_aug must be an integer with repeated_aug_epoch=expand (each "
+                    f"image that many times), got {a['repeated_aug']!r}; fractional: deit"))
+    return out
+
+
+def _accumulate(c: dict) -> list[tuple[str, str]]:
+    """`trainer.accumulate_grad_batches` must divide the per-device batch: the recipe's global batch is
+    kept (each step loads batch_size / (processes x accumulate) images, train/run.py `step_batch`)."""
+    t, batch = c.get("trainer") or {}, c.get("batch_size")
+    accumulate, devices, nodes = t.get("accumulate_grad_batches", 1), t.get("devices", 1), t.get("num_nodes", 1)
+    if not (is_int(batch) and is_int(accumulate)) or accumulate <= 1:
+        return []
+    count = len(devices) if isinstance(devices, list) else devices
+    # "auto", -1, "0,1": train/run.py checks again once Lightning knows the world size
+    processes = count * nodes if is_int(count) and count >= 1 and is_int(nodes) and nodes >= 1 else 1
+    per_device = max(1, batch // processes)
+    if per_device % accumulate == 0:
+        return []
+    return [("trainer.accumulate_grad_batches", f"trainer.accumulate_grad_batches must divide the per-device batch "
+             f"{per_device} (batch_size={batch} over {processes} process(es)), got {accumulate}")]
+
+
+# the rules that need several keys of one block, by the block's class
+CROSS: dict[type, Callable[[dict], list[tuple[str, str]]]] = {AugmentConfig: _augment, RunConfig: _accumulate}
+
+
+def errors(values: Mapping, cls: type = RunConfig, prefix: str = "") -> list[tuple[str, str]]:
+    """(key, message) for every key of `values` (a plain dict of block `cls` at `prefix`) that its rule
+    refuses, or that the schema lacks; then the block's CROSS rules, when every key passed."""
+    out: list[tuple[str, str]] = []
+    fields = _fields(cls)
+    for name, value in values.items():
+        key = prefix + name
+        if name not in fields:
+            out.append((key, unknown_key(key)))
+            continue
+        f, hint = fields[name]
+        if dataclasses.is_dataclass(hint):
+            out += errors(value, hint, key + ".") if isinstance(value, Mapping) else \
+                [(key, f"{key} must be a mapping, got {value!r}")]
+            continue
+        check = check_of(f, hint)
+        wanted = check(value) if check else None
+        if wanted:
+            out.append((key, f"{key} must be {wanted}, got {value!r}"))
+    return out or (CROSS[cls](dict(values)) if cls in CROSS else [])
+
+
+def _raise(found: list[tuple[str, str]], where: str = "") -> None:
+    if found:
+        key, message = found[0]
+        raise ConfigError(message + where, key)
+
+
+def settings(factors: Mapping[str, list]) -> list[dict[str, Any]]:
+    """Every combination of factor values, in the order given: [{}] when there are no factors."""
+    keys = list(factors)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(factors[k] for k in keys))]
+
+
+def with_setting(plain: dict, setting: Mapping[str, Any]) -> dict:
+    """A copy of the plain config `plain` with the setting's values in place."""
+    out = copy.deepcopy(plain)
+    for key, value in setting.items():
+        *parents, leaf = key.split(".")
+        d = out
+        for p in parents:
+            d = d.setdefault(p, {})
+        d[leaf] = value
+    return out
+
+
+def check(plain: dict) -> None:
+    """The whole config: every key, then the factor sweep's keys and each setting's values."""
+    _raise(errors(plain))
+    factors = plain.get("factors") or {}
+    for key, values in factors.items():
+        if key not in valid_keys() or key in NOT_FACTORS or is_free(key):
+            close = difflib.get_close_matches(key, valid_keys(), n=3)
+            hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+            raise ConfigError(f"factors: {key!r} is not a config key a sweep can vary{hint}", "factors")
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"factors.{key} must be a non-empty list of values, got {values!r}", "factors")
+        if len(set(map(repr, values))) != len(values):
+            raise ConfigError(f"factors.{key} repeats a value: {values!r}", "factors")
+    for setting in settings(factors) if factors else []:
+        _raise(errors(with_setting(plain, setting)), f" (setting {', '.join(f'{k}={v}' for k, v in setting.items())})")
+
+
+def block(key: str, values: Mapping | None = None) -> dict:
+    """The schema block `key` ("data", "optim", "sched", ...) with `values` (a dict or DictConfig,
+    possibly partial) laid over its defaults, checked, as a plain dict: what a partial dict in a test
+    or notebook means is what the same keys mean in a recipe."""
+    values = OmegaConf.to_container(values, resolve=True) if OmegaConf.is_config(values) else values
+    base = defaults()
+    cls = RunConfig
+    for part in key.split("."):
+        base, cls = base[part], _fields(cls)[part][1]
+
+    def over(into: dict, new: Mapping, path: str) -> dict:
+        for k, v in new.items():
+            sub = f"{path}.{k}"
+            if isinstance(into.get(k), dict) and isinstance(v, Mapping) and not is_free(sub):
+                over(into[k], v, sub)
+            else:
+                into[k] = v
+        return into
+
+    out = over(base, copy.deepcopy(dict(values or {})), key)
+    _raise(errors(out, cls, key + "."))
+    return out

@@ -1,0 +1,85 @@
+"""The activation axis of a sweep, as the activation registry reads it.
+
+    act=relu,rational[init=leaky_relu],rational[init=gelu]     # three rows, three result dirs
+    act=relu,all                                               # every registered activation, relu first
+    act=relu,rational act.version=B                            # version=B for rational only (relu takes none)
+
+An activation *variant* is a registry name with options in brackets (the grammar is
+visionbench/config/overrides.py); its label (the text as written, with the family's canonical name)
+is its row in the report and its directory on disk. A factor setting is the other axis
+(`config.sweep_settings`); paper 004 Table 2 is both: acts x {GN off, on} x {default init, LSUV}.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import DictConfig, open_dict
+
+from .. import activations
+from ..config import ConfigError, parse_variant, split_top_level
+from ..results.settings import format_value
+
+ALL = "all"  # act=all: every registered activation (the zoo sweep), in registry order after any named first
+
+
+@dataclass(frozen=True)
+class ActSpec:
+    """One activation row of a sweep.
+
+    Attributes:
+        label: the row name and directory: `rational` or `rational[init=gelu]`.
+        family: the registry name (`rational`).
+        options: the bracket options, laid over the recipe's `act_options[family]`.
+    """
+
+    label: str
+    family: str
+    options: dict = field(default_factory=dict)
+
+
+def parse_act(text: str) -> ActSpec:
+    """`name` or `name[key=value,...]` -> ActSpec; ValueError naming what is wrong."""
+    name, options = parse_variant(text)
+    family = activations.resolve(name)
+    if not options:
+        return ActSpec(family, family)
+    return ActSpec(f"{family}[{','.join(f'{k}={format_value(v)}' for k, v in options.items())}]", family, options)
+
+
+def parse_acts(text: str) -> list[ActSpec]:
+    """The comma-separated activations of a sweep, duplicates (same label) dropped, order kept;
+    `all` stands for every registered name (`act=relu,all`: relu first, then the rest)."""
+    try:
+        specs = [spec for t in split_top_level(str(text)) if t
+                 for spec in ([parse_act(n) for n in activations.names()] if t.strip() == ALL else [parse_act(t)])]
+    except ValueError as e:
+        raise ValueError(f"{e}; or {ALL} (every one)" if str(e).startswith("unknown activation") else str(e)) from None
+    if not specs:
+        raise ValueError("act is empty; give an activation name, e.g. act=relu")
+    unique: dict[str, ActSpec] = {}
+    for spec in specs:
+        unique.setdefault(spec.label, spec)
+    return list(unique.values())
+
+
+def sweep_acts(cfg: DictConfig) -> list[str]:
+    """The activation labels of the sweep (`relu`, `rational[init=gelu]`), in the order given."""
+    try:
+        return [spec.label for spec in parse_acts(cfg.act)]
+    except ValueError as e:
+        raise ConfigError(str(e), "act") from None
+
+
+def apply_act_keys(cfg: DictConfig, options: dict, strict: bool = True) -> None:
+    """`act.KEY=V`: option KEY of every swept activation that takes it, into `act_options`; ConfigError
+    when none does (`strict`: a Hydra job holds one activation of a sweep checked as a whole)."""
+    families = list(dict.fromkeys(parse_act(a).family for a in sweep_acts(cfg))) if options else []
+    for key, value in options.items():
+        takers = [a for a in families if key in activations.accepted_kwargs(a)]
+        if not takers and strict:
+            raise ConfigError(f"no activation in the sweep ({', '.join(families)}) takes option {key!r}; "
+                              + "; ".join(f"{a}: {', '.join(activations.accepted_kwargs(a))}" for a in families))
+        with open_dict(cfg.act_options):  # a free mapping: the user's own keys
+            for a in takers:
+                cfg.act_options.setdefault(a, {})
+                cfg.act_options[a][key] = value

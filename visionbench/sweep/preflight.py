@@ -1,0 +1,135 @@
+"""A command line to a checked sweep config: the config layer's part, then what only the registries
+and Lightning can say, before any training (nothing written, one line naming the key).
+
+    cfg = load_config(["recipe=cifar10_vgg8", "act=relu,rational[init=gelu]", "act.version=B"])
+
+`visionbench run`, `visionbench estimate`, `visionbench bench train` and the Hydra app all come
+through here. visionbench/config/ has checked every key's type, range and choices; this adds, for
+every factor setting: each activation variant built once (bad options fail now, not after hours of
+other seeds), the model's name and norm toggles (models/factory.py `check`), the names the model
+and fine-tuning registries hold, the Trainer's device arguments (Lightning builds one), and a
+fine-tuning checkpoint's content. The dataset is checked by `sweep.check_data` as the sweep plans.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Callable, Iterable
+
+from omegaconf import DictConfig, OmegaConf
+
+from .. import activations
+from ..config import ConfigError, act_options, apply_setting, compose, defaults, parse, sweep_settings
+from ..config.rules import choice
+from ..models.swap import check_layers, split_swap_options
+from .acts import apply_act_keys, sweep_acts
+
+
+def load_config(args: Iterable[str], strict_act_keys: bool = True) -> DictConfig:
+    """Compose `recipe=NAME` with `key=value` overrides (visionbench/config/overrides.py), apply
+    `act.KEY=V` to the swept activations that take KEY (`strict_act_keys`: one of them must), and
+    check everything before any training."""
+    ov = parse(args)
+    cfg = compose(ov)
+    apply_act_keys(cfg, ov.act_keys, strict_act_keys)
+    return preflight(cfg)
+
+
+def _registry_rules() -> dict[str, Callable[[Any], str | None]]:
+    """Keys whose accepted names a registry holds (imported only when a config is checked)."""
+    from ..models.finetune import TRAIN_CHOICES
+    from ..models.lsuv import LSUV_VARIANTS
+    from ..models.param_groups import DECAY_RULES
+
+    return {"model.lsuv_variant": choice(*LSUV_VARIANTS), "optim.decay_rule": choice(*DECAY_RULES),
+            "finetune.train": choice(*TRAIN_CHOICES)}
+
+
+def preflight(cfg: DictConfig) -> DictConfig:
+    """Check the sweep `cfg` setting by setting (see the module docstring); ConfigError, one line."""
+    acts = sweep_acts(cfg)
+    checked: set[str] = set()
+    rules = _registry_rules()
+    for setting in sweep_settings(cfg):
+        c = apply_setting(cfg, setting)
+        where = f" (setting {', '.join(f'{k}={v}' for k, v in setting.items())})" if setting else ""
+        for key, check in rules.items():
+            value = OmegaConf.select(c, key)
+            wanted = check(value)
+            if wanted:
+                raise ConfigError(f"{key} must be {wanted}, got {value!r}{where}", key)
+        _check_model(c.model, where)
+        _check_trainer(OmegaConf.to_container(c.trainer), where, checked)
+        for label in acts:
+            family, opts = act_options(c, label)
+            try:
+                opts, layers = split_swap_options(opts)  # `swap_layers` is the swap's option, not the act's
+                check_layers(layers)
+                if opts.get("per_channel") and "num_channels" in activations.accepted_kwargs(family):
+                    opts.setdefault("num_channels", 1)  # the model gives the real count when it is built
+                activations.create(family, **opts)
+            except (ValueError, TypeError) as e:
+                raise ConfigError(f"act {label}{where}: {e}", "act") from None
+        if c.finetune.checkpoint:
+            _check_finetune(c, acts, where, checked)
+    return cfg
+
+
+def _check_model(model: DictConfig, where: str) -> None:
+    from ..models.factory import check  # imports timm: only when a config is checked
+
+    try:
+        check(model.name, model.norm, model.norm_free)
+    except ValueError as e:
+        given = f"model.name={model.name}" + "".join(
+            f", model.{k}={model[k]}" for k in ("norm", "norm_free") if model[k] not in (None, False))
+        raise ConfigError(f"{given}: {e}{where}", "model") from None
+
+
+def _check_trainer(t: dict, where: str, checked: set[str]) -> None:
+    """Build (and drop) a Lightning Trainer with the recipe's device arguments: what Lightning refuses
+    (an unknown strategy, a GPU on a CPU machine, devices=0) fails here, once, not in every run."""
+    args = {k: t[k] for k in ("accelerator", "devices", "num_nodes", "strategy", "precision")}
+    key = json.dumps(args, sort_keys=True, default=str)
+    base = defaults()["trainer"]
+    if key in checked or all(v == base.get(k) for k, v in args.items()):  # the defaults work everywhere
+        return
+    checked.add(key)
+    import lightning as L
+
+    quiet = [logging.getLogger(n) for n in ("lightning.pytorch", "lightning.fabric")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.ERROR)
+    try:
+        L.Trainer(**args, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                  enable_model_summary=False)
+    except Exception as e:  # noqa: BLE001 - Lightning raises ValueError, TypeError, MisconfigurationException
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        given = ", ".join(f"trainer.{k}={v}" for k, v in args.items() if v != base.get(k)) or "trainer"
+        raise ConfigError(f"{given}: {first}{where}", "trainer") from None
+    finally:
+        for q, level in zip(quiet, levels):
+            q.setLevel(level)
+
+
+def _check_finetune(c: DictConfig, acts: list[str], where: str, checked: set[str]) -> None:
+    """The checkpoint's content, not only its name (a text file or a torn download fails here, once),
+    and what it is trained with (a missing checkpoint, train=act with a fixed act)."""
+    from ..models.finetune import check  # imports timm: only for fine-tuning recipes
+
+    ft = c.finetune
+    if str(ft.checkpoint) != "timm" and f"ckpt:{ft.checkpoint}" not in checked:
+        from ..models.pretrained import read_checkpoint
+
+        checked.add(f"ckpt:{ft.checkpoint}")
+        try:
+            read_checkpoint(ft.checkpoint, ema=bool(ft.ema))
+        except (ValueError, FileNotFoundError) as e:
+            raise ConfigError(f"finetune.checkpoint: {e}{where}", "finetune.checkpoint") from None
+    try:
+        for label in acts:
+            family, opts = act_options(c, label)
+            check(ft.checkpoint, ft.train, family, opts)
+    except (ValueError, FileNotFoundError) as e:
+        raise ConfigError(str(e), "finetune") from None
