@@ -73,8 +73,8 @@ BAD_INPUTS = [
                                            "group or None"),
     bad(["run", R, "model.norm_free=true"], 2, "model.norm_free=True: norm_free is not supported by 'vgg4'; "
                                                "supported models: vit_s8"),
-    bad(["run", R, "model.lsuv_variant=paper"], 2, "model.lsuv_variant must be (did you mean paper004?) one of "
-                                                   "mishkin, paper004"),
+    bad(["run", R, "model.lsuv_variant=paper"], 2, "model.lsuv_variant must be one of mishkin, "
+                                                   "paper004 (did you mean paper004?)"),
     bad(["run", R, "model.global_pool=3"], 2, "model.global_pool must be null or a non-empty string, got 3"),
     bad(["run", R, "trainer.precision=77"], 2, "trainer.precision must be one of 64-true, 32-true"),
     bad(["run", R, "trainer.devices=abc"], 2, "trainer.devices=abc: `devices`"),
@@ -83,8 +83,8 @@ BAD_INPUTS = [
     bad(["run", R, "optim.lr=nan"], 2, "optim.lr must be a number >= 0, got nan"),
     bad(["run", R, "optim.nesterov=maybe"], 2, "optim.nesterov must be true or false, got 'maybe'"),
     bad(["run", R, "optim.betas=[0.9]"], 2, "optim.betas must be a list of 2 values"),
-    bad(["run", R, "optim.decay_rule=ndims"], 2, "optim.decay_rule must be (did you mean ndim?) one of "
-                                                 "conv_linear, ndim"),
+    bad(["run", R, "optim.decay_rule=ndims"], 2, "optim.decay_rule must be one of conv_linear, "
+                                                 "ndim (did you mean ndim?)"),
     bad(["run", R, "sched.milestones=[0]"], 2, "sched.milestones must be a list, each an integer >= 1"),
     bad(["run", R, "loss.label_smoothing=1.0"], 2, "loss.label_smoothing must be a number >= 0 and < 1"),
     bad(["run", R, "ema.decay=1.5"], 2, "ema.decay must be null or a number > 0 and < 1"),
@@ -93,7 +93,7 @@ BAD_INPUTS = [
         "finetune.checkpoint: {not_weights} is not a readable torch checkpoint"),
     # ---- run: factor sweeps (every setting checked before the first) and seeds=auto
     bad(["run", R, "batch_size=64,0"], 2, "batch_size must be an integer >= 1, got 0 (setting batch_size=0)"),
-    bad(["run", R, "optim.name=sgd,adamz"], 2, "optim.name must be (did you mean adamw?) one of sgd, adamw, "
+    bad(["run", R, "optim.name=sgd,adamz"], 2, "optim.name must be one of sgd, adamw (did you mean adamw?), "
                                                "got 'adamz' (setting optim.name=adamz)"),
     bad(["run", R, "factors={model.nrm: [null, group]}"], 2,
         "factors: 'model.nrm' is not a config key a sweep can vary (did you mean model.norm"),

@@ -89,8 +89,8 @@ def choice(*values: Any) -> Check:
         if any(v == a and type(v) is type(a) for a in values):
             return None
         close = difflib.get_close_matches(str(v), [str(a) for a in values], n=2)
-        hint = f"(did you mean {' or '.join(close)}?) " if close else ""
-        return hint + "one of " + ", ".join("null" if a is None else str(a) for a in values)
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        return "one of " + ", ".join("null" if a is None else str(a) for a in values) + hint
 
     return check
 
