@@ -44,7 +44,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import generate_default_cfgs, register_model
+
+from .builder import build
 
 # TensorFlow 1.x tf.layers.batch_normalization defaults (003 code leaves them): momentum 0.99, epsilon 1e-3
 TF_BN_MOMENTUM, TF_BN_EPS = 0.01, 1e-3
@@ -195,12 +197,7 @@ class FashionResNet(nn.Module):
 
 
 def _create(arch: str, pretrained: bool, **kwargs) -> FashionResNet:
-    name = f"vb_fmnist_{arch}"
-    if pretrained:
-        raise ValueError(f"{name} has no pretrained weights")
-    out_indices = kwargs.pop("out_indices", (0, 1, 2))  # features_only: stem, block1, block2
-    return build_model_with_cfg(FashionResNet, name, pretrained, arch=arch,
-                                feature_cfg=dict(flatten_sequential=True, out_indices=out_indices), **kwargs)
+    return build(FashionResNet, f"vb_fmnist_{arch}", pretrained, (0, 1, 2), arch=arch, **kwargs)  # stem, block1, block2
 
 
 @register_model

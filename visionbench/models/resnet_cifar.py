@@ -19,8 +19,9 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import nn
 from timm.layers import DropPath
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import generate_default_cfgs, register_model
 
+from .builder import build
 from .norms import norm_factory
 
 # timm's registry reads the module's `default_cfgs` when an entrypoint registers; url "" = no
@@ -145,8 +146,4 @@ class CifarResNet(nn.Module):
 @register_model
 def vb_resnet32(pretrained: bool = False, **kwargs) -> CifarResNet:
     """ResNet-32 for CIFAR (He et al. 2016 Sec 4.2), option A shortcuts: 31 activations."""
-    if pretrained:
-        raise ValueError("vb_resnet32 has no pretrained weights")
-    out_indices = kwargs.pop("out_indices", (0, 1, 2))  # features_only: one map per stage
-    return build_model_with_cfg(CifarResNet, "vb_resnet32", pretrained, depth_per_stage=5,
-                                feature_cfg=dict(flatten_sequential=True, out_indices=out_indices), **kwargs)
+    return build(CifarResNet, "vb_resnet32", pretrained, (0, 1, 2), depth_per_stage=5, **kwargs)  # one map per stage

@@ -21,8 +21,9 @@ init (paper 004 App E: "standard PyTorch default initialization").
 from __future__ import annotations
 
 from torch import nn
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import generate_default_cfgs, register_model
 
+from .builder import build
 from .norms import norm_factory
 
 VGG_CFGS = {
@@ -143,12 +144,8 @@ class VGG(nn.Module):
 
 def _create_vgg(variant: str, pretrained: bool = False, **kwargs) -> VGG:
     """timm's builder (pretrained cfg, `features_only`, ...) around `VGG`, as timm's own models."""
-    if pretrained:
-        raise ValueError(f"{variant} has no pretrained weights")
-    stages = VGG_CFGS[variant]
-    out_indices = kwargs.pop("out_indices", tuple(range(len(stages))))  # features_only: one map per stage
-    return build_model_with_cfg(VGG, variant, pretrained, stages=stages,
-                                feature_cfg=dict(flatten_sequential=True, out_indices=out_indices), **kwargs)
+    stages = VGG_CFGS[variant]  # features_only: one map per stage
+    return build(VGG, variant, pretrained, tuple(range(len(stages))), stages=stages, **kwargs)
 
 
 @register_model
