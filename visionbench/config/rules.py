@@ -83,14 +83,18 @@ scalar = _is(lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bo
 mapping = _is(lambda v: isinstance(v, dict), "a mapping")
 
 
+def did_you_mean(word: str, known: Any, n: int = 2) -> str:
+    """` (did you mean a or b?)` for the entries of `known` close to `word`; "" when none is."""
+    close = difflib.get_close_matches(word, [str(k) for k in known], n=n)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
 def choice(*values: Any) -> Check:
     """One of `values`, of the same type (`1` is not `true`)."""
     def check(v: Any) -> str | None:
         if any(v == a and type(v) is type(a) for a in values):
             return None
-        close = difflib.get_close_matches(str(v), [str(a) for a in values], n=2)
-        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-        return "one of " + ", ".join("null" if a is None else str(a) for a in values) + hint
+        return "one of " + ", ".join("null" if a is None else str(a) for a in values) + did_you_mean(str(v), values)
 
     return check
 

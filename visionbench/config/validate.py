@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import functools
 import itertools
 import typing
@@ -21,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 from omegaconf import OmegaConf
 
-from .rules import check_of, is_int
+from .rules import check_of, did_you_mean, is_int
 from .schema import AugmentConfig, RunConfig, defaults, rand_augment_ops, TV_MAGNITUDE_MAX
 
 FREE_DICTS = ("act_options", "act_lr_mult", "model.kwargs", "factors")  # keys below these are the user's own
@@ -62,9 +61,7 @@ def is_free(key: str) -> bool:
 
 def unknown_key(key: str) -> str:
     """`unknown key 'optim.nam' (did you mean optim.name?); valid keys: ...`."""
-    close = difflib.get_close_matches(key, valid_keys(), n=3)
-    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-    return f"unknown key {key!r}{hint}; valid keys: {', '.join(sorted(valid_keys()))}"
+    return f"unknown key {key!r}{did_you_mean(key, valid_keys(), n=3)}; valid keys: {', '.join(sorted(valid_keys()))}"
 
 
 def _augment(a: dict) -> list[tuple[str, str]]:
@@ -157,9 +154,8 @@ def check(plain: dict) -> None:
     factors = plain.get("factors") or {}
     for key, values in factors.items():
         if key not in valid_keys() or key in NOT_FACTORS or is_free(key):
-            close = difflib.get_close_matches(key, valid_keys(), n=3)
-            hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-            raise ConfigError(f"factors: {key!r} is not a config key a sweep can vary{hint}", "factors")
+            raise ConfigError(f"factors: {key!r} is not a config key a sweep can vary{did_you_mean(key, valid_keys(), n=3)}",
+                              "factors")
         if not isinstance(values, list) or not values:
             raise ConfigError(f"factors.{key} must be a non-empty list of values, got {values!r}", "factors")
         if len(set(map(repr, values))) != len(values):
