@@ -4,7 +4,7 @@
     visionbench estimate <the run's arguments>   # projected time, memory, params of the sweep; trains nothing
     visionbench report RESULTS_DIR [--metric ...] [--baseline ...] [--test student|welch|paired]
     visionbench list
-    visionbench bench activations|train [...]
+    visionbench bench activations|train|fit [...]
     visionbench plot boundaries [--acts ...] [--out FILE]
     visionbench papers [--paper 004] [--table 2] [--format md|csv] [--test student|welch]
 """
@@ -61,7 +61,7 @@ def _estimate(args: list[str]) -> int:
 
 
 def _run(args: list[str]) -> int:
-    from .config import ConfigError, split_top_level, sweep_settings
+    from .config import DEFAULT_METRIC, HELD_OUT_METRIC, ConfigError, split_top_level, sweep_settings
     from .results.settings import format_value
     from .sweep.acts import ALL, sweep_acts
     from .sweep.ranks import is_rank_zero
@@ -82,7 +82,7 @@ def _run(args: list[str]) -> int:
         print(f"recipe {cfg.recipe}: act={cfg.act}{acts} seeds={seeds} epochs={cfg.epochs}{factors}{settings} -> "
               f"{recipe_dir}", flush=True)
 
-    shown = list(dict.fromkeys([cfg.report.metric or "val_top1_best", "test_top1_at_best_val"]))
+    shown = list(dict.fromkeys([cfg.report.metric or DEFAULT_METRIC, HELD_OUT_METRIC]))
 
     def show(o):
         m = {**(o.summary.get("metrics") or {}), **o.summary}

@@ -25,7 +25,7 @@ def build_optimizer(model: nn.Module, optim: Mapping[str, Any], batch_size: int,
     one of config.OPTIMIZERS there."""
     lr = scaled_lr(optim, batch_size)
     groups = param_groups(model, lr=lr, weight_decay=float(optim["weight_decay"]), act_lr_mult=act_lr_mult,
-                          act_weight_decay=float(optim["act_weight_decay"]), decay_rule=str(optim["decay_rule"]).lower())
+                          act_weight_decay=float(optim["act_weight_decay"]), decay_rule=str(optim["decay_rule"]))
     if optim["name"] == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=float(optim["momentum"]), nesterov=bool(optim["nesterov"]))
     return torch.optim.AdamW(groups, lr=lr, betas=tuple(optim["betas"]), eps=float(optim["eps"]))
