@@ -7,6 +7,7 @@ place that knows file names, the summary schema and the run statuses.
         metrics.csv     one row per finished epoch (train/callbacks.MetricsWriter)
         checkpoints/    last.ckpt (every epoch: what a resume starts from), best.ckpt (best val_top1)
         act_snapshots/  learnable activations' shapes at chosen epochs (report plots)
+        predictions.npz per-example predictions at the reported checkpoint (results/predictions.py)
         tb/             TensorBoard events
 
 The writer (sweep) and the reader (report) both go through `read_summary`: one contract, so a
@@ -75,6 +76,10 @@ class RunFiles:
     @property
     def snapshots(self) -> Path:
         return self.root / "act_snapshots"
+
+    @property
+    def predictions(self) -> Path:
+        return self.root / "predictions.npz"
 
 
 def files(run: str | Path) -> RunFiles:
