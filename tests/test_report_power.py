@@ -117,20 +117,57 @@ def test_probability_of_improvement_equals_the_direct_pairwise_count():
     x, y = [91.0, 92.0, 90.0, 92.0], [90.0, 92.0, 89.5]  # with ties
     for higher in (True, False):
         assert improvement.probability_of_improvement(x, y, higher_better=higher) == direct_count(x, y, higher)
-    p, lo, hi = improvement.recipe_interval(A, B, n_boot=2000, seed=3)
-    assert p == direct_count(A, B) and 0 <= lo <= p <= hi <= 1
-    assert improvement.recipe_interval(A, B, n_boot=2000, seed=3) == (p, lo, hi)  # seeded
-    # the aggregate over tasks is the mean of the per-task counts; the CI resamples within each task
-    tasks = {"r1": (x, y), "r2": (A, B)}
-    agg, lo, hi = improvement.interval(tasks, higher_better={"r1": False, "r2": True}, n_boot=2000)
-    assert agg == pytest.approx((direct_count(x, y, False) + direct_count(A, B)) / 2) and lo <= agg <= hi
-    assert math.isnan(improvement.recipe_interval([1.0], B)[1])
+    assert math.isnan(improvement.probability_of_improvement([], y))
 
 
-def test_bootstrap_in_chunks_equals_one_pass(monkeypatch):
-    whole = improvement.recipe_interval(A, B, n_boot=500, seed=1)
-    monkeypatch.setattr(improvement, "CHUNK", 60)  # two resamples of 5 × 6 pairs at a time
-    assert improvement.recipe_interval(A, B, n_boot=500, seed=1) == pytest.approx(whole, rel=1e-12)
+def nct_limits(t: float, df: int, c: float) -> tuple[float, float]:
+    """δ_L, δ_U by scalar brentq on scipy.stats.nct: P(T >= t | δ_L/c) = 0.025, P(T <= t | δ_U/c) = 0.025."""
+    low = brentq(lambda d: sps.nct.sf(t, df, d / c) - 0.025, -8, 8)
+    high = brentq(lambda d: sps.nct.cdf(t, df, d / c) - 0.025, -8, 8)
+    return low, high
+
+
+def test_normal_model_p_and_its_noncentral_t_interval_by_hand():
+    d = (A.mean() - B.mean()) / pooled(A, B)
+    c = math.sqrt(1 / len(A) + 1 / len(B))
+    low, high = nct_limits(d / c, len(A) + len(B) - 2, c)
+    p, lo, hi = improvement.recipe_interval(A, B)
+    assert p == pytest.approx(sps.norm.cdf(d / math.sqrt(2)), rel=1e-12)
+    assert (lo, hi) == pytest.approx((sps.norm.cdf(low / math.sqrt(2)), sps.norm.cdf(high / math.sqrt(2))), rel=1e-7)
+    # lower is better: the same comparison with the signs flipped
+    p2, lo2, hi2 = improvement.recipe_interval(-A, -B, higher_better=False)
+    assert (p2, lo2, hi2) == pytest.approx((p, lo, hi), rel=1e-12)
+    q, qlo, qhi = improvement.recipe_interval(B, A)
+    assert (q, qlo, qhi) == pytest.approx((1 - p, 1 - hi, 1 - lo), rel=1e-7)
+    # paired: Φ(mean D / sd D), the one-sample noncentral t over n − 1 df
+    diff = A[:5] - B[:5]
+    dp = diff.mean() / diff.std(ddof=1)
+    low, high = nct_limits(dp * math.sqrt(5), 4, 1 / math.sqrt(5))
+    p, lo, hi = improvement.recipe_interval(A[:5], B[:5], paired=True)
+    assert (p, lo, hi) == pytest.approx((sps.norm.cdf(dp), sps.norm.cdf(low), sps.norm.cdf(high)), rel=1e-7)
+
+
+def test_probability_of_improvement_not_estimable_without_two_runs_or_spread():
+    assert all(math.isnan(v) for v in improvement.recipe_interval([1.0], B))
+    assert all(math.isnan(v) for v in improvement.recipe_interval([1.0, 1.0], [2.0, 2.0]))
+    assert all(math.isnan(v) for v in improvement.recipe_interval([1.0, 2.0], [0.0, 1.0], paired=True))
+    # far apart: the limits clamp at 0 / 1 instead of failing in the noncentral t's far tail
+    p, lo, hi = improvement.recipe_interval([100.0, 100.1, 99.9] * 10, [0.0, 0.1, -0.1] * 10)
+    assert p == 1.0 and 0.999 < lo <= hi == 1.0
+
+
+def test_suite_table_mean_over_estimable_recipes_without_an_interval():
+    x, y = [91.0, 92.0, 90.0, 92.0], [90.0, 92.0, 89.5]
+    blocks = {"r1": {"values": {"relu": y, "gelu": x}, "higher_better": False},
+              "r2": {"values": {"relu": B, "gelu": A}, "higher_better": True},
+              "r3": {"values": {"relu": B, "gelu": [95.0]}, "higher_better": True}}  # one run: not estimable
+    frame = improvement.table(blocks, "relu").set_index("block")
+    p1 = improvement.recipe_interval(x, y, higher_better=False)[0]
+    p2 = improvement.recipe_interval(A, B)[0]
+    assert frame.loc["all", "p_improve"] == pytest.approx((p1 + p2) / 2) and frame.loc["all", "n_blocks"] == 2
+    assert math.isnan(frame.loc["all", "ci_low"]) and math.isnan(frame.loc["r3", "p_improve"])
+    assert frame.loc["r3", "p_improve_empirical"] == direct_count([95.0], B)
+    assert frame.loc["all", "p_improve_empirical"] == pytest.approx((direct_count(x, y, False) + direct_count(A, B)) / 2)
 
 
 # --- verdict.py -------------------------------------------------------------------------------------------------
@@ -210,9 +247,9 @@ def test_annotate_api_and_lower_is_better(tmp_path):
                         metrics=None)
     runs = load_runs(root).rename(columns={"val_top1_best": "val_loss_final"})
     summary = summarize(runs, "val_loss_final")
-    out = verdict.annotate(summary, runs, n_boot=500).set_index("act")
+    out = verdict.annotate(summary, runs).set_index("act")
     assert out.loc["fast", "verdict"] == "better"  # a loss going down
-    assert out.loc["fast", "p_improve"] == 1.0
+    assert out.loc["fast", "p_improve_empirical"] == 1.0 and out.loc["fast", "p_improve"] > 0.99
     with pytest.raises(ValueError, match="--margin must be a positive number"):
         verdict.annotate(summary, runs, margin=-1)
 
@@ -231,9 +268,11 @@ def test_cli_writes_the_columns_and_the_sentences(tmp_path, capsys):
                 "p_improve_low", "p_improve_high", "d_for_seeds"):
         assert col in table.columns
     up = table.loc["up"]
-    assert up["p_improve"] == 1.0 and up["mde"] == pytest.approx(
+    assert up["p_improve_empirical"] == 1.0 and up["mde"] == pytest.approx(
         power.mde_d(6, 6) * pooled(VERDICT_VALUES["up"], VERDICT_VALUES["relu"]), rel=1e-6)
-    assert table.loc["noisy", "p_improve"] == direct_count(VERDICT_VALUES["noisy"], VERDICT_VALUES["relu"])
+    assert table.loc["noisy", "p_improve_empirical"] == direct_count(VERDICT_VALUES["noisy"], VERDICT_VALUES["relu"])
+    assert table.loc["noisy", "p_improve"] == pytest.approx(improvement.recipe_interval(
+        VERDICT_VALUES["noisy"], VERDICT_VALUES["relu"])[0])
     md = (tmp_path / "toy" / "table.md").read_text()
     assert "| verdict |" in md and "equivalent (±1.00) |" in md and "P(> relu) [95% CI]" in md
     assert "Verdicts (α = 0.05, equivalence margin ±1 (TOST)):" in md
@@ -242,6 +281,57 @@ def test_cli_writes_the_columns_and_the_sentences(tmp_path, capsys):
     assert f"- {table.loc['down', 'verdict_text']}" in md
     tex = (tmp_path / "toy" / "table.tex").read_text()
     assert "equivalent ($\\pm$1.00)" in tex
+
+
+def test_survivors_better_with_diverged_runs_is_unstable_never_better(tmp_path):
+    """Issue 22: 2 of 5 runs diverged, the 3 that finished beat the baseline (p < 0.01): not 'better'."""
+    values = {"relu": [90.0, 90.4, 89.8, 90.1, 90.3],
+              "rational": [91.5, 91.9, 91.4, "diverged", "diverged"],   # survivors far above relu
+              "gelu": [90.2, 90.6, 89.9, 90.5, 90.1],
+              "bad": [88.5, 88.9, "diverged", 88.4, 88.7]}              # worse and diverging: stays worse
+    root = write_recipe(tmp_path, "toy", values)
+    assert main([str(root), "--no-plots", "--extras"]) == 0
+    table = pd.read_csv(root / "table.csv").set_index("act")
+    rational = table.loc["rational"]
+    assert rational["p_value"] < 0.01 and rational["verdict"] == "unstable"
+    fisher = sps.fisher_exact([[2, 1 + 2], [0, 5]]).pvalue
+    assert rational["div_p"] == pytest.approx(fisher) and (rational["base_diverged"], rational["base_runs"]) == (0, 5)
+    assert rational["verdict_text"].startswith("rational is unstable against relu: among the runs that finished it "
+                                               "is better than relu — Δ = +1.48 (Student p = 0.0002 < 0.05")
+    assert rational["verdict_text"].endswith(
+        f"n = 3 vs 5); but rational diverged in 2 of 5 runs, relu in 0 of 5 (Fisher exact p = {fisher:.4f}).")
+    assert table.loc["bad", "verdict"] == "worse" and "bad diverged in 1 of 5 runs" in table.loc["bad", "verdict_text"]
+    assert "diverged" not in table.loc["gelu", "verdict_text"] and table.loc["gelu", "div_p"] == 1.0
+    md = (root / "table.md").read_text()
+    assert "| unstable (2/5 diverged) |" in md and "| worse (1/5 diverged) |" in md
+    for line in md.splitlines():  # the survivors' "better" never appears without the divergence
+        if "rational" in line and "better" in line:
+            assert "diverged" in line, line
+
+
+def test_a_diverging_baseline_is_named_in_every_sentence(tmp_path):
+    values = {"relu": [90.0, 90.4, "diverged", 90.1, "diverged"], "up": [91.5, 91.9, 91.4, 91.8, 91.6],
+              "none": ["diverged", "diverged"]}
+    root = write_recipe(tmp_path, "toy", values)
+    assert main([str(root), "--no-plots"]) == 0
+    table = pd.read_csv(root / "table.csv").set_index("act")
+    assert table.loc["up", "verdict"] == "better"  # the act itself never diverged
+    assert table.loc["up", "verdict_text"].endswith("; up diverged in 0 of 5 runs, relu in 2 of 5 "
+                                                    f"(Fisher exact p = {sps.fisher_exact([[0, 5], [2, 3]]).pvalue:.4f}).")
+    assert table.loc["none", "verdict_text"].startswith("none: no verdict against relu (no completed run: no test); "
+                                                        "none diverged in 2 of 2 runs, relu in 2 of 5")
+    assert "| better (relu 2/5 diverged) |" in (root / "table.md").read_text()
+    gone = write_recipe(tmp_path / "gone", "toy", {"relu": ["diverged"] * 3, "up": [91.5, 91.9, 91.4]})
+    assert main([str(gone), "--no-plots"]) == 0  # no baseline run finished: still a sentence with the counts
+    assert pd.read_csv(gone / "table.csv").set_index("act").loc["up", "verdict_text"] == (
+        "up: no verdict against relu (baseline n<2: no test); up diverged in 0 of 3 runs, relu in 3 of 3 "
+        "(Fisher exact p = 0.1000).")
+
+
+def test_welch_marks_p_improve_not_estimable(tmp_path):
+    table = verdict_table(tmp_path, "--test", "welch", "--extras")
+    assert table.loc[["up", "noisy"], "p_improve"].isna().all() and table.loc["up", "p_improve_empirical"] == 1.0
+    assert "| n/e |" in (tmp_path / "toy" / "table.md").read_text()
 
 
 # --- curves.py --------------------------------------------------------------------------------------------------
@@ -291,7 +381,7 @@ def test_curve_metrics_through_the_report(tmp_path):
     assert table.loc["relu", "mean"] == pytest.approx(np.mean([expected(c, 90) for c in slow.values()]))
     assert table.loc["rational", "verdict"] == "better" and table.loc["rational", "diff"] < 0  # fewer epochs
     assert table.loc["rational", "best"]  # the lower mean is the best one
-    assert table.loc["rational", "p_improve"] == 1.0
+    assert table.loc["rational", "p_improve_empirical"] == 1.0 and table.loc["rational", "p_improve"] > 0.9
 
     assert main([str(root), "--no-plots", "--metric", "val_top1_auc"]) == 0
     table = pd.read_csv(root / "table.csv").set_index("act")

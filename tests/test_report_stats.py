@@ -1,4 +1,5 @@
-"""Statistics of the report: tests equal scipy, stars, Holm, effect size, bootstrap, degenerate cases."""
+"""Statistics of the report: tests equal scipy, stars, Holm, effect size, the t interval of Δ, the legacy
+bootstrap, divergence (Fisher), degenerate cases."""
 from __future__ import annotations
 
 import math
@@ -8,8 +9,9 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from visionbench.report import bootstrap_ci, cohen_d, holm, stars, summarize
-from visionbench.stats.significance import compare
+from visionbench.report import cohen_d, holm, stars, summarize
+from visionbench.report.summary import withhold_tests
+from visionbench.stats.significance import compare, difference_ci, divergence_p
 
 
 def runs_frame(values: dict[str, list], recipe: str = "toy", baseline: str | None = "relu") -> pd.DataFrame:
@@ -99,16 +101,74 @@ def test_holm_in_summary_over_the_compared_acts():
     assert math.isnan(row(table, "relu")["p_holm"])
 
 
-def test_cohen_d_pooled_and_bootstrap_ci():
+def test_cohen_d_pooled():
     a, b = np.array(A), np.array(B)
     pooled = np.sqrt(((5 - 1) * a.var(ddof=1) + (5 - 1) * b.var(ddof=1)) / 8)
     assert cohen_d(a, b) == pytest.approx((a.mean() - b.mean()) / pooled)
-    lo, hi = bootstrap_ci(a, b, seed=3)
-    assert lo < a.mean() - b.mean() < hi and (lo, hi) == bootstrap_ci(a, b, seed=3)  # seeded
-    assert bootstrap_ci(a, b, seed=4) != (lo, hi)
-    assert all(math.isnan(v) for v in bootstrap_ci(a[:1], b))
-    table = summarize(runs_frame({"relu": B, "gelu": A}), "val_top1_best", "relu", n_boot=10_000, seed=3)
-    assert (row(table, "gelu")["ci_low"], row(table, "gelu")["ci_high"]) == (lo, hi)
+
+
+def t_interval_by_hand(a, b, test: str, level: float = 0.95) -> tuple[float, float]:
+    """Δ ± t_{(1+level)/2, df} · se: pooled (Student), Welch–Satterthwaite, or one-sample over a − b (paired)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if test == "paired":
+        d = a - b
+        se, df, delta = d.std(ddof=1) / math.sqrt(d.size), d.size - 1, d.mean()
+    else:
+        va, vb, na, nb = a.var(ddof=1), b.var(ddof=1), a.size, b.size
+        delta = a.mean() - b.mean()
+        if test == "student":
+            sp2 = ((na - 1) * va + (nb - 1) * vb) / (na + nb - 2)
+            se, df = math.sqrt(sp2 * (1 / na + 1 / nb)), na + nb - 2
+        else:
+            se = math.sqrt(va / na + vb / nb)
+            df = se ** 4 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
+    half = sps.t.ppf((1 + level) / 2, df) * se
+    return delta - half, delta + half
+
+
+@pytest.mark.parametrize("test", ["student", "welch", "paired"])
+def test_summary_ci_is_the_t_interval_of_the_tables_test(test):
+    b = B + [89.5]  # unequal sizes: the paired interval uses the 5 shared seeds
+    table = summarize(runs_frame({"relu": b, "gelu": A}), "val_top1_best", "relu", test=test)
+    got = (row(table, "gelu")["ci_low"], row(table, "gelu")["ci_high"])
+    expected = t_interval_by_hand(A, B if test == "paired" else b, test)
+    assert got == pytest.approx(expected, rel=1e-10)
+    assert difference_ci(A, b if test != "paired" else B, test) == pytest.approx(expected, rel=1e-10)
+    assert difference_ci(A, b if test != "paired" else B, test, level=0.99)[0] < expected[0]  # wider
+    assert math.isnan(row(table, "relu")["ci_low"])  # the baseline's own row
+
+
+def test_t_interval_is_vectorised_and_nan_when_undefined():
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(1, 1, (4, 3)), rng.normal(0, 1, (4, 5))
+    lo, hi = difference_ci(x, y, "welch")
+    for i in range(4):
+        assert (lo[i], hi[i]) == pytest.approx(t_interval_by_hand(x[i], y[i], "welch"), rel=1e-10)
+    assert all(math.isnan(v) for v in difference_ci([1.0], [1.0, 2.0]))
+    assert all(math.isnan(v) for v in difference_ci([1.0, 1.0], [2.0, 2.0]))  # no spread: no zero-width interval
+    assert all(math.isnan(v) for v in difference_ci([1.0, 2.0], [0.5, 1.5], "paired"))  # constant differences
+    with pytest.raises(ValueError, match="unknown test 'z'; choose one of student, welch, paired"):
+        difference_ci(A, B, "z")
+    with pytest.raises(ValueError, match="aligned by seed, got 5 and 3"):
+        difference_ci(A, B[:3], "paired")
+    table = summarize(runs_frame({"relu": [90.1] * 3, "gelu": [90.3] * 3}), "val_top1_best", "relu")
+    assert math.isnan(row(table, "gelu")["ci_low"])  # zero variance: no test, no interval
+
+
+def test_divergence_p_is_fisher_exact():
+    assert divergence_p(2, 5, 0, 5) == pytest.approx(sps.fisher_exact([[2, 3], [0, 5]]).pvalue)
+    assert divergence_p(2, 5, 0, 5) == pytest.approx(4 / 9)  # by hand: P(k = 2) + P(k = 0) = 2 · C(5,2) / C(10,2)
+    assert divergence_p(0, 5, 0, 5) == 1.0 and math.isnan(divergence_p(0, 0, 1, 5))
+    with pytest.raises(ValueError, match="act: diverged runs must lie in 0..runs, got 6 of 5"):
+        divergence_p(6, 5, 0, 5)
+
+
+def test_withheld_tests_leave_means_and_mark_why():
+    table = withhold_tests(summarize(runs_frame({"relu": B, "gelu": A, "solo": [91.0]}), "val_top1_best", "relu"))
+    gelu = row(table, "gelu")
+    assert gelu["mark"] == "not comparable" and gelu["stars"] == "" and gelu["mean"] == pytest.approx(np.mean(A))
+    assert all(math.isnan(gelu[c]) for c in ("p_value", "t_stat", "p_holm", "ci_low", "ci_high", "cohen_d"))
+    assert row(table, "solo")["mark"] == "n<2" and row(table, "relu")["mark"] == "baseline"
 
 
 def test_single_run_gets_no_std_and_no_test():
@@ -196,24 +256,6 @@ def test_holm_is_statsmodels_and_equals_the_rule_with_nans_left_out():
         got = holm(with_nan)
         assert np.isnan(got[0]) and np.isnan(got[-1]) and got[1:-1].tolist() == holm(p).tolist()
     assert np.isnan(holm([np.nan, np.nan])).all() and holm([]).size == 0
-
-
-@pytest.mark.parametrize("n_a, n_b", [(3, 3), (5, 4), (2, 6)])
-def test_bootstrap_ci_is_scipys_percentile_interval_on_the_same_resamples(n_a, n_b):
-    """Ours draws the resamples as scipy.stats.bootstrap does (per group, `integers(0, n, (n_boot, n))`),
-    so the intervals agree; ours is kept because scipy's vectorised mean can differ in the last bit."""
-    rng = np.random.default_rng(n_a * 10 + n_b)
-    a, b = rng.normal(98, 0.5, n_a), rng.normal(97, 1.0, n_b)
-    lo, hi = bootstrap_ci(a, b, n_boot=2000, seed=7)
-    res = sps.bootstrap((a, b), lambda x, y, axis: x.mean(axis) - y.mean(axis), n_resamples=2000,
-                        method="percentile", confidence_level=0.95, vectorized=True,
-                        random_state=np.random.default_rng(7))
-    assert (lo, hi) == pytest.approx((res.confidence_interval.low, res.confidence_interval.high), rel=1e-12, abs=1e-12)
-    d = a[:2] - b[:2]
-    lo, hi = bootstrap_ci(a[:2], b[:2], paired=True, n_boot=2000, seed=7)
-    res = sps.bootstrap((d,), lambda x, axis: x.mean(axis), n_resamples=2000, method="percentile",
-                        vectorized=True, random_state=np.random.default_rng(7))
-    assert (lo, hi) == pytest.approx(tuple(res.confidence_interval), rel=1e-12, abs=1e-12)
 
 
 @pytest.mark.parametrize("metric, higher", [

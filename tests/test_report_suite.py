@@ -1,6 +1,7 @@
 """The suite view of `visionbench report` over several recipes (docs/report.md, "Across recipes"):
-mean ranks, Friedman test, Nemenyi CD, probability of improvement; checked against scipy / pandas /
-a direct pairwise count on a fabricated 6-recipe x 4-activation x 5-seed tree."""
+mean ranks, Friedman test with Iman–Davenport's F, Nemenyi CD, probability of improvement; checked
+against scipy / pandas / a direct pairwise count / Demšar's worked example on a fabricated
+6-recipe x 4-activation x 5-seed tree."""
 from __future__ import annotations
 
 import itertools
@@ -13,7 +14,7 @@ from scipy import stats
 
 from visionbench.report import figures, main, suite
 from visionbench.report.collect import scan_runs
-from visionbench.stats import ranking
+from visionbench.stats import improvement, ranking
 
 from .helpers import write_recipe, write_run
 
@@ -45,7 +46,7 @@ def per_recipe_means(tree) -> pd.DataFrame:
 
 
 def test_friedman_equals_scipy_on_the_per_recipe_means(tree, capsys):
-    assert main([str(tree), "--bootstrap", "200"]) == 0
+    assert main([str(tree)]) == 0
     md = (tree / "ranks.md").read_text()
     table = per_recipe_means(tree)[ACTS]
     ref = stats.friedmanchisquare(*[table[a].to_numpy() for a in ACTS])
@@ -55,13 +56,15 @@ def test_friedman_equals_scipy_on_the_per_recipe_means(tree, capsys):
     assert "N = 6 recipes, k = 4 activations" in md and "mish" not in md.split("activations:")[1].split(")")[0]
     cd = stats.studentized_range.ppf(0.95, 4, np.inf) / math.sqrt(2) * math.sqrt(4 * 5 / (6 * 6))
     assert f"CD = {cd:.3f}" in md
+    f = 5 * ref.statistic / (6 * 3 - ref.statistic)  # (N−1)χ² / (N(k−1) − χ²), N = 6, k = 4
+    assert f"Iman–Davenport F = {f:.3f} on (3, 15) df, p = {stats.f.sf(f, 3, 15):.4g}" in md
     for recipe in RECIPES:  # each recipe says which metric it was ranked on
         assert f"| {recipe} | val_top1_best | higher is better | relu |" in md
     assert "ranks.md" in capsys.readouterr().err
 
 
 def test_mean_ranks_equal_pandas_average_ranks_with_ties(tree):
-    assert main([str(tree), "--bootstrap", "200"]) == 0
+    assert main([str(tree)]) == 0
     got = pd.read_csv(tree / "ranks.csv").set_index("act")
     table = per_recipe_means(tree)
     expected = table.rank(axis=1, ascending=False, method="average")
@@ -85,28 +88,32 @@ def test_lower_is_better_metrics_rank_the_smallest_first():
     assert got.to_dict() == {"gelu": 1.0, "relu": 2.0, "silu": 3.0}
 
 
-def test_probability_of_improvement_equals_the_direct_pairwise_count(tree):
-    assert main([str(tree), "--bootstrap", "500"]) == 0
+def test_probability_of_improvement_per_recipe_and_their_mean(tree):
+    assert main([str(tree)]) == 0
     pi = pd.read_csv(tree / "improvement.csv")
     runs, _ = scan_runs(tree)
     per_recipe = {}
     for act in ["gelu", "silu", "rational"]:
         for recipe in RECIPES:
-            x = runs[(runs.recipe == recipe) & (runs.act == act)]["val_top1_best"]
-            y = runs[(runs.recipe == recipe) & (runs.act == "relu")]["val_top1_best"]
+            x = runs[(runs.recipe == recipe) & (runs.act == act)]["val_top1_best"].to_numpy()
+            y = runs[(runs.recipe == recipe) & (runs.act == "relu")]["val_top1_best"].to_numpy()
             pairs = list(itertools.product(x, y))
             direct = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a, b in pairs) / len(pairs)
             row = pi[(pi.act == act) & (pi.block == recipe)].iloc[0]
-            assert row["p_improve"] == pytest.approx(direct)
-            per_recipe[(act, recipe)] = direct
+            assert row["p_improve_empirical"] == pytest.approx(direct)  # rliable's count, kept beside
+            pooled = math.sqrt((np.var(x, ddof=1) + np.var(y, ddof=1)) / 2)  # 5 vs 5
+            assert row["p_improve"] == pytest.approx(stats.norm.cdf((x.mean() - y.mean()) / pooled / math.sqrt(2)))
+            assert (row["ci_low"], row["ci_high"]) == pytest.approx(improvement.recipe_interval(x, y)[1:])
+            per_recipe[(act, recipe)] = row["p_improve"]
         agg = pi[(pi.act == act) & (pi.block == "all")].iloc[0]
         assert agg["p_improve"] == pytest.approx(np.mean([per_recipe[(act, r)] for r in RECIPES]))
-        assert agg["n_blocks"] == 6 and agg["ci_low"] <= agg["p_improve"] <= agg["ci_high"]
-    assert "Probability of improvement over relu" in (tree / "ranks.md").read_text()
+        assert agg["n_blocks"] == 6 and np.isnan(agg["ci_low"]) and np.isnan(agg["ci_high"])  # not estimable
+    md = (tree / "ranks.md").read_text()
+    assert "Probability of improvement over relu" in md and "without an interval" in md
 
 
 def test_report_writes_the_suite_files_and_a_single_recipe_none(tree, tmp_path_factory):
-    assert main([str(tree), "--bootstrap", "200"]) == 0
+    assert main([str(tree)]) == 0
     for name in ("ranks.csv", "ranks.md", "cd_diagram.png", "improvement.csv", "improvement.png"):
         assert (tree / name).stat().st_size > 0, name
     assert (tree / "cd_diagram.png").read_bytes()[:4] == (tree / "improvement.png").read_bytes()[:4] == b"\x89PNG"
@@ -115,23 +122,25 @@ def test_report_writes_the_suite_files_and_a_single_recipe_none(tree, tmp_path_f
     single = tmp_path_factory.mktemp("single")
     write_recipe(single, "r0", {act: values(0, j) for j, act in enumerate(ACTS)})
     for where in (single, single / "r0"):
-        assert main([str(where), "--bootstrap", "200"]) == 0
+        assert main([str(where)]) == 0
         assert not any((where / n).exists() for n in ("ranks.csv", "ranks.md", "cd_diagram.png", "improvement.csv",
                                                       "improvement.png"))
 
     off = tmp_path_factory.mktemp("off")
     for i in range(2):
         write_recipe(off, f"r{i}", {act: values(i, j) for j, act in enumerate(ACTS)})
-    assert main([str(off), "--no-suite", "--bootstrap", "200"]) == 0
+    assert main([str(off), "--no-suite"]) == 0
     assert not (off / "ranks.md").exists()
 
 
 def test_too_few_acts_or_recipes_give_a_note_not_a_test(tmp_path):
     write_recipe(tmp_path, "a", {"relu": [1.0, 2.0], "gelu": [2.0, 3.0]})
     write_recipe(tmp_path, "b", {"relu": [1.0, 2.0], "gelu": [3.0, 3.5]}, baseline="gelu")
-    assert main([str(tmp_path), "--bootstrap", "100"]) == 0
+    assert main([str(tmp_path)]) == 0
     md = (tmp_path / "ranks.md").read_text()
     assert "no Friedman test: it needs >= 3 activations" in md and not (tmp_path / "cd_diagram.png").exists()
+    assert "| a | val_top1_best | higher is better | relu | no |" in md  # no test was run: no recipe is in one
+    assert "| yes |" not in md
     assert "do not share one baseline" in md  # a: relu, b: gelu
     assert pd.read_csv(tmp_path / "ranks.csv").set_index("act")["mean_rank"].to_dict() == {"gelu": 1.0, "relu": 2.0}
 
@@ -153,3 +162,20 @@ def test_improvement_plot_needs_an_aggregate(tmp_path):
     agg = {"act": "gelu", "block": "all", "p_improve": 0.7, "ci_low": float("nan"), "ci_high": float("nan"), "n_blocks": 1}
     out = figures.plot_improvement(pd.concat([frame, pd.DataFrame([agg])]), "relu", tmp_path / "b.png")
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_iman_davenport_equals_demsar_2006_worked_example():
+    """Demšar (2006) Sec 3.2.2: four classifiers on N = 14 data sets, mean ranks 3.143, 2.000, 2.893, 1.964:
+    χ²_F = 9.28 and F_F = 3.69 on (3, 39) df, above the critical F(3, 39) = 2.85 at α = 0.05."""
+    n, k, mean_ranks = 14, 4, np.array([3.143, 2.000, 2.893, 1.964])
+    chi2 = 12 * n / (k * (k + 1)) * (np.sum(mean_ranks ** 2) - k * (k + 1) ** 2 / 4)
+    assert chi2 == pytest.approx(9.28, abs=0.01)
+    f, p, df1, df2 = ranking.iman_davenport(chi2, n, k)
+    assert f == pytest.approx(3.69, abs=0.005) and (df1, df2) == (3, 39)
+    assert stats.f.ppf(0.95, 3, 39) == pytest.approx(2.85, abs=0.005) and p == pytest.approx(stats.f.sf(f, 3, 39))
+    assert p < stats.chi2.sf(chi2, 3)  # 0.020 < 0.026: χ² is the conservative one
+    assert ranking.iman_davenport(n * (k - 1), n, k)[:2] == (math.inf, 0.0)  # every task ranks alike
+    with pytest.raises(ValueError, match="N >= 2 tasks and k >= 2 acts, got N = 1"):
+        ranking.iman_davenport(1.0, 1, 4)
+    with pytest.raises(ValueError, match=r"χ² must lie in \[0, N\(k-1\)\] = \[0, 42\], got 50"):
+        ranking.iman_davenport(50, n, k)

@@ -10,9 +10,10 @@
 * `act_shapes_<act>_seed<k>.png` follows paper 004 Fig 2/7: one panel per layer, the learned
   activation at each stored epoch over the density of that layer's pre-activation inputs (the last
   stored epoch's histogram, on a secondary axis).
-* `improvement.png`: the interval plot of the probability of improvement (Agarwal et al. 2021, Fig. 4
-  style): per activation the aggregate P(X > baseline) with its stratified-bootstrap CI, the per-recipe
-  values as small marks, a line at 0.5.
+* `improvement.png`: the probability of improvement (Agarwal et al. 2021, Fig. 4 style): per activation
+  the mean over recipes of P(X > baseline) (a dot: no interval, the mean's is not estimable at a suite's
+  seed counts; stats/improvement.py) and the per-recipe values as small marks, a line at 0.5. A bar is
+  drawn only for a row that carries an interval.
 * `cd_diagram.png`: the critical-difference diagram of the suite view (Demšar 2006 Fig 1).
 
 Figures are drawn with `matplotlib.figure.Figure` (Agg canvas), never pyplot, so nothing global
@@ -156,9 +157,10 @@ def make_plots(runs: pd.DataFrame, metric: str, out_dir=None, baseline: str | No
 
 
 def plot_improvement(frame: pd.DataFrame, baseline: str, out_path) -> Path | None:
-    """`improvement.png` from `stats.improvement.table`'s frame: per act the aggregate P(X > baseline) (dot)
-    with its CI (bar) and the per-recipe values (gray marks); None when the frame has no aggregate row."""
-    agg = frame[frame["block"] == "all"].sort_values("p_improve").reset_index(drop=True)
+    """`improvement.png` from `stats.improvement.table`'s frame: per act the aggregate P(X > baseline) (dot),
+    its CI (bar) where the frame has one, and the per-recipe values (gray marks); None when the frame has no
+    aggregate row or no aggregate value."""
+    agg = frame[(frame["block"] == "all") & frame["p_improve"].notna()].sort_values("p_improve").reset_index(drop=True)
     if agg.empty:
         return None
     blocks = sorted(set(frame["block"]) - {"all"})
@@ -170,7 +172,7 @@ def plot_improvement(frame: pd.DataFrame, baseline: str, out_path) -> Path | Non
             ax.hlines(i, r["ci_low"], r["ci_high"], color="tab:blue", lw=6, alpha=0.35)
         ax.plot(r["p_improve"], i, "o", color="tab:blue", ms=6)
         per = frame[(frame["act"] == r["act"]) & (frame["block"] != "all")]
-        for _, b in per.iterrows():
+        for _, b in per.dropna(subset=["p_improve"]).iterrows():
             ax.plot(b["p_improve"], i + 0.22, markers.get(b["block"], "o"), color="gray", ms=4, mfc="none")
     for block, m in markers.items():
         ax.plot([], [], m, color="gray", ms=4, mfc="none", label=block)
@@ -178,7 +180,8 @@ def plot_improvement(frame: pd.DataFrame, baseline: str, out_path) -> Path | Non
     ax.set_yticks(range(len(agg)), [f"{a} ({n})" for a, n in zip(agg["act"], agg["n_blocks"])])
     ax.set_xlim(-0.02, 1.02)
     ax.set_ylim(-0.6, len(agg) - 0.4)
-    ax.set_xlabel(f"P(X > {baseline})  (bar: 95 % stratified-bootstrap CI over recipes; gray: per recipe)")
+    ax.set_xlabel(f"P(X > {baseline}), normal model  (dot: mean over recipes, no interval: not estimable at these "
+                  "seed counts; gray: per recipe)")
     if blocks:
         ax.legend(fontsize=7, loc="lower right", frameon=False)
     ax.set_title(f"Probability of improvement over {baseline} (n recipes in brackets)", fontsize=9)

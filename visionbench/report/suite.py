@@ -4,16 +4,17 @@
 
     >>> from visionbench.report import suite
     >>> scores = suite.scores_frame(tasks)            # long: task, act, seed, value, metric, higher_better
-    >>> text, paths = suite.write(scores, "results", n_boot=10_000)
+    >>> text, paths = suite.write(scores, "results")
 
 A *task* is one table of the report: a recipe, or one setting of a factor sweep (each setting is its
 own task: it has its own table, its own seeds and its own ranking). Each task is scored on its own
 metric (the recipe's `report.metric`, or `--metric`), in that metric's direction.
 
 This module assembles the scores from the runs and writes the files; the statistics are
-`visionbench.stats.ranking` (mean ranks, Friedman, Nemenyi CD; Demšar 2006) and
-`visionbench.stats.improvement` (P(X > baseline); Agarwal et al. 2021), the figures `figures.py`,
-the tables `render.py`.
+`visionbench.stats.ranking` (mean ranks, Friedman with Iman–Davenport's F, Nemenyi CD; Demšar 2006)
+and `visionbench.stats.improvement` (P(X > baseline): per recipe the normal-model value with its exact
+interval, over recipes their mean, whose interval is not estimable at a suite's seed counts), the
+figures `figures.py`, the tables `render.py`.
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def scores_frame(tasks: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SCORE_COLUMNS)
 
 
-def improvement_table(scores: pd.DataFrame, n_boot: int = 10_000, seed: int = 0) -> tuple[pd.DataFrame, str | None]:
+def improvement_table(scores: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     """(P(X > baseline) per task and aggregated, baseline) when every task names the same baseline;
     (empty frame, None) otherwise."""
     names = set(ranking.task_metrics(scores)["baseline"].dropna())
@@ -59,7 +60,7 @@ def improvement_table(scores: pd.DataFrame, n_boot: int = 10_000, seed: int = 0)
     for label, group in scores.groupby("task", sort=True):
         blocks[label] = {"values": {a: g["value"].to_numpy() for a, g in group.groupby("act")},
                          "higher_better": bool(group["higher_better"].iloc[0])}
-    return improvement.table(blocks, baseline, n_boot=n_boot, seed=seed), baseline
+    return improvement.table(blocks, baseline), baseline
 
 
 def improvement_markdown(frame: pd.DataFrame, baseline: str, level: float = LEVEL) -> str:
@@ -70,7 +71,9 @@ def improvement_markdown(frame: pd.DataFrame, baseline: str, level: float = LEVE
     blocks = ["all"] + sorted(set(frame["block"]) - {"all"})
 
     def cell(r) -> str:
-        ci = "" if not math.isfinite(r["ci_low"]) else f" [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+        if not math.isfinite(r["p_improve"]):
+            return "n/e"
+        ci = f" [{r['ci_low']:.2f}, {r['ci_high']:.2f}]" if math.isfinite(r["ci_low"]) else ""
         return f"{r['p_improve']:.2f}{ci}"
 
     cells = {(r["act"], r["block"]): cell(r) for _, r in frame.iterrows()}
@@ -78,9 +81,12 @@ def improvement_markdown(frame: pd.DataFrame, baseline: str, level: float = LEVE
     rows = [[act] + [cells.get((act, b), "") + (f" ({n[act]})" if b == "all" and act in n else "") for b in blocks]
             for act in sorted(set(frame["act"]))]
     intro = (f"P(X > {baseline}): the probability that a run of X beats a run of {baseline} on the recipe's own "
-             "metric (ties ½; Agarwal et al. 2021), per recipe and averaged over the recipes where both ran "
-             f"(`all`), with {100 * level:g} % stratified-bootstrap CIs (runs resampled within each recipe). "
-             "0.5 = indistinguishable.")
+             "metric under the normal model, Φ(d/√2) with d = Cohen's d (McGraw & Wong 1992), per recipe with its "
+             f"exact {100 * level:g} % interval (noncentral t; Steiger & Fouladi 1997), and its mean over the "
+             "recipes where it is estimable (`all`, n recipes in brackets) without an interval: no interval for "
+             "the mean held its coverage at these seed counts (docs/report.md). `n/e`: not estimable (fewer "
+             "than 2 runs in a group, or no spread). 0.5 = indistinguishable; `improvement.csv` also has the "
+             "empirical pair count of Agarwal et al. 2021 (`p_improve_empirical`).")
     header = ["Act."] + ["all (n recipes)" if b == "all" else b for b in blocks]
     return render.markdown(render.Table(header, rows, title=title, intro=[intro], data=frame))
 
@@ -89,15 +95,21 @@ def _friedman_lines(test: dict) -> list[str]:
     if test["note"]:
         return [test["note"] + "."]
     groups = ranking.cliques(test["mean_ranks"], test["cd"])
+    df1, df2 = test["f_df"]
     lines = [f"- Friedman χ² = {test['statistic']:.3f}, p = {test['p_value']:.4g} "
              f"(N = {test['n']} recipes, k = {test['k']} activations: {', '.join(test['acts'])})",
+             f"- Iman–Davenport F = {test['f_stat']:.3f} on ({df1}, {df2}) df, p = {test['f_p_value']:.4g} "
+             "(Demšar 2006 recommends it beside χ², which is conservative)",
              f"- Nemenyi critical difference CD = {test['cd']:.3f} at α = {test['alpha']:g}: two acts whose "
              "mean ranks differ by more are significantly different (cd_diagram.png)",
              "- not significantly different (bars of the diagram): "
              + ("; ".join("{" + ", ".join(g) + "}" for g in groups) or "none: every pair differs")]
-    if test["p_value"] >= test["alpha"]:
-        lines.append(f"- the Friedman test does not reject equal ranks at α = {test['alpha']:g}: "
+    if test["p_value"] >= test["alpha"] and test["f_p_value"] >= test["alpha"]:
+        lines.append(f"- neither Friedman's χ² nor Iman–Davenport's F rejects equal ranks at α = {test['alpha']:g}: "
                      "the post-hoc is descriptive only")
+    elif test["p_value"] >= test["alpha"]:
+        lines.append(f"- Iman–Davenport's F rejects equal ranks at α = {test['alpha']:g}, Friedman's conservative χ² "
+                     "does not")
     return lines
 
 
@@ -114,7 +126,7 @@ def markdown(table: pd.DataFrame, test: dict, metrics: pd.DataFrame, pi: pd.Data
                "(1 = best, ties = average ranks); `mean_rank` averages over the recipes the act ran in "
                "(`n_recipes`; a rank over few recipes, or over recipes with few acts, says less), "
                "`rank_friedman` over the recipes of the Friedman test only."])
-    used = set(test["tasks"])
+    used = set() if test["note"] else set(test["tasks"])  # no test run: no recipe is in one
     tasks = render.Table(
         ["recipe", "metric", "direction", "baseline", "in Friedman test"],
         [[r["task"], r["metric"], f"{'higher' if r['higher_better'] else 'lower'} is better", r["baseline"] or "—",
@@ -126,8 +138,7 @@ def markdown(table: pd.DataFrame, test: dict, metrics: pd.DataFrame, pi: pd.Data
     return "\n".join([render.markdown(ranks), friedman, render.markdown(tasks), pi_text])
 
 
-def write(scores: pd.DataFrame, out_dir, *, alpha: float = ranking.ALPHA, n_boot: int = 10_000, seed: int = 0,
-          digits: int = 2) -> tuple[str, list[Path]]:
+def write(scores: pd.DataFrame, out_dir, *, alpha: float = ranking.ALPHA, digits: int = 2) -> tuple[str, list[Path]]:
     """Write ranks.csv, ranks.md, improvement.csv and improvement.png (with a common baseline) and
     cd_diagram.png (with a Friedman test) into `out_dir`; returns (the Markdown, the paths written)."""
     out_dir = Path(out_dir)
@@ -137,7 +148,7 @@ def write(scores: pd.DataFrame, out_dir, *, alpha: float = ranking.ALPHA, n_boot
         return text, [out_dir / "ranks.md"]
     table, test = ranking.rank_table(scores), ranking.friedman(scores, alpha)
     table["rank_friedman"] = table["act"].map(test["mean_ranks"])
-    pi, baseline = improvement_table(scores, n_boot, seed)
+    pi, baseline = improvement_table(scores)
     text = markdown(table, test, ranking.task_metrics(scores), pi, baseline, digits)
     written = [out_dir / "ranks.csv", out_dir / "ranks.md"]
     written[0].write_text(table.to_csv(index=False), encoding="utf-8")

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from ..stats.metrics import higher_is_better
-from ..stats.significance import (MARK_BASELINE, MARK_NO_BASELINE, MARK_NO_RUN, TESTS, bootstrap_ci, cohen_d, compare,
-                                  holm, stars)
+from ..stats.significance import (MARK_BASELINE, MARK_MIXED, MARK_NO_BASELINE, MARK_NO_RUN, TESTS, cohen_d, compare,
+                                  difference_ci, holm, stars)
 from .collect import metric_names
 
 FALLBACK_BASELINES = ("relu", "gelu")  # the baselines of the papers' CNN and transformer tables
@@ -29,8 +29,7 @@ def default_baseline(runs: pd.DataFrame) -> str | None:
 
 
 def summarize(runs: pd.DataFrame, metric: str, baseline: str | None = None, test: str = "student", *,
-              higher_better: bool | None = None, n_boot: int = 10_000, seed: int = 0,
-              require_baseline: bool = True) -> pd.DataFrame:
+              higher_better: bool | None = None, require_baseline: bool = True) -> pd.DataFrame:
     """One row per (recipe, act): counts, mean ± std, difference and test against the baseline.
 
     Args:
@@ -40,8 +39,6 @@ def summarize(runs: pd.DataFrame, metric: str, baseline: str | None = None, test
             runs of it gets no tests (mark `no baseline`).
         test: `student` (equal variances, the papers'), `welch`, or `paired` (over shared seeds).
         higher_better: which direction is best; None guesses from the metric name.
-        n_boot: bootstrap resamples for the CI.
-        seed: bootstrap seed.
         require_baseline: an explicit baseline must be an act of `runs` (False: recipes without it
             are marked `no baseline`, as those of a larger tree are).
 
@@ -58,7 +55,7 @@ def summarize(runs: pd.DataFrame, metric: str, baseline: str | None = None, test
     if higher_better is None:
         higher_better = higher_is_better(metric)
     key = "recipe_dir" if "recipe_dir" in runs.columns and runs["recipe_dir"].notna().all() else "recipe"
-    parts = [_summarize_recipe(group, metric, baseline, test, higher_better, n_boot, seed)
+    parts = [_summarize_recipe(group, metric, baseline, test, higher_better)
              for _, group in runs.groupby(key, sort=True)]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
@@ -68,7 +65,7 @@ def _values(group: pd.DataFrame, metric: str) -> pd.Series:
     return pd.Series(ok[metric].to_numpy(float), index=ok["seed"].to_numpy(), dtype=float)
 
 
-def _summarize_recipe(runs, metric, baseline, test, higher_better, n_boot, seed) -> pd.DataFrame:
+def _summarize_recipe(runs, metric, baseline, test, higher_better) -> pd.DataFrame:
     if baseline is None:
         base = default_baseline(runs)
     else:  # explicit but never run in this recipe: no tests here rather than a guessed baseline
@@ -96,12 +93,11 @@ def _summarize_recipe(runs, metric, baseline, test, higher_better, n_boot, seed)
         row["diff"] = row["mean"] - b.mean() if b is not None and len(b) and len(a) else np.nan
         row["stars"] = stars(row["p_value"])
         row["cohen_d"] = cohen_d(a, b) if b is not None and act != base else np.nan
-        if b is not None and act != base:
+        row["ci_low"] = row["ci_high"] = np.nan
+        if not row["mark"]:  # the t interval of the row's own test, over the test's own data
             shared = a.index.intersection(b.index)
             pair = (a.loc[shared], b.loc[shared]) if test == "paired" else (a, b)
-            row["ci_low"], row["ci_high"] = bootstrap_ci(*pair, paired=test == "paired", n_boot=n_boot, seed=seed)
-        else:
-            row["ci_low"] = row["ci_high"] = np.nan
+            row["ci_low"], row["ci_high"] = difference_ci(pair[0].to_numpy(float), pair[1].to_numpy(float), test)
         # cost columns over completed runs only: a diverged run stops early and looks cheap
         for col in ("train_time_s", "throughput_img_s"):
             row[col] = _mean(done[col]) if col in done else np.nan
@@ -117,6 +113,20 @@ def _summarize_recipe(runs, metric, baseline, test, higher_better, n_boot, seed)
     out["recipe_dir"] = runs["recipe_dir"].iloc[0] if "recipe_dir" in runs else None
     out = out.sort_values(["is_baseline", "act"], ascending=[False, True], kind="stable")
     return out[COLUMNS].reset_index(drop=True)
+
+
+TEST_COLUMNS = ("t_stat", "p_value", "p_holm", "cohen_d", "ci_low", "ci_high")
+
+
+def withhold_tests(summary: pd.DataFrame) -> pd.DataFrame:
+    """One recipe's rows with every test removed (mark `not comparable`): for a table whose runs differ in
+    more than act and seed (main.py's NOT COMPARABLE note), where no test across configurations is valid.
+    The counts, means and stds stay; p, its stars, Holm, Cohen's d and the CI become empty."""
+    out = summary.copy()
+    out.loc[~out["is_baseline"] & (out["mark"] == ""), "mark"] = MARK_MIXED
+    out.loc[~out["is_baseline"], list(TEST_COLUMNS)] = np.nan
+    out.loc[~out["is_baseline"], ["stars", "stars_holm"]] = ""
+    return out
 
 
 def _mean(col: pd.Series) -> float:

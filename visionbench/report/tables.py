@@ -115,25 +115,44 @@ def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple
 
 
 def verdict_cell(row, digits: int = 2) -> str:
-    """The compact verdict (verdict.py): `better`, `worse`, `equivalent (±0.50)`,
-    `inconclusive (needs 12/group)`; `—` for the baseline, "" without a test (the p cell says why)."""
+    """The compact verdict (verdict.py): `better`, `worse`, `equivalent (±0.50)`, `inconclusive (needs
+    12/group)`, `unstable (2/5 diverged)`; divergence in either arm is added (`worse (2/5 diverged)`,
+    `better (relu 1/5 diverged)`); `—` for the baseline, "" without a test (the p cell says why)."""
     if row["is_baseline"]:
         return "—"
     word = row.get("verdict") or ""
+    if not isinstance(word, str) or not word:
+        return ""
+    details = []
     if word == "equivalent":
-        return f"equivalent (±{number(row['margin'], digits)})"
+        details.append(f"±{number(row['margin'], digits)}")
     if word == "inconclusive":
         n = row.get("seeds_needed", math.nan)
         if isinstance(n, float) and math.isfinite(n):
-            return f"inconclusive (needs {int(n)}/group)"
-    return word if isinstance(word, str) else ""
+            details.append(f"needs {int(n)}/group")
+    details += divergence_counts(row)
+    return f"{word} ({'; '.join(details)})" if details else word
+
+
+def divergence_counts(row) -> list[str]:
+    """`2/5 diverged` for the act and `relu 1/5 diverged` for the baseline, each only when non-zero
+    (runs that completed or diverged; failed runs are not counted)."""
+    out = []
+    if row.get("n_diverged", 0):
+        out.append(f"{int(row['n_diverged'])}/{int(row['n_runs'] - row['n_failed'])} diverged")
+    j, m = row.get("base_diverged"), row.get("base_runs")
+    if j is not None and j is not pd.NA and not (isinstance(j, float) and math.isnan(j)) and int(j):
+        out.append(f"{row['baseline']} {int(j)}/{int(m)} diverged")
+    return out
 
 
 def improvement_cell(row) -> str:
-    """`0.92 [0.76, 1.00]`: P(act beats the baseline) with its bootstrap CI (improvement.py)."""
+    """`0.92 [0.76, 1.00]`: P(act beats the baseline) under the normal model with its exact interval
+    (stats/improvement.py); `n/e` (not estimable) for a tested row without one (Welch, no spread); ""
+    for a row without a test."""
     p, lo, hi = (row.get(k, math.nan) for k in ("p_improve", "p_improve_low", "p_improve_high"))
     if not isinstance(p, float) or not math.isfinite(p):
-        return ""
+        return "n/e" if not row["is_baseline"] and not row["mark"] else ""
     return f"{p:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) else "")
 
 
@@ -195,7 +214,12 @@ MARK_HELP = {
     "no completed run": "every run diverged or failed",
     "no baseline": "the recipe has no run of the baseline act",
     "<2 shared seeds": "fewer than two seeds completed by both this act and the baseline",
+    "not comparable": "the runs of this table differ in more than act and seed (the first note names how): "
+                      "no test, interval or verdict across configurations that differ",
 }
+IMPROVEMENT_HELP = ("P(> baseline): the normal-model probability that a run of the act beats a run of the "
+                    "baseline, Φ(d/√2) (paired: Φ(mean/sd of the differences)), with its exact 95 % interval "
+                    "(noncentral t); `n/e`: not estimable (Welch's test, or no spread).")
 
 
 def table(summary: pd.DataFrame, notes=(), digits: int = 2, extras: bool = False) -> render.Table:
@@ -206,6 +230,8 @@ def table(summary: pd.DataFrame, notes=(), digits: int = 2, extras: bool = False
     marks = sorted(set(summary["mark"]) - {"", MARK_BASELINE})
     if marks:
         outro.append("Marks in the p-value column: " + "; ".join(f"`{m}`: {MARK_HELP.get(m, m)}" for m in marks) + ".")
+    if extras and "p_improve" in summary:
+        outro.append(IMPROVEMENT_HELP)
     verdicts = verdict_lines(summary)
     if verdicts:
         outro.append("\n".join(verdicts))

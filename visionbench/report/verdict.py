@@ -1,5 +1,5 @@
 """The verdict of each activation against the recipe's baseline: better / worse / equivalent /
-inconclusive, with the power numbers behind it and one sentence a reader can quote
+unstable / inconclusive, with the power numbers behind it and one sentence a reader can quote
 (docs/report.md, "Power, equivalence, verdicts").
 
     visionbench report results/digits_vgg4 --margin 0.5 --holm
@@ -11,18 +11,25 @@ Columns added to one recipe's `summarize` rows:
 `mde` (minimal detectable |Δ| at the n at hand, power.mde), `d_for_seeds` (the Cohen's d the
 seed count is for: the observed |Δ| / pooled sd, or `--effect D` / pooled sd), `seeds_needed`
 (per group), `tost_p` and `tost_p_holm` (with a margin), `verdict`, `verdict_text`, the
-probability of improvement `p_improve` with its bootstrap CI (`p_improve_low`,
-`p_improve_high`; improvement.py), and the settings `alpha`, `margin`, `verdict_holm`.
+probability of improvement `p_improve` with its exact interval (`p_improve_low`, `p_improve_high`;
+stats/improvement.py; not estimable with `--test welch`) and the empirical pair count
+`p_improve_empirical`, the divergence comparison `div_p` (Fisher exact, act vs baseline) with the
+baseline's counts `base_diverged`, `base_runs`, and the settings `alpha`, `margin`, `verdict_holm`.
 
 The rule, at the table's α (on the Holm-adjusted p-values with `holm_adjust`; the TOST p-values are then
-Holm-adjusted over the recipe's activations too):
+Holm-adjusted over the recipe's activations too), over the runs that finished:
 1. TOST p < α (a margin was given): **equivalent** — the difference is inside ±M, even if the
    t-test also finds it non-zero (then the sentence says so: a real but negligible difference);
 2. else p < α: **better** or **worse**, in the metric's direction (losses, errors, times and
    epochs_to_X: lower is better);
 3. else **inconclusive**, and the sentence says how many seeds per group would decide it.
-Rows without a test (`n<2`, zero variance, ...) get no verdict, and a sentence saying why; the
-baseline's own row gets neither.
+Then divergence: the tests see only the runs that finished, so an act that diverged in some seeds is
+compared on its survivors. If the act diverged in any seed, a survivors' "better" or "equivalent"
+becomes **unstable** (never better): the sentence gives the survivors' result, then how many runs of
+each arm diverged and the Fisher exact p of the two divergence rates. Every sentence of a row where
+either arm diverged gives those counts; the compact cell adds them too.
+Rows without a test (`n<2`, zero variance, not comparable, ...) get no verdict, and a sentence saying
+why; the baseline's own row gets neither.
 """
 from __future__ import annotations
 
@@ -33,17 +40,17 @@ import pandas as pd
 
 from ..stats import improvement, power
 from ..stats.metrics import higher_is_better
-from ..stats.significance import MARK_BASELINE, holm
+from ..stats.significance import MARK_BASELINE, MARK_MIXED, divergence_p, holm
 from .summary import _values
 from .tables import number
 
-VERDICTS = ("better", "worse", "equivalent", "inconclusive")
+VERDICTS = ("better", "worse", "equivalent", "unstable", "inconclusive")
 TEST_LABEL = {"student": "Student", "welch": "Welch", "paired": "paired"}
 # |d| below this is "no difference observed", not "≈ 10⁶ seeds would decide d = 0.00": equal means
 # of float32 accuracies differ by a few ulps (relu6 vs relu on digits: Δ = -1.5e-6, d = 3e-6)
 NO_DIFFERENCE_D = 0.005
 NUMBER_COLUMNS = ("mde", "d_for_seeds", "seeds_needed", "tost_p", "tost_p_holm", "p_improve", "p_improve_low",
-                  "p_improve_high")
+                  "p_improve_high", "p_improve_empirical")
 
 
 def _p(p: float) -> str:
@@ -73,9 +80,9 @@ def check_settings(alpha: float, target_power: float, margin: float | None, effe
 
 def annotate(summary: pd.DataFrame, runs: pd.DataFrame, *, alpha: float = power.ALPHA,
              target_power: float = power.POWER, margin: float | None = None, effect: float | None = None,
-             holm_adjust: bool = False, higher_better: bool | None = None, n_boot: int = 10_000, seed: int = 0,
-             digits: int = 2) -> pd.DataFrame:
-    """One recipe's `summarize` rows (one `recipe_dir`) with the power, TOST, improvement and verdict columns.
+             holm_adjust: bool = False, higher_better: bool | None = None, digits: int = 2) -> pd.DataFrame:
+    """One recipe's `summarize` rows (one `recipe_dir`) with the power, TOST, improvement, divergence and
+    verdict columns.
 
     Args:
         summary: rows of one recipe dir from `stats.summarize`.
@@ -86,7 +93,6 @@ def annotate(summary: pd.DataFrame, runs: pd.DataFrame, *, alpha: float = power.
         effect: the difference of means (metric units) `seeds_needed` is solved for; None = the observed one.
         holm_adjust: decide on the Holm-adjusted p-values (`p_holm`, `tost_p_holm`).
         higher_better: the metric's direction; None decides from its name (`stats.metrics.higher_is_better`).
-        n_boot, seed: bootstrap resamples and seed of the probability-of-improvement CI.
         digits: decimals of the numbers in the sentence.
 
     Raises:
@@ -100,10 +106,11 @@ def annotate(summary: pd.DataFrame, runs: pd.DataFrame, *, alpha: float = power.
     values = {act: _values(group, metric) for act, group in runs.groupby("act", sort=True)}
     b = values.get(base, pd.Series(dtype=float))
     numbers = [_numbers(row, values.get(row["act"], pd.Series(dtype=float)), b, higher, alpha, target_power, margin,
-                        effect, n_boot, seed) for _, row in out.iterrows()]
+                        effect) for _, row in out.iterrows()]
     for col in NUMBER_COLUMNS:
         out[col] = [res.get(col, math.nan) for res in numbers]
     out["tost_p_holm"] = holm(out["tost_p"])
+    out = _divergence(out, base)
     decided = [_decide(row, len(b), higher, alpha, target_power, margin, effect, holm_adjust, digits)
                for _, row in out.iterrows()]
     out["verdict"] = [v for v, _ in decided]
@@ -112,13 +119,13 @@ def annotate(summary: pd.DataFrame, runs: pd.DataFrame, *, alpha: float = power.
     return out
 
 
-def _numbers(row, a: pd.Series, b: pd.Series, higher: bool, alpha, target_power, margin, effect, n_boot,
-             seed) -> dict:
-    """mde, d, seeds_needed, tost_p and p_improve of one tested row; {} for the baseline or without one."""
-    if row["is_baseline"] or row["mark"] == MARK_BASELINE or not len(b):
+def _numbers(row, a: pd.Series, b: pd.Series, higher: bool, alpha, target_power, margin, effect) -> dict:
+    """mde, d, seeds_needed, tost_p and the probabilities of improvement of one row; {} for the baseline,
+    without one, or when the table is not comparable."""
+    if row["is_baseline"] or row["mark"] in (MARK_BASELINE, MARK_MIXED) or not len(b):
         return {}
-    res = dict(zip(("p_improve", "p_improve_low", "p_improve_high"), improvement.recipe_interval(
-        a.to_numpy(float), b.to_numpy(float), higher_better=higher, n_boot=n_boot, seed=seed)))
+    res = {"p_improve_empirical": improvement.probability_of_improvement(a.to_numpy(float), b.to_numpy(float),
+                                                                        higher_better=higher)}
     if row["mark"]:  # untested: n<2, zero variance, ...
         return res
     paired = row["test"] == "paired"
@@ -129,6 +136,9 @@ def _numbers(row, a: pd.Series, b: pd.Series, higher: bool, alpha, target_power,
     else:
         x, y = a.to_numpy(float), b.to_numpy(float)
         sd, observed = power.pooled_sd(x, y), float(x.mean() - y.mean())
+    if row["test"] != "welch":  # its interval misses at unequal spreads (docs/report.md): not estimable
+        res.update(zip(("p_improve", "p_improve_low", "p_improve_high"),
+                       improvement.recipe_interval(x, y, higher_better=higher, paired=paired)))
     res["mde"] = power.mde(x, y, paired=paired, alpha=alpha, power=target_power)
     res["d_for_seeds"] = (effect if effect is not None else abs(observed)) / sd if sd > 0 else math.nan
     res["seeds_needed"] = power.seeds_needed(res["d_for_seeds"], paired=paired, alpha=alpha, power=target_power)
@@ -137,11 +147,50 @@ def _numbers(row, a: pd.Series, b: pd.Series, higher: bool, alpha, target_power,
     return res
 
 
+def _divergence(out: pd.DataFrame, base: str | None) -> pd.DataFrame:
+    """Adds `base_diverged`, `base_runs` (the baseline's diverged runs and its runs that completed or
+    diverged) and `div_p` (Fisher exact, this act's divergence rate vs the baseline's) to every row."""
+    ran = out["n_runs"] - out["n_failed"]
+    base_row = out[out["act"] == base]
+    if base is None or base_row.empty:
+        out["base_diverged"], out["base_runs"], out["div_p"] = pd.NA, pd.NA, math.nan
+        return out
+    j, m = int(base_row["n_diverged"].iloc[0]), int(ran[base_row.index[0]])
+    out["base_diverged"], out["base_runs"] = j, m
+    out["div_p"] = [math.nan if r["is_baseline"] else divergence_p(int(r["n_diverged"]), int(k), j, m)
+                    for (_, r), k in zip(out.iterrows(), ran)]
+    return out
+
+
+def _divergence_text(row) -> str:
+    """`rational diverged in 2 of 5 runs, relu in 0 of 5 (Fisher exact p = 0.4444)`; "" when neither arm diverged."""
+    k, n = int(row["n_diverged"]), int(row["n_runs"] - row["n_failed"])
+    j, m = row.get("base_diverged"), row.get("base_runs")
+    if j is None or j is pd.NA or (k == 0 and int(j) == 0):
+        return ""
+    fisher = f" (Fisher exact p {_p(row['div_p'])})" if math.isfinite(row["div_p"]) else ""
+    return f"{row['act']} diverged in {k} of {n} runs, {row['baseline']} in {int(j)} of {int(m)}{fisher}"
+
+
 def _decide(row, n_base: int, higher: bool, alpha, target_power, margin, effect, holm_adjust,
+            digits) -> tuple[str, str]:
+    """(verdict, sentence) of one row over the runs that finished, then the divergence rule (module docstring)."""
+    word, text = _decide_finished(row, n_base, higher, alpha, target_power, margin, effect, holm_adjust, digits)
+    diverged = _divergence_text(row)
+    if not diverged or not text:
+        return word, text
+    if word in ("better", "equivalent") and row["n_diverged"] > 0:
+        claim, found = text[:-1].split(": ", 1)  # "x is better than relu", "Δ = ... (Student p ...; n = 3 vs 5)"
+        return "unstable", (f"{row['act']} is unstable against {row['baseline']}: among the runs that finished it "
+                            f"{claim.removeprefix(row['act'] + ' ')} — {found}; but {diverged}.")
+    return word, f"{text[:-1]}; {diverged}."
+
+
+def _decide_finished(row, n_base: int, higher: bool, alpha, target_power, margin, effect, holm_adjust,
             digits) -> tuple[str, str]:
     """(verdict, sentence) of one row; ("", "") for the baseline or a recipe without one."""
     act, base = row["act"], row["baseline"]
-    if row["is_baseline"] or row["mark"] == MARK_BASELINE or not isinstance(base, str) or not n_base:
+    if row["is_baseline"] or row["mark"] == MARK_BASELINE or not isinstance(base, str):
         return "", ""
     if row["mark"]:
         return "", f"{act}: no verdict against {base} ({row['mark']}: no test)."

@@ -13,8 +13,10 @@ recipe, or one setting of a factor sweep; each is ranked in its own metric's dir
 
 Per task the acts are ranked on their mean over seeds (1 = best, ties get the average rank), the
 Friedman test runs over the tasks where every compared act has a score (scipy's
-`friedmanchisquare`), and the Nemenyi critical difference is CD = q_α · sqrt(k(k+1) / (6N)), with q_α
-the studentized range quantile over √2.
+`friedmanchisquare`), reported beside the Iman–Davenport F that Demšar recommends for it (Friedman's
+χ² is undesirably conservative; F = (N−1)χ² / (N(k−1) − χ²) on k−1 and (k−1)(N−1) df, Demšar 2006
+Sec 3.2.2), and the Nemenyi critical difference is CD = q_α · sqrt(k(k+1) / (6N)), with q_α the
+studentized range quantile over √2.
 """
 from __future__ import annotations
 
@@ -89,14 +91,35 @@ def critical_difference(k: int, n: int, alpha: float = ALPHA) -> float:
     return float(q * math.sqrt(k * (k + 1) / (6 * n)))
 
 
+def iman_davenport(chi2: float, n: int, k: int) -> tuple[float, float, int, int]:
+    """(F, p, df1, df2): the Iman–Davenport statistic F = (N−1)χ² / (N(k−1) − χ²) of a Friedman χ² over
+    N tasks and k acts, F-distributed with k−1 and (k−1)(N−1) df (Demšar 2006 Sec 3.2.2; p from scipy's
+    `f.sf`). When every task ranks the acts alike (χ² = N(k−1)) F is infinite and p = 0.
+
+    Raises:
+        ValueError: N < 2, k < 2, or χ² outside [0, N(k−1)].
+    """
+    if n < 2 or k < 2:
+        raise ValueError(f"Iman–Davenport needs N >= 2 tasks and k >= 2 acts, got N = {n}, k = {k}")
+    if not 0 <= chi2 <= n * (k - 1) + 1e-9:
+        raise ValueError(f"Friedman χ² must lie in [0, N(k-1)] = [0, {n * (k - 1)}], got {chi2!r}")
+    df1, df2 = k - 1, (k - 1) * (n - 1)
+    room = n * (k - 1) - chi2
+    f = math.inf if room <= 1e-12 else (n - 1) * chi2 / room
+    return f, float(stats.f.sf(f, df1, df2)) if math.isfinite(f) else 0.0, df1, df2
+
+
 def friedman(scores: pd.DataFrame, alpha: float = ALPHA) -> dict:
     """Friedman test and Nemenyi CD over the complete block (`complete_block`).
 
-    Returns {acts, tasks, k, n, statistic, p_value, cd, mean_ranks (act -> mean rank over the block),
-    note}; statistic/p/cd are NaN and `note` says why when k < 3 or N < 2."""
+    Returns {acts, tasks, k, n, statistic, p_value (Friedman's χ² and its p), f_stat, f_p_value, f_df
+    (Iman–Davenport's F, its p and (df1, df2)), cd, mean_ranks (act -> mean rank over the block), note};
+    the numbers are NaN and `note` says why when k < 3 or N < 2 (no test is run; `acts`, `tasks` are then the
+    largest complete block, which no test used)."""
     acts, tasks = complete_block(scores)
     out = {"acts": acts, "tasks": tasks, "k": len(acts), "n": len(tasks), "statistic": math.nan,
-           "p_value": math.nan, "cd": math.nan, "alpha": alpha, "mean_ranks": {}, "note": ""}
+           "p_value": math.nan, "f_stat": math.nan, "f_p_value": math.nan, "f_df": (math.nan, math.nan),
+           "cd": math.nan, "alpha": alpha, "mean_ranks": {}, "note": ""}
     if len(acts) < 3 or len(tasks) < 2:
         out["note"] = (f"no Friedman test: it needs >= 3 activations scored in >= 2 common recipes; the largest "
                        f"complete block has {len(acts)} activation(s) x {len(tasks)} recipe(s)")
@@ -105,8 +128,9 @@ def friedman(scores: pd.DataFrame, alpha: float = ALPHA) -> dict:
     # the statistic is the same for ranks in either direction: the means go in as they are
     res = stats.friedmanchisquare(*[table[a].to_numpy() for a in acts])
     block_ranks = _rank_rows(table, scores)
-    out.update(statistic=float(res.statistic), p_value=float(res.pvalue),
-               cd=critical_difference(len(acts), len(tasks), alpha),
+    f_stat, f_p, df1, df2 = iman_davenport(float(res.statistic), len(tasks), len(acts))
+    out.update(statistic=float(res.statistic), p_value=float(res.pvalue), f_stat=f_stat, f_p_value=f_p,
+               f_df=(df1, df2), cd=critical_difference(len(acts), len(tasks), alpha),
                mean_ranks=block_ranks.mean(axis=0).sort_values().to_dict())
     return out
 
