@@ -49,7 +49,8 @@ def test_ddp_on_cpu_writes_and_prints_once_and_ranks_agree_on_skips(tmp_path, fa
     assert log.count("recipe digits_vgg4:") == 1, log
     assert log.count("seed 0: skipped") == 1, log
     assert log.count("seed 1: completed") == 1, log
-    assert log.count("### digits_vgg4") == 1, log  # the end-of-sweep table, printed once
+    assert log.count("### digits_vgg4 — test_top1") == 1, log  # the end-of-sweep table, printed once
+    assert log.count("### digits_vgg4 — per-example") == 1, log
     assert log.count("wrote ") == len(set(line for line in log.splitlines() if line.startswith("wrote "))), log
     assert (tmp_path / "digits_vgg4/relu/seed_0/summary.json").read_text() == done_before  # skipped: untouched
     run = tmp_path / "digits_vgg4/relu/seed_1"

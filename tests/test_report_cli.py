@@ -151,3 +151,25 @@ def test_help_prints_every_option_including_the_curve_metrics(capsys):
     assert main(["--help"]) == 0  # argparse %-formats help: a bare "X % of" in it raised TypeError
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps to the terminal's width
     assert "epochs_to_<X> (X % of the run's own best val_top1)" in out and "--best-of" in out
+
+
+def test_runs_of_different_configurations_get_no_test_interval_or_verdict(tmp_path):
+    """Issue 24: relu pooled from two configurations; the table keeps the means, drops every comparison."""
+    import json
+
+    root = write_recipe(tmp_path, "toy", {"relu": [90.0, 90.4, 89.8, 90.1], "gelu": [91.5, 91.9, 91.4, 91.8]})
+    for summary in root.glob("*/seed_*/summary.json"):
+        data = json.loads(summary.read_text())
+        data["config_hash"] = "two-epochs" if data["act"] == "relu" and data["seed"] % 2 else "three-epochs"
+        summary.write_text(json.dumps(data))
+    assert main([str(root), "--no-plots", "--extras"]) == 0
+    md = (root / "table.md").read_text()
+    csv = pd.read_csv(root / "table.csv").set_index("act")
+    gelu = csv.loc["gelu"]
+    assert gelu["mark"] == "not comparable" and gelu["mean"] == pytest.approx(np.mean([91.5, 91.9, 91.4, 91.8]))
+    assert all(pd.isna(gelu[c]) for c in ("p_value", "ci_low", "ci_high", "p_improve", "verdict", "cohen_d"))
+    assert gelu["verdict_text"] == "gelu: no verdict against relu (not comparable: no test)."
+    row = parse_md(md)["gelu"]
+    assert row[4] == "not comparable" and row[7] == "" and "better" not in md
+    assert "NOT COMPARABLE: the runs differ in more than act and seed" in md
+    assert "`not comparable`: the runs of this table differ in more than act and seed" in md

@@ -17,10 +17,12 @@ statistic); it imports no torch and trains nothing. Modules:
 * `tables` (per recipe), `best_of` (a factor sweep in its paper's layout), `suite` (across
   recipes), `papers` (`visionbench papers`): the tables, all written by `render` (md, csv, tex).
 * `figures`: curves, learned activation shapes, the improvement interval plot, the CD diagram.
+* `per_example`: the per-example section (per_example.md/csv) from the runs' predictions.npz: two-level
+  intervals, variance share, churn, seed ensemble, calibration (docs/per_example.md).
 """
 from .main import main
 from .collect import load_runs, metric_names
-from ..stats.significance import bootstrap_ci, cohen_d, holm, stars
+from ..stats.significance import cohen_d, difference_ci, holm, stars
 from .summary import summarize
 
-__all__ = ["main", "load_runs", "metric_names", "summarize", "stars", "holm", "cohen_d", "bootstrap_ci"]
+__all__ = ["main", "load_runs", "metric_names", "summarize", "stars", "holm", "cohen_d", "difference_ci"]

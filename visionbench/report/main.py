@@ -22,9 +22,9 @@ import pandas as pd
 from ..stats import power
 from ..stats.metrics import NAMES_HELP, higher_is_better, parse
 from ..stats.significance import TESTS
-from . import best_of, curves, figures, protocol, published, render, stopping, suite, tables, verdict
+from . import best_of, curves, figures, per_example, protocol, published, render, stopping, suite, tables, verdict
 from .collect import has_curves, metric_names, scan_runs
-from .summary import summarize
+from .summary import summarize, withhold_tests
 
 
 class UsageError(Exception):
@@ -35,7 +35,7 @@ def report_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="visionbench report",
         description="Aggregate the runs under RESULTS_DIR into mean ± std tables with t-tests against a baseline.")
-    p.add_argument("results_dir", metavar="RESULTS_DIR",
+    p.add_argument("results_dir", metavar="RESULTS_DIR", type=_writable_tree,
                    help="a recipe dir (results/cifar10_vgg8) or a parent of several")
     p.add_argument("--metric", default=None,
                    help="summary metric to compare (default: each recipe's report.metric, the value its paper "
@@ -45,7 +45,7 @@ def report_parser() -> argparse.ArgumentParser:
                         "or a curve metric: " + NAMES_HELP.replace("%", "%%"))
     p.add_argument("--baseline", default=None,
                    help="act to test against (default: the summaries' baseline field, else relu, else gelu)")
-    p.add_argument("--best-of", default=None, metavar="KEY[,KEY]",
+    p.add_argument("--best-of", default=None, metavar="KEY[,KEY]", type=_factor_keys,
                    help="factor keys the recipe-level table of a factor sweep selects the best setting over "
                         "(default: the recipe's report.best_of, e.g. model.lsuv for 004 Table 2; '' for none)")
     p.add_argument("--test", choices=TESTS, default="student",
@@ -53,12 +53,13 @@ def report_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default=",".join(tables.FORMATS),
                    help="table files to write in each recipe dir, comma-separated subset of md,csv,tex")
     p.add_argument("--extras", action="store_true",
-                   help="add Holm-adjusted p, Cohen's d and the bootstrap CI to md/tex (always in the CSV)")
+                   help="add Holm-adjusted p, Cohen's d, the t interval of Δ and P(> baseline) to md/tex "
+                        "(always in the CSV)")
     p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=None,
                    help="write curves and activation-shape PNGs (default: on when metrics.csv files exist)")
-    p.add_argument("--digits", type=int, default=2, help="decimals of mean, std and differences (default 2)")
-    p.add_argument("--bootstrap", type=int, default=10_000, metavar="N", help="bootstrap resamples (default 10000)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--digits", type=_integer("--digits", 0, 15), default=2, help="decimals of mean, std and differences (default 2)")
+    p.add_argument("--seed", type=_integer("--seed", 0), default=0,
+                   help="seed of the sampled permutation tests (per-example churn beyond 10,000 relabelings; default 0)")
     p.add_argument("--published", action="store_true",
                    help="add the paper's mean ± std (n) of each row that has a published counterpart (same recipe, "
                         "act, setting, metric), ours - paper, and a Welch p (`visionbench papers` lists them)")
@@ -97,6 +98,49 @@ def _positive(flag: str):
 
 def _level(flag: str):
     return _number(flag, lambda v: 0 < v < 1, "a number in (0, 1)")
+
+
+def _integer(flag: str, lo: int, hi: int | None = None):
+    """An argparse type: an integer in [lo, hi], else one line naming the flag and what it takes."""
+    wanted = f"an integer >= {lo}" if hi is None else f"an integer from {lo} to {hi}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < lo or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"{flag} takes {wanted}, got {text!r}")
+        return value
+    return parse
+
+
+def _factor_keys(text: str) -> str:
+    """--best-of: comma-separated config keys a factor sweep can vary ('' for none); an unknown one is
+    refused (it would be ignored: no setting has it)."""
+    from ..config.rules import did_you_mean
+    from ..config.validate import NOT_FACTORS, is_free, valid_keys
+
+    for key in filter(None, (k.strip() for k in text.split(","))):
+        if key not in valid_keys() or key in NOT_FACTORS or is_free(key):
+            raise argparse.ArgumentTypeError(
+                f"--best-of {key!r} is not a config key a sweep varies{did_you_mean(key, valid_keys(), n=3)}; give "
+                "the factor keys to select the best setting over, e.g. --best-of model.lsuv")
+    return text
+
+
+def _writable_tree(text: str) -> str:
+    """RESULTS_DIR, when it exists, must be writable where the report writes (tables, plots, the suite
+    view: every folder above the runs); a missing one is refused later, in the report's own words."""
+    from ..results.layout import first_unwritable
+
+    found = first_unwritable(text, runs=False) if Path(text).is_dir() else None
+    if found:
+        where, why = found
+        raise argparse.ArgumentTypeError(f"{where} is not writable ({why}); the report writes its tables and plots "
+                                         f"there: make it writable (chmod -R u+w {where}) or copy the results to a "
+                                         "writable directory and report that")
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,27 +189,35 @@ def _report(args) -> int:
             print(f"note: {skipped[-1]}; skipped", file=sys.stderr)
             continue
         # an explicit baseline missing from this recipe marks it "no baseline" instead of failing the others
-        summaries = summarize(root_runs, metric, args.baseline, args.test, n_boot=args.bootstrap, seed=args.seed,
-                              require_baseline=False, higher_better=higher_is_better(metric))
+        summaries = summarize(root_runs, metric, args.baseline, args.test, require_baseline=False,
+                              higher_better=higher_is_better(metric))
         summaries["metric_text"] = protocol.describe_metric(metric, _common(root_runs["val_split"]))
         per_setting = []
         for recipe_dir, summary in summaries.groupby("recipe_dir", sort=True):
             summary = summary.reset_index(drop=True)
             recipe_runs = root_runs[root_runs["recipe_dir"] == recipe_dir]
             recipe_notes = _recipe_notes(summary, recipe_runs, notes, Path(recipe_dir), args.baseline)
+            if _mixed_configs(recipe_runs):  # NOT COMPARABLE: no test, interval or verdict across configurations
+                summary = withhold_tests(summary)
             if metric_note:
                 recipe_notes.insert(0, metric_note)
             summary, stop_notes = stopping.attach(summary, _sequential_record(Path(recipe_dir), metric))
             recipe_notes += stop_notes
             summary = verdict.annotate(summary, recipe_runs, alpha=args.alpha, margin=args.margin, effect=args.effect,
                                        holm_adjust=args.holm, higher_better=higher_is_better(metric),
-                                       n_boot=args.bootstrap, seed=args.seed, digits=args.digits)
+                                       digits=args.digits)
             if args.published:
                 summary, published_notes = published.attach(summary, setting=recipe_runs["setting"].iloc[0],
                                                             val_split=_common(recipe_runs["val_split"]))
                 recipe_notes += published_notes
+            examples, examples_note = per_example.section(recipe_runs, metric, tables.baseline_of(summary), args.test,
+                                                          alpha=args.alpha, digits=args.digits, seed=args.seed)
+            recipe_notes.append(examples_note)
             print(tables.markdown(summary, recipe_notes, args.digits, args.extras))
             written += tables.write(summary, recipe_dir, formats, recipe_notes, args.digits, args.extras)
+            if examples is not None:  # per_example.md/csv beside table.md (no LaTeX: too wide for a float)
+                print(render.markdown(examples))
+                written += render.write(examples, Path(recipe_dir) / "per_example", [f for f in formats if f != "tex"])
             if want_plots:
                 written += figures.make_plots(recipe_runs, curves.plot_metric(metric), recipe_dir,
                                               tables.baseline_of(summary))
@@ -178,7 +230,7 @@ def _report(args) -> int:
         raise UsageError("nothing to report: " + "; ".join(skipped))
     if args.suite and runs["recipe_root"].nunique() > 1:  # one recipe: no suite view (nothing to rank across)
         text, suite_files = suite.write(suite.scores_frame(tasks), args.results_dir, alpha=args.alpha,
-                                        n_boot=args.bootstrap, seed=args.seed, digits=args.digits)
+                                        digits=args.digits)
         print(text)
         written += suite_files
     for path in written:

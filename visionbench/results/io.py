@@ -63,6 +63,19 @@ def atomic_write_text(path: Path, text: str) -> None:
         os.fsync(f.fileno())
 
 
+def unwritable(directory: Path) -> str | None:
+    """Why this process cannot create files in the existing `directory` ("read-only file system",
+    "permission denied"); None when it can. (As root, permissions do not restrict: only a read-only
+    mount does.)"""
+    if os.access(directory, os.W_OK | os.X_OK):
+        return None
+    try:
+        read_only = bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # AttributeError: no statvfs (Windows)
+        read_only = False
+    return "read-only file system" if read_only else "permission denied"
+
+
 def read_csv_rows(path: Path) -> list[dict]:
     """The rows of a CSV file as dicts of strings; [] when the file does not exist."""
     path = Path(path)

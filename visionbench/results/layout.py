@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Any, Callable
 
 import yaml
 
-from .io import RunStateError, atomic_write_text, read_csv_rows
+from .io import RunStateError, atomic_write_text, read_csv_rows, unwritable
 
 SCHEMA = 1  # summary.json's "schema"; bump it when a field changes meaning
 
@@ -111,6 +112,25 @@ def find_run_dirs(path: str | Path) -> list[Path]:
     if RUN_DIR_NAME.fullmatch(root.name) and root.is_dir():
         return [root]
     return sorted(p for p in root.rglob("seed_*") if p.is_dir() and is_run_dir(p))
+
+
+def first_unwritable(root: str | Path, runs: bool = True) -> tuple[Path, str] | None:
+    """(directory, why) of the first directory of the results tree under `root` this process cannot
+    write, or of the nearest existing parent when `root` does not exist yet; None when all can.
+    `runs=False` leaves out the inside of run directories (a report writes only above them: tables,
+    plots, the suite view)."""
+    root = Path(root).absolute()
+    existing = next((p for p in (root, *root.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        return None  # a file in the way: mkdir says so where it matters
+    for dirpath, dirnames, _ in os.walk(existing):
+        why = unwritable(Path(dirpath))
+        if why:
+            return Path(dirpath), why
+        if existing != root:
+            break  # the parent that will hold root: its other folders are none of ours
+        dirnames[:] = sorted(n for n in dirnames if runs or not RUN_DIR_NAME.fullmatch(n))
+    return None
 
 
 def seed_of(run: Path) -> int | None:
@@ -219,11 +239,30 @@ def check_unfinished(path: Path) -> None:
     if not run.metrics.exists():
         raise RunStateError(f"{run.last} has no metrics.csv beside it: its finished epochs' metrics are lost; {restart}")
     try:
-        epochs = [int(r["epoch"]) for r in read_csv_rows(run.metrics)]
+        rows = read_csv_rows(run.metrics)
+        epochs = [int(r["epoch"]) for r in rows]
     except (KeyError, TypeError, ValueError, UnicodeDecodeError, csv.Error) as e:
         raise RunStateError(f"{run.metrics} is corrupt ({type(e).__name__}: {e}); {restart}") from None
+    torn = torn_row(run.metrics, rows)
+    if torn:
+        raise RunStateError(f"{run.metrics} is torn ({torn}): its epochs' metrics cannot be trusted; {restart}")
     if epochs != list(range(1, len(epochs) + 1)):
         raise RunStateError(f"{run.metrics} has epochs {epochs[:5]}..., not 1, 2, 3, ...; {restart}")
+
+
+def torn_row(path: Path, rows: list[dict]) -> str | None:
+    """What shows that metrics.csv was cut short (None: intact): no final newline, a row with fewer or
+    more fields than the header, or a row without its epoch or train_loss. MetricsWriter rewrites the
+    whole file atomically, so only damage from outside (a copy cut short, `head -c`) tears it."""
+    if path.stat().st_size and not path.read_bytes().endswith(b"\n"):
+        return "no final newline: cut short?"
+    for row in rows:
+        short = None in row.values()  # csv.DictReader's restval: a field the row lacks
+        if short or None in row or any(not row.get(k) for k in ("epoch", "train_loss")):
+            what = "fewer fields than the header" if short else "more fields than the header" if None in row \
+                else "an empty epoch or train_loss"
+            return f"the row of epoch {row.get('epoch') or '?'} has {what}"
+    return None
 
 
 def remove_stale_temps(path: Path) -> list[Path]:

@@ -9,7 +9,7 @@ the scored set (the test set; the val set when the recipe has no test set), in t
     <v>_confidence  float32        softmax probability of the predicted class (ECE's confidence)
     <v>_target      int16 / int32  the true class (checks that two runs scored the same images)
     <v>_epoch       int64 scalar   the epoch the arrays come from (1-based)
-    schema          int64 scalar   `SCHEMA`
+    schema          int64 scalar   `PREDICTIONS_SCHEMA`
 
 with `<v>` = `raw` (the trained weights) or `ema` (the weight EMA, when the recipe keeps one).
 About 12 bytes per image: 120 kB for 10,000 test images. Written atomically (results/io.py).
@@ -26,7 +26,7 @@ import numpy as np
 
 from .io import RunStateError, atomic_path
 
-SCHEMA = 1
+PREDICTIONS_SCHEMA = 1  # predictions.npz's "schema"; summary.json's is layout.SCHEMA
 FILE_NAME = "predictions.npz"
 VARIANTS = ("raw", "ema")
 ARRAYS = ("pred", "p_true", "confidence", "target")
@@ -43,7 +43,7 @@ def _int_dtype(n_classes: int):
 
 def write_predictions(path: Path, variants: dict[str, dict]) -> None:
     """Write `{variant: {pred, p_true, confidence, target, epoch}}` to `path` atomically."""
-    out = {"schema": np.int64(SCHEMA)}
+    out = {"schema": np.int64(PREDICTIONS_SCHEMA)}
     for v, arrays in variants.items():
         if v not in VARIANTS:
             raise ValueError(f"unknown predictions variant {v!r}; one of {', '.join(VARIANTS)}")
@@ -77,8 +77,8 @@ def read_predictions(path: Path) -> dict[str, dict] | None:
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
         raise RunStateError(f"{path} is not a readable predictions file ({type(e).__name__}: {e}); "
                             f"delete it and rerun the run's evaluation, or report without it") from None
-    if int(data.get("schema", -1)) != SCHEMA:
-        raise RunStateError(f"{path} has predictions schema {data.get('schema')!r}, not {SCHEMA}")
+    if int(data.get("schema", -1)) != PREDICTIONS_SCHEMA:
+        raise RunStateError(f"{path} has predictions schema {data.get('schema')!r}, not {PREDICTIONS_SCHEMA}")
     out = {}
     for v in VARIANTS:
         if f"{v}_pred" in data:

@@ -148,22 +148,29 @@ class ClassificationModule(L.LightningModule):
         self.log("lr", self.optimizers().param_groups[0]["lr"])
 
     # ---- evaluation ------------------------------------------------------------------
-    def _eval_step(self, batch, name: str) -> None:
+    def _eval_step(self, batch, name: str) -> dict[str, torch.Tensor]:
+        """Update the `name` set's metrics of every variant; return `{variant: logits, "target": y}`
+        (what a callback needs to keep per-example predictions: train/predictions.py)."""
         x, y = batch
         x = self._images(x)
         nets = [("raw", self.model)] + ([("ema", self.ema.module)] if self.ema is not None else [])
+        out = {"target": y}
         for variant, net in nets:
             logits = net(x)
             m = self.eval_metrics[f"{variant}_{name}"]
             loss = F.cross_entropy(logits.float(), y)
             for key, metric in m.items():
                 metric.update(loss, weight=x.shape[0]) if key == "loss" else metric.update(logits, y)
+            out[variant] = logits.detach()
+        return out
 
-    def validation_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_step(batch, self.eval_names[dataloader_idx])
+    def validation_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> dict[str, torch.Tensor]:
+        """Scores one batch of eval set `eval_names[dataloader_idx]`; returns `{"raw", ["ema"], "target"}`:
+        the batch's logits per variant (raw weights, weight EMA) and its labels."""
+        return self._eval_step(batch, self.eval_names[dataloader_idx])
 
-    def test_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_step(batch, self.eval_names[dataloader_idx])
+    def test_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> dict[str, torch.Tensor]:
+        return self._eval_step(batch, self.eval_names[dataloader_idx])
 
     def _log_eval(self) -> None:
         for key, m in self.eval_metrics.items():

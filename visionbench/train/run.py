@@ -29,6 +29,7 @@ from .callbacks import ActivationSnapshots, AtomicCheckpointIO, EpochSeeder, Met
 from ..results.checkpoint import checkpoint_epoch
 from ..results.layout import files
 from .module import ClassificationModule
+from .predictions import PredictionsWriter
 
 
 @dataclass
@@ -177,6 +178,8 @@ def train_run(cfg: Mapping[str, Any], run_dir: Path, progress: bool = True) -> R
         # every epoch, whatever val_top1 did: the final weights, and what a resume starts from
         RunCheckpoint(dirpath=ckpt_dir, filename=paths.last.stem, save_top_k=1, enable_version_counter=False,
                       save_on_train_epoch_end=True),
+        # per-example predictions at the selected epoch, on the test set when there is one (predictions.npz)
+        PredictionsWriter(paths.predictions, scored_index=eval_names.index("test") if "test" in eval_names else 0),
     ]
     if is_learnable(act):
         callbacks.append(ActivationSnapshots(paths.snapshots, cfg["snapshot_epochs"], epochs, act))
