@@ -10,6 +10,7 @@ import torch
 
 from visionbench.config import data_config
 from visionbench.data import create_datamodule
+from visionbench.data.keyed_samplers import KeyedExpandedRepeatAugSampler, KeyedRepeatAugSampler
 from visionbench.data.loading import ExpandedRepeatAugSampler, RepeatAugSampler
 from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import run_sweep
@@ -61,7 +62,8 @@ def test_deit_option_keeps_the_usual_epoch_length():
     assert len(RepeatAugSampler(dataset, num_replicas=2, rank=0, num_repeats=3)) == 384
 
 
-@pytest.mark.parametrize("mode, cls, length", [("expand", ExpandedRepeatAugSampler, 150), ("deit", RepeatAugSampler, 50)])
+@pytest.mark.parametrize("mode, cls, length", [("expand", KeyedExpandedRepeatAugSampler, 150),
+                                               ("deit", KeyedRepeatAugSampler, 50)])
 def test_datamodule_picks_the_sampler_of_repeated_aug_epoch(mode, cls, length):
     dm = create_datamodule({"name": "digits", "limit_train": 50,
                             "augment": {"repeated_aug": 3, "repeated_aug_epoch": mode}}, batch_size=10, seed=0)

@@ -16,11 +16,11 @@ import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
-from torch.utils.data.distributed import DistributedSampler
 
 from ..config import DataConfig
 from .datasets import TransformSubset
-from .loading import ExpandedRepeatAugSampler, RepeatAugSampler, make_loader
+from .keyed_samplers import KeyedDistributedSampler, KeyedExpandedRepeatAugSampler, KeyedRepeatAugSampler
+from .loading import make_loader
 from .splits import stratified_limit, stratified_split
 from .transforms import build_eval_transform, build_train_transform
 
@@ -62,6 +62,7 @@ class VisionDataModule(L.LightningDataModule):
         self.train_set: TransformSubset | None = None
         self.val_set: TransformSubset | None = None
         self.test_set: TransformSubset | None = None
+        self._restored_epoch = 0  # from a resumed checkpoint: see `_next_epoch`
         self.check()  # fail at construction, before a model is built, when data is missing
         for key, stats in (("mean", self.mean), ("std", self.std)):
             if len(stats) != self.in_chans:
@@ -95,7 +96,8 @@ class VisionDataModule(L.LightningDataModule):
         eval_tf = build_eval_transform(self.img_size, self.mean, self.std, native)
         # a training transform without randomness is as cacheable as the eval one
         cache_train = self.in_memory and not cfg.augment.enabled
-        self.train_set = TransformSubset(train_src, train_idx, train_tf, cache=cache_train)
+        # random transforms are seeded per sample from (seed, epoch, position): docs/data.md#determinism
+        self.train_set = TransformSubset(train_src, train_idx, train_tf, cache=cache_train, seed=self.seed)
         src, idx = val_part
         self.val_set = TransformSubset(src, self._limit(src, idx, cfg.limit_val), eval_tf, cache=self.in_memory)
         if test_part is not None:
@@ -123,25 +125,58 @@ class VisionDataModule(L.LightningDataModule):
             return torch.distributed.get_world_size(), torch.distributed.get_rank()
         return 1, 0
 
+    # ---- the epoch of the training sampler ------------------------------------------
+    def _next_epoch(self) -> int:
+        """The epoch the Trainer trains next: what Lightning passes to the sampler's `set_epoch`
+        before each epoch (`fit_loop.epoch_progress.current.processed`), 0 outside a Trainer.
+
+        The sampler is set to it as it is built, because a resumed run's first iterator exists
+        before Lightning calls `set_epoch`, and a loader with workers draws its first batches of
+        indices right then: the iterator is made when `trainer.estimated_stepping_batches` first
+        builds the loader, in `configure_optimizers`, before the loop state is restored (and,
+        Lightning >= 2.5.3, issue #21938, `setup_data` makes it before `set_epoch` anyway).
+        The restored value comes from the checkpoint (`load_state_dict`), which Lightning loads
+        into the data module before `configure_optimizers` (DDP, single device; not FSDP or DeepSpeed,
+        which restore after setup).
+        """
+        loop = getattr(getattr(self, "trainer", None), "fit_loop", None)
+        processed = int(loop.epoch_progress.current.processed) if loop is not None else 0
+        return max(processed, self._restored_epoch)
+
+    def state_dict(self) -> dict:
+        """Saved in every checkpoint (Lightning's data-module hook): the epoch a resume trains first."""
+        return {"train_epoch": self._next_epoch()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restored from the checkpoint a run resumes from, before the training loader is built."""
+        self._restored_epoch = int(state_dict.get("train_epoch", 0))
+
     def train_dataloader(self) -> DataLoader:
         """Shuffled (or repeated-augmentation sampled) training batches.
 
         With `augment.repeated_aug: K > 1` an epoch is K x N samples (`repeated_aug_epoch: expand`,
         004 code) or N samples (`deit`); the Trainer's steps per epoch follow `len()` of this loader.
         The shuffle is a sampler seeded with (seed, epoch), which the Trainer advances with
-        `set_epoch`: a run resumed at epoch k sees epoch k's order. Both samplers are
-        `DistributedSampler`s that shard per rank, so Lightning keeps them under DDP.
+        `set_epoch`: a run resumed at epoch k sees epoch k's order. The samplers yield
+        `SampleKey`s (index, epoch, position), from which the training set seeds each sample's
+        augmentation, so it does not depend on `num_workers`, the rank or a resume
+        (`keyed_samplers.py`). All are `DistributedSampler`s that shard per rank, so Lightning
+        keeps them under DDP.
         """
         self._ensure_setup()
         world, rank = self._world()
         aug = self.cfg.augment
         if aug.repeated_aug > 1:
-            sampler_cls = ExpandedRepeatAugSampler if aug.repeated_aug_epoch == "expand" else RepeatAugSampler
+            expand = aug.repeated_aug_epoch == "expand"
+            sampler_cls = KeyedExpandedRepeatAugSampler if expand else KeyedRepeatAugSampler
             sampler = sampler_cls(
                 self.train_set, num_replicas=world, rank=rank, num_repeats=aug.repeated_aug, seed=self.seed
             )
         else:
-            sampler = DistributedSampler(self.train_set, num_replicas=world, rank=rank, shuffle=True, seed=self.seed)
+            sampler = KeyedDistributedSampler(
+                self.train_set, num_replicas=world, rank=rank, shuffle=True, seed=self.seed
+            )
+        sampler.set_epoch(self._next_epoch())
         return make_loader(
             self.train_set, self.batch_size, self.seed, self.cfg.num_workers, train=True, sampler=sampler, rank=rank
         )

@@ -16,11 +16,12 @@ from pathlib import Path
 import numpy as np
 
 from .base import VisionDataModule
-from .datasets import ArrayDataset, corrupt, find_dataset_dir, missing_dataset
+from .datasets import ArrayDataset, DatasetNotFoundError, corrupt, find_dataset_dir, missing_dataset
 
 FOLDER = "cifar-10-batches-py"
 TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_BATCH = "test_batch"
+ALL_BATCHES = (*TRAIN_BATCHES, TEST_BATCH)
 NUM_CLASSES = 10
 LAYOUT = f"    {FOLDER}/data_batch_1 .. data_batch_5, {TEST_BATCH}, batches.meta (python pickles)"
 
@@ -91,8 +92,20 @@ class CIFAR10DataModule(VisionDataModule):
         folder = self._folder()
         missing = [] if folder is None else [b for b in TRAIN_BATCHES if not (folder / b).exists()]
         if folder is None or missing:
+            self._check_partial()
             raise missing_dataset("CIFAR-10", self.cfg, self.root / FOLDER, LAYOUT, download=True)
         self._batches = {b: read_batch(folder / b) for b in (*TRAIN_BATCHES, TEST_BATCH)}  # checked before training
+
+    def _check_partial(self) -> None:
+        """A CIFAR-10 folder that holds some of the batches: name the missing ones (DatasetNotFoundError)."""
+        for folder in (self.root / FOLDER, self.root):
+            present = [b for b in ALL_BATCHES if (folder / b).is_file()]
+            if present:
+                missing = [b for b in ALL_BATCHES if b not in present]
+                raise DatasetNotFoundError(
+                    f"CIFAR-10 at {folder} (from {self.cfg.root_source()}) lacks {', '.join(missing)} (it needs {TRAIN_BATCHES[0]} .. "
+                    f"{TRAIN_BATCHES[-1]} and {TEST_BATCH}); copy the missing file(s) from an intact copy of the "
+                    f"dataset, or set data.download=true on a machine with internet access")
 
     def prepare_data(self) -> None:
         """Download with torchvision when `data.download` is set and the files are missing."""

@@ -16,6 +16,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from ..config import DATA_ENV_VAR, DataConfig
+from .seeding import SampleKey, preserved_rngs, sample_seed, seed_rngs
 
 
 class DatasetNotFoundError(FileNotFoundError):
@@ -107,12 +108,18 @@ class TransformSubset(Dataset):
         transform: PIL image -> tensor.
         cache: apply the (deterministic!) transform once up front and keep the tensors;
             for small in-memory datasets (digits, synthetic), where per-item work dominates.
+        seed: the run's seed, for a random (training) transform. An item asked for by a
+            `SampleKey` (what the keyed training samplers yield) is then transformed under RNGs
+            seeded with `sample_seed(seed, key.epoch, key.position)`, whatever process does it.
+            A plain int index, or `seed=None`, draws from the global RNGs as they are.
     """
 
-    def __init__(self, source: Dataset, indices: Sequence[int], transform: Callable, cache: bool = False):
+    def __init__(self, source: Dataset, indices: Sequence[int], transform: Callable, cache: bool = False,
+                 seed: int | None = None):
         self.source = source
         self.indices = np.asarray(indices, dtype=np.int64)
         self.transform = transform
+        self.seed = None if seed is None else int(seed)
         self.targets = np.asarray(source.targets)[self.indices]
         self._cache = None
         if cache:
@@ -121,7 +128,25 @@ class TransformSubset(Dataset):
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+    def __getitem__(self, key: int | SampleKey) -> tuple[torch.Tensor, int]:
+        return self.__getitems__([key])[0]
+
+    def __getitems__(self, keys: Sequence[int | SampleKey]) -> list[tuple[torch.Tensor, int]]:
+        """A batch of items (torch's DataLoader fetches whole batches through this method).
+
+        Keyed items are seeded one by one inside one `preserved_rngs` block: the caller's
+        global RNG states are saved and restored once per batch, not once per sample."""
+        if self._cache is not None or self.seed is None or not all(isinstance(k, SampleKey) for k in keys):
+            return [self._item(k) for k in keys]
+        items = []
+        with preserved_rngs():
+            for key in keys:
+                seed_rngs(sample_seed(self.seed, key.epoch, key.position))
+                items.append(self._item(key))
+        return items
+
+    def _item(self, key: int | SampleKey) -> tuple[torch.Tensor, int]:
+        index = key.index if isinstance(key, SampleKey) else int(key)
         if self._cache is not None:
             return self._cache[index], int(self.targets[index])
         img, target = self.source[int(self.indices[index])]
