@@ -2,10 +2,12 @@
 
 The numbers live in `published_tables.csv` beside this file, one row per (paper, table, model,
 activation, metric), each citing its table: 001 Tables 1, 2, 7 (ConvNeXt-T ImageNet, GPT-2,
-CIFAR-10); 004 Tables 1, 2, 5 (CIFAR-10 VGG plain and augmented, Tiny ImageNet); 000 App H
-(ResNet50 ImageNet); 003 Table 5 (CIFAR-10 ResNet, error %). Means and stds are stored exactly
-as printed (so their rounding is known); `n` is the number of seeds the paper states (empty
-when it states none).
+CIFAR-10) and 3-6 (the ConvNeXt-T ImageNet ablations: degree, init, learnability, clamp, as
+variants of `imagenet_convnext_t`'s acts); 004 Tables 1, 2, 5 (CIFAR-10 VGG plain and augmented,
+Tiny ImageNet); 000 App H (ResNet50 ImageNet); 003 Tables 4, 5, 6 (MNIST CNN, CIFAR-10 ResNet
+error %, Fashion-MNIST ResNet). Means and stds are stored exactly as printed (so their rounding
+is known); `n` is the number of seeds the paper states (empty when it states none); `recipe` is
+empty where no recipe runs the row's protocol.
 
 Two uses:
 
@@ -207,9 +209,40 @@ PUBLISHED_COLUMNS = ["published_mean", "published_std", "published_n", "publishe
                      "published_mark", "published_ref"]
 
 
-def _split_note(recipe: str, val_split) -> str:
-    return (f"{recipe}: published numbers are on the official test/val split; these runs scored a held-out "
-            f"split (data.val_split={val_split}): not compared")
+def _held_out(val_split) -> bool:
+    """True when the runs held out part of the training split for selection (`data.val_split > 0`)."""
+    return isinstance(val_split, (int, float)) and math.isfinite(val_split) and val_split > 0
+
+
+def comparable_metrics(metric: str, val_split) -> tuple[list[str], str]:
+    """The published metric names `metric` can be compared with, given the runs' `data.val_split`,
+    and, when there are none, the note that says why.
+
+    The published rows name the official split the way a run with `val_split: 0` does, where
+    `val_*` is the official test/val set. With a held-out split (`val_split > 0`) `val_*` is the
+    held-out part of the training images, not the paper's split: never compared. `test_*` is then
+    the official split, read at every epoch: `test_top1_at_best_val` (the test set at the epoch of
+    best held-out accuracy) matches rows stored under that name (003 Table 6), and `test_X`
+    also matches the paper's `val_X` (`test_top1_final` ~ `val_top1_final`: the same split and epoch
+    rule). Other metrics (train loss) keep their name.
+    """
+    if not _held_out(val_split):
+        return [metric], ""
+    if metric.startswith(("test_", "ema_test_")):
+        return list(dict.fromkeys([metric, metric.replace("test_", "val_", 1)])), ""
+    if metric.startswith(("val_", "ema_val_")):
+        return [], (f"the published numbers are on the official test/val split, {metric} here on a held-out part "
+                    f"of the training images (data.val_split={val_split}): not compared (a test_* metric is, "
+                    "e.g. --metric test_top1_at_best_val)")
+    return [metric], ""
+
+
+def _pick(hits: pd.DataFrame, metric: str) -> pd.Series:
+    """The published row for one of our rows when several match (001 Tables 1 and 3-6 both print
+    the recipe's Hermite): our exact metric first, then a row whose n is stated, then CSV order."""
+    order = sorted(range(len(hits)), key=lambda i: (hits["metric"].iloc[i] != metric,
+                                                   not math.isfinite(hits["n"].iloc[i]), i))
+    return hits.iloc[order[0]]
 
 
 def attach(table: pd.DataFrame, *, setting: str = "", setting_col: str | None = None,
@@ -223,13 +256,15 @@ def attach(table: pd.DataFrame, *, setting: str = "", setting_col: str | None = 
             prints per GN setting the best of the two inits, as that table does).
         setting: the setting label of every row (a factor setting's folder; "" outside sweeps),
             unless `setting_col` names a column holding it per row.
-        val_split: the runs' `data.val_split`: the papers score the official test/val split, so
-            runs that scored a held-out split (> 0) are not compared.
+        val_split: the runs' `data.val_split`: with a held-out split (> 0) val_* metrics score
+            that split, not the paper's, and are not compared; test_* metrics are
+            (`comparable_metrics`).
 
     Returns:
         (table with `PUBLISHED_COLUMNS`, notes saying why rows of this recipe were not compared).
         `published_p` is a two-tailed Welch test from summary statistics (ours vs the paper's;
         the spreads of two labs need not be equal); NaN with `published_mark` when untestable.
+        Where several published rows match one of ours, `_pick` chooses.
     """
     out = table.copy()
     for col in PUBLISHED_COLUMNS:
@@ -241,9 +276,10 @@ def attach(table: pd.DataFrame, *, setting: str = "", setting_col: str | None = 
     rows = rows[rows["recipe"] == recipe]
     if rows.empty:
         return out, []
-    if val_split is not None and isinstance(val_split, (int, float)) and math.isfinite(val_split) and val_split > 0:
-        return out, [_split_note(recipe, val_split)]
-    same_metric = rows[rows["metric"] == metric]
+    wanted, why_not = comparable_metrics(metric, val_split)
+    if why_not:
+        return out, [f"{recipe}: {why_not}"]
+    same_metric = rows[rows["metric"].isin(wanted)]
     if same_metric.empty:
         refs = ", ".join(sorted({ref(r) for _, r in rows.iterrows()}))
         return out, [f"{recipe}: the published numbers ({refs}) are {', '.join(sorted(set(rows['metric'])))}; "
@@ -254,7 +290,7 @@ def attach(table: pd.DataFrame, *, setting: str = "", setting_col: str | None = 
         hit = same_metric[(same_metric["activation"] == row["act"]) & (same_metric["setting"] == where)]
         if hit.empty:
             continue
-        pub = hit.iloc[0]
+        pub = _pick(hit, metric)
         matched += 1
         p, mark = ttest_from_stats(float(row["mean"]), float(row["std"]), float(row["n"]),
                                    pub["mean"], pub["std"], pub["n"], "welch", own="", other="published")
