@@ -175,7 +175,7 @@ def test_penalty_is_l2_of_the_non_constant_coefficients():
 
 
 @pytest.mark.parametrize("target", ["gelu", "relu"])
-def test_fit_tolerance_speed_and_meaning(target):
+def test_fit_tolerance_and_meaning(target):
     act = activations.create("slaf", num_channels=3)
     act(torch.randn(8, 3, 2, 2) * 4)  # statistics far from N(0, 1): fit must reset them
     check_fit(act, target, SLAF.fit_tolerance[target])  # also: fit restores the training mode

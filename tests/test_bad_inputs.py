@@ -12,12 +12,14 @@ dataset, which fail a run rather than the command line, are in test_reliability.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from visionbench.cli import main
 
+from .fixtures import write_cifar10
 from .helpers import write_recipe
 
 R = "results_dir={tmp}/results"  # where `run` and `estimate` would write
@@ -48,6 +50,12 @@ BAD_INPUTS = [
     bad(["run", R, "act=rational[init=gelu"], 2, "unbalanced brackets or quotes in 'rational[init=gelu'"),
     bad(["run", R, "act=relu", "act.degree=3"], 2, "no activation in the sweep (relu) takes option 'degree'; relu: "),
     bad(["run", R, "act=rational", "act.version=Z"], 2, "act rational: rational: unknown version 'Z'; accepted: A, B"),
+    bad(["run", R, "act=relu,,gelu"], 2, "act=relu,,gelu: an empty name between commas; separate the activations "
+                                         "with single commas"),
+    bad(["run", R, "act=relu,relu"], 2, "act=relu,relu lists relu more than once; give each activation once"),
+    bad(["run", R, "act=relu,gelu,ReLU"], 2, "lists relu more than once"),
+    bad(["run", R, "act=all[init=gelu]"], 2, "act=all[init=gelu]: options cannot be given to all (its activations "
+                                             "take different options); write act=all act.init=gelu"),
     bad(["run", R, "act_lr_mult.relu=-2"], 2, "act_lr_mult must be a mapping {act: multiplier > 0}"),
     # ---- run: values of the wrong type or out of range, key by key
     bad(["run", R, "epochs=abc"], 2, "epochs must be an integer >= 1, got 'abc'"),
@@ -80,7 +88,11 @@ BAD_INPUTS = [
     bad(["run", R, "trainer.devices=abc"], 2, "trainer.devices=abc: `devices`"),
     bad(["run", R, "trainer.strategy=bogus"], 2, "trainer.strategy=bogus: You selected an invalid strategy name"),
     bad(["run", R, "optim.lr=-1"], 2, "optim.lr must be a number >= 0, got -1"),
-    bad(["run", R, "optim.lr=nan"], 2, "optim.lr must be a number >= 0, got nan"),
+    bad(["run", R, "optim.lr=nan"], 2, "optim.lr must be a finite number >= 0, got nan"),
+    bad(["run", R, "optim.lr=inf"], 2, "optim.lr must be a finite number >= 0, got inf"),
+    bad(["run", R, "loss.mixup=-inf"], 2, "loss.mixup must be a finite number >= 0, got -inf"),
+    bad(["run", "results_dir="], 2, "results_dir must be a non-empty path, got ''"),
+    bad(["run", R, "data.root="], 2, "data.root must be null or a non-empty path, got ''"),
     bad(["run", R, "optim.nesterov=maybe"], 2, "optim.nesterov must be true or false, got 'maybe'"),
     bad(["run", R, "optim.betas=[0.9]"], 2, "optim.betas must be a list of 2 values"),
     bad(["run", R, "optim.decay_rule=ndims"], 2, "optim.decay_rule must be one of conv_linear, "
@@ -91,10 +103,29 @@ BAD_INPUTS = [
     bad(["run", R, "finetune.train=everything"], 2, "finetune.train must be one of act,head, act, head, all"),
     bad(["run", R, "finetune.checkpoint={not_weights}"], 2,
         "finetune.checkpoint: {not_weights} is not a readable torch checkpoint"),
+    bad(["run", R, "finetune.checkpoint={other_arch}"], 2,
+        "finetune.checkpoint: {other_arch} does not match VGG (the classifier head.* excluded): 16 missing: "),
+    bad(["run", R, "finetune.checkpoint={other_arch}", "finetune.source_act=nope"], 2,
+        "finetune.source_act: unknown activation 'nope'; known: acon_c, "),
+    bad(["run", R, "finetune.source_act=gelu"], 2, "finetune.source_act=gelu is not used: it names the activation a "
+                                                   "finetune.checkpoint was trained with, and none is set; drop it"),
+    # ---- run: the dataset (checked once, before the first run; one line)
+    bad(["run", R, "recipe=cifar10_vgg8", "data.root={tmp}/datasets"], 2,
+        "CIFAR-10 not found at {tmp}/datasets/cifar-10-batches-py; data root: {tmp}/datasets (from data.root); "
+        "expected layout: cifar-10-batches-py/data_batch_1 .. data_batch_5, test_batch"),
+    bad(["estimate", R, "recipe=cifar10_vgg4", "data.root={tmp}/datasets"], 2,
+        "CIFAR-10 not found at {tmp}/datasets/cifar-10-batches-py; data root: {tmp}/datasets (from data.root)"),
+    bad(["run", R, "recipe=cifar10_vgg4", "data.root={cifar_without_data_batch_4}"], 2,
+        "CIFAR-10 at {cifar_without_data_batch_4}/cifar-10-batches-py (from data.root) lacks data_batch_4 (it needs "
+        "data_batch_1 .. data_batch_5 and test_batch); copy the missing file(s)"),
+    bad(["run", R, "recipe=cifar10_vgg4", "data.root={cifar_without_test_batch}"], 2,
+        "CIFAR-10 at {cifar_without_test_batch}/cifar-10-batches-py (from data.root) lacks test_batch"),
     # ---- run: factor sweeps (every setting checked before the first) and seeds=auto
     bad(["run", R, "batch_size=64,0"], 2, "batch_size must be an integer >= 1, got 0 (setting batch_size=0)"),
     bad(["run", R, "optim.name=sgd,adamz"], 2, "optim.name must be one of sgd, adamw (did you mean adamw?), "
                                                "got 'adamz' (setting optim.name=adamz)"),
+    bad(["run", R, "model.norm=null,group,"], 2, "model.norm=null,group,: an empty value between commas; separate the "
+                                                 "values with single commas (write null for none)"),
     bad(["run", R, "factors={model.nrm: [null, group]}"], 2,
         "factors: 'model.nrm' is not a config key a sweep can vary (did you mean model.norm"),
     bad(["run", R, "seeds=1,2"], 2, "seeds cannot be swept (got seeds=1,2)"),
@@ -102,6 +133,14 @@ BAD_INPUTS = [
                                                       "report.baseline='relu'"),
     bad(["run", R, "seeds=auto", "seeds_max=2"], 2, "seeds_max must be an integer >= 3, got 2"),
     bad(["run", R, "seeds=auto", "seeds_margin=-1"], 2, "seeds_margin must be null or a number > 0, got -1"),
+    bad(["run", R, "seeds_margin=1"], 2, "seeds_margin applies only with seeds=auto (equivalence stops a round), got "
+                                         "seeds=3; add seeds=auto or drop seeds_margin"),
+    # ---- run: a results tree this process cannot write (chmod: skipped as root, who may write anyway)
+    bad(["run", "results_dir={read_only}/empty"], 2, "results_dir {read_only}/empty: {read_only}/empty is not writable "
+                                                     "(permission denied); make it writable (chmod -R u+w "),
+    bad(["run", "results_dir={read_only}/done"], 2, "results_dir {read_only}/done: {read_only}/done/digits_vgg4 is not "
+                                                    "writable (permission denied); make it writable"),
+    bad(["run", "results_dir={read_only}/new/results"], 2, "{read_only}/new is not writable (permission denied)"),
     # ---- estimate: the run's checks, and it is a subcommand, not a key
     bad(["estimate", R, "epochs=abc"], 2, "epochs must be an integer >= 1, got 'abc'"),
     bad(["estimate", R, "act=relux"], 2, "unknown activation 'relux'; known: acon_c, "),
@@ -124,7 +163,15 @@ BAD_INPUTS = [
     bad(["report", "{report_tree}", "--format", "md,html"], 2, "unknown format html; choose from md, csv, tex"),
     bad(["report", "{report_tree}", "--test", "anova"], 2, "argument --test: invalid choice: 'anova' "
                                                            "(choose from 'student', 'welch', 'paired')"),
-    bad(["report", "{report_tree}", "--digits", "x"], 2, "argument --digits: invalid int value: 'x'"),
+    bad(["report", "{report_tree}", "--digits", "x"], 2, "argument --digits: --digits takes an integer from 0 to 15, "
+                                                         "got 'x'"),
+    bad(["report", "{report_tree}", "--digits", "-3"], 2, "--digits takes an integer from 0 to 15, got '-3'"),
+    bad(["report", "{report_tree}", "--seed", "-1"], 2, "--seed takes an integer >= 0, got '-1'"),
+    bad(["report", "{report_tree}", "--best-of", "model.nonexistent"], 2,
+        "--best-of 'model.nonexistent' is not a config key a sweep varies"),
+    bad(["report", "{report_tree}", "--best-of", "model.lsuv,seeds"], 2, "--best-of 'seeds' is not a config key"),
+    bad(["report", "{read_only}/done"], 2, "argument RESULTS_DIR: {read_only}/done is not writable (permission "
+                                           "denied); the report writes its tables and plots there"),
     bad(["report", "{report_tree}", "--margin", "0"], 2, "--margin takes a positive number in the metric's units, "
                                                          "got '0'"),
     bad(["report", "{report_tree}", "--effect", "abc"], 2, "--effect takes a positive number in the metric's units, "
@@ -132,7 +179,7 @@ BAD_INPUTS = [
     bad(["report", "{report_tree}", "--alpha", "1.5"], 2, "--alpha takes a number in (0, 1), got '1.5'"),
     # ---- papers
     bad(["papers", "--paper", "9"], 2, "unknown --paper '9'; choose from 000, 001, 003, 004"),
-    bad(["papers", "--paper", "3", "--table", "7"], 2, "unknown --table '7'; choose from Table 5"),
+    bad(["papers", "--paper", "3", "--table", "7"], 2, "unknown --table '7'; choose from Table "),
     bad(["papers", "--format", "html"], 2, "argument --format: invalid choice: 'html' (choose from 'md', 'csv')"),
     bad(["papers", "--test", "anova"], 2, "argument --test: invalid choice: 'anova' (choose from 'student', 'welch')"),
     # ---- bench activations | train | fit
@@ -155,14 +202,8 @@ BAD_INPUTS = [
         "unknown toy dataset 'xor'; choose from moons, circles, spirals, classification"),
 ]
 
-# Bad inputs whose line comes with more lines by design: the expected layout of a missing dataset and how to
-# get it, the list of commands after an unknown one. (argv, exit code, text of the first line, text after it)
+# Bad inputs whose line comes with more lines by design: the list of commands after an unknown one. (argv, exit code, text of the first line, text after it)
 BAD_INPUTS_WITH_HELP = [
-    pytest.param(["run", R, "recipe=cifar10_vgg8", "data.root={tmp}/datasets"], 2,
-                 "CIFAR-10 not found at {tmp}/datasets", "(from data.root)", id="run data.root=<no CIFAR-10 there>"),
-    pytest.param(["estimate", R, "recipe=cifar10_vgg4", "data.root={tmp}/datasets"], 2,
-                 "CIFAR-10 not found at {tmp}/datasets", "cifar-10-batches-py/data_batch_1 .. data_batch_5",
-                 id="estimate data.root=<no CIFAR-10 there>"),
     pytest.param(["nope"], 2, "unknown command 'nope'; commands: run, estimate, report, list, bench, plot, papers",
                  "visionbench run [recipe=NAME]", id="nope"),
     pytest.param(["bench", "nope"], 2, "unknown benchmark 'nope'; known: activations, train, fit",
@@ -182,7 +223,43 @@ def _not_weights(tmp: Path) -> Path:
     return path
 
 
-SETUP = {"{report_tree}": _report_tree, "{not_weights}": _not_weights}
+def _other_arch(tmp: Path) -> Path:
+    """The weights of a network that is not the recipe's (VGG4): a fine-tuning checkpoint of another architecture."""
+    import torch
+
+    path = tmp / "other.pth"
+    torch.save(torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.Linear(4, 10)).state_dict(), path)
+    return path
+
+
+def _cifar_without(name: str):
+    def make(tmp: Path) -> Path:
+        (tmp / name).mkdir()
+        root = write_cifar10(tmp / name)
+        (root / "cifar-10-batches-py" / name.split("without_", 1)[1]).unlink()
+        return root
+    return make
+
+
+def _read_only(tmp: Path) -> Path:
+    """`empty/`: an empty results dir; `done/`: one with a finished digits_vgg4 run; `new/`: a parent in which
+    results_dir would be created. All chmod'ed read-only (the test is skipped as root: chmod restricts no root)."""
+    if os.geteuid() == 0:
+        pytest.skip("running as root: a chmod'ed directory does not stop root from writing")
+    base = tmp / "ro"
+    run = base / "done" / "digits_vgg4" / "relu" / "seed_0"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text('{"status": "completed"}\n')
+    (base / "empty").mkdir()
+    (base / "new").mkdir()
+    for d in sorted((p for p in base.rglob("*") if p.is_dir()), reverse=True):
+        d.chmod(0o555)
+    return base
+
+
+SETUP = {"{report_tree}": _report_tree, "{not_weights}": _not_weights, "{other_arch}": _other_arch,
+         "{cifar_without_data_batch_4}": _cifar_without("without_data_batch_4"),
+         "{cifar_without_test_batch}": _cifar_without("without_test_batch"), "{read_only}": _read_only}
 
 
 def _fill(texts: list[str], tmp: Path) -> list[str]:
@@ -227,7 +304,10 @@ def command(tmp_path, monkeypatch, capsys):
         assert _tree(tmp_path) == before, "a bad input wrote something"
         return code, err, argv_texts[len(argv):]
 
-    return run
+    yield run
+    for d in tmp_path.rglob("*"):  # what {read_only} made read-only, writable again for pytest's clean-up
+        if d.is_dir() and not d.is_symlink():
+            d.chmod(0o755)
 
 
 def the_line(err: str) -> str:

@@ -26,7 +26,7 @@ from visionbench.sweep.locks import RunLock
 from visionbench.sweep.sweep import run_sweep
 
 from .fixtures import write_cifar10, write_tiny_imagenet
-from .helpers import FAST, ROOT, seed_dir, spawn, summary, wait_for
+from .helpers import FAST, ROOT, seed_dir, spawn, summary, wait_for, write_recipe
 
 
 # ---- helpers -------------------------------------------------------------------------------
@@ -132,6 +132,31 @@ def _column(path: Path, name: str) -> list[str]:
         return [r[name] for r in csv.DictReader(f)]
 
 
+# a sitecustomize that sends SIGINT to its own process when torch is first imported: Ctrl-C during start-up
+SIGINT_AT_IMPORT = '''
+import os, signal, sys
+class _CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, _CtrlC())
+'''
+
+
+def test_ctrl_c_during_the_start_up_imports_is_one_line_and_exit_130(tmp_path):
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SIGINT_AT_IMPORT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "visionbench.cli", "run", f"results_dir={tmp_path / 'r'}"],
+                          capture_output=True, text=True, env=env, cwd=ROOT)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip() == "visionbench run: interrupted by Ctrl-C; rerun the same command", done.stderr
+    assert not (tmp_path / "r").exists()
+
+
 # ---- 3. parallel workers die with their parent ----------------------------------------------------
 @pytest.mark.parametrize("how", [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
                          ids=["kill-9", "SIGTERM"])
@@ -206,6 +231,17 @@ def _truncate(path: Path, keep: float = 0.5) -> None:
     path.write_bytes(data[: int(len(data) * keep)])
 
 
+def _cut_inside_row(path: Path, row: int = 1, into: int = 12) -> None:
+    """`head -c` to `into` bytes inside row `row` (1 = the first epoch's): a shortened value, fields missing."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:row]) + lines[row][:into])
+
+
+def _drop_last_row(path: Path) -> None:
+    """Cut at a row's end: no row is torn, but the checkpoint's last epoch has no row."""
+    path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:-1]))
+
+
 CORRUPTIONS = {  # name: (damage, words of the one-line message, what the message tells the user to delete)
     "summary_not_utf8": (lambda d: (d / "summary.json").write_bytes(b"\xff\xfe{\x00garbage"),
                          ["summary.json is corrupt", "delete it"], "summary.json"),
@@ -217,6 +253,15 @@ CORRUPTIONS = {  # name: (damage, words of the one-line message, what the messag
                          ["config.yaml is", "delete the run directory"], "."),
     "metrics_garbage_unfinished": (lambda d: (_unfinished(d), (d / "metrics.csv").write_bytes(b"\x00\x01\xff,,\n;;\n")),
                                    ["metrics.csv", "delete the run directory"], "."),
+    "metrics_torn_row_unfinished": (lambda d: (_unfinished(d), _cut_inside_row(d / "metrics.csv")),
+                                    ["metrics.csv is torn (no final newline", "delete the run directory"], "."),
+    "metrics_torn_row_with_newline": (lambda d: (_unfinished(d), _cut_inside_row(d / "metrics.csv"),
+                                                 (d / "metrics.csv").open("a").write("\n")),
+                                      ["metrics.csv is torn (the row of epoch 1 has fewer fields than the header)",
+                                       "delete the run directory"], "."),
+    "metrics_last_row_missing": (lambda d: (_unfinished(d), _drop_last_row(d / "metrics.csv")),
+                                 ["metrics.csv has rows for epochs [1], its checkpoint completed epochs 1..2",
+                                  "delete the run directory"], "."),
     "metrics_deleted_unfinished": (lambda d: (_unfinished(d), (d / "metrics.csv").unlink()),
                                    ["has no metrics.csv beside it", "delete the run directory"], "."),
     "config_deleted_unfinished": (lambda d: (_unfinished(d), (d / "config.yaml").unlink()),
@@ -234,11 +279,13 @@ def test_corrupt_run_state_fails_that_run_in_one_line_and_the_sweep_goes_on(case
     d = seed_dir(results, "relu", 0)
     damage(d)
     shutil.rmtree(seed_dir(results, "relu", 1))  # the rest of the sweep: must train to the end regardless
+    metrics = (d / "metrics.csv").read_bytes() if (d / "metrics.csv").exists() else None
     code, out, err = run(capsys, results, "act=relu", "seeds=2")
     assert code == 1, err
     assert "Traceback" not in err
     (line,) = failed_lines(err)
     assert str(d) in line and all(w in line for w in words), line
+    assert metrics is None or (d / "metrics.csv").read_bytes() == metrics  # kept as found: never "repaired"
     assert summary(seed_dir(results, "relu", 1))["status"] == "completed"
 
     # the fix the line names works: the rerun finishes the sweep
@@ -375,6 +422,31 @@ def test_report_of_an_all_diverged_recipe_prints_nan_rows(tmp_path, capsys):
     assert "| relu | 0 | NaN (2/2 diverged)" in out and "| gelu | 0 | NaN (2/2 diverged)" in out
 
 
+def test_report_skips_a_garbage_act_snapshot_naming_it(tmp_path, capsys):
+    from visionbench.report.collect import read_snapshots
+
+    recipe = write_recipe(tmp_path, "toy", {"relu": [90.0, 90.5], "rational": [91.0, 91.2]}, epochs=3,
+                          snapshot_epochs=(0, 3))
+    run = recipe / "rational" / "seed_0"
+    garbage = {"epoch_007.json": "not json at all", "epoch_008.json": json.dumps([1, 2]),
+               "epoch_009.json": json.dumps({"epoch": 9, "layers": [{"name": "a", "x": [0, 1], "y": [0]}]}),
+               "epoch_010.json": json.dumps({"epoch": 10, "layers": [{"name": "a", "x": [0, 1], "y": [0, 1],
+                                                                     "hist_edges": [0, 1], "hist_counts": [1, 2]}]})}
+    for name, text in garbage.items():
+        (run / "act_snapshots" / name).write_text(text)
+    assert [s["epoch"] for s in read_snapshots(run)] == [0, 3]
+    notes = [line for line in capsys.readouterr().err.splitlines() if "act_snapshots" in line]
+    assert len(notes) == 4 and all(line.startswith(f"note: {run / 'act_snapshots'}/epoch_0") and
+                                   line.endswith("; not plotted (delete it, or rerun the run to rewrite it)")
+                                   for line in notes), notes
+    assert "x and y are not two lists of as many numbers" in notes[2]
+    assert "hist_counts is not one number per bin of hist_edges" in notes[3]
+    assert main(["report", str(recipe)]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"note: {run / 'act_snapshots' / 'epoch_007.json'}: unreadable" in err
+    assert (recipe / "act_shapes_rational_seed0.png").exists()
+
+
 def test_report_marks_runs_of_different_configurations(tmp_path, capsys):
     sweep(tmp_path, "act=relu", "seeds=2", "epochs=1")
     sweep(tmp_path, "act=gelu", "seeds=2", "epochs=2")
@@ -423,6 +495,71 @@ def test_resumed_run_time_throughput_and_threads_cover_all_sessions(tmp_path, cr
     states = torch.load(o.run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["callbacks"]
     samples = sum(int(n) for n in _column(o.run_dir / "metrics.csv", "samples"))
     assert states["_Throughput"]["images"] == samples == 3 * 192  # all three epochs (3 full batches of 64 each)
+
+
+# ---- issue 24: a results tree this process cannot write; one moved away during the sweep ----------------
+def _tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path under `root` with its size and modification time."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+
+
+def _deny_writes_under(monkeypatch, root: Path) -> None:
+    """os.access refuses writing under `root`, as it does after chmod a-w or on a read-only mount (a chmod'ed
+    directory would not stop root, who runs some CI jobs: test_bad_inputs.py has those rows)."""
+    real = os.access
+
+    def access(path, mode, *args, **kwargs):
+        if mode & os.W_OK and Path(path).absolute().is_relative_to(root):
+            return False
+        return real(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+
+
+@pytest.mark.parametrize("tree", ["empty", "with results"])
+def test_an_unwritable_results_dir_fails_in_one_line_before_any_training(tree, finished_sweep, tmp_path, capsys,
+                                                                         monkeypatch):
+    results = tmp_path / "r"
+    results.mkdir() if tree == "empty" else shutil.copytree(finished_sweep, results)
+    before = _tree(results)
+    _deny_writes_under(monkeypatch, results)
+    code, out, err = run(capsys, results, "act=relu", "seeds=3")
+    where = results if tree == "empty" else results / "digits_vgg4"
+    assert code == 2 and err.strip() == (f"visionbench run: results_dir {results}: {where} is not writable (permission "
+                                         f"denied); make it writable (chmod -R u+w {where}) or pass "
+                                         "results_dir=<a writable directory>"), err
+    if tree == "with results":
+        assert main(["report", str(results)]) == 2
+        err = capsys.readouterr().err
+        assert err.strip().splitlines()[-1] == (
+            f"visionbench report: error: argument RESULTS_DIR: {results} is not writable (permission denied); the "
+            f"report writes its tables and plots there: make it writable (chmod -R u+w {results}) or copy the "
+            "results to a writable directory and report that"), err
+    assert _tree(results) == before
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # no writer thread's traceback
+def test_results_dir_moved_during_the_sweep_stops_it_in_one_line(tmp_path, capsys, monkeypatch):
+    """Moved while seed 0 trains: seed 0 stops with the line, seed 1 never starts, the old path is not recreated."""
+    from visionbench.train import callbacks
+
+    results, moved = tmp_path / "r", tmp_path / "moved"
+    original = callbacks.EpochSeeder.on_train_epoch_start
+
+    def move_away(self, trainer, pl_module):
+        if trainer.current_epoch == 1 and results.exists():
+            shutil.move(results, moved)
+        original(self, trainer, pl_module)
+
+    monkeypatch.setattr(callbacks.EpochSeeder, "on_train_epoch_start", move_away)
+    code, out, err = run(capsys, results, "act=relu", "seeds=2")
+    assert code == 1 and "Traceback" not in err, err
+    assert err.strip().splitlines() == [
+        f"visionbench run: the results directory {results / 'digits_vgg4'} was deleted or moved during the sweep; "
+        "stopped so that results are not split across two trees — put it back (or rerun the command with "
+        "results_dir=<its new place>) to resume"], err
+    assert not results.exists() and not seed_dir(moved, "relu", 1).exists()
+    assert summary(seed_dir(moved, "relu", 0))["status"] == "running"  # resumable where it went
 
 
 # ---- 12. the Hydra entry point fails when its run failed -------------------------------------------------

@@ -72,11 +72,19 @@ def test_interrupted_seed_resumes_from_last_checkpoint(tmp_path, crash_in_epoch_
     assert rows(resumed.run_dir / "metrics.csv") == rows(straight.run_dir / "metrics.csv")
 
 
-def test_divergence_is_recorded_and_the_sweep_goes_on(tmp_path):
-    outcomes = sweep(tmp_path, "act=relu,gelu", "seeds=1", "optim.lr=1e6", "act_lr_mult.gelu=1")
-    assert [o.status for o in outcomes] == ["diverged", "diverged"]
-    s = outcomes[0].summary
-    assert s["diverged_epoch"] == 1 and "non-finite" in s["error"]
+def test_divergence_is_recorded_the_sweep_goes_on_and_the_command_exits_nonzero(tmp_path, capsys):
+    """A sweep whose every run diverged exits 1 (a cluster's job status tells) and lists the runs."""
+    code = main(["run", f"results_dir={tmp_path}", *FAST, "act=relu,gelu", "seeds=1", "optim.lr=1e6",
+                 "act_lr_mult.gelu=1"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    listed = err.split("diverged runs:\n", 1)[1].splitlines()[:2]
+    for act, line in zip(("relu", "gelu"), listed):
+        assert line.startswith(f"  {tmp_path / 'digits_vgg4' / act / 'seed_0'}: ") and "non-finite" in line, line
+    assert "failed runs:" not in err
+    for act in ("relu", "gelu"):
+        s = json.loads((tmp_path / "digits_vgg4" / act / "seed_0" / "summary.json").read_text())
+        assert s["status"] == "diverged" and s["diverged_epoch"] == 1 and "non-finite" in s["error"]
 
 
 def test_failure_is_recorded_and_the_command_exits_nonzero(tmp_path, monkeypatch, capsys):

@@ -40,8 +40,10 @@ def test_act_variants_have_labels_families_and_options():
     assert (spec.label, spec.family, spec.options) == ("rational[init=gelu,degrees=[3,2]]", "rational",
                                                         {"init": "gelu", "degrees": [3, 2]})
     assert parse_act("swish").label == "silu"  # aliases resolve to the registry name
-    labels = [s.label for s in parse_acts("relu,rational[init=leaky_relu],rational[init=gelu],relu")]
+    labels = [s.label for s in parse_acts("relu,rational[init=leaky_relu],rational[init=gelu]")]
     assert labels == ["relu", "rational[init=leaky_relu]", "rational[init=gelu]"]
+    with pytest.raises(ValueError, match="lists relu more than once"):  # refused, not silently de-duplicated
+        parse_acts("relu,rational,relu")
 
 
 def test_act_all_is_every_registered_activation_after_those_named_first():

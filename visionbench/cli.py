@@ -65,6 +65,7 @@ def _run(args: list[str]) -> int:
     from .results.settings import format_value
     from .sweep.acts import ALL, sweep_acts
     from .sweep.ranks import is_rank_zero
+    from .sweep.resultsdir import ResultsMoved
     from .sweep.signals import Interrupted, install_sigterm, received
     from .sweep.sweep import run_sweep
 
@@ -98,6 +99,9 @@ def _run(args: list[str]) -> int:
     except ConfigError as e:
         print(f"visionbench run: {e}", file=sys.stderr)
         return 2
+    except ResultsMoved as e:  # runs already trained stay where they were; the rest never started
+        print(f"visionbench run: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as e:  # Interrupted (SIGTERM) or a Ctrl-C outside training
         stop = e if isinstance(e, Interrupted) else Interrupted(received())
         if lead:
@@ -123,11 +127,20 @@ def _run(args: list[str]) -> int:
     if locked:
         print(f"{len(locked)} run(s) left to another live visionbench process; rerun this command after it "
               "finishes to report them", file=sys.stderr)
-    failed = [o for o in outcomes if o.status == "failed"]
-    if failed:
-        print("failed runs:\n" + "\n".join(f"  {o.run_dir}: {o.summary.get('error')}" for o in failed), file=sys.stderr)
-        return 1
-    return 0
+    return _exit_status(outcomes)
+
+
+def _exit_status(outcomes) -> int:
+    """0 when every run completed (or was completed before); else 1, after listing on stderr the runs
+    that diverged and those that failed (a cluster's job status must tell: docs/running.md#exit-codes)."""
+    bad = 0
+    for status in ("diverged", "failed"):
+        runs = [o for o in outcomes if o.status == status]
+        bad += len(runs)
+        if runs:
+            print(f"{status} runs:\n" + "\n".join(f"  {o.run_dir}: {o.summary.get('error')}" for o in runs),
+                  file=sys.stderr)
+    return 1 if bad else 0
 
 
 def _list(args: list[str]) -> int:
@@ -151,9 +164,16 @@ def _list(args: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The `visionbench` entry point; returns the exit code."""
+    """The `visionbench` entry point; returns the exit code. A Ctrl-C that arrives before a command has
+    handled it itself (during the start-up imports: torch, Lightning, timm take seconds) is one line and
+    exit 130, not a traceback through the import machinery."""
     try:
         return _main(argv)
+    except KeyboardInterrupt as e:
+        name = getattr(e, "signal_name", "Ctrl-C")  # sweep/signals.py's Interrupted (SIGTERM) carries its own
+        cmd = " ".join(["visionbench", *(sys.argv[1:] if argv is None else argv)[:1]])
+        print(f"{cmd}: interrupted by {name}; rerun the same command", file=sys.stderr)
+        return getattr(e, "exit_code", 130)
     except BrokenPipeError:  # `visionbench list | head`: the reader left early, which is no error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush does not raise again
         return 0

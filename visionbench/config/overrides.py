@@ -123,6 +123,9 @@ def parse(args: Iterable[str]) -> Overrides:
                 values = split_top_level(value)
             except ValueError as e:
                 raise ConfigError(f"{key}: {e}", key) from None
+            if len(values) > 1 and "" in values:  # `null,group,`: not a third value (YAML would read it as null)
+                raise ConfigError(f"{key}={value}: an empty value between commas; separate the values with single "
+                                  "commas (write null for none)", key)
             if len(values) > 1:  # a factor: the composed value is the first, each run gets its own
                 if key in NOT_FACTORS:
                     raise ConfigError(f"{key} cannot be swept (got {key}={value}); factor sweeps take any other key", key)

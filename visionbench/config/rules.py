@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import typing
 from typing import Any, Callable, Optional
 
@@ -48,8 +49,10 @@ def _range_check(what: str, ok_type: Callable[[Any], bool], within: str | None) 
     wanted = " ".join([what, " and ".join(parts)]).strip()
 
     def check(v: Any) -> str | None:
-        if not ok_type(v) or v != v:  # v != v: NaN
+        if not ok_type(v):
             return wanted
+        if not math.isfinite(v):  # NaN, inf: no key of the schema means "unbounded" by it
+            return wanted.replace("a number", "a finite number", 1)
         if lo is not None and (v <= lo if lo_open else v < lo):
             return wanted
         return wanted if hi is not None and (v >= hi if hi_open else v > hi) else None
@@ -79,7 +82,8 @@ def number(within: str | None = None) -> Check:
 
 boolean = _is(lambda v: isinstance(v, bool), "true or false")
 text = _is(lambda v: isinstance(v, str) and bool(v), "a non-empty string")
-scalar = _is(lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool), "a string")  # a path YAML read as 123
+# a directory (YAML may read one as 123); `results_dir=` (empty) would mean the current directory, which nobody means
+path = _is(lambda v: is_number(v) or (isinstance(v, str) and bool(v.strip())), "a non-empty path")
 mapping = _is(lambda v: isinstance(v, dict), "a mapping")
 
 

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING, OmegaConf
 
-from .rules import any_of, choice, integer, is_number, list_of, rule, scalar, text
+from .rules import any_of, choice, integer, is_number, list_of, path, rule, text
 
 DATA_ENV_VAR = "VISIONBENCH_DATA"
 OPTIMIZERS = ("sgd", "adamw")  # train/optim.py
@@ -128,7 +128,7 @@ class DataConfig:
     """`data:` the dataset and its splits (data modules take it typed: config.data_config)."""
 
     name: str = "digits"  # cifar10 | fashion_mnist | tiny_imagenet | imagenet | digits | synthetic (the data registry checks it)
-    root: Optional[str] = rule(None, check=scalar)  # null -> $VISIONBENCH_DATA, else ./data
+    root: Optional[str] = rule(None, check=path)  # null -> $VISIONBENCH_DATA, else ./data
     download: bool = False  # cifar10, fashion_mnist: torchvision download where there is internet
     img_size: Optional[int] = rule(None, ">= 1")  # null -> the dataset's native size
     mean: Optional[List[float]] = None  # null -> the dataset's usual statistics
@@ -283,7 +283,7 @@ class RunConfig:
     seed: Optional[int] = rule(None, ">= 0")  # set per run by the sweep (config.yaml of a run holds its seed)
     epochs: int = rule(10, ">= 1")
     batch_size: int = rule(128, ">= 1")
-    results_dir: str = rule("results", check=scalar)
+    results_dir: str = rule("results", check=path)
     parallel: int = rule(1, ">= 1")  # run K seeds at once, in separate processes
     snapshot_epochs: List[int] = rule([0, 5, 30, -1], ">= -1")  # epochs whose activation shapes + input histograms are stored (-1 = last)
     report: ReportConfig = field(default_factory=ReportConfig)

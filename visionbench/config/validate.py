@@ -98,8 +98,21 @@ def _accumulate(c: dict) -> list[tuple[str, str]]:
              f"{per_device} (batch_size={batch} over {processes} process(es)), got {accumulate}")]
 
 
+def _seeds_margin(c: dict) -> list[tuple[str, str]]:
+    """`seeds_margin` is a rule of `seeds=auto` only: with a fixed number of seeds it would be ignored."""
+    if c.get("seeds_margin") is None or c.get("seeds") == "auto":
+        return []
+    return [("seeds_margin", f"seeds_margin applies only with seeds=auto (equivalence stops a round), got "
+             f"seeds={c.get('seeds')!r}; add seeds=auto or drop seeds_margin (report --margin M tests equivalence "
+             "after a fixed number of seeds)")]
+
+
+def _run(c: dict) -> list[tuple[str, str]]:
+    return _accumulate(c) + _seeds_margin(c)
+
+
 # the rules that need several keys of one block, by the block's class
-CROSS: dict[type, Callable[[dict], list[tuple[str, str]]]] = {AugmentConfig: _augment, RunConfig: _accumulate}
+CROSS: dict[type, Callable[[dict], list[tuple[str, str]]]] = {AugmentConfig: _augment, RunConfig: _run}
 
 
 def errors(values: Mapping, cls: type = RunConfig, prefix: str = "") -> list[tuple[str, str]]:

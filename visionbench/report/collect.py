@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -172,16 +173,52 @@ def read_metrics(run_dir) -> pd.DataFrame | None:
 
 
 def read_snapshots(run_dir) -> list[dict]:
-    """The run's `act_snapshots/epoch_*.json`, sorted by epoch (unreadable files skipped)."""
+    """The run's `act_snapshots/epoch_*.json`, sorted by epoch. A file that is no snapshot (unreadable,
+    not JSON, or not the shape train/callbacks.py `ActivationSnapshots` writes) is skipped with a note
+    on stderr naming it: a plot of garbage would look like a learned activation."""
     out = []
     for path in sorted(layout.files(run_dir).snapshots.glob("epoch_*.json")):
         try:
             snap = json.loads(path.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError, JSONDecodeError: ValueErrors
+            problem = f"unreadable ({type(exc).__name__})"
+        else:
+            problem = snapshot_problem(snap)
+        if problem:
+            print(f"note: {path}: {problem}; not plotted (delete it, or rerun the run to rewrite it)", file=sys.stderr)
             continue
-        if isinstance(snap, dict) and snap.get("layers"):
-            out.append(snap)
-    return sorted(out, key=lambda s: s.get("epoch", 0))
+        out.append(snap)
+    return sorted(out, key=lambda s: s["epoch"])
+
+
+def _numbers(values, length: int | None = None) -> bool:
+    """A list of finite numbers (of `length` items when given)."""
+    return isinstance(values, list) and (length is None or len(values) == length) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+
+
+def snapshot_problem(snap) -> str | None:
+    """What makes `snap` no activation snapshot; None when it is one: {"epoch": int >= 0, "act": str,
+    "layers": [{"name": str, "x": [numbers], "y": [as many numbers; NaN allowed where the activation
+    overflowed], "hist_edges": [numbers], "hist_counts": [one fewer]}, ...]} with at least one layer."""
+    if not isinstance(snap, dict):
+        return f"holds {type(snap).__name__}, not a snapshot mapping"
+    epoch, layers = snap.get("epoch"), snap.get("layers")
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+        return f"epoch {epoch!r} is not an integer >= 0"
+    if not isinstance(layers, list) or not layers:
+        return "no layers"
+    for i, layer in enumerate(layers):
+        if not isinstance(layer, dict) or not isinstance(layer.get("name"), str):
+            return f"layer {i} has no name"
+        x, y = layer.get("x"), layer.get("y")
+        if not _numbers(x) or not x or not isinstance(y, list) or len(y) != len(x) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in y):
+            return f"layer {layer['name']}: x and y are not two lists of as many numbers"
+        edges, counts = layer.get("hist_edges"), layer.get("hist_counts")
+        if not _numbers(edges) or not _numbers(counts, len(edges) - 1):
+            return f"layer {layer['name']}: hist_counts is not one number per bin of hist_edges"
+    return None
 
 
 def snapshot_runs(runs: pd.DataFrame) -> pd.DataFrame:

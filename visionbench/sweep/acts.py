@@ -47,19 +47,34 @@ def parse_act(text: str) -> ActSpec:
 
 
 def parse_acts(text: str) -> list[ActSpec]:
-    """The comma-separated activations of a sweep, duplicates (same label) dropped, order kept;
-    `all` stands for every registered name (`act=relu,all`: relu first, then the rest)."""
-    try:
-        specs = [spec for t in split_top_level(str(text)) if t
-                 for spec in ([parse_act(n) for n in activations.names()] if t.strip() == ALL else [parse_act(t)])]
-    except ValueError as e:
-        raise ValueError(f"{e}; or {ALL} (every one)" if str(e).startswith("unknown activation") else str(e)) from None
-    if not specs:
+    """The comma-separated activations of a sweep, in the order given; `all` stands for every registered
+    name (`act=relu,all`: relu first, then the rest: the names `all` repeats are dropped). ValueError for an
+    empty item (`relu,,gelu`), a name given twice (`relu,relu`) and options on `all` (`all[init=gelu]`:
+    its activations take different options; `act.init=gelu` sets it for every one that takes it)."""
+    items = split_top_level(str(text))
+    if not any(items):
         raise ValueError("act is empty; give an activation name, e.g. act=relu")
-    unique: dict[str, ActSpec] = {}
-    for spec in specs:
-        unique.setdefault(spec.label, spec)
-    return list(unique.values())
+    if "" in items:
+        raise ValueError(f"act={text}: an empty name between commas; separate the activations with single commas")
+    given: list[ActSpec] = []
+    for t in items:
+        if t.split("[", 1)[0].strip() == ALL and t != ALL:
+            options = " ".join(f"act.{k}={format_value(v)}" for k, v in parse_variant(t)[1].items())
+            raise ValueError(f"act={t}: options cannot be given to {ALL} (its activations take different options); "
+                             f"write act={ALL} {options} (every activation that takes an option gets it)")
+        if t != ALL:
+            try:
+                given.append(parse_act(t))
+            except ValueError as e:
+                unknown = str(e).startswith("unknown activation")
+                raise ValueError(f"{e}; or {ALL} (every one)" if unknown else str(e)) from None
+    labels = [s.label for s in given] + [ALL] * items.count(ALL)
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        raise ValueError(f"act={text} lists {', '.join(twice)} more than once; give each activation once")
+    rest = [x for x in map(parse_act, activations.names()) if x.label not in labels] if ALL in items else []
+    queue = iter(given)
+    return [spec for t in items for spec in (rest if t == ALL else [next(queue)])]
 
 
 def sweep_acts(cfg: DictConfig) -> list[str]:

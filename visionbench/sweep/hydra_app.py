@@ -12,7 +12,7 @@ same results tree (`results_dir`), so `visionbench report results/<recipe>` aggr
 `-m` it trains one run locally (seed defaults to 0). A job's setting is its values of the recipe's
 factor keys.
 
-A failed run fails its job (non-zero exit, the run's one-line error); SIGTERM records the run as
+A failed or diverged run fails its job (non-zero exit, the run's one-line error); SIGTERM records the run as
 `interrupted` and exits 143. Under SLURM, Lightning's auto-requeue (`SLURMEnvironment`, on by
 default: SIGUSR1, e.g. `#SBATCH --signal=USR1@120`) requeues the job, which resumes from last.ckpt.
 """
@@ -28,7 +28,8 @@ from omegaconf import DictConfig, OmegaConf
 from ..config import DEFAULT_RECIPE, RECIPES_DIR, ConfigError, parse, recipe_config, run_config, split_top_level
 from ..results import provenance as results
 from .acts import sweep_acts
-from .preflight import load_config
+from .preflight import check_finetune_weights, load_config
+from .resultsdir import check_writable
 from .signals import Interrupted, install_sigterm
 from .sweep import check_data, execute
 
@@ -106,7 +107,11 @@ def main(cfg: DictConfig) -> int:
     if len(acts) != 1:
         raise SystemExit(f"one activation per job: sweep with -m act={','.join(acts)}")
     seed = 0 if cfg.get("seed") is None else int(cfg.seed)
-    check_data(cfg)
+    try:  # what `visionbench run` checks before its first run, in its words
+        check_writable(cfg)
+        check_finetune_weights(cfg, setting, acts[0], check_data(cfg))
+    except ConfigError as e:
+        raise SystemExit(f"visionbench hydra_app: {e}") from None
     run = run_config(cfg, acts[0], seed, setting)
     try:
         outcome = execute(run, results.run_dir(cfg.results_dir, cfg.recipe, acts[0], seed, setting), progress=False)
@@ -115,8 +120,9 @@ def main(cfg: DictConfig) -> int:
               file=sys.stderr)
         raise SystemExit(stop.exit_code) from None
     print(f"{cfg.recipe} {outcome.act} seed {outcome.seed}: {outcome.status}")
-    if outcome.status == "failed":  # Hydra ignores a return value: only an exception makes the job fail
-        raise RunFailed(f"{cfg.recipe} {outcome.act} seed {outcome.seed} failed: {outcome.summary.get('error')}")
+    if outcome.status in ("failed", "diverged"):  # Hydra ignores a return value: only an exception fails the job
+        raise RunFailed(f"{cfg.recipe} {outcome.act} seed {outcome.seed} {outcome.status}: "
+                        f"{outcome.summary.get('error')}")
     return 0
 
 

@@ -8,7 +8,9 @@ through here. visionbench/config/ has checked every key's type, range and choice
 every factor setting: each activation variant built once (bad options fail now, not after hours of
 other seeds), the model's name and norm toggles (models/factory.py `check`), the names the model
 and fine-tuning registries hold, the Trainer's device arguments (Lightning builds one), and a
-fine-tuning checkpoint's content. The dataset is checked by `sweep.check_data` as the sweep plans.
+fine-tuning checkpoint's content and `finetune.source_act`. The dataset is checked by `sweep.check_data`
+as the sweep plans, and with it the fine-tuning checkpoint against the architecture (`check_finetune_weights`:
+it needs the dataset's classes and image size).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import Any, Callable, Iterable
 from omegaconf import DictConfig, OmegaConf
 
 from .. import activations
-from ..config import ConfigError, act_options, apply_setting, compose, defaults, parse, sweep_settings
+from ..config import ConfigError, act_options, apply_setting, compose, defaults, parse, run_config, sweep_settings
 from ..config.rules import choice
 from ..models.swap import check_layers, split_swap_options
 from .acts import apply_act_keys, sweep_acts
@@ -70,9 +72,42 @@ def preflight(cfg: DictConfig) -> DictConfig:
                 activations.create(family, **opts)
             except (ValueError, TypeError) as e:
                 raise ConfigError(f"act {label}{where}: {e}", "act") from None
+        if c.finetune.source_act is not None:
+            _check_source_act(c.finetune, where)
         if c.finetune.checkpoint:
             _check_finetune(c, acts, where, checked)
     return cfg
+
+
+def _check_source_act(ft: DictConfig, where: str) -> None:
+    """`finetune.source_act`: a registered activation, and only where a checkpoint's weights are loaded."""
+    if not ft.checkpoint or str(ft.checkpoint) == "timm":
+        why = "timm's weights are trained with the model's own activation" if ft.checkpoint else \
+            "it names the activation a finetune.checkpoint was trained with, and none is set"
+        raise ConfigError(f"finetune.source_act={ft.source_act} is not used: {why}; drop it{where}",
+                          "finetune.source_act")
+    try:
+        activations.resolve(str(ft.source_act))
+    except ValueError as e:
+        raise ConfigError(f"finetune.source_act: {e}{where}", "finetune.source_act") from None
+
+
+def check_finetune_weights(cfg: DictConfig, setting: dict, act: str, dm) -> None:
+    """Build the network of the setting's first run as the run will (train/run.py `build_model`: the
+    checkpoint loaded into the recipe's architecture, its activations swapped): a checkpoint of another
+    architecture fails here, once, in one line, before any run directory is written. `dm`: the setting's
+    data module (classes, channels, image size)."""
+    if not cfg.finetune.checkpoint:
+        return
+    from ..train.run import build_model  # the heavy import only for fine-tuning sweeps
+
+    run = run_config(cfg, act, 0, setting)
+    try:
+        build_model(run, dm.num_classes, dm.in_chans, dm.img_size)
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        where = f" (setting {', '.join(f'{k}={v}' for k, v in setting.items())})" if setting else ""
+        raise ConfigError(f"finetune.checkpoint: {first}{where}", "finetune.checkpoint") from None
 
 
 def _check_model(model: DictConfig, where: str) -> None:

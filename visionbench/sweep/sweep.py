@@ -27,6 +27,8 @@ from ..config import (ConfigError, apply_setting, config_hash, diff_configs, fin
                       upgrade)
 from .acts import sweep_acts
 from .locks import RunLock, RunLocked
+from .preflight import check_finetune_weights
+from .resultsdir import ResultsMoved, ResultsWatch, check_writable, quiet_writer_threads
 from .ranks import is_rank_zero
 from .signals import Interrupted, init_worker, received
 
@@ -56,13 +58,14 @@ def check_resumable(run: dict, out: Path) -> None:
         )
 
 
-def execute(run: dict, out: Path, progress: bool = True) -> Outcome:
+def execute(run: dict, out: Path, progress: bool = True, watch: ResultsWatch | None = None) -> Outcome:
     """Train one run unless its summary says completed; leave a summary behind whatever happens.
 
     Outcomes that do not train: `skipped` (completed before), `locked` (another live process holds
     the directory), `failed` with a one-line error when the directory's files do not fit together
     (nothing in it is touched then). Raises `Interrupted` after recording status `interrupted`
-    on SIGTERM or Ctrl-C.
+    on SIGTERM or Ctrl-C; `ResultsMoved` (nothing written) when `watch` finds the results directory
+    moved or deleted, before the run starts or before its summary is written.
 
     Under DDP every rank calls this for every run and trains (sweep/ranks.py); only rank 0 writes.
     All ranks decide skip/resume from the files as they were before this run's training: rank 0
@@ -71,16 +74,18 @@ def execute(run: dict, out: Path, progress: bool = True) -> Outcome:
     """
     out = Path(out)
     label, seed = run.get("act_label", run["act"]), run["seed"]
+    if watch:
+        watch.check()
     try:
         with RunLock(out):
-            return _execute(run, out, progress)
+            return _execute(run, out, progress, watch)
     except RunLocked as e:
         return Outcome(label, seed, "locked", {"error": str(e)}, out)
     except RunStateError as e:
         return Outcome(label, seed, layout.FAILED, {"error": str(e)}, out)
 
 
-def _execute(run: dict, out: Path, progress: bool) -> Outcome:
+def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = None) -> Outcome:
     import torch
 
     from ..train.run import train_run  # the heavy import only where training happens
@@ -139,6 +144,8 @@ def _execute(run: dict, out: Path, progress: bool) -> Outcome:
                 with contextlib.suppress(OSError):  # the traceback is a bonus; the summary holds the line
                     layout.files(out).error.write_text(traceback.format_exc())
             summary.update(status=layout.FAILED, error=one_line(e), metrics=_metrics_so_far(out))
+    if watch:  # a run that failed because its directory went away: say that, and write nothing
+        watch.check()
     _finish(out, summary)
     return Outcome(label, seed, summary["status"], summary, out)
 
@@ -183,27 +190,37 @@ def _finish(out: Path, summary: dict) -> None:
         summary["error"] = f"{summary.get('error') or ''} ({e}; summary.json not updated)".strip()
 
 
-def _execute_in_subprocess(run: dict, out: str) -> Outcome:
+def _execute_in_subprocess(run: dict, out: str, watch: ResultsWatch | None = None) -> Outcome:
     """`execute` in a parallel=K worker. Told to stop (SIGTERM from the sweep, or from the kernel when
     the sweep died: signals.init_worker), the worker records its run `interrupted` and exits: back in
     the pool's loop it would wait forever for work from a parent that may be gone."""
     try:
-        return execute(run, Path(out), progress=False)
+        with quiet_writer_threads(watch) if watch else contextlib.nullcontext():
+            return execute(run, Path(out), progress=False, watch=watch)
     except Interrupted as stop:
         sys.stderr.flush()
         os._exit(stop.exit_code)
 
 
-def check_data(cfg: DictConfig) -> None:
+def check_data(cfg: DictConfig):
     """Fail before any training when the dataset is not where the config says, does not fit it
     (data.mean of the wrong length) or is corrupt where that shows without decoding every image
-    (CIFAR-10's pickles are read and checked): once, not in every run."""
+    (CIFAR-10's pickles are read and checked): once, not in every run, in one line (a dataset's
+    multi-line "not found" message is joined). Returns the data module."""
     from ..data import DatasetNotFoundError, create_datamodule
 
     try:
-        create_datamodule(cfg.data, batch_size=int(cfg.batch_size), seed=0)
+        return create_datamodule(cfg.data, batch_size=int(cfg.batch_size), seed=0)
     except (DatasetNotFoundError, ValueError) as e:  # CorruptDataError is a ValueError
-        raise ConfigError(str(e)) from None
+        raise ConfigError(one_line_message(str(e))) from None
+
+
+def one_line_message(text: str) -> str:
+    """A multi-line message as one line: `a\\n  b:\\n    c\\n  d` -> `a; b: c; d`."""
+    out = ""
+    for part in (" ".join(line.split()) for line in text.splitlines() if line.strip()):
+        out += part if not out else (" " if out.endswith(":") else "; ") + part
+    return out
 
 
 def plan(cfg: DictConfig, *, settings: list[dict] | None = None, acts: list[str] | None = None,
@@ -213,8 +230,11 @@ def plan(cfg: DictConfig, *, settings: list[dict] | None = None, acts: list[str]
     or a missing dataset."""
     jobs = []
     for setting in sweep_settings(cfg) if settings is None else settings:
-        check_data(apply_setting(cfg, setting))
-        for act in sweep_acts(cfg) if acts is None else acts:
+        dm = check_data(apply_setting(cfg, setting))
+        setting_acts = sweep_acts(cfg) if acts is None else acts
+        if setting_acts:
+            check_finetune_weights(cfg, setting, setting_acts[0], dm)
+        for act in setting_acts:
             for seed in range(int(cfg.seeds)) if seeds is None else seeds:
                 run = run_config(cfg, act, seed, setting)
                 out = results.run_dir(cfg.results_dir, cfg.recipe, act, seed, setting)
@@ -229,15 +249,20 @@ def plan(cfg: DictConfig, *, settings: list[dict] | None = None, acts: list[str]
 def run_sweep(cfg: DictConfig, progress: bool = True, on_outcome: Callable[[Outcome], None] | None = None,
               on_note: Callable[[str], None] | None = None) -> list[Outcome]:
     """Run every job of the sweep, `cfg.parallel` at a time; returns the outcomes in plan order.
-    With `seeds=auto`, in rounds (sweep/rounds.py; `on_note` gets a line per round)."""
+    With `seeds=auto`, in rounds (sweep/rounds.py; `on_note` gets a line per round). ConfigError when
+    the results tree is not writable; `ResultsMoved` when it is moved or deleted while the sweep runs."""
+    check_writable(cfg)
+    watch = ResultsWatch(Path(cfg.results_dir) / cfg.recipe)
+
     def execute_all(jobs):
-        return execute_jobs(jobs, int(cfg.parallel), progress, on_outcome)
+        return execute_jobs(jobs, int(cfg.parallel), progress, on_outcome, watch)
 
-    if cfg.seeds == "auto":
-        from .rounds import run_rounds
+    with quiet_writer_threads(watch):
+        if cfg.seeds == "auto":
+            from .rounds import run_rounds
 
-        return run_rounds(cfg, plan, execute_all, on_note)
-    return execute_all(plan(cfg))
+            return run_rounds(cfg, plan, execute_all, on_note)
+        return execute_all(plan(cfg))
 
 
 def worker_threads(parallel: int) -> int:
@@ -246,13 +271,15 @@ def worker_threads(parallel: int) -> int:
 
 
 def execute_jobs(jobs: list[tuple[dict, Path]], parallel: int, progress: bool = True,
-                 on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
-    """Run `jobs`, `parallel` at a time (in worker processes when > 1); the outcomes in job order."""
+                 on_outcome: Callable[[Outcome], None] | None = None,
+                 watch: ResultsWatch | None = None) -> list[Outcome]:
+    """Run `jobs`, `parallel` at a time (in worker processes when > 1); the outcomes in job order.
+    With `watch`, the results directory is checked before each run (`ResultsMoved` stops them all)."""
     parallel = min(parallel, len(jobs))
     outcomes: dict[int, Outcome] = {}
     if parallel <= 1:
         for i, (run, out) in enumerate(jobs):
-            outcomes[i] = execute(run, out, progress=progress)
+            outcomes[i] = execute(run, out, progress=progress, watch=watch)
             if on_outcome:
                 on_outcome(outcomes[i])
     else:
@@ -260,12 +287,14 @@ def execute_jobs(jobs: list[tuple[dict, Path]], parallel: int, progress: bool = 
         pool = ProcessPoolExecutor(max_workers=parallel, mp_context=get_context("spawn"),
                                    initializer=init_worker, initargs=(worker_threads(parallel),))
         try:
-            futures = {pool.submit(_execute_in_subprocess, run, str(out)): i for i, (run, out) in enumerate(jobs)}
+            if watch:
+                watch.check()  # noted here, so that every worker compares with the same directory
+            futures = {pool.submit(_execute_in_subprocess, run, str(out), watch): i for i, (run, out) in enumerate(jobs)}
             for fut in as_completed(futures):
                 i = futures[fut]
                 try:
                     outcomes[i] = fut.result()
-                except Interrupted:
+                except (Interrupted, ResultsMoved):
                     raise
                 except Exception as e:  # noqa: BLE001 - a crashed worker process is one failed run
                     run, out = jobs[i]

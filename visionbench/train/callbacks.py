@@ -14,15 +14,19 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 
 from ..activations import LearnableActivation
-from ..results.io import atomic_path, atomic_write_text, read_csv_rows, write_csv_rows
+from ..results.io import RunStateError, atomic_path, atomic_write_text, read_csv_rows, write_csv_rows
 
 SNAPSHOT_POINTS = 201
 HIST_BINS = 60
 
 
 class EpochSeeder(L.Callback):
-    """Reseeds every RNG at the start of each epoch from (seed, epoch): a run resumed at an
-    epoch boundary draws the same dropout masks, augmentations and mixup as one never stopped."""
+    """Reseeds the main process's global RNGs at the start of each epoch from (seed, epoch): a run
+    resumed at an epoch boundary draws the same dropout masks and Mixup/CutMix as one never stopped.
+
+    Loader-side augmentation does not depend on these: each training sample is seeded from
+    (seed, epoch, position) wherever it is loaded (`data/seeding.py`), and the shuffle order from
+    (seed, epoch) by the sampler, so neither depends on `num_workers` or on a resume."""
 
     def __init__(self, seed: int):
         self.seed = int(seed)
@@ -68,8 +72,15 @@ class MetricsWriter(L.Callback):
     def load_existing(self, upto_epoch: int) -> None:
         """On resume: keep rows of the epochs the checkpoint has completed, drop later ones.
 
-        Rows written before `step`/`samples` existed keep their values, with those two empty."""
+        Rows written before `step`/`samples` existed keep their values, with those two empty. A file
+        lacking a row the checkpoint has completed (cut short) is a `RunStateError`: the resumed run
+        would have a gap in its curves (results/layout.py `check_unfinished` refuses torn rows first)."""
         rows = [r for r in read_csv_rows(self.path) if int(r["epoch"]) <= upto_epoch]
+        epochs = [int(r["epoch"]) for r in rows]
+        if epochs != list(range(1, upto_epoch + 1)):
+            raise RunStateError(f"{self.path} has rows for epochs {epochs[:5]}{'...' if len(epochs) > 5 else ''}, "
+                                f"its checkpoint completed epochs 1..{upto_epoch}: cut short? delete the run "
+                                f"directory {self.path.parent} to restart this run")
         self.rows = [{**{k: r.get(k, "") for k in self.LEAD}, **r} for r in rows]
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
