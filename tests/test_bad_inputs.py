@@ -71,6 +71,18 @@ BAD_INPUTS = [
     bad(["run", R, "data.img_size=0"], 2, "data.img_size must be null or an integer >= 1"),
     bad(["run", R, "data.limit_train=0"], 2, "data.limit_train must be null or an integer >= 1"),
     bad(["run", R, "data.mean=[0.5,0.5]"], 2, "data.mean has 2 values, digits has 1 channels"),
+    bad(["run", R, "data.on_device=yes"], 2, "data.on_device must be true or false"),
+    bad(["run", R, "data.on_device=true", "data.augment.auto_augment=rand-m9-mstd0.5-inc1"], 2,
+        "data.on_device=true cannot draw data.augment.auto_augment=rand-m9-mstd0.5-inc1: it supports "
+        "data.augment.crop_pad, data.augment.hflip and the normalisation only; set data.on_device=false or drop "
+        "data.augment.auto_augment"),
+    bad(["estimate", R, "data.on_device=true", "data.augment.re_prob=0.25"], 2,
+        "data.on_device=true cannot draw data.augment.re_prob=0.25"),
+    bad(["run", R, "data.on_device=true", "data.img_size=16"], 2,
+        "data.on_device=true does not resize: data.img_size=16 differs from digits's 8 px"),
+    bad(["run", R, "recipe=tinyimagenet_vit_s8", "data.on_device=true"], 2,
+        "data.on_device=true needs a dataset held in memory as arrays (cifar10, digits, fashion_mnist, synthetic), "
+        "not data.name=tiny_imagenet"),
     bad(["run", R, "data.augment.hflip=2"], 2, "data.augment.hflip must be a number >= 0 and <= 1"),
     bad(["run", R, "data.augment.repeated_aug_epoch=full"], 2,
         "data.augment.repeated_aug_epoch must be one of expand, deit"),

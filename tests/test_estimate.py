@@ -47,6 +47,31 @@ def test_estimate_of_the_default_recipe_prints_a_total_and_writes_nothing(tmp_pa
     assert list(tmp_path.iterdir()) == [], "visionbench estimate must not write anything"
 
 
+def test_the_loader_is_timed_alone_and_each_row_says_what_bounds_the_run(monkeypatch):
+    """Issue 25: the training loader's images/s (no model) beside the model's (batch / s per step)."""
+    cfg = load_config(["act=relu", "seeds=1", "results_dir=/nonexistent/results", *SMALL])
+    (row,) = est.estimate(cfg).rows
+    assert row.loader_img_s > 0 and row.model_img_s == pytest.approx(64 / row.step_s)
+    assert row.bound == ("model" if row.loader_img_s >= row.model_img_s else
+                         f"loader ({row.model_img_s / row.loader_img_s:.1f}x)")
+    monkeypatch.setattr(est, "loader_rate", lambda loader, device: row.model_img_s / 2.5)  # a slow loader
+    result = est.estimate(cfg)
+    (slow,) = result.rows
+    assert slow.bound == f"loader ({slow.model_img_s / slow.loader_img_s:.1f}x)"
+    cells = _rows(est.format_estimate(result))["relu"]
+    assert cells[-3:] == [est.rate(slow.model_img_s), est.rate(slow.loader_img_s), slow.bound]
+    on_device = est.estimate(load_config(["act=relu", "seeds=1", "results_dir=/nonexistent/results", *SMALL,
+                                          "data.on_device=true", "data.augment.crop_pad=1"]))
+    assert on_device.rows[0].train_steps == row.train_steps  # the same epoch, drawn on the device
+
+
+def test_loader_rate_times_batches_over_several_passes_of_a_short_epoch():
+    batches = [(torch.zeros(4, 1), torch.zeros(4))] * 2  # two batches per pass: one untimed, then passes
+    assert est.loader_rate(batches, torch.device("cpu")) > 0
+    assert est.loader_rate([(torch.zeros(4, 1), torch.zeros(4))], torch.device("cpu")) > 0  # one per pass
+    assert est.rate(float("nan")) == "-" and est.rate(12345.6) == "12,346"
+
+
 @pytest.mark.parametrize("extra, steps, evals", [
     ([], 2, 2),  # 128 / 64; val 64 + test 64 images: one batch each
     (["trainer.accumulate_grad_batches=2"], 4, 4),  # batch 32 per step: twice the steps

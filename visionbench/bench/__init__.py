@@ -3,6 +3,7 @@
     visionbench bench activations [--shape 64,128,32,32] [--dtype float32] [--device cpu] [--repeats N] [--families ...]
     visionbench bench train recipe=cifar10_vgg8 act=rational [baseline=relu] [--steps N]
     visionbench bench fit [--families rational,hermite] [--repeats N]
+    visionbench bench data recipe=digits_vgg4_aug [--rounds N] [--device cpu]   # loader path vs data.on_device
 """
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ def main(argv: list[str]) -> int:
         from .train_step import main as run
     elif what == "fit":
         from .fit_speed import main as run
+    elif what == "data":
+        from .data_speed import main as run
     else:
-        print(f"visionbench bench: unknown benchmark {what!r}; known: activations, train, fit\n{USAGE}", file=sys.stderr)
+        print(f"visionbench bench: unknown benchmark {what!r}; known: activations, train, fit, data\n{USAGE}", file=sys.stderr)
         return 2
     return run(rest)

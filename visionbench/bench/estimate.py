@@ -18,8 +18,11 @@ Nothing is written: no run directory, no results_dir.
 
 Errors, one line each, before anything is timed: a missing dataset or a config that does not
 match the results already on disk (`sweep.plan`, as the sweep itself), and a batch that does not
-fit in memory. Not measured: data loading and augmentation (the steps run on a synthetic batch;
-with data.num_workers > 0 they overlap the steps), mixup, EMA updates, gradient clipping, LSUV,
+fit in memory. The training loader is timed alone (no model: `loader_rate`, images/s) beside the
+model's rate (batch / s per step), and each row says which bounds the run: `loader (2.3x)` when the
+loader delivers fewer images per second than the steps take in. Not in the projection: data loading
+and augmentation (the steps run on a synthetic batch; with data.num_workers > 0 they overlap the
+steps, with 0 they add to them), mixup, EMA updates, gradient clipping, LSUV,
 checkpoint writing, and the Lightning loop's own per-step overhead (milliseconds: it matters only
 for tiny models such as digits').
 """
@@ -71,6 +74,20 @@ class Row:
     runs: int
     runs_left: int
     epochs_left: int  # summed over the runs left
+    loader_img_s: float = float("nan")  # the training loader alone (no model), images per second per device
+    batch: int = 0  # per device per step, for the model rate
+
+    @property
+    def model_img_s(self) -> float:
+        """Images per second per device the training steps take in (batch / s per step)."""
+        return self.batch / self.step_s if self.step_s > 0 else float("inf")
+
+    @property
+    def bound(self) -> str:
+        """`loader (2.3x)` when the loader delivers fewer images per second than the model takes in, else `model`."""
+        if not self.loader_img_s < self.model_img_s:
+            return "model"
+        return f"loader ({self.model_img_s / self.loader_img_s:.1f}x)"
 
     @property
     def epoch_s(self) -> float:
@@ -151,7 +168,7 @@ def _measure_groups(groups: dict):
         run = group[0][0]
         if label not in loaders:
             loaders[label] = _loaders(run)
-        device, world, batch, train_steps, eval_batches, data = loaders[label]
+        device, world, batch, train_steps, eval_batches, data, loader_img_s = loaders[label]
         first = first or (device, world, batch)
         params, step_s, eval_s, memory = _measure(run, data, device, batch, f"{run['model']['name']}/{act}"
                                                   + (f" ({label})" if label else ""))
@@ -164,7 +181,7 @@ def _measure_groups(groups: dict):
                 left.append(epochs)
         unfinished += sum(0 < e < epochs for e in left)
         rows.append(Row(label, act, params, train_steps, eval_batches, step_s, eval_s, memory, epochs,
-                        len(group), sum(e > 0 for e in left), sum(left)))
+                        len(group), sum(e > 0 for e in left), sum(left), loader_img_s, batch))
     return rows, unreadable, unfinished, first
 
 
@@ -226,7 +243,35 @@ def _loaders(run: dict[str, Any]):
     # under DDP Lightning gives each rank ceil(N / world) eval samples (DistributedSampler, no shuffle)
     eval_batches = sum(limited(math.ceil(math.ceil(len(s) / world) / batch), t["limit_val_batches"]) for s in eval_sets)
     variants = 2 if (run.get("ema") or {}).get("decay") else 1  # the EMA copy is evaluated too (train/module.py)
-    return trainer.strategy.root_device, world, batch, train_steps, eval_batches * variants, data
+    loader_img_s = loader_rate(data.train_dataloader(), trainer.strategy.root_device)
+    return trainer.strategy.root_device, world, batch, train_steps, eval_batches * variants, data, loader_img_s
+
+
+def loader_rate(loader, device: torch.device) -> float:
+    """Images per second the training loader delivers alone (no model): its first batch untimed (workers
+    start, an on-device set is moved), then up to MAX_TIMED batches or TIME_BUDGET_S, over as many passes
+    as that takes. `data.on_device` batches are synchronised on CUDA, so their device work is counted."""
+    import time
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    batches = iter(loader)
+    if next(batches, None) is None:
+        return float("nan")  # an empty epoch
+    sync()
+    images, seconds, timed = 0, 0.0, 0
+    t = time.perf_counter()
+    while timed < MAX_TIMED and seconds < TIME_BUDGET_S:
+        batch = next(batches, None)
+        if batch is None:  # a short epoch: another pass (its start is timed: a run pays it each epoch)
+            batches = iter(loader)
+            continue
+        sync()
+        now = time.perf_counter()
+        images, seconds, timed, t = images + int(batch[0].shape[0]), seconds + now - t, timed + 1, now
+    return images / seconds if seconds > 0 else float("nan")
 
 
 def limited(batches: int, limit: int | float | None) -> int:
@@ -347,6 +392,11 @@ def gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
+def rate(images_s: float) -> str:
+    """Images per second as `12,345` (`-` when not measured)."""
+    return "-" if not math.isfinite(images_s) else f"{images_s:,.0f}"
+
+
 def duration(seconds: float) -> str:
     """`42 s`, `3.5 min`, `2.1 h`, `1.3 d`."""
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
@@ -363,10 +413,11 @@ def format_estimate(est: Estimate, recipe: str = "", results: str = "") -> str:
     cuda = est.device.type == "cuda"
     header = (["setting"] if setting else []) + [
         "act", "params", "steps/epoch", "s/step", "eval s/epoch", "per run", "runs left", "projected",
-        "peak MB (CUDA)" if cuda else "saved for backward MB"]
+        "peak MB (CUDA)" if cuda else "saved for backward MB", "model img/s", "loader img/s", "bound"]
     rows = [([r.setting] if setting else []) + [
         r.act, f"{r.params:,}", r.train_steps, r.step_s, r.eval_batches * r.eval_batch_s, duration(r.run_s),
-        f"{r.runs_left}/{r.runs}", duration(r.left_s), None if r.memory_bytes is None else r.memory_bytes / 2**20]
+        f"{r.runs_left}/{r.runs}", duration(r.left_s), None if r.memory_bytes is None else r.memory_bytes / 2**20,
+        rate(r.model_img_s), rate(r.loader_img_s), r.bound]
         for r in est.rows]
     left, runs = sum(r.runs_left for r in est.rows), sum(r.runs for r in est.rows)
     where = torch.cuda.get_device_name(est.device) if cuda else f"{est.threads} thread{'s' * (est.threads > 1)}"
@@ -377,6 +428,9 @@ def format_estimate(est: Estimate, recipe: str = "", results: str = "") -> str:
              + (f" ({runs - left} completed in {results})" if results and left < runs else "")
              + (f"; ≈ {duration(est.wall_s)} wall with parallel={est.parallel} (runs timed at {where} each, "
                 "as the workers have)" if est.parallel > 1 else ""))
-    notes = [*est.notes, "not measured: data loading/augmentation, mixup, EMA updates, checkpoints, Lightning's "
-             "per-step overhead (synthetic batches); nothing was written"]
+    notes = [*est.notes, "model img/s: the timed steps (batch / s per step); loader img/s: the training loader "
+             "alone, no model; bound: loader (Kx) when the loader delivers K times fewer images/s than the model "
+             "takes in, and the run is slower than projected (with data.num_workers=0 loading adds to each step)",
+             "not measured in the projection: data loading/augmentation, mixup, EMA updates, checkpoints, "
+             "Lightning's per-step overhead (synthetic batches); nothing was written"]
     return "\n".join([head, timing.markdown(header, rows), total, *[f"note: {n}" for n in notes]])

@@ -135,6 +135,9 @@ class DataConfig:
     std: Optional[List[float]] = rule(None, "> 0")
     val_split: float = rule(0.0, "[0, 1)")  # fraction of train held out (stratified, fixed) for model selection
     num_workers: int = rule(0, ">= 0")
+    # keep the uint8 training set on the training device and draw crop/flip/normalise there (data/on_device.py);
+    # datasets held as arrays only (cifar10, digits, fashion_mnist, synthetic), other augmentation is refused
+    on_device: bool = False
     limit_train: Optional[int] = rule(None, ">= 1")  # cap the number of training images (smoke tests)
     limit_val: Optional[int] = rule(None, ">= 1")
     augment: AugmentConfig = field(default_factory=AugmentConfig)

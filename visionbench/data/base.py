@@ -21,6 +21,7 @@ from ..config import DataConfig
 from .datasets import TransformSubset
 from .keyed_samplers import KeyedDistributedSampler, KeyedExpandedRepeatAugSampler, KeyedRepeatAugSampler
 from .loading import make_loader
+from .on_device import DeviceAugment, DeviceBatches, refusal
 from .splits import stratified_limit, stratified_split
 from .transforms import build_eval_transform, build_train_transform
 
@@ -63,6 +64,10 @@ class VisionDataModule(L.LightningDataModule):
         self.val_set: TransformSubset | None = None
         self.test_set: TransformSubset | None = None
         self._restored_epoch = 0  # from a resumed checkpoint: see `_next_epoch`
+        self._device_set: tuple[torch.Tensor, torch.Tensor] | None = None  # data.on_device: (images, targets)
+        why = refusal(cfg, self.native_size, self.img_size)  # data.on_device=true: what it cannot reproduce
+        if why:
+            raise ValueError(why)
         self.check()  # fail at construction, before a model is built, when data is missing
         for key, stats in (("mean", self.mean), ("std", self.std)):
             if len(stats) != self.in_chans:
@@ -151,7 +156,7 @@ class VisionDataModule(L.LightningDataModule):
         """Restored from the checkpoint a run resumes from, before the training loader is built."""
         self._restored_epoch = int(state_dict.get("train_epoch", 0))
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> DataLoader | DeviceBatches:
         """Shuffled (or repeated-augmentation sampled) training batches.
 
         With `augment.repeated_aug: K > 1` an epoch is K x N samples (`repeated_aug_epoch: expand`,
@@ -161,7 +166,8 @@ class VisionDataModule(L.LightningDataModule):
         `SampleKey`s (index, epoch, position), from which the training set seeds each sample's
         augmentation, so it does not depend on `num_workers`, the rank or a resume
         (`keyed_samplers.py`). All are `DistributedSampler`s that shard per rank, so Lightning
-        keeps them under DDP.
+        keeps them under DDP. With `data.on_device=true` the same sampler drives `DeviceBatches`
+        (`on_device.py`): the set lives on the Trainer's device and is augmented there.
         """
         self._ensure_setup()
         world, rank = self._world()
@@ -177,9 +183,29 @@ class VisionDataModule(L.LightningDataModule):
                 self.train_set, num_replicas=world, rank=rank, shuffle=True, seed=self.seed
             )
         sampler.set_epoch(self._next_epoch())
+        if self.cfg.on_device:
+            return self._device_batches(sampler)
         return make_loader(
             self.train_set, self.batch_size, self.seed, self.cfg.num_workers, train=True, sampler=sampler, rank=rank
         )
+
+    def _device_batches(self, sampler) -> DeviceBatches:
+        """`DeviceBatches` over the training part, on the Trainer's device (CPU outside a Trainer); the
+        uint8 tensor is built once and moved on the first iteration."""
+        if self._device_set is None:
+            ds = self.train_set
+            images = np.asarray(getattr(ds.source, "images", None))
+            if images.dtype != np.uint8 or images.ndim != 4:
+                raise ValueError(f"data.on_device=true: {self.name}'s training source holds no uint8 image array")
+            chw = torch.from_numpy(np.ascontiguousarray(images[ds.indices].transpose(0, 3, 1, 2)))
+            self._device_set = chw, torch.as_tensor(ds.targets, dtype=torch.int64)
+        trainer = getattr(self, "trainer", None)
+        device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
+        aug = self.cfg.augment
+        augment = DeviceAugment(aug.crop_pad, aug.hflip, self.mean, self.std, self.seed)
+        images, targets = self._device_set
+        return DeviceBatches(images, targets, sampler, self.batch_size, drop_last=len(sampler) >= self.batch_size,
+                             augment=augment, device=device)
 
     def val_dataloader(self) -> DataLoader | list[DataLoader]:
         """Model-selection set: held-out train part if `has_test`, else the official test/val set.
