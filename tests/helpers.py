@@ -124,3 +124,12 @@ def wait_for(predicate, timeout: float = 120.0, what: str = "condition") -> None
             pass
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def epoch_batches(loader, epoch: int):
+    """One epoch of a training loader, concatenated (images, labels), after `set_epoch` as Lightning calls it."""
+    import torch
+
+    loader.sampler.set_epoch(epoch)
+    xs, ys = zip(*loader)
+    return torch.cat(xs), torch.cat(ys)

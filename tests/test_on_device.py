@@ -12,6 +12,8 @@ from PIL import Image
 from scipy import stats
 
 from visionbench import data
+
+from .helpers import epoch_batches
 from visionbench.config import AugmentConfig
 from visionbench.data.on_device import DeviceAugment
 from visionbench.data.seeding import sample_seed, seeded_rngs
@@ -29,37 +31,31 @@ def digits(on_device: bool, augment: dict | None = None, seed: int = 0) -> data.
     return data.create_datamodule(cfg, batch_size=64, seed=seed)
 
 
-def epoch(loader, e: int) -> tuple[torch.Tensor, torch.Tensor]:
-    loader.sampler.set_epoch(e)  # what Lightning does before each epoch
-    xs, ys = zip(*loader)
-    return torch.cat(xs), torch.cat(ys)
-
-
 def test_without_augmentation_the_batches_are_the_loader_paths_exactly():
     on, off = digits(True).train_dataloader(), digits(False).train_dataloader()
     assert len(on) == len(off) == 17
     for e in (0, 3):
-        (x, y), (x0, y0) = epoch(on, e), epoch(off, e)
+        (x, y), (x0, y0) = epoch_batches(on, e), epoch_batches(off, e)
         assert torch.equal(y, y0) and torch.equal(x, x0)
 
 
 def test_with_augmentation_the_order_is_the_loader_paths_and_draws_are_seeded_per_seed_and_epoch():
     on, off = digits(True, AUG).train_dataloader(), digits(False, AUG).train_dataloader()
-    (x1, y1), (_, y0) = epoch(on, 1), epoch(off, 1)
+    (x1, y1), (_, y0) = epoch_batches(on, 1), epoch_batches(off, 1)
     assert torch.equal(y1, y0)  # same order, hence the same labels per epoch
-    again, _ = epoch(on, 1)
+    again, _ = epoch_batches(on, 1)
     assert torch.equal(again, x1)  # one (seed, epoch): the same batches
-    assert not torch.equal(epoch(on, 2)[0], x1)  # another epoch: other draws
-    assert not torch.equal(epoch(digits(True, AUG, seed=1).train_dataloader(), 1)[0], x1)
+    assert not torch.equal(epoch_batches(on, 2)[0], x1)  # another epoch: other draws
+    assert not torch.equal(epoch_batches(digits(True, AUG, seed=1).train_dataloader(), 1)[0], x1)
     fresh = digits(True, AUG).train_dataloader()  # a fresh process (a resume) at epoch 1
-    assert torch.equal(epoch(fresh, 1)[0], x1)
+    assert torch.equal(epoch_batches(fresh, 1)[0], x1)
 
 
 def test_a_restored_data_module_draws_the_resumed_epoch():
     dm = digits(True, AUG)
     dm.load_state_dict({"train_epoch": 2})
     x, _ = zip(*dm.train_dataloader())  # no set_epoch: what Lightning iterates before it calls it
-    assert torch.equal(torch.cat(x), epoch(digits(True, AUG).train_dataloader(), 2)[0])
+    assert torch.equal(torch.cat(x), epoch_batches(digits(True, AUG).train_dataloader(), 2)[0])
 
 
 def _image(pad: int):

@@ -12,6 +12,8 @@ import pytest
 import torch
 
 from visionbench import data
+
+from .helpers import epoch_batches
 from visionbench.data.keyed_samplers import KeyedDistributedSampler, KeyedExpandedRepeatAugSampler
 from visionbench.data.seeding import SampleKey, sample_seed, sample_seeds, seeded_rngs
 from visionbench.sweep.preflight import load_config
@@ -27,12 +29,6 @@ def digits(num_workers: int = 0, seed: int = 0) -> data.VisionDataModule:
     cfg = {"name": "digits", "val_split": 0.2, "limit_train": 256, "num_workers": num_workers,
            "augment": AUGMENT}
     return data.create_datamodule(cfg, batch_size=64, seed=seed)
-
-
-def epoch_batches(loader, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
-    loader.sampler.set_epoch(epoch)  # what Lightning does before each epoch
-    xs, ys = zip(*loader)
-    return torch.cat(xs), torch.cat(ys)
 
 
 # ---- the seed ------------------------------------------------------------------------------------
