@@ -133,3 +133,25 @@ def epoch_batches(loader, epoch: int):
     loader.sampler.set_epoch(epoch)
     xs, ys = zip(*loader)
     return torch.cat(xs), torch.cat(ys)
+
+
+def metric_rows(path: Path) -> list[dict]:
+    """A metrics.csv's rows without `epoch_time_s` (wall time differs between otherwise identical runs)."""
+    import csv
+
+    with open(path, newline="") as f:
+        return [{k: v for k, v in r.items() if k != "epoch_time_s"} for r in csv.DictReader(f)]
+
+
+# a 3-epoch relu run on 320 digits images: long enough to crash in epoch 3 and resume
+SMALL_RUN = ["act=relu", "seeds=1", "epochs=3", "batch_size=64", "data.limit_train=320", "data.limit_val=100",
+             "snapshot_epochs=[]"]
+
+
+def sweep_small(results: Path, *args: str):
+    """The one outcome of a `SMALL_RUN` sweep into `results` (extra overrides in `args`)."""
+    from visionbench.sweep.preflight import load_config
+    from visionbench.sweep.sweep import run_sweep
+
+    (outcome,) = run_sweep(load_config([f"results_dir={results}", *SMALL_RUN, *args]), progress=False)
+    return outcome

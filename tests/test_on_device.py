@@ -3,8 +3,6 @@ the device, cropped, flipped and normalised there in the loader path's distribut
 order, seeded per (seed, epoch, position), so a resumed run repeats the uninterrupted one."""
 from __future__ import annotations
 
-import csv
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -13,17 +11,13 @@ from scipy import stats
 
 from visionbench import data
 
-from .helpers import epoch_batches
+from .helpers import epoch_batches, metric_rows, sweep_small
 from visionbench.config import AugmentConfig
 from visionbench.data.on_device import DeviceAugment
 from visionbench.data.seeding import sample_seed, seeded_rngs
 from visionbench.data.transforms import build_train_transform
-from visionbench.sweep.preflight import load_config
-from visionbench.sweep.sweep import run_sweep
 
 AUG = {"crop_pad": 1, "hflip": 0.5}
-RUN = ["act=relu", "seeds=1", "epochs=3", "batch_size=64", "data.limit_train=320", "data.limit_val=100",
-       "snapshot_epochs=[]"]
 
 
 def digits(on_device: bool, augment: dict | None = None, seed: int = 0) -> data.VisionDataModule:
@@ -101,32 +95,22 @@ def test_each_draw_is_the_torchvision_crop_and_flip_and_the_distribution_is_the_
         assert stats.chisquare(table[1], expected).pvalue > 0.01, table[1]
 
 
-def rows(run_dir: Path) -> list[dict]:
-    with open(run_dir / "metrics.csv", newline="") as f:
-        return [{k: v for k, v in r.items() if k != "epoch_time_s"} for r in csv.DictReader(f)]
-
-
-def sweep(results: Path, *args: str):
-    (outcome,) = run_sweep(load_config([f"results_dir={results}", *RUN, *args]), progress=False)
-    return outcome
-
-
 def test_a_resumed_on_device_run_repeats_the_uninterrupted_one(tmp_path, crash_in_epoch_3):
     args = ("recipe=digits_vgg4_aug", "data.on_device=true")
-    crashed = sweep(tmp_path / "resumed", *args)
-    assert crashed.status == "failed" and len(rows(crashed.run_dir)) == 2  # killed after epoch 2
+    crashed = sweep_small(tmp_path / "resumed", *args)
+    assert crashed.status == "failed" and len(metric_rows(crashed.run_dir / "metrics.csv")) == 2  # killed after epoch 2
     crash_in_epoch_3()
-    resumed = sweep(tmp_path / "resumed", *args)
-    straight = sweep(tmp_path / "straight", *args)
+    resumed = sweep_small(tmp_path / "resumed", *args)
+    straight = sweep_small(tmp_path / "straight", *args)
     assert resumed.status == straight.status == "completed"
-    assert rows(resumed.run_dir) == rows(straight.run_dir) and len(rows(straight.run_dir)) == 3
+    assert metric_rows(resumed.run_dir / "metrics.csv") == metric_rows(straight.run_dir / "metrics.csv") and len(metric_rows(straight.run_dir / "metrics.csv")) == 3
 
 
 def test_an_unaugmented_on_device_run_trains_exactly_as_the_loader_path(tmp_path):
-    on = sweep(tmp_path / "on", "recipe=digits_vgg4", "epochs=1", "data.on_device=true")
-    off = sweep(tmp_path / "off", "recipe=digits_vgg4", "epochs=1")
+    on = sweep_small(tmp_path / "on", "recipe=digits_vgg4", "epochs=1", "data.on_device=true")
+    off = sweep_small(tmp_path / "off", "recipe=digits_vgg4", "epochs=1")
     assert on.status == off.status == "completed"
-    assert rows(on.run_dir) == rows(off.run_dir)
+    assert metric_rows(on.run_dir / "metrics.csv") == metric_rows(off.run_dir / "metrics.csv")
 
 
 def test_bench_data_times_both_paths_and_refuses_what_on_device_cannot_draw(tmp_path, capsys):

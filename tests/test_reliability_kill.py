@@ -3,7 +3,6 @@ rerun, must give results identical to an uninterrupted sweep; two `visionbench r
 results directory must share the runs, training each exactly once."""
 from __future__ import annotations
 
-import csv
 import os
 import random
 import time
@@ -12,17 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from .helpers import seed_dir, spawn, summary, wait_for
+from .helpers import metric_rows, seed_dir, spawn, summary, wait_for
 
 pytestmark = pytest.mark.slow
 
 ACTS, SEEDS, EPOCHS = ("relu", "rational"), (0, 1), 3
 ARGS = (f"act={','.join(ACTS)}", f"seeds={len(SEEDS)}", f"epochs={EPOCHS}")
-
-
-def rows(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return [{k: v for k, v in r.items() if k != "epoch_time_s"} for r in csv.DictReader(f)]
 
 
 def run_dirs(results: Path) -> list[Path]:
@@ -56,7 +50,7 @@ def test_random_kill_9_then_rerun_gives_the_uninterrupted_results(tmp_path):
 
     for ref, got in zip(run_dirs(reference), run_dirs(results)):
         assert summary(got)["status"] == "completed"
-        assert rows(got / "metrics.csv") == rows(ref / "metrics.csv"), got
+        assert metric_rows(got / "metrics.csv") == metric_rows(ref / "metrics.csv"), got
         assert summary(got)["metrics"] == summary(ref)["metrics"], got
         last = torch.load(got / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
         assert last["epoch"] + 1 == EPOCHS

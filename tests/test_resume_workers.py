@@ -3,9 +3,7 @@
 uninterrupted run, and `num_workers`, the worker a sample lands on and the DDP rank do not matter."""
 from __future__ import annotations
 
-import csv
 import itertools
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,16 +11,12 @@ import torch
 
 from visionbench import data
 
-from .helpers import epoch_batches
+from .helpers import epoch_batches, metric_rows, sweep_small
 from visionbench.data.keyed_samplers import KeyedDistributedSampler, KeyedExpandedRepeatAugSampler
 from visionbench.data.seeding import SampleKey, sample_seed, sample_seeds, seeded_rngs
-from visionbench.sweep.preflight import load_config
-from visionbench.sweep.sweep import run_sweep
 
 # every RNG an augmentation draws from: crop/flip/erasing noise (torch), RandAugment (numpy + random)
 AUGMENT = {"crop_pad": 1, "hflip": 0.5, "auto_augment": "rand-m9-mstd0.5-inc1", "re_prob": 0.5}
-RUN = ["act=relu", "seeds=1", "epochs=3", "batch_size=64", "data.limit_train=320", "data.limit_val=100",
-       "snapshot_epochs=[]"]
 
 
 def digits(num_workers: int = 0, seed: int = 0) -> data.VisionDataModule:
@@ -122,25 +116,15 @@ def test_copies_of_an_image_in_an_epoch_are_augmented_differently():
 
 
 # ---- whole runs: resume with workers, and workers 0 vs 2 ------------------------------------------------
-def rows(run_dir: Path) -> list[dict]:
-    with open(run_dir / "metrics.csv", newline="") as f:
-        return [{k: v for k, v in r.items() if k != "epoch_time_s"} for r in csv.DictReader(f)]
-
-
-def sweep(results: Path, *args: str):
-    (outcome,) = run_sweep(load_config([f"results_dir={results}", *RUN, *args]), progress=False)
-    return outcome
-
-
 @pytest.mark.parametrize("recipe", ["digits_vgg4_aug", "digits_vgg4"])
 def test_resume_with_workers_repeats_the_uninterrupted_run_for_any_num_workers(recipe, tmp_path, crash_in_epoch_3):
     args = (f"recipe={recipe}",)
-    crashed = sweep(tmp_path / "resumed", *args, "data.num_workers=2")
-    assert crashed.status == "failed" and len(rows(crashed.run_dir)) == 2  # killed after epoch 2
+    crashed = sweep_small(tmp_path / "resumed", *args, "data.num_workers=2")
+    assert crashed.status == "failed" and len(metric_rows(crashed.run_dir / "metrics.csv")) == 2  # killed after epoch 2
     crash_in_epoch_3()  # stop crashing
-    resumed = sweep(tmp_path / "resumed", *args, "data.num_workers=2")
-    straight = sweep(tmp_path / "straight", *args, "data.num_workers=2")
-    in_main = sweep(tmp_path / "main", *args, "data.num_workers=0")
+    resumed = sweep_small(tmp_path / "resumed", *args, "data.num_workers=2")
+    straight = sweep_small(tmp_path / "straight", *args, "data.num_workers=2")
+    in_main = sweep_small(tmp_path / "main", *args, "data.num_workers=0")
     assert resumed.status == straight.status == in_main.status == "completed"
-    assert len(rows(straight.run_dir)) == 3
-    assert rows(resumed.run_dir) == rows(straight.run_dir) == rows(in_main.run_dir)
+    assert len(metric_rows(straight.run_dir / "metrics.csv")) == 3
+    assert metric_rows(resumed.run_dir / "metrics.csv") == metric_rows(straight.run_dir / "metrics.csv") == metric_rows(in_main.run_dir / "metrics.csv")

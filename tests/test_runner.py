@@ -2,7 +2,6 @@
 divergence, failures, determinism, config mismatch. The CLI's errors on bad input: test_bad_inputs.py."""
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -13,17 +12,14 @@ from visionbench.cli import main
 from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import ConfigMismatch, run_sweep
 
+from .helpers import metric_rows
+
 FAST = ["epochs=2", "batch_size=64", "data.limit_train=200", "data.limit_val=100", "snapshot_epochs=[0,-1]"]
 
 
 def sweep(tmp_path: Path, *args: str):
     cfg = load_config([f"results_dir={tmp_path}", *FAST, *args])
     return run_sweep(cfg, progress=False)
-
-
-def rows(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return [{k: v for k, v in r.items() if k != "epoch_time_s"} for r in csv.DictReader(f)]
 
 
 def test_digits_run_writes_the_full_schema(tmp_path):
@@ -39,7 +35,7 @@ def test_digits_run_writes_the_full_schema(tmp_path):
     assert s["act_params"] == 4 * 4  # 4 swapped activations in VGG4, 4 Hermite coefficients each
     cfg = yaml.safe_load((d / "config.yaml").read_text())
     assert cfg["act"] == "hermite" and cfg["seed"] == 0 and cfg["epochs"] == 2
-    r = rows(d / "metrics.csv")
+    r = metric_rows(d / "metrics.csv")
     assert [int(x["epoch"]) for x in r] == [1, 2]
     for col in ("train_loss", "val_loss", "val_top1", "val_top5", "test_top1", "lr"):
         assert all(x[col] not in ("", "nan") for x in r), col
@@ -55,8 +51,8 @@ def test_resume_skips_completed_seeds_and_matches_uninterrupted(tmp_path):
     assert [o.status for o in again] == ["skipped", "completed"]
     straight = sweep(tmp_path / "b", "act=relu", "seeds=2")
     for seed in (0, 1):
-        a = rows(tmp_path / "a" / "digits_vgg4" / "relu" / f"seed_{seed}" / "metrics.csv")
-        b = rows(tmp_path / "b" / "digits_vgg4" / "relu" / f"seed_{seed}" / "metrics.csv")
+        a = metric_rows(tmp_path / "a" / "digits_vgg4" / "relu" / f"seed_{seed}" / "metrics.csv")
+        b = metric_rows(tmp_path / "b" / "digits_vgg4" / "relu" / f"seed_{seed}" / "metrics.csv")
         assert a == b
     assert straight[1].summary["metrics"] == again[1].summary["metrics"]
 
@@ -64,12 +60,12 @@ def test_resume_skips_completed_seeds_and_matches_uninterrupted(tmp_path):
 def test_interrupted_seed_resumes_from_last_checkpoint(tmp_path, crash_in_epoch_3):
     (o,) = sweep(tmp_path / "a", "act=rational", "seeds=1", "epochs=3")
     assert o.status == "failed" and "simulated kill" in o.summary["error"]
-    assert len(rows(o.run_dir / "metrics.csv")) == 2
+    assert len(metric_rows(o.run_dir / "metrics.csv")) == 2
     crash_in_epoch_3()  # stop crashing
     (resumed,) = sweep(tmp_path / "a", "act=rational", "seeds=1", "epochs=3")
     (straight,) = sweep(tmp_path / "b", "act=rational", "seeds=1", "epochs=3")
     assert resumed.status == "completed"
-    assert rows(resumed.run_dir / "metrics.csv") == rows(straight.run_dir / "metrics.csv")
+    assert metric_rows(resumed.run_dir / "metrics.csv") == metric_rows(straight.run_dir / "metrics.csv")
 
 
 def test_divergence_is_recorded_the_sweep_goes_on_and_the_command_exits_nonzero(tmp_path, capsys):
@@ -110,8 +106,8 @@ def test_failure_is_recorded_and_the_command_exits_nonzero(tmp_path, monkeypatch
 def test_same_config_and_seed_give_identical_metrics(tmp_path):
     sweep(tmp_path / "a", "act=polynorm", "seeds=1")
     sweep(tmp_path / "b", "act=polynorm", "seeds=1")
-    a = rows(tmp_path / "a" / "digits_vgg4" / "polynorm" / "seed_0" / "metrics.csv")
-    assert a == rows(tmp_path / "b" / "digits_vgg4" / "polynorm" / "seed_0" / "metrics.csv")
+    a = metric_rows(tmp_path / "a" / "digits_vgg4" / "polynorm" / "seed_0" / "metrics.csv")
+    assert a == metric_rows(tmp_path / "b" / "digits_vgg4" / "polynorm" / "seed_0" / "metrics.csv")
 
 
 def test_changed_config_is_an_error_not_a_silent_mix(tmp_path):
