@@ -13,7 +13,7 @@ torchvision's RandomCrop(img_size, padding) with fill 0, RandomHorizontalFlip(p)
 Order and randomness follow the loader path's rules (docs/data.md#determinism): the order is the keyed
 sampler's (the same `KeyedDistributedSampler`, so the same order as the loader path for a (seed, epoch),
 and Lightning advances it with `set_epoch`), and a sample's crop offsets and flip are a hash of
-(seed, epoch, position) (`seeding.sample_seeds`, then one SplitMix64 round per draw), so they do not
+(seed, epoch, position) (`seeding.sample_uniforms`: one SplitMix64 round per draw), so they do not
 depend on the batch size, the device, the DDP rank or a resume. They are not the very numbers the
 loader path draws (those come from torch's CPU generator), only the same distribution.
 
@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import DataConfig
-from .seeding import _splitmix64_array, sample_seeds
+from .seeding import sample_uniforms
 
 ARRAY_DATASETS = ("cifar10", "digits", "fashion_mnist", "synthetic")  # sources held as uint8 arrays
 SUPPORTED = "data.augment.crop_pad, data.augment.hflip and the normalisation"
@@ -58,12 +58,6 @@ def refusal(cfg: DataConfig, native_size: int | None, img_size: int) -> str | No
     return None
 
 
-def uniforms(seed: int, epoch: int, positions: Sequence[int], draw: str) -> np.ndarray:
-    """Uniform floats in [0, 1) (float64, 32 random bits each), one per position, from (seed, epoch, position)."""
-    keys = sample_seeds(seed, epoch, positions) ^ np.uint64(_DRAWS[draw])
-    return (_splitmix64_array(keys) >> np.uint64(32)).astype(np.float64) / 2.0**32
-
-
 class DeviceAugment:
     """Per-sample crop-with-padding, flip and normalisation of a batch gathered from a uint8 tensor.
 
@@ -82,9 +76,9 @@ class DeviceAugment:
         """(row offsets, column offsets, flips) of the samples at `positions` of `epoch`: offsets uniform in
         0..2*crop_pad of the padded image (torchvision's RandomCrop), flips with probability hflip."""
         span = 2 * self.crop_pad + 1
-        dy = np.floor(uniforms(self.seed, epoch, positions, "dy") * span).astype(np.int64)
-        dx = np.floor(uniforms(self.seed, epoch, positions, "dx") * span).astype(np.int64)
-        flip = uniforms(self.seed, epoch, positions, "flip") < self.hflip
+        dy = np.floor(sample_uniforms(self.seed, epoch, positions, _DRAWS["dy"]) * span).astype(np.int64)
+        dx = np.floor(sample_uniforms(self.seed, epoch, positions, _DRAWS["dx"]) * span).astype(np.int64)
+        flip = sample_uniforms(self.seed, epoch, positions, _DRAWS["flip"]) < self.hflip
         return dy, dx, flip
 
     def pad(self, images: torch.Tensor) -> torch.Tensor:

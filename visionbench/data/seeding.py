@@ -74,6 +74,13 @@ def sample_seeds(seed: int, epoch: int, positions) -> np.ndarray:
     return _splitmix64_array(np.uint64(_run_epoch_hash(seed, epoch)) ^ pos)
 
 
+def sample_uniforms(seed: int, epoch: int, positions, stream: int) -> np.ndarray:
+    """Uniform floats in [0, 1) (float64, 32 random bits each), one per position, from (seed, epoch,
+    position) and `stream` (a small int: one independent stream per kind of draw, e.g. crop row, column, flip)."""
+    keys = sample_seeds(seed, epoch, positions) ^ np.uint64(stream)
+    return (_splitmix64_array(keys) >> np.uint64(32)).astype(np.float64) / 2.0**32
+
+
 def seed_rngs(seed: int) -> None:
     """Seed Python's `random`, NumPy's global RNG and torch's CPU generator from one 64-bit seed.
 
