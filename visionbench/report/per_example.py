@@ -24,7 +24,7 @@ from ..results.io import RunStateError
 from ..results.predictions import FILE_NAME, read_predictions, variant_of
 from ..stats import per_example as pex
 from . import render
-from .tables import TEST_NAMES, number
+from .tables import TEST_NAMES, number, p_text
 
 LACKING = "two-level interval, variance share, churn, ensemble, NLL, ECE"
 TEST_WORD = {"student": "Student", "welch": "Welch", "paired": "paired"}
@@ -168,12 +168,6 @@ def _ci(r, lo, hi, digits) -> str:
     return f"[{number(r[lo], digits, True)}, {number(r[hi], digits, True)}]"
 
 
-def _p(p) -> str:
-    if p is None or not isinstance(p, float) or not math.isfinite(p):
-        return ""
-    return "< 0.0001" if p < 1e-4 else f"{p:.4f}"
-
-
 def _mean_sd(r, key, digits) -> str:
     mean, sd = r.get(f"{key}_a", math.nan), r.get(f"{key}_sd_a", math.nan)
     if not math.isfinite(mean):
@@ -196,11 +190,11 @@ def _cells(data: pd.DataFrame, baseline, digits) -> tuple[list[str], list[list[s
             dash or _fmt(r.get("diff"), digits, True), dash or _ci(r, "two_level_low", "two_level_high", digits),
             dash or _ci(r, "two_level_seed_low", "two_level_seed_high", digits),
             ("±" + number(r["binomial_sd_a"], digits)) if math.isfinite(r.get("binomial_sd_a", math.nan)) else "",
-            f"{share * 100:.0f} %" if math.isfinite(share) else "", dash or _p(r.get("images_p_value")),
+            f"{share * 100:.0f} %" if math.isfinite(share) else "", dash or p_text(r.get("images_p_value")),
             _fmt(r.get("churn_within_a"), 1), dash or _fmt(r.get("churn_between"), 1),
-            dash or _p(r.get("churn_p_value")), _fmt(r.get("ensemble_a"), digits), dash or _p(r.get("ensemble_p")),
-            _mean_sd(r, "nll", 3), dash or _p(r.get("nll_p")) or r.get("nll_mark", "") or "",
-            _mean_sd(r, "ece", digits), dash or _p(r.get("ece_p")) or r.get("ece_mark", "") or ""])
+            dash or p_text(r.get("churn_p_value")), _fmt(r.get("ensemble_a"), digits), dash or p_text(r.get("ensemble_p")),
+            _mean_sd(r, "nll", 3), dash or p_text(r.get("nll_p")) or r.get("nll_mark", "") or "",
+            _mean_sd(r, "ece", digits), dash or p_text(r.get("ece_p")) or r.get("ece_mark", "") or ""])
     return headers, [[c if isinstance(c, str) else "" for c in row] for row in rows]
 
 
@@ -214,10 +208,10 @@ def _sentence(act, baseline, r, test, alpha, digits) -> str:
     if math.isfinite(r["share_a"]):
         text += f" (share of seed variance {r['share_a'] * 100:.0f} %)"
     text += "; " + _churn_words(r, alpha)
-    text += (f"; ensemble {d(r['ensemble_a'])} vs {d(r['ensemble_b'])} (McNemar p = {_p(r['ensemble_p'])})")
+    text += (f"; ensemble {d(r['ensemble_a'])} vs {d(r['ensemble_b'])} (McNemar p = {p_text(r['ensemble_p'])})")
     word = TEST_WORD[test]
     for name, label, unit, places in (("nll", "NLL", "", 3), ("ece", "ECE", " %", digits)):
-        p = _p(r[f"{name}_p"])
+        p = p_text(r[f"{name}_p"])
         test_text = f"{word} p = {p}" if p else r[f"{name}_mark"] or "untested"
         text += (f"{';' if name == 'nll' else ','} {label} {number(r[f'{name}_a'], places)}{unit} vs "
                  f"{number(r[f'{name}_b'], places)}{unit} ({test_text})")
@@ -232,7 +226,7 @@ def _churn_words(r, alpha) -> str:
             f"between activations {_fmt(between, 1, unit=' %')}")
     if not math.isfinite(p):
         return text + " (too few runs for the permutation test)"
-    text += f" (permutation p = {_p(p)})"
+    text += f" (permutation p = {p_text(p)})"
     if p < alpha:
         return text + ": the activation changes which images are hard"
     if min_p >= alpha:

@@ -47,10 +47,16 @@ def baseline_of(summary: pd.DataFrame) -> str | None:
     return base if isinstance(base, str) else None
 
 
+def p_text(p) -> str:
+    """`0.0345`, `< 0.0001` (4 decimals, as paper 001 prints p); "" for a missing p (None, NaN)."""
+    if p is None or not isinstance(p, float) or not math.isfinite(p):
+        return ""
+    return "< 0.0001" if p < 1e-4 else f"{p:.4f}"
+
+
 def format_p(p: float, star: str) -> str:
     """`0.0345 (*)`, `< 0.0001 (****)`, as in paper 001 Tables 1 and 7."""
-    text = "< 0.0001" if p < 1e-4 else f"{p:.4f}"
-    return f"{text} ({star})"
+    return f"{p_text(p)} ({star})"
 
 
 def mean_cell(row, digits: int) -> str:
