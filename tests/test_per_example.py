@@ -235,6 +235,7 @@ def test_an_activation_that_changes_which_images_are_hard_is_said_so(tmp_path, c
     assert main([str(tmp_path / "digits_vgg4"), "--format", "md", "--test", "welch"]) == 0
     (line,) = plain_lines((tmp_path / "digits_vgg4" / "per_example.md").read_text())
     assert "(permutation p = 0.0079): the activation changes which images are hard" in line and "Welch p" in line
+    assert "(McNemar p < 0.0001)" in line and "p = <" not in line  # a p below the printed floor reads "p < 0.0001"
 
 
 def test_old_results_without_predictions_report_everything_else_and_say_what_they_lack(tmp_path, capsys):

@@ -24,7 +24,7 @@ from ..results.io import RunStateError
 from ..results.predictions import FILE_NAME, read_predictions, variant_of
 from ..stats import per_example as pex
 from . import render
-from .tables import TEST_NAMES, number, p_text
+from .tables import TEST_NAMES, number, p_relation, p_text
 
 LACKING = "two-level interval, variance share, churn, ensemble, NLL, ECE"
 TEST_WORD = {"student": "Student", "welch": "Welch", "paired": "paired"}
@@ -208,11 +208,11 @@ def _sentence(act, baseline, r, test, alpha, digits) -> str:
     if math.isfinite(r["share_a"]):
         text += f" (share of seed variance {r['share_a'] * 100:.0f} %)"
     text += "; " + _churn_words(r, alpha)
-    text += (f"; ensemble {d(r['ensemble_a'])} vs {d(r['ensemble_b'])} (McNemar p = {p_text(r['ensemble_p'])})")
+    text += (f"; ensemble {d(r['ensemble_a'])} vs {d(r['ensemble_b'])} (McNemar p {p_relation(r['ensemble_p']) or 'untested'})")
     word = TEST_WORD[test]
     for name, label, unit, places in (("nll", "NLL", "", 3), ("ece", "ECE", " %", digits)):
-        p = p_text(r[f"{name}_p"])
-        test_text = f"{word} p = {p}" if p else r[f"{name}_mark"] or "untested"
+        p = p_relation(r[f"{name}_p"])
+        test_text = f"{word} p {p}" if p else r[f"{name}_mark"] or "untested"
         text += (f"{';' if name == 'nll' else ','} {label} {number(r[f'{name}_a'], places)}{unit} vs "
                  f"{number(r[f'{name}_b'], places)}{unit} ({test_text})")
     return text
@@ -226,7 +226,7 @@ def _churn_words(r, alpha) -> str:
             f"between activations {_fmt(between, 1, unit=' %')}")
     if not math.isfinite(p):
         return text + " (too few runs for the permutation test)"
-    text += f" (permutation p = {p_text(p)})"
+    text += f" (permutation p {p_relation(p)})"
     if p < alpha:
         return text + ": the activation changes which images are hard"
     if min_p >= alpha:

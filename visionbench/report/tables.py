@@ -54,6 +54,12 @@ def p_text(p) -> str:
     return "< 0.0001" if p < 1e-4 else f"{p:.4f}"
 
 
+def p_relation(p) -> str:
+    """What follows "p " in a sentence: `= 0.0345`, `< 0.0001`; "" for a missing p."""
+    text = p_text(p)
+    return f"= {text}" if text and not text.startswith("<") else text
+
+
 def format_p(p: float, star: str) -> str:
     """`0.0345 (*)`, `< 0.0001 (****)`, as in paper 001 Tables 1 and 7."""
     return f"{p_text(p)} ({star})"
