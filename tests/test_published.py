@@ -394,3 +394,32 @@ def test_ablation_variants_match_their_table_and_the_recipes_act_its_seeded_tabl
         (81.98, "001 Table 6", "published n not stated")
     assert tuple(table.loc["tropical[degree=1]", ["published_mean", "published_ref"]]) == (81.60, "001 Table 3")
     assert clamp["published_diff"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_runs_that_depart_from_the_packaged_recipe_say_where_beside_the_published_numbers(tmp_path):
+    """A shortened run (epochs, milestones overridden) is compared with the paper's numbers, and the
+    table says which keys differ from the recipe whose protocol those numbers follow; runs with the
+    recipe's own config get no such note."""
+    import yaml
+
+    from visionbench.config import recipe_config, run_config
+
+    held_out = {"metric": "test_top1_at_best_val", "baseline": "relu"}
+    for folder, change in (("short", {"epochs": 2, "milestones": [1]}), ("as_recipe", {})):
+        for act, mean in (("relu", 91.7), ("slaf", 90.8)):
+            write_runs(tmp_path / folder, "fashion_mnist_slaf", act, values_with(mean, 0.3, 3),
+                       metric="test_top1_at_best_val", report=held_out, val_split=0.1)
+            for seed in range(3):
+                config = run_config(recipe_config("fashion_mnist_slaf"), act, seed)
+                config["epochs"] = change.get("epochs", config["epochs"])
+                config["sched"]["milestones"] = change.get("milestones", config["sched"]["milestones"])
+                run = tmp_path / folder / "fashion_mnist_slaf" / act / f"seed_{seed}"
+                (run / "config.yaml").write_text(yaml.safe_dump(config))
+        assert report_main([str(tmp_path / folder), "--published", "--no-plots"]) == 0
+    short = (tmp_path / "short" / "fashion_mnist_slaf" / "table.md").read_text()
+    assert ("fashion_mnist_slaf: these runs depart from the packaged recipe, whose protocol the published numbers "
+            "follow — epochs: these runs 2, the recipe 24; sched.milestones: these runs [1], the recipe [12, 18]"
+            in short)
+    assert "depart" not in (tmp_path / "as_recipe" / "fashion_mnist_slaf" / "table.md").read_text()
+    assert report_main([str(tmp_path / "short"), "--no-plots"]) == 0  # without --published: no comparison, no note
+    assert "depart" not in (tmp_path / "short" / "fashion_mnist_slaf" / "table.md").read_text()

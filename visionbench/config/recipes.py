@@ -195,14 +195,14 @@ def config_hash(run: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def diff_configs(a: dict, b: dict, prefix: str = "") -> list[str]:
-    """Human-readable differences between two nested dicts."""
+def diff_configs(a: dict, b: dict, prefix: str = "", labels: tuple[str, str] = ("stored", "now")) -> list[str]:
+    """Human-readable differences between two nested dicts: `path: <labels[0]> a, <labels[1]> b`."""
     out = []
     for k in sorted(set(a) | set(b)):
         path = f"{prefix}{k}"
         va, vb = a.get(k, "<absent>"), b.get(k, "<absent>")
         if isinstance(va, dict) and isinstance(vb, dict):
-            out += diff_configs(va, vb, path + ".")
+            out += diff_configs(va, vb, path + ".", labels)
         elif va != vb:
-            out.append(f"{path}: stored {va!r}, now {vb!r}")
+            out.append(f"{path}: {labels[0]} {va!r}, {labels[1]} {vb!r}")
     return out

@@ -209,7 +209,7 @@ def _report(args) -> int:
             if args.published:
                 summary, published_notes = published.attach(summary, setting=recipe_runs["setting"].iloc[0],
                                                             val_split=_common(recipe_runs["val_split"]))
-                recipe_notes += published_notes
+                recipe_notes += published_notes + _departures_note(summary, recipe_runs)
             examples, examples_note = per_example.section(recipe_runs, metric, tables.baseline_of(summary), args.test,
                                                           alpha=args.alpha, digits=args.digits, seed=args.seed)
             recipe_notes.append(examples_note)
@@ -321,6 +321,25 @@ def _recipe_notes(summary, runs, notes: list[str], recipe_dir: Path, baseline: s
         out.insert(0, f"NOT COMPARABLE: the runs differ in more than act and seed ({mixed}); rerun them with one "
                       "configuration, or report each configuration from its own results_dir")
     return out
+
+
+def _departures_note(summary, runs) -> list[str]:
+    """A note when rows were compared with published numbers but the runs departed from the packaged
+    recipe (the paper's protocol): the keys, ours and the recipe's values."""
+    from ..results.io import RunStateError
+    from ..results.layout import read_config
+
+    if not summary["published_mean"].notna().any():
+        return []
+    try:
+        config = read_config(Path(runs["run_dir"].iloc[0])) or {}
+    except RunStateError:
+        return []
+    lines = published.departures(config)
+    if not lines:
+        return []
+    return [f"{config['recipe']}: these runs depart from the packaged recipe, whose protocol the published numbers "
+            f"follow — {'; '.join(lines)}"]
 
 
 def _mixed_configs(runs) -> str:

@@ -307,3 +307,24 @@ def attach(table: pd.DataFrame, *, setting: str = "", setting_col: str | None = 
         else:
             notes.append(f"{recipe}: no act of this table has a published {metric} row")
     return out, notes
+
+
+def departures(config: dict) -> list[str]:
+    """Where a run's stored config departs from its packaged recipe (with the run's act, seed and factor
+    setting): `epochs: these runs 2, the recipe 24`, one line per key; [] when it does not, or when its
+    recipe is not a packaged one. The published numbers belong to the recipe's protocol."""
+    from ..config import ConfigError, diff_configs, recipe_config, run_config, shared_part
+
+    try:
+        packaged = run_config(recipe_config(str(config["recipe"])), str(config.get("act_label") or config["act"]),
+                              int(config.get("seed", 0)), config.get("setting") or {})
+    except (ConfigError, KeyError, TypeError, ValueError):
+        return []
+    ours = shared_part(config)
+    return diff_configs(ours, _within(shared_part(packaged), ours), labels=("these runs", "the recipe"))
+
+
+def _within(values: dict, keys: dict) -> dict:
+    """`values` pruned to the keys `keys` has (a key a run did not store is not known to differ)."""
+    return {k: _within(v, keys[k]) if isinstance(v, dict) and isinstance(keys[k], dict) else v
+            for k, v in values.items() if k in keys}
