@@ -91,6 +91,9 @@ def test_variance_share_is_one_for_independent_flips_and_small_with_run_quality(
     quality = rng.random((400, p.size)) < expit(logit(p) + rng.normal(0, 1.0, (400, 1)))
     assert pex.variance_share(quality)["share"] < 0.5
     assert np.isnan(pex.variance_share(flips[:1])["share"])
+    # runs that each predict one class of ten (a net that never trained): equal counts, s² = 0, no share
+    constant = np.stack([np.arange(10_000) % 10 == k for k in range(3)])
+    assert pex.variance_share(constant)["seed_var"] == 0.0 and np.isnan(pex.variance_share(constant)["share"])
 
 
 def test_paired_over_images_and_mcnemar():

@@ -157,7 +157,8 @@ def variance_share(c) -> dict:
            "example_var": math.nan, "share": math.nan}
     if n < 2:
         return out
-    seed_var = float(c.mean(axis=1).var(ddof=1))
+    # from the counts of right images (exact): runs with equal counts have s² = 0, not a few ulps
+    seed_var = float(c.sum(axis=1).var(ddof=1)) / n_img ** 2
     example_var = float(c.var(axis=0, ddof=1).sum() / n_img ** 2)
     out.update(seed_var=seed_var, example_var=example_var, share=example_var / seed_var if seed_var > 0 else math.nan)
     return out
