@@ -208,7 +208,8 @@ def _sentence(act, baseline, r, test, alpha, digits) -> str:
     if math.isfinite(r["share_a"]):
         text += f" (share of seed variance {r['share_a'] * 100:.0f} %)"
     text += "; " + _churn_words(r, alpha)
-    text += (f"; ensemble {d(r['ensemble_a'])} vs {d(r['ensemble_b'])} (McNemar p {p_relation(r['ensemble_p']) or 'untested'})")
+    mcnemar = p_relation(r["ensemble_p"])
+    text += f"; ensemble {d(r['ensemble_a'])} vs {d(r['ensemble_b'])} ({f'McNemar p {mcnemar}' if mcnemar else 'untested'})"
     word = TEST_WORD[test]
     for name, label, unit, places in (("nll", "NLL", "", 3), ("ece", "ECE", " %", digits)):
         p = p_relation(r[f"{name}_p"])
