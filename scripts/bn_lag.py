@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from visionbench.data import create_datamodule
-from visionbench.results.layout import read_config
+from visionbench.results.layout import files, find_run_dirs, read_config, read_summary
 from visionbench.train.run import build_model
 
 
@@ -55,7 +55,7 @@ def run_lag(run_dir: Path, cache: dict) -> tuple[float, float]:
     """(eval-mode top-1, batch-statistics top-1) of one run's best.ckpt on its test split."""
     cfg = read_config(run_dir)
     dm, loader = test_loader(cfg, cache)
-    state = torch.load(run_dir / "checkpoints" / "best.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+    state = torch.load(files(run_dir).best, map_location="cpu", weights_only=False)["state_dict"]
     weights = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
     scores = []
     for batch_stats in (False, True):
@@ -66,8 +66,7 @@ def run_lag(run_dir: Path, cache: dict) -> tuple[float, float]:
 
 
 def _completed(run_dir: Path) -> bool:
-    summary = run_dir / "summary.json"
-    return summary.exists() and json.loads(summary.read_text()).get("status") == "completed"
+    return files(run_dir).best.exists() and (read_summary(run_dir) or {}).get("status") == "completed"
 
 
 def main(argv: list[str]) -> int:
@@ -75,9 +74,7 @@ def main(argv: list[str]) -> int:
         print("usage: python scripts/bn_lag.py DIR [DIR ...]   (run folders, or a recipe's results folder: "
               "every run below it, e.g. results/fashion_mnist_slaf)", file=sys.stderr)
         return 2
-    found = [p.parent.parent for a in argv for p in sorted(Path(a).glob("checkpoints/best.ckpt"))
-             or sorted(Path(a).glob("*/seed_*/checkpoints/best.ckpt"))]
-    runs = [run for run in found if _completed(run)]
+    runs = [run for a in argv for run in find_run_dirs(a) if _completed(run)]
     if not runs:
         print(f"no completed run with checkpoints/best.ckpt under {' '.join(argv)}", file=sys.stderr)
         return 2

@@ -103,7 +103,8 @@ def test_a_resumed_on_device_run_repeats_the_uninterrupted_one(tmp_path, crash_i
     resumed = sweep_small(tmp_path / "resumed", *args)
     straight = sweep_small(tmp_path / "straight", *args)
     assert resumed.status == straight.status == "completed"
-    assert metric_rows(resumed.run_dir / "metrics.csv") == metric_rows(straight.run_dir / "metrics.csv") and len(metric_rows(straight.run_dir / "metrics.csv")) == 3
+    expected = metric_rows(straight.run_dir / "metrics.csv")
+    assert metric_rows(resumed.run_dir / "metrics.csv") == expected and len(expected) == 3
 
 
 def test_an_unaugmented_on_device_run_trains_exactly_as_the_loader_path(tmp_path):

@@ -126,5 +126,6 @@ def test_resume_with_workers_repeats_the_uninterrupted_run_for_any_num_workers(r
     straight = sweep_small(tmp_path / "straight", *args, "data.num_workers=2")
     in_main = sweep_small(tmp_path / "main", *args, "data.num_workers=0")
     assert resumed.status == straight.status == in_main.status == "completed"
-    assert len(metric_rows(straight.run_dir / "metrics.csv")) == 3
-    assert metric_rows(resumed.run_dir / "metrics.csv") == metric_rows(straight.run_dir / "metrics.csv") == metric_rows(in_main.run_dir / "metrics.csv")
+    expected = metric_rows(straight.run_dir / "metrics.csv")
+    assert len(expected) == 3
+    assert metric_rows(resumed.run_dir / "metrics.csv") == expected == metric_rows(in_main.run_dir / "metrics.csv")

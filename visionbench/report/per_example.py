@@ -192,7 +192,8 @@ def _cells(data: pd.DataFrame, baseline, digits) -> tuple[list[str], list[list[s
             ("±" + number(r["binomial_sd_a"], digits)) if math.isfinite(r.get("binomial_sd_a", math.nan)) else "",
             f"{share * 100:.0f} %" if math.isfinite(share) else "", dash or p_text(r.get("images_p_value")),
             _fmt(r.get("churn_within_a"), 1), dash or _fmt(r.get("churn_between"), 1),
-            dash or p_text(r.get("churn_p_value")), _fmt(r.get("ensemble_a"), digits), dash or p_text(r.get("ensemble_p")),
+            dash or p_text(r.get("churn_p_value")), _fmt(r.get("ensemble_a"), digits),
+            dash or p_text(r.get("ensemble_p")),
             _mean_sd(r, "nll", 3), dash or p_text(r.get("nll_p")) or r.get("nll_mark", "") or "",
             _mean_sd(r, "ece", digits), dash or p_text(r.get("ece_p")) or r.get("ece_mark", "") or ""])
     return headers, [[c if isinstance(c, str) else "" for c in row] for row in rows]
@@ -209,7 +210,8 @@ def _sentence(act, baseline, r, test, alpha, digits) -> str:
         text += f" (share of seed variance {r['share_a'] * 100:.0f} %)"
     text += "; " + _churn_words(r, alpha)
     mcnemar = p_relation(r["ensemble_p"])
-    text += f"; ensemble {d(r['ensemble_a'])} vs {d(r['ensemble_b'])} ({f'McNemar p {mcnemar}' if mcnemar else 'untested'})"
+    text += f"; ensemble {d(r['ensemble_a'])} vs {d(r['ensemble_b'])} "
+    text += f"(McNemar p {mcnemar})" if mcnemar else "(untested)"
     word = TEST_WORD[test]
     for name, label, unit, places in (("nll", "NLL", "", 3), ("ece", "ECE", " %", digits)):
         p = p_relation(r[f"{name}_p"])

@@ -42,7 +42,7 @@ from ..stats import improvement, power
 from ..stats.metrics import higher_is_better
 from ..stats.significance import MARK_BASELINE, MARK_MIXED, divergence_p, holm
 from .summary import _values
-from .tables import number
+from .tables import number, p_relation
 
 VERDICTS = ("better", "worse", "equivalent", "unstable", "inconclusive")
 TEST_LABEL = {"student": "Student", "welch": "Welch", "paired": "paired"}
@@ -54,7 +54,8 @@ NUMBER_COLUMNS = ("mde", "d_for_seeds", "seeds_needed", "tost_p", "tost_p_holm",
 
 
 def _p(p: float) -> str:
-    return "< 0.0001" if p < 1e-4 else f"= {p:.4f}"
+    """`= 0.0345`, `< 0.0001` (tables.p_relation); `= nan` where no test ran."""
+    return p_relation(p) or "= nan"
 
 
 def _p_below(p: float, alpha: float) -> str:
