@@ -18,9 +18,11 @@ install: $(STAMP)
 run: $(STAMP)  ## the main job on the embedded default (digits, VGG4)
 	$(BIN)/visionbench run
 
-test: $(STAMP)  ## the default test suite (no slow tests)
-	$(BIN)/python -m pytest -q
+# two pytest-xdist workers (one torch thread each: tests/conftest.py) on a 2-core machine; docs/layout.md#development
+test: $(STAMP)  ## the default test suite (no slow tests), under 5 minutes on 2 cores
+	$(BIN)/python -m pytest -q -n 2
 
+# one process: the slow tests send signals to subprocesses and wait on their epochs; .ci/run runs both targets
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 

@@ -15,6 +15,49 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _no_plots(request, monkeypatch):
+    """Reports draw no figures (curves, learned shapes, the suite's diagrams) in a test that does not look at
+    them: a figure costs a second or more of matplotlib and is checked only where the test is marked `plots`."""
+    if request.node.get_closest_marker("plots") is None:
+        from visionbench.report import figures
+
+        monkeypatch.setattr(figures, "make_plots", lambda *args, **kwargs: [])
+        monkeypatch.setattr(figures, "plot_cd", lambda *args, **kwargs: None)
+        monkeypatch.setattr(figures, "plot_improvement", lambda *args, **kwargs: None)
+
+
+@pytest.fixture(scope="session")
+def trained_tree(tmp_path_factory):
+    """`trained_tree(*overrides)`: the results directory of one sweep (`run_sweep`) on the embedded digits data with
+    `tests.helpers.FAST` and `overrides`, trained once per session (per xdist worker) and cached by its overrides.
+    Every run must complete. Shared: never change it; `copy_tree(trained_tree(...), tmp_path / "r")` and damage,
+    resume or extend the copy. Request it (or a fixture built on it, like `relu_pair`) as a fixture argument, so that it
+    is set up before any function-scoped monkeypatch (a crash, a full disk) of the test."""
+    from visionbench.sweep.preflight import load_config
+    from visionbench.sweep.sweep import run_sweep
+
+    from .helpers import FAST
+
+    cache: dict[tuple[str, ...], object] = {}
+
+    def trained(*overrides: str):
+        if overrides not in cache:
+            results = tmp_path_factory.mktemp("trained")
+            outcomes = run_sweep(load_config([f"results_dir={results}", *FAST, *overrides]), progress=False)
+            assert [o.status for o in outcomes] == ["completed"] * len(outcomes), [o.summary for o in outcomes]
+            cache[overrides] = results
+        return cache[overrides]
+
+    return trained
+
+
+@pytest.fixture(scope="session")
+def relu_pair(trained_tree):
+    """relu seeds 0 and 1, completed (`FAST`: 2 epochs): the sweep most tests resume, damage or estimate."""
+    return trained_tree("act=relu", "seeds=2")
+
+
 @pytest.fixture(scope="session")
 def cifar_root(tmp_path_factory):
     return write_cifar10(tmp_path_factory.mktemp("cifar"))

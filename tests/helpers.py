@@ -1,7 +1,8 @@
 """Helpers shared by several test files (pytest collects no tests here):
 
-- results trees in the results layout (visionbench/results/layout.py) for the report tests (`write_run`,
-  `write_recipe`, `write_snapshot`);
+- results trees in the results layout, written by its own writers (visionbench/results/layout.py), for the
+  report tests (`write_run`, `write_recipe`, `write_snapshot`); `copy_tree` for the trained trees of
+  tests/conftest.py's `trained_tree` (copy, then damage or resume the copy);
 - `visionbench run` in a subprocess, and waiting on its run dirs, for the reliability tests
   (`spawn`, `wait_for`, `seed_dir`, `summary`, `FAST`).
 """
@@ -9,12 +10,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+from visionbench.results import layout
+from visionbench.results.io import atomic_write_text, write_csv_rows
 
 
 # ---- results trees (report tests) -----------------------------------------------------------
@@ -23,31 +28,39 @@ def write_run(root, recipe: str, act: str, seed: int, value: float | None = None
               snapshot_epochs=(), act_params: int = 0, train_time_s: float = 10.0, summary: bool = True) -> Path:
     """One run dir `<root>/<recipe>/<act>/seed_<seed>` with summary.json, and optionally
     metrics.csv (`epochs` rows rising towards `value`) and act_snapshots/epoch_<eee>.json."""
-    run = Path(root) / recipe / act / f"seed_{seed}"
+    run = layout.run_path(root, recipe, act, seed)
     run.mkdir(parents=True, exist_ok=True)
-    (run / "config.yaml").write_text(f"recipe: {recipe}\nact: {act}\nseed: {seed}\n")
+    layout.write_config(run, {"recipe": recipe, "act": act, "seed": seed})
     if metrics is None:
         metrics = {} if value is None else {"val_top1_best": value, "val_top1_final": value - 0.1, "best_epoch": 3}
     if summary:
-        (run / "summary.json").write_text(json.dumps({
-            "schema": 1, "recipe": recipe, "act": act, "seed": seed, "status": status, "metrics": metrics,
+        layout.write_summary(run, {
+            "schema": layout.SCHEMA, "recipe": recipe, "act": act, "seed": seed, "status": status, "metrics": metrics,
             "train_time_s": train_time_s, "throughput_img_s": 1000.0 + seed, "peak_mem_mb": 50.0,
             "params": 12345, "act_params": act_params,
             "diverged_epoch": 2 if status == "diverged" else None,
             "error": "boom" if status == "failed" else None,
             "versions": {"torch": "x"}, "git_commit": None, "baseline": baseline,
-        }))
+        })
     if epochs:
         rng = np.random.default_rng(seed)
         top = value if value is not None else 50.0
-        lines = ["epoch,train_loss,val_loss,val_top1,val_top5,lr,epoch_time_s"]
+        rows = []
         for e in range(epochs):
             acc = top * (1 - np.exp(-(e + 1) / 2)) + rng.normal(0, 0.5)
-            lines.append(f"{e},{2.0 / (e + 1):.4f},{2.1 / (e + 1):.4f},{acc:.3f},{min(100, acc + 20):.3f},0.02,1.5")
-        (run / "metrics.csv").write_text("\n".join(lines) + "\n")
+            rows.append({"epoch": e, "train_loss": f"{2.0 / (e + 1):.4f}", "val_loss": f"{2.1 / (e + 1):.4f}",
+                         "val_top1": f"{acc:.3f}", "val_top5": f"{min(100, acc + 20):.3f}", "lr": 0.02,
+                         "epoch_time_s": 1.5})
+        write_csv_rows(layout.files(run).metrics, rows)
     for k, epoch in enumerate(snapshot_epochs):
         write_snapshot(run, act, epoch, bend=0.2 * k)
     return run
+
+
+def copy_tree(trained: Path, to: Path) -> Path:
+    """A copy of a trained results tree (tests/conftest.py's `trained_tree`) at `to` (which may exist, e.g. a test's
+    `tmp_path`), for a test to change."""
+    return Path(shutil.copytree(trained, to, symlinks=True, dirs_exist_ok=True))
 
 
 def write_snapshot(run: Path, act: str, epoch: int, bend: float = 0.0, layers=("features.2", "features.5.act")):
@@ -61,9 +74,9 @@ def write_snapshot(run: Path, act: str, epoch: int, bend: float = 0.0, layers=("
         counts = np.round(1000 * np.exp(-(centers - 0.3 * i) ** 2 / 2)).astype(int)
         out["layers"].append({"name": name, "x": x.tolist(), "y": y.tolist(),
                               "hist_edges": edges.tolist(), "hist_counts": counts.tolist()})
-    folder = run / "act_snapshots"
+    folder = layout.files(run).snapshots
     folder.mkdir(exist_ok=True)
-    (folder / f"epoch_{epoch:03d}.json").write_text(json.dumps(out))
+    atomic_write_text(folder / f"epoch_{epoch:03d}.json", json.dumps(out))  # as train/callbacks.py writes it
 
 
 def write_recipe(root, recipe: str, values: dict[str, list], **kwargs) -> Path:

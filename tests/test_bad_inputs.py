@@ -132,6 +132,26 @@ BAD_INPUTS = [
         "data_batch_1 .. data_batch_5 and test_batch); copy the missing file(s)"),
     bad(["run", R, "recipe=cifar10_vgg4", "data.root={cifar_without_test_batch}"], 2,
         "CIFAR-10 at {cifar_without_test_batch}/cifar-10-batches-py (from data.root) lacks test_batch"),
+    bad(["run", R, "recipe=fashion_mnist_slaf", "data.root={fmnist_empty_test}"], 2,
+        "fashion_mnist at {fmnist_empty_test} (from data.root): its official test set holds 0 images; every split "
+        "(train, val, test) needs at least one image"),
+    bad(["run", R, "recipe=fashion_mnist_slaf", "data.root={fmnist_empty_train}"], 2,
+        "fashion_mnist at {fmnist_empty_train} (from data.root): its official training set holds 0 images"),
+    bad(["estimate", R, "recipe=fashion_mnist_slaf", "data.root={fmnist_empty_test}"], 2,
+        "its official test set holds 0 images"),
+    # ---- run: values only a typo reaches, and keys a sweep sets itself
+    bad(["run", R, "batch_size=99999999999999999999"], 2,
+        "batch_size must be an integer >= 1 and <= 2147483647, got 99999999999999999999"),
+    bad(["run", R, "seeds=99999999999999999999"], 2,
+        "seeds must be an integer >= 1 and <= 10000 or auto (seeds in rounds), got 99999999999999999999"),
+    bad(["run", R, "seeds=auto", "seeds_max=99999999999999999999"], 2, "seeds_max must be an integer >= 3 and <= 10000"),
+    bad(["run", R, "act=relu", "seed=3"], 2, "seed is set per run by the sweep, not on its command line: seeds=N "
+                                            "trains seeds 0..N-1"),
+    bad(["estimate", R, "seed=3"], 2, "seed is set per run by the sweep"),
+    bad(["run", R, "snapshot_epochs=[0,99]", "epochs=1"], 2, "snapshot_epochs=[0, 99] names epoch(s) 99 beyond "
+                                                             "epochs=1; each entry must be 0 (the init), an epoch from 1 "
+                                                             "to 1, or -1 (the last)"),
+    bad(["run", R, "snapshot_epochs=[0,16]", "epochs=4,15"], 2, "names epoch(s) 16 beyond epochs=15"),
     # ---- run: factor sweeps (every setting checked before the first) and seeds=auto
     bad(["run", R, "batch_size=64,0"], 2, "batch_size must be an integer >= 1, got 0 (setting batch_size=0)"),
     bad(["run", R, "optim.name=sgd,adamz"], 2, "optim.name must be one of sgd, adamw (did you mean adamw?), "
@@ -153,6 +173,11 @@ BAD_INPUTS = [
     bad(["run", "results_dir={read_only}/done"], 2, "results_dir {read_only}/done: {read_only}/done/digits_vgg4 is not "
                                                     "writable (permission denied); make it writable"),
     bad(["run", "results_dir={read_only}/new/results"], 2, "{read_only}/new is not writable (permission denied)"),
+    # ---- run, estimate: a file where the results tree would be
+    bad(["run", "results_dir={a_file}"], 2, "results_dir {a_file}: {a_file} is a file, not a directory; pass "
+                                            "results_dir=<a directory>"),
+    bad(["run", "results_dir={a_file}/results"], 2, "results_dir {a_file}/results: {a_file} is a file, not a directory"),
+    bad(["estimate", "results_dir={a_file}"], 2, "results_dir {a_file}: {a_file} is a file, not a directory"),
     # ---- estimate: the run's checks, and it is a subcommand, not a key
     bad(["estimate", R, "epochs=abc"], 2, "epochs must be an integer >= 1, got 'abc'"),
     bad(["estimate", R, "act=relux"], 2, "unknown activation 'relux'; known: acon_c, "),
@@ -207,6 +232,14 @@ BAD_INPUTS = [
     bad(["bench", "train", "act=relu", "--steps", "0", OUT], 2, "argument --steps: must be an integer >= 1, got '0'"),
     bad(["bench", "fit", "--families", "relu", OUT], 2, "unknown learnable activation(s) relu; known: acon_c, "),
     bad(["bench", "fit", "--repeats", "0", OUT], 2, "--repeats must be >= 1, got 0"),
+    # ---- bench data (and every bench's --device and --out: refused before anything is built or timed)
+    bad(["bench", "data", "--device", "cuda:99", OUT], 2, "argument --device: cuda:99 is not available on this "
+                                                          "machine ("),
+    bad(["bench", "data", "--out", "{a_file}"], 2, "argument --out: {a_file}: {a_file} is a file, not a directory"),
+    bad(["bench", "activations", "--out", "{a_file}/sub"], 2, "argument --out: {a_file}/sub: {a_file} is a file"),
+    bad(["bench", "train", "act=relu", "--out", "{a_file}"], 2, "argument --out: {a_file}: {a_file} is a file"),
+    bad(["bench", "data", "recipe=imagenet_resnet50", "data.root={tmp}/datasets", OUT], 2,
+        "ImageNet not found at {tmp}/datasets/imagenet; data root: {tmp}/datasets (from data.root); expected layout: "),
     # ---- plot
     bad(["plot", "nope"], 2, "argument what: invalid choice: 'nope' (choose from 'boundaries')"),
     bad(["plot", "boundaries", "--acts", "relu,nope", "--out", "{tmp}/b.png"], 2, "unknown activation 'nope'; known: "),
@@ -269,7 +302,28 @@ def _read_only(tmp: Path) -> Path:
     return base
 
 
-SETUP = {"{report_tree}": _report_tree, "{not_weights}": _not_weights, "{other_arch}": _other_arch,
+def _a_file(tmp: Path) -> Path:
+    path = tmp / "afile"
+    path.write_text("not a directory\n")
+    return path
+
+
+def _fmnist_empty(split: str):
+    """A Fashion-MNIST root whose `split` files ("train" or "t10k") hold 0 images (valid IDX headers)."""
+    def make(tmp: Path) -> Path:
+        import numpy as np
+
+        from .fixtures_fashion_mnist import idx_bytes, write_fmnist
+
+        folder = write_fmnist(tmp / f"fm_{split}" / "fashion-mnist")
+        (folder / f"{split}-images-idx3-ubyte").write_bytes(idx_bytes(np.zeros((0, 28, 28), np.uint8), 2051))
+        (folder / f"{split}-labels-idx1-ubyte").write_bytes(idx_bytes(np.zeros((0,), np.uint8), 2049))
+        return folder.parent
+    return make
+
+
+SETUP = {"{a_file}": _a_file, "{fmnist_empty_test}": _fmnist_empty("t10k"), "{fmnist_empty_train}": _fmnist_empty("train"),
+         "{report_tree}": _report_tree, "{not_weights}": _not_weights, "{other_arch}": _other_arch,
          "{cifar_without_data_batch_4}": _cifar_without("without_data_batch_4"),
          "{cifar_without_test_batch}": _cifar_without("without_test_batch"), "{read_only}": _read_only}
 
@@ -349,3 +403,36 @@ def test_a_bad_input_with_help_fails_in_its_first_line_then_the_help(command, ar
     assert first.startswith("visionbench") and text in first, first
     assert rest and help_text in "\n".join(rest), err
     assert not any(line.startswith("visionbench") for line in rest), err  # one message, not one per run
+
+
+# ---- inputs once refused (or misread) that are good: each is read as the single value would be -----------------
+GOOD_INPUTS = [
+    # YAML 1.1 reads 1e-3 as a string: a factor's values and a variant's options are read as Hydra reads a value
+    (["optim.lr=1e-3,1e-2"], {"optim.lr": [0.001, 0.01]}),
+    (["optim.weight_decay=0,5e-4"], {"optim.weight_decay": [0, 0.0005]}),
+    (["optim.lr=0.02,1.0e8"], {"optim.lr": [0.02, 1e8]}),
+    (["optim.lr=1e-3"], {"optim.lr": 0.001}),
+    (["act=relu,slaf[eps=1e-3]"], {"act_options:slaf[eps=1e-3]": {"eps": 0.001}}),
+    # paths beyond ASCII: Hydra's grammar cannot lex them unquoted, so they are quoted for it
+    (["results_dir={tmp}/ü日本", "data.root={tmp}/données"], {"results_dir": "{tmp}/ü日本", "data.root": "{tmp}/données"}),
+]
+
+
+@pytest.mark.parametrize("argv, expected", GOOD_INPUTS, ids=[" ".join(a) for a, _ in GOOD_INPUTS])
+def test_a_good_input_once_refused_is_read_as_written(argv, expected, tmp_path):
+    from omegaconf import OmegaConf
+
+    from visionbench.config import act_options, sweep_settings
+    from visionbench.sweep.preflight import load_config
+
+    cfg = load_config([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    settings = sweep_settings(cfg)
+    for key, value in expected.items():
+        value = value.replace("{tmp}", str(tmp_path)) if isinstance(value, str) else value
+        if key.startswith("act_options:"):
+            assert act_options(cfg, key.split(":", 1)[1])[1] == value
+        elif isinstance(value, list):  # a factor: one setting per value, in order
+            assert [s[key] for s in settings] == value
+        else:
+            assert OmegaConf.select(cfg, key) == value
+    assert not list(tmp_path.iterdir())  # checked, nothing written

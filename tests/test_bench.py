@@ -35,11 +35,16 @@ def test_bench_activations_writes_a_table(tmp_path):
 
 
 def test_bench_train_smoke(tmp_path):
-    args = ["train", "recipe=digits_vgg4", "act=rational", "baseline=relu", "--steps", "1", "--warmup", "1",
+    args = ["train", "recipe=digits_vgg4", "act=rational", "--compare-to", "relu", "--steps", "1", "--warmup", "1",
             "--out", str(tmp_path), "--name", "train"]
     assert main(args) == 0
     rows = table_rows((tmp_path / "train.md").read_text())
     assert set(rows) == {"relu", "rational"} and float(rows["rational"][3]) > 0
+
+
+def test_bench_train_refuses_baseline_which_is_the_reports_key(tmp_path, capsys):
+    assert main(["train", "recipe=digits_vgg4", "act=rational", "baseline=relu", "--out", str(tmp_path)]) == 2
+    assert "give --compare-to NAME" in capsys.readouterr().err and not list(tmp_path.iterdir())
 
 
 def test_bench_train_without_baseline_compares_with_the_models_own_activation(tmp_path):

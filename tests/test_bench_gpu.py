@@ -11,7 +11,7 @@ import torch
 
 from visionbench.bench import main as bench_main
 from visionbench.bench.train_step import TrainStep
-from visionbench.config import run_config
+from visionbench.config import run_config, typed
 from visionbench.sweep.preflight import load_config
 from visionbench.train.run import build_model
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _step(*overrides: str, batch: int = 8) -> tuple[TrainStep, list[torch.dtype]]:
     """A TrainStep of digits VGG4/rational with the given overrides, and the dtypes its first conv outputs."""
-    run = run_config(load_config(["act=rational", *overrides]), "rational", 0)
+    run = typed(run_config(load_config(["act=rational", *overrides]), "rational", 0))
     torch.manual_seed(0)
     model = build_model(run, 10, 1, 8)
     seen: list[torch.dtype] = []

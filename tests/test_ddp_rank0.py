@@ -34,6 +34,7 @@ def _epochs(run_dir: Path) -> list[int]:
         return [int(r["epoch"]) for r in csv.DictReader(f)]
 
 
+@pytest.mark.slow  # two processes; in the default suite: the in-process tests of rank > 0 and rank 0 below
 def test_ddp_on_cpu_writes_and_prints_once_and_ranks_agree_on_skips(tmp_path, fake_training):
     """seed 0 completed before (a stand-in run); the DDP sweep of seeds 0-1 must skip it in both
     ranks and train seed 1 in both: a rank training seed 0 alone would hang or fail the job."""
@@ -80,7 +81,7 @@ def test_seeds_auto_under_ddp_runs_the_same_rounds_on_every_rank(tmp_path, margi
     assert record["acts"]["gelu"]["decision"] == ("equivalent" if margin else "inconclusive")
     for act in ("relu", "gelu"):
         assert sorted(p.name for p in (tmp_path / "digits_vgg4" / act).iterdir()) == [f"seed_{i}" for i in range(seeds)]
-    assert log.count("seeds=auto round 1/2 (3 seeds)") == 1 and log.count("### digits_vgg4") == 1, log  # by rank 0
+    assert log.count("seeds=auto round 1/2 (3 seeds)") == 1 and log.count("### digits_vgg4 — test_top1") == 1, log  # by rank 0
     assert log.count("seeds=auto round 2/2 (5 seeds)") == (0 if margin else 1), log
 
 
@@ -164,6 +165,42 @@ def _training_step_on_rank(rank: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # self.log outside a Trainer
+@pytest.mark.parametrize("nan_here, nan_there, said", [
+    (True, False, "non-finite training loss nan at epoch 1, step 0"),
+    (False, True, "non-finite training loss on another DDP rank at epoch 1, step 0"),
+    (False, False, "no divergence")])
+def test_a_non_finite_loss_on_another_rank_stops_this_one(monkeypatch, nan_here, nan_there, said):
+    """The default-suite sibling of the 2-process test below: the step's finiteness flag goes through one MIN
+    all-reduce (a stand-in here for the other rank's flag), so either rank's NaN stops this one at the same step."""
+    import torch
+    import torch.distributed as dist
+
+    from visionbench.config import block
+    from visionbench.train.module import ClassificationModule, Diverged
+
+    reduced = []
+
+    def all_reduce(tensor, op=None):
+        reduced.append(op)
+        tensor.copy_(torch.minimum(tensor, torch.tensor([0.0 if nan_there else 1.0])))
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: 2)
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    module = ClassificationModule(torch.nn.Linear(4, 3), 3, block("optim"), block("sched"), block("loss"))
+    x = torch.randn(8, 4)
+    if nan_here:
+        x[0, 0] = float("nan")
+    try:
+        module.training_step((x, torch.randint(0, 3, (8,))), 0)
+        got = "no divergence"
+    except Diverged as e:
+        got = str(e)
+    assert got == said and reduced == [dist.ReduceOp.MIN]
+
+
+@pytest.mark.slow  # two spawned processes; the sibling above checks the same rule in-process
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_non_finite_loss_on_one_rank_stops_every_rank(tmp_path):
     """Under DDP a NaN on one rank's batch must end the run on all ranks at the same step: a rank that

@@ -1,4 +1,4 @@
-"""The estimate of a sweep (bench/estimate.py; docs/running.md, "Before a sweep"): the preflight
+"""The estimate of a sweep (bench/estimate.py, from bench/measure.py; docs/running.md, "Before a sweep"): the preflight
 before a sweep is submitted.
 
 It times each (setting, act) of the sweep, projects the run and sweep wall time from the real
@@ -12,10 +12,11 @@ import os
 import pytest
 import torch
 
-from tests.helpers import FAST
+from tests.helpers import FAST, copy_tree
 from visionbench.cli import main
 from visionbench.results import layout
 from visionbench.bench import estimate as est
+from visionbench.bench import measure
 from visionbench.sweep import sweep
 from visionbench.sweep.preflight import load_config
 
@@ -54,7 +55,7 @@ def test_the_loader_is_timed_alone_and_each_row_says_what_bounds_the_run(monkeyp
     assert row.loader_img_s > 0 and row.model_img_s == pytest.approx(64 / row.step_s)
     assert row.bound == ("model" if row.loader_img_s >= row.model_img_s else
                          f"loader ({row.model_img_s / row.loader_img_s:.1f}x)")
-    monkeypatch.setattr(est, "loader_rate", lambda loader, device: row.model_img_s / 2.5)  # a slow loader
+    monkeypatch.setattr(measure, "loader_rate", lambda loader, device: row.model_img_s / 2.5)  # a slow loader
     result = est.estimate(cfg)
     (slow,) = result.rows
     assert slow.bound == f"loader ({slow.model_img_s / slow.loader_img_s:.1f}x)"
@@ -67,8 +68,8 @@ def test_the_loader_is_timed_alone_and_each_row_says_what_bounds_the_run(monkeyp
 
 def test_loader_rate_times_batches_over_several_passes_of_a_short_epoch():
     batches = [(torch.zeros(4, 1), torch.zeros(4))] * 2  # two batches per pass: one untimed, then passes
-    assert est.loader_rate(batches, torch.device("cpu")) > 0
-    assert est.loader_rate([(torch.zeros(4, 1), torch.zeros(4))], torch.device("cpu")) > 0  # one per pass
+    assert measure.loader_rate(batches, torch.device("cpu")) > 0
+    assert measure.loader_rate([(torch.zeros(4, 1), torch.zeros(4))], torch.device("cpu")) > 0  # one per pass
     assert est.rate(float("nan")) == "-" and est.rate(12345.6) == "12,346"
 
 
@@ -87,8 +88,8 @@ def test_steps_per_epoch_come_from_the_real_loaders(extra, steps, evals):
 
 
 def test_parallel_workers_are_timed_with_their_share_of_the_cores_and_the_wall_time_divided(monkeypatch, capsys):
-    timed_with, measure = [], est._measure
-    monkeypatch.setattr(est, "_measure", lambda *a: timed_with.append(torch.get_num_threads()) or measure(*a))
+    timed_with, real = [], est.measure
+    monkeypatch.setattr(est, "measure", lambda *a: timed_with.append(torch.get_num_threads()) or real(*a))
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     own = torch.get_num_threads()
     cfg = load_config(["act=relu,gelu", "seeds=3", "parallel=4", "results_dir=/nonexistent/results", *SMALL])
@@ -102,9 +103,8 @@ def test_parallel_workers_are_timed_with_their_share_of_the_cores_and_the_wall_t
     assert one.parallel == 1 and one.threads == own and "wall with" not in est.format_estimate(one)  # one job
 
 
-def test_completed_runs_are_left_out_and_unfinished_ones_count_their_epochs_left(tmp_path, capsys):
-    results = tmp_path / "r"
-    assert main(["run", f"results_dir={results}", *FAST, "act=relu", "seeds=2"]) == 0
+def test_completed_runs_are_left_out_and_unfinished_ones_count_their_epochs_left(relu_pair, tmp_path, capsys):
+    results = copy_tree(relu_pair, tmp_path / "r")  # `visionbench run ... act=relu seeds=2`, trained once per session
     before = sorted(p for p in results.rglob("*"))
     capsys.readouterr()
 
@@ -146,7 +146,7 @@ def test_a_huge_batch_is_one_line_memory_error_and_refused_at_once(tmp_path, cap
 def test_a_batch_the_allocator_would_grant_is_refused_before_it_swaps(tmp_path, capsys, monkeypatch):
     """Below RAM + swap the allocator grants anything (then the machine swaps): the estimate checks the
     step's extrapolated need against the available memory (here: pretended 50 MB) before running it."""
-    monkeypatch.setattr(est, "available_bytes", lambda: 50 * 10**6)
+    monkeypatch.setattr(measure, "available_bytes", lambda: 50 * 10**6)
     assert main(["estimate", f"results_dir={tmp_path / 'r'}", "act=relu", "seeds=1",
                  "batch_size=4096"]) == 2
     err = capsys.readouterr().err.strip()
@@ -158,10 +158,10 @@ def test_a_batch_the_allocator_would_grant_is_refused_before_it_swaps(tmp_path, 
 def test_out_of_memory_messages_are_recognised():
     cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
                        "you tried to allocate 256000000000 bytes. Error code 12 (Cannot allocate memory)")
-    assert est.out_of_memory(cpu) == "tried to allocate 256.0 GB"
+    assert measure.out_of_memory(cpu) == "tried to allocate 256.0 GB"
     cuda = torch_oom("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.15 GiB")
-    assert est.out_of_memory(cuda) == "tried to allocate 20.00 GiB"
-    assert est.out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
+    assert measure.out_of_memory(cuda) == "tried to allocate 20.00 GiB"
+    assert measure.out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
 
 
 def torch_oom(text: str):

@@ -16,10 +16,10 @@ from .test_report_plots import assert_not_blank
 def test_decision_boundaries_plot_and_entry_point(tmp_path):
     state = torch.random.get_rng_state()
     threads = torch.get_num_threads()
-    out = plot_decision_boundaries(["relu", "gelu", "polyrelu", "tanh"], tmp_path / "b.png", seed=0, steps=150)
+    out = plot_decision_boundaries(["relu", "gelu", "polyrelu", "tanh"], tmp_path / "b.png", seed=0, steps=30)  # the figure, not the fit
     assert_not_blank(out, 20_000)
     assert torch.equal(torch.random.get_rng_state(), state) and torch.get_num_threads() == threads
-    assert boundaries_main(["boundaries", "--acts", "relu,silu", "--datasets", "circles,spirals", "--steps", "50",
+    assert boundaries_main(["boundaries", "--acts", "relu,silu", "--datasets", "circles,spirals", "--steps", "10",
                             "--out", str(tmp_path / "sub" / "b2.png")]) == 0
     assert_not_blank(tmp_path / "sub" / "b2.png")
 

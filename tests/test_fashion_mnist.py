@@ -323,16 +323,16 @@ def test_fashion_mnist_slaf_recipe_composes_to_003_table_6():
 
 @pytest.mark.parametrize("recipe", ["fashion_mnist_slaf", "fashion_mnist_vgg4"])
 def test_recipes_pass_the_sweep_preflight(recipe):
-    from visionbench.config import ConfigError
+    """The sweep's checks accept the packaged recipe (a failure fails the test: no skip), swap option and per-channel
+    acts included, and keep every arm it lists, variants whole, in its order."""
+    from visionbench.config import split_top_level
+    from visionbench.sweep.acts import sweep_acts
     from visionbench.sweep.preflight import load_config
 
-    try:
-        cfg = load_config([f"recipe={recipe}"])
-    except ConfigError as e:
-        if "swap_layers" in str(e) or "per_channel=True needs num_channels" in str(e):
-            pytest.skip(f"sweep/preflight.py does not yet strip the swap's option / size per_channel acts: {e}")
-        raise
-    assert cfg.recipe == recipe
+    cfg = load_config([f"recipe={recipe}"])
+    arms = split_top_level(str(recipe_config(recipe).act))
+    assert cfg.recipe == recipe and sweep_acts(cfg) == arms and len(arms) >= 3
+    assert recipe != "fashion_mnist_slaf" or "slaf[swap_layers=last]" in arms
 
 
 def test_vgg4_recipe_smoke_run_on_tiny_files(tmp_path):

@@ -341,3 +341,11 @@ def test_facebook_convnext_checkpoint_is_remapped(tmp_path):
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         assert torch.equal(ft(x), net.eval()(x))
+
+
+def test_finetune_train_is_read_one_way_by_the_preflight_and_the_surgery():
+    """One rule (models/finetune.py `parse_train`): parts in any order, accepted by both."""
+    assert load_config(["finetune.train='head,act'"]).finetune.train == "head,act"  # quoted: not a factor
+    assert finetune.parse_train("head,act") == finetune.parse_train("act,head")
+    with pytest.raises(ConfigError, match="finetune.train must be one of act,head, act, head, all"):
+        load_config(["finetune.train='act,everything'"])

@@ -26,7 +26,7 @@ from visionbench.sweep.locks import RunLock
 from visionbench.sweep.sweep import run_sweep
 
 from .fixtures import write_cifar10, write_tiny_imagenet
-from .helpers import FAST, ROOT, seed_dir, spawn, summary, wait_for, write_recipe
+from .helpers import FAST, HOOK, ROOT, copy_tree, seed_dir, spawn, summary, wait_for, write_recipe
 
 
 # ---- helpers -------------------------------------------------------------------------------
@@ -75,6 +75,80 @@ def test_last_ckpt_is_written_every_epoch_best_only_on_improvement(tmp_path):
 
 
 # ---- 2. SIGTERM, SLURM requeue ----------------------------------------------------------------
+# The signal really sent to a `visionbench run` subprocess is slow (start-up, a paused epoch, then the rerun): the
+# default suite sends it to this process in the middle of an epoch instead (the same handlers, `install_sigterm`).
+@pytest.fixture
+def signal_in_epoch_2(monkeypatch):
+    """`visionbench run` in this process gets `signals` (in order) from itself at the start of epoch 2; this
+    process's own handlers of SIGTERM and SIGUSR1 are put back afterwards."""
+    from visionbench.train import callbacks
+
+    original = callbacks.EpochSeeder.on_train_epoch_start
+    sent: list[int] = []
+
+    def send(self, trainer, pl_module):
+        if trainer.current_epoch == 1 and not sent:
+            for sig in send.signals:
+                sent.append(sig)
+                os.kill(os.getpid(), sig)
+        original(self, trainer, pl_module)
+
+    send.signals = [signal.SIGTERM]
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    monkeypatch.setattr(callbacks.EpochSeeder, "on_train_epoch_start", send)
+    yield send
+    monkeypatch.setattr(callbacks.EpochSeeder, "on_train_epoch_start", original)
+    for s, h in handlers.items():
+        signal.signal(s, h)
+
+
+def test_sigterm_in_an_epoch_records_interrupted_exits_143_and_a_rerun_finishes(tmp_path, capsys, signal_in_epoch_2):
+    """The default-suite sibling of the subprocess test below: the same handler, signal, line and resume."""
+    results = tmp_path / "r"
+    code, _, err = run(capsys, results, "act=relu,gelu", "seeds=1")
+    relu = seed_dir(results, "relu", 0)
+    assert code == 143, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if "interrupted" in line]
+    assert len(lines) == 1 and "SIGTERM" in lines[0] and "rerun the same command" in lines[0]
+    assert summary(relu)["status"] == "interrupted" and "SIGTERM" in summary(relu)["error"]
+    assert not seed_dir(results, "gelu", 0).exists()
+
+    code, out, err = run(capsys, results, "act=relu,gelu", "seeds=1")  # epoch 2 again: no signal this time
+    assert code == 0, err
+    for act in ("relu", "gelu"):
+        assert summary(seed_dir(results, act, 0))["status"] == "completed"
+        assert ckpt_epochs(seed_dir(results, act, 0) / "checkpoints" / "last.ckpt") == 2
+
+
+def _fake_slurm(tmp_path: Path) -> tuple[dict, Path]:
+    """A SLURM job's environment, with an `scontrol` on PATH that records its arguments in the returned file."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "scontrol.calls"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    return {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "sweep", "SLURM_JOB_ID": "4242", "SLURM_PROCID": "0",
+            "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost",
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}, calls
+
+
+def test_slurm_requeue_signal_in_an_epoch_requeues_and_stops_with_138(tmp_path, capsys, monkeypatch, signal_in_epoch_2):
+    """The default-suite sibling of the subprocess test below: SIGUSR1 then SLURM's SIGTERM, in this process."""
+    env, calls = _fake_slurm(tmp_path)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    signal_in_epoch_2.signals = [signal.SIGUSR1, signal.SIGTERM]
+    results = tmp_path / "r"
+    code, _, err = run(capsys, results, "act=relu,gelu", "seeds=1")
+    d = seed_dir(results, "relu", 0)
+    assert code == 138, err
+    assert calls.read_text().split() == ["requeue", "4242"]
+    assert "Traceback" not in err and "interrupted by SIGUSR1" in err
+    assert summary(d)["status"] == "interrupted" and not seed_dir(results, "gelu", 0).exists()
+    assert not list(d.rglob("hpc_ckpt_*"))  # Lightning's mid-epoch requeue checkpoint: not ours
+
+
+@pytest.mark.slow  # a subprocess; the sibling above sends the same signal in-process
 def test_sigterm_records_interrupted_exits_143_and_a_rerun_finishes(tmp_path, capsys):
     results = tmp_path / "r"
     proc = spawn(tmp_path, results, "act=relu,gelu", "seeds=1", pause=1.0)
@@ -96,6 +170,7 @@ def test_sigterm_records_interrupted_exits_143_and_a_rerun_finishes(tmp_path, ca
         assert ckpt_epochs(seed_dir(results, act, 0) / "checkpoints" / "last.ckpt") == 2
 
 
+@pytest.mark.slow  # a subprocess; test_slurm_requeue_signal_in_an_epoch_requeues_and_stops_with_138 is its sibling
 def test_slurm_requeue_signal_requeues_the_job_and_the_run_resumes_at_an_epoch_end(tmp_path, capsys):
     """In a SLURM job (faked by its environment and an `scontrol` that records its call), SIGUSR1
     (`#SBATCH --signal=USR1@120`) runs `scontrol requeue <job>` and stops like SIGTERM (exit 138);
@@ -158,8 +233,10 @@ def test_ctrl_c_during_the_start_up_imports_is_one_line_and_exit_130(tmp_path):
 
 
 # ---- 3. parallel workers die with their parent ----------------------------------------------------
-@pytest.mark.parametrize("how", [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
-                         ids=["kill-9", "SIGTERM"])
+# a parallel=2 sweep killed while both workers train: slow (a subprocess, its workers, two paused epochs, the
+# rerun); the sibling checks the mechanism that does it, PR_SET_PDEATHSIG, on a plain process tree
+@pytest.mark.slow
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "SIGTERM"])
 def test_parallel_workers_stop_with_their_parent(how, tmp_path, capsys):
     """kill -9: no handler of the parent runs, the kernel tells the workers (PDEATHSIG); SIGTERM:
     the parent stops them and exits 143. Either way they record `interrupted` and exit."""
@@ -178,6 +255,105 @@ def test_parallel_workers_stop_with_their_parent(how, tmp_path, capsys):
     code, _, err = run(capsys, results, "act=relu,gelu", "seeds=1", "epochs=3")
     assert code == 0, err
     assert [summary(d)["status"] for d in dirs] == ["completed", "completed"]
+
+
+def _workers(pid: int) -> list[int]:
+    """The pool's worker processes of `pid` (Linux): its spawned children, not multiprocessing's resource tracker."""
+    try:
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        return [c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    except (FileNotFoundError, ValueError):
+        return []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the workers")
+@pytest.mark.parametrize("how", ["ctrl-c to the group", "SIGTERM to the sweep"])
+def test_parallel_interrupted_while_its_workers_start_is_one_line(how, tmp_path):
+    """Ctrl-C reaches every process of the terminal's group: the workers, still importing torch, must not each
+    print a KeyboardInterrupt traceback (they start with SIGINT ignored; the sweep stops them). SIGTERM to the sweep
+    alone: it stops the workers, which exit quietly outside a run. Either way one line, the exit code of the signal,
+    and no run said to be recorded when none was training."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HOOK)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
+           "VB_TEST_EPOCH_PAUSE": "30"}  # no run gets past its first epoch's start before the signal
+    results = tmp_path / "r"
+    proc = subprocess.Popen([sys.executable, "-m", "visionbench.cli", "run", f"results_dir={results}", *FAST,
+                             "act=relu,gelu", "seeds=1", "parallel=2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=ROOT, start_new_session=True)  # its own group: ours is not hit
+    wait_for(lambda: len(_workers(proc.pid)) == 2, what="both workers started")
+    workers = _workers(proc.pid)
+    if how == "ctrl-c to the group":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == (130 if how == "ctrl-c to the group" else 143), err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "interrupted by" in err and "rerun the same command" in err
+    wait_for(lambda: not any(alive(p) for p in workers), 120, "the workers to stop")
+    statuses = [summary(d)["status"] for d in results.rglob("seed_0") if (d / "summary.json").exists()]
+    assert set(statuses) <= {"interrupted"}  # nothing lost: whatever started is resumable
+    assert ("none recorded" in err) == (not statuses), err
+
+
+def test_parallel_workers_start_with_ctrl_c_ignored():
+    """The default-suite sibling of the test above: a process started inside `workers_ignore_ctrl_c` (as the pool
+    starts its workers) has SIGINT ignored, so Python installs no KeyboardInterrupt in it; the sweep's own Ctrl-C
+    handler is back afterwards."""
+    from visionbench.sweep.signals import workers_ignore_ctrl_c
+
+    before = signal.getsignal(signal.SIGINT)
+    with workers_ignore_ctrl_c():
+        child = subprocess.run([sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)"],
+                               capture_output=True, text=True)
+    assert child.stdout.strip() == "True", child
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+@pytest.mark.parametrize("recorded, says", [(0, "while no run was training (none recorded as 'interrupted')"),
+                                            (1, "the run in progress is recorded as 'interrupted'"),
+                                            (2, "the 2 runs in progress are recorded as 'interrupted'")])
+def test_the_interrupt_line_says_how_many_runs_were_recorded(recorded, says, tmp_path, capsys, monkeypatch):
+    from visionbench.sweep import sweep as sweep_module
+    from visionbench.sweep.signals import Interrupted
+
+    def interrupted(*args, **kwargs):
+        stop = Interrupted("SIGTERM")
+        stop.recorded = recorded
+        raise stop
+
+    monkeypatch.setattr(sweep_module, "run_sweep", interrupted)
+    code = main(["run", f"results_dir={tmp_path / 'r'}", "act=relu", "seeds=1"])
+    err = capsys.readouterr().err
+    assert code == 143 and err.count("\n") == 1 and says in err, err
+    assert not (tmp_path / "r").exists()
+
+
+# a middle process starts a child that calls `_die_with_parent` (as every parallel worker does, signals.init_worker)
+# and prints the child's pid; the test kills the middle process with kill -9
+ORPHAN = '''
+import subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import time; from visionbench.sweep import signals; "
+                          "signals._die_with_parent(); print(flush=True); time.sleep(300)"], stdout=subprocess.PIPE)
+child.stdout.readline()  # the child's line: its death is tied to this process now
+print(child.pid, flush=True)
+child.wait()
+'''
+
+
+def test_a_worker_gets_sigterm_when_its_parent_is_killed_9():
+    """The default-suite sibling of test_parallel_workers_stop_with_their_parent: no handler of a kill -9'ed parent
+    runs, the kernel sends its worker SIGTERM (PR_SET_PDEATHSIG) and the worker dies with it (that a training worker
+    records `interrupted` on that SIGTERM: the slow test; the SIGTERM handler itself: the in-process sibling above)."""
+    middle = subprocess.Popen([sys.executable, "-c", ORPHAN], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    child = int(middle.stdout.readline())
+    assert alive(child)
+    middle.kill()
+    middle.wait(timeout=60)
+    wait_for(lambda: not alive(child), 60, "the child to die with its parent")
 
 
 # ---- 4. one process per run directory -----------------------------------------------------------
@@ -213,12 +389,11 @@ def test_temp_files_are_per_process_and_stale_ones_are_removed(tmp_path, capsys)
 
 
 # ---- 5. corrupt or inconsistent run state ----------------------------------------------------------
-@pytest.fixture(scope="module")
-def finished_sweep(tmp_path_factory) -> Path:
-    """relu seeds 0, 1, completed (2 epochs): copied, then damaged, by each case below."""
-    results = tmp_path_factory.mktemp("finished")
-    assert [o.status for o in sweep(results, "act=relu", "seeds=2")] == ["completed", "completed"]
-    return results
+@pytest.fixture
+def finished_sweep(relu_pair) -> Path:
+    """relu seeds 0, 1, completed (2 epochs; tests/conftest.py's `relu_pair`, trained once per session): copied,
+    then damaged, by each case below."""
+    return relu_pair
 
 
 def _unfinished(d: Path) -> None:
@@ -271,14 +446,19 @@ CORRUPTIONS = {  # name: (damage, words of the one-line message, what the messag
 }
 
 
+# the rest of the sweep goes on after the failed run: in these cases seed 1 is deleted and must train to the end
+# regardless; in the others it is left completed and the sweep must still reach it (and skip it)
+TRAIN_THE_REST = {"config_garbage", "metrics_torn_row_unfinished", "last_ckpt_truncated"}
+
+
 @pytest.mark.parametrize("case", list(CORRUPTIONS))
 def test_corrupt_run_state_fails_that_run_in_one_line_and_the_sweep_goes_on(case, finished_sweep, tmp_path, capsys):
     damage, words, fix = CORRUPTIONS[case]
-    results = tmp_path / "r"
-    shutil.copytree(finished_sweep, results)
+    results = copy_tree(finished_sweep, tmp_path / "r")
     d = seed_dir(results, "relu", 0)
     damage(d)
-    shutil.rmtree(seed_dir(results, "relu", 1))  # the rest of the sweep: must train to the end regardless
+    if case in TRAIN_THE_REST:
+        shutil.rmtree(seed_dir(results, "relu", 1))
     metrics = (d / "metrics.csv").read_bytes() if (d / "metrics.csv").exists() else None
     code, out, err = run(capsys, results, "act=relu", "seeds=2")
     assert code == 1, err
@@ -287,6 +467,7 @@ def test_corrupt_run_state_fails_that_run_in_one_line_and_the_sweep_goes_on(case
     assert str(d) in line and all(w in line for w in words), line
     assert metrics is None or (d / "metrics.csv").read_bytes() == metrics  # kept as found: never "repaired"
     assert summary(seed_dir(results, "relu", 1))["status"] == "completed"
+    assert ("seed 1: completed" if case in TRAIN_THE_REST else "seed 1: skipped") in out
 
     # the fix the line names works: the rerun finishes the sweep
     target = d / fix
@@ -298,8 +479,7 @@ def test_corrupt_run_state_fails_that_run_in_one_line_and_the_sweep_goes_on(case
 
 def test_missing_config_of_a_completed_run_with_other_settings_is_refused(finished_sweep, tmp_path, capsys):
     """Without config.yaml, the summary's config hash tells a run of other settings from this one."""
-    results = tmp_path / "r"
-    shutil.copytree(finished_sweep, results)
+    results = copy_tree(finished_sweep, tmp_path / "r")
     d = seed_dir(results, "relu", 0)
     (d / "config.yaml").unlink()
     shutil.rmtree(seed_dir(results, "relu", 1))
@@ -360,11 +540,15 @@ def test_atomic_write_on_a_full_disk_keeps_the_old_file_and_no_temp(tmp_path, mo
 
 # ---- 7. every key checked before any training (the bad values: test_bad_inputs.py) --------------------
 def test_every_recipe_passes_the_checks():
-    """A key added to the schema is checked by its annotation (tests/test_schema.py): no table to extend."""
+    """A key added to the schema is checked by its annotation (tests/test_schema.py): no table to extend.
+    Every packaged recipe passes the sweep's checks as it is, and composes to itself."""
     from visionbench.config import recipe_names
 
-    for name in recipe_names():
-        load_config([f"recipe={name}"])
+    names = recipe_names()
+    assert len(names) >= 10 and "digits_vgg4" in names
+    for name in names:
+        cfg = load_config([f"recipe={name}"])
+        assert cfg.recipe == name and cfg.epochs >= 1 and cfg.act, name
 
 
 # ---- 8. corrupt data: validated at load, the file named -----------------------------------------------
@@ -422,6 +606,7 @@ def test_report_of_an_all_diverged_recipe_prints_nan_rows(tmp_path, capsys):
     assert "| relu | 0 | NaN (2/2 diverged)" in out and "| gelu | 0 | NaN (2/2 diverged)" in out
 
 
+@pytest.mark.plots
 def test_report_skips_a_garbage_act_snapshot_naming_it(tmp_path, capsys):
     from visionbench.report.collect import read_snapshots
 
@@ -447,9 +632,9 @@ def test_report_skips_a_garbage_act_snapshot_naming_it(tmp_path, capsys):
     assert (recipe / "act_shapes_rational_seed0.png").exists()
 
 
-def test_report_marks_runs_of_different_configurations(tmp_path, capsys):
-    sweep(tmp_path, "act=relu", "seeds=2", "epochs=1")
-    sweep(tmp_path, "act=gelu", "seeds=2", "epochs=2")
+def test_report_marks_runs_of_different_configurations(relu_pair, tmp_path, capsys):
+    copy_tree(relu_pair, tmp_path)  # relu trained for 2 epochs
+    sweep(tmp_path, "act=gelu", "seeds=2", "epochs=1")
     assert main(["report", str(tmp_path / "digits_vgg4")]) == 0
     out = capsys.readouterr().out
     (line,) = [line for line in out.splitlines() if "NOT COMPARABLE" in line]
@@ -520,7 +705,7 @@ def _deny_writes_under(monkeypatch, root: Path) -> None:
 def test_an_unwritable_results_dir_fails_in_one_line_before_any_training(tree, finished_sweep, tmp_path, capsys,
                                                                          monkeypatch):
     results = tmp_path / "r"
-    results.mkdir() if tree == "empty" else shutil.copytree(finished_sweep, results)
+    results.mkdir() if tree == "empty" else copy_tree(finished_sweep, results)
     before = _tree(results)
     _deny_writes_under(monkeypatch, results)
     code, out, err = run(capsys, results, "act=relu", "seeds=3")
@@ -563,6 +748,7 @@ def test_results_dir_moved_during_the_sweep_stops_it_in_one_line(tmp_path, capsy
 
 
 # ---- 12. the Hydra entry point fails when its run failed -------------------------------------------------
+@pytest.mark.slow  # a Hydra subprocess; tests/test_runner.py's multirun test has a failed job too (its sibling)
 def test_hydra_entry_point_exits_nonzero_with_the_line_when_the_run_failed(tmp_path):
     d = seed_dir(tmp_path, "relu", 0)
     d.mkdir(parents=True)

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 import torch
 
-from visionbench.config import data_config
+from visionbench.config import block
 from visionbench.data import create_datamodule
 from visionbench.data.keyed_samplers import KeyedExpandedRepeatAugSampler, KeyedRepeatAugSampler
 from visionbench.data.loading import ExpandedRepeatAugSampler, RepeatAugSampler
@@ -73,11 +73,11 @@ def test_datamodule_picks_the_sampler_of_repeated_aug_epoch(mode, cls, length):
 
 def test_config_rejects_bad_repeated_aug_epoch():
     with pytest.raises(ValueError, match="data.augment.repeated_aug_epoch must be one of expand, deit"):
-        data_config({"augment": {"repeated_aug_epoch": "long"}})
+        block("data", {"augment": {"repeated_aug_epoch": "long"}})
     with pytest.raises(ValueError, match="data.augment.repeated_aug must be an integer"):
-        data_config({"augment": {"repeated_aug": 2.5}})
-    assert data_config({"augment": {"repeated_aug": 2.5, "repeated_aug_epoch": "deit"}}).augment.repeated_aug == 2.5
-    assert data_config({}).augment.repeated_aug_epoch == "expand"
+        block("data", {"augment": {"repeated_aug": 2.5}})
+    assert block("data", {"augment": {"repeated_aug": 2.5, "repeated_aug_epoch": "deit"}}).augment.repeated_aug == 2.5
+    assert block("data", {}).augment.repeated_aug_epoch == "expand"
 
 
 # ---- metrics.csv step/samples and the schedule, end to end -----------------------------

@@ -56,6 +56,7 @@ def fmt(x, digits=2, sign=False):
     return "" if pd.isna(x) else (f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}")
 
 
+@pytest.mark.plots
 def test_report_end_to_end_md_csv_tex_carry_the_same_numbers(tree, capsys):
     assert main([str(tree), "--extras"]) == 0
     out, err = capsys.readouterr()

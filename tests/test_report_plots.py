@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import matplotlib.image as mpimg
 
+import pytest
+
 from .helpers import write_recipe, write_run
 
 from visionbench.report import load_runs
 from visionbench.report.figures import curve_column, make_plots, plot_act_shapes
+
+pytestmark = pytest.mark.plots
 
 
 def assert_not_blank(path, min_bytes: int = 5000):

@@ -112,6 +112,7 @@ def test_probability_of_improvement_per_recipe_and_their_mean(tree):
     assert "Probability of improvement over relu" in md and "without an interval" in md
 
 
+@pytest.mark.plots
 def test_report_writes_the_suite_files_and_a_single_recipe_none(tree, tmp_path_factory):
     assert main([str(tree)]) == 0
     for name in ("ranks.csv", "ranks.md", "cd_diagram.png", "improvement.csv", "improvement.png"):
@@ -155,6 +156,7 @@ def test_complete_block_drops_the_act_that_ran_least():
     assert ranking.cliques({"a": 1.0, "b": 1.5, "c": 3.0}, cd=1.0) == [["a", "b"]]
 
 
+@pytest.mark.plots
 def test_improvement_plot_needs_an_aggregate(tmp_path):
     frame = pd.DataFrame([{"act": "gelu", "block": "r0", "p_improve": 0.7, "ci_low": 0.5, "ci_high": 0.9, "n_blocks": 1}])
     assert figures.plot_improvement(frame, "relu", tmp_path / "a.png") is None

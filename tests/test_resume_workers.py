@@ -116,7 +116,8 @@ def test_copies_of_an_image_in_an_epoch_are_augmented_differently():
 
 
 # ---- whole runs: resume with workers, and workers 0 vs 2 ------------------------------------------------
-@pytest.mark.parametrize("recipe", ["digits_vgg4_aug", "digits_vgg4"])
+@pytest.mark.parametrize("recipe", ["digits_vgg4_aug", pytest.param("digits_vgg4", marks=pytest.mark.slow)])  # the
+# augmented recipe (random draws in the workers) is the harder case; the plain one, slow
 def test_resume_with_workers_repeats_the_uninterrupted_run_for_any_num_workers(recipe, tmp_path, crash_in_epoch_3):
     args = (f"recipe={recipe}",)
     crashed = sweep_small(tmp_path / "resumed", *args, "data.num_workers=2")

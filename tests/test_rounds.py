@@ -138,6 +138,31 @@ def test_report_without_record_has_no_stopped_column(tmp_path):
     assert "stopped" not in (tmp_path / "r" / "table.md").read_text()
 
 
+def test_the_command_stops_early_and_the_report_says_so(tmp_path, capsys, monkeypatch):
+    """The default-suite sibling of the real sweep below: `visionbench run ... seeds=auto` end to end, the sweep's
+    own planning, files and report, with each run's training replaced by fixed epochs (sigmoid ≈ 40 %, relu ≈ 96 %)."""
+    from visionbench.train import run as one_run
+
+    def fake(cfg, run_dir, progress=True):  # cfg: the typed run config or config.yaml's mapping
+        act, seed = (cfg["act"], cfg["seed"]) if isinstance(cfg, dict) else (cfg.act, cfg.seed)
+        top = (96.0 if act == "relu" else 40.0) + 0.3 * seed
+        return one_run.RunResult(rows=[{"epoch": 1, "val_top1": top, "test_top1": top, "train_loss": 1.0}], params=10)
+
+    monkeypatch.setattr(one_run, "train_run", fake)
+    code = main(["run", "act=relu,sigmoid", "seeds=auto", "seeds_max=5", "epochs=1", f"results_dir={tmp_path}"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "seeds=auto round 1/2 (3 seeds): sigmoid worse" in out, out + err
+    recipe = tmp_path / "digits_vgg4"
+    record = json.loads((recipe / layout.SEQUENTIAL).read_text())
+    assert record["acts"]["sigmoid"] | {"history": None} == {"decision": "worse", "seeds": 3, "history": None}
+    assert record["baseline_seeds"] == 3
+    assert sorted(p.name for p in (recipe / "relu").iterdir()) == ["seed_0", "seed_1", "seed_2"]
+    assert not (recipe / "sigmoid" / "seed_3").exists()
+    table = (recipe / "table.md").read_text()
+    assert "| worse at 3 seeds |" in table and "sigmoid: worse at 3 seeds" in table
+
+
+@pytest.mark.slow  # 6 runs of 6 epochs: 25-35 s on a 2-core CPU; the test above is its default-suite sibling
 def test_real_sweep_stops_early_and_the_report_says_so(tmp_path, capsys):
     """digits_vgg4, 6 epochs: sigmoid (≈ 40 %) against relu (≈ 96 %) is decided at the first look, so
     neither trains seeds 3-4; the table marks it."""

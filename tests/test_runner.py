@@ -3,6 +3,7 @@ divergence, failures, determinism, config mismatch. The CLI's errors on bad inpu
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from visionbench.cli import main
 from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import ConfigMismatch, run_sweep
 
-from .helpers import metric_rows
+from .helpers import copy_tree, metric_rows
 
 FAST = ["epochs=2", "batch_size=64", "data.limit_train=200", "data.limit_val=100", "snapshot_epochs=[0,-1]"]
 
@@ -44,17 +45,18 @@ def test_digits_run_writes_the_full_schema(tmp_path):
     assert list((d / "tb").glob("events.out.tfevents.*"))
 
 
-def test_resume_skips_completed_seeds_and_matches_uninterrupted(tmp_path):
-    first = sweep(tmp_path / "a", "act=relu", "seeds=1")
+def test_resume_skips_completed_seeds_and_matches_uninterrupted(relu_pair, tmp_path):
+    """A seeds=1 sweep (relu_pair's seed 0), extended to seeds=2, equals the straight seeds=2 sweep (relu_pair)."""
+    copy_tree(relu_pair, tmp_path / "a")
+    shutil.rmtree(tmp_path / "a" / "digits_vgg4" / "relu" / "seed_1")
     again = sweep(tmp_path / "a", "act=relu", "seeds=2")
-    assert [o.status for o in first] == ["completed"]
     assert [o.status for o in again] == ["skipped", "completed"]
-    straight = sweep(tmp_path / "b", "act=relu", "seeds=2")
     for seed in (0, 1):
         a = metric_rows(tmp_path / "a" / "digits_vgg4" / "relu" / f"seed_{seed}" / "metrics.csv")
-        b = metric_rows(tmp_path / "b" / "digits_vgg4" / "relu" / f"seed_{seed}" / "metrics.csv")
+        b = metric_rows(relu_pair / "digits_vgg4" / "relu" / f"seed_{seed}" / "metrics.csv")
         assert a == b
-    assert straight[1].summary["metrics"] == again[1].summary["metrics"]
+    straight = json.loads((relu_pair / "digits_vgg4" / "relu" / "seed_1" / "summary.json").read_text())
+    assert straight["metrics"] == again[1].summary["metrics"]
 
 
 def test_interrupted_seed_resumes_from_last_checkpoint(tmp_path, crash_in_epoch_3):
@@ -89,7 +91,7 @@ def test_failure_is_recorded_and_the_command_exits_nonzero(tmp_path, monkeypatch
     real = one_run.build_model
 
     def broken(cfg, *a, **k):
-        if cfg["act"] == "gelu":
+        if cfg.act == "gelu":  # the typed run config (config.typed)
             raise RuntimeError("boom")
         return real(cfg, *a, **k)
 
@@ -110,8 +112,8 @@ def test_same_config_and_seed_give_identical_metrics(tmp_path):
     assert a == metric_rows(tmp_path / "b" / "digits_vgg4" / "polynorm" / "seed_0" / "metrics.csv")
 
 
-def test_changed_config_is_an_error_not_a_silent_mix(tmp_path):
-    sweep(tmp_path, "act=relu", "seeds=1")
+def test_changed_config_is_an_error_not_a_silent_mix(relu_pair, tmp_path):
+    copy_tree(relu_pair, tmp_path)
     with pytest.raises(ConfigMismatch, match="optim.lr"):
         sweep(tmp_path, "act=relu", "seeds=1", "optim.lr=0.5")
 
@@ -132,11 +134,13 @@ def _as_older_version(config_path: Path, **augment) -> None:
     config_path.write_text(yaml.safe_dump(stored))
 
 
-def test_results_of_an_older_version_resume_without_a_false_mismatch(tmp_path):
+def test_results_of_an_older_version_resume_without_a_false_mismatch(relu_pair, tmp_path):
     from visionbench.sweep.sweep import check_resumable
     from visionbench.config import run_config
 
-    (o,) = sweep(tmp_path, "act=relu", "seeds=1")
+    copy_tree(relu_pair, tmp_path)
+    (o,) = sweep(tmp_path, "act=relu", "seeds=1")  # completed before: skipped
+    assert o.status == "skipped"
     _as_older_version(o.run_dir / "config.yaml")
     cfg = load_config([f"results_dir={tmp_path}", *FAST, "act=relu", "seeds=1"])
     check_resumable(run_config(cfg, "relu", 0), o.run_dir)  # the keys it lacks hold their old behaviour
@@ -164,16 +168,22 @@ def test_every_subcommand_answers_help_with_usage(cmd, tmp_path, capsys, monkeyp
     assert not any(tmp_path.iterdir())  # nothing run, nothing written
 
 
-def test_hydra_multirun_entry_point_writes_the_same_tree(tmp_path):
-    """The cluster path (Hydra multirun; SLURM swaps only the launcher) writes one run per job."""
+def test_hydra_multirun_entry_point_writes_the_same_tree_and_fails_with_a_failed_job(tmp_path):
+    """The cluster path (Hydra multirun; SLURM swaps only the launcher) writes one run per job; a job whose run
+    fails (here the last: its run directory holds a garbage summary.json) makes the command exit non-zero with the
+    sweep's line. (One subprocess for both: the single-job version, test_reliability.py, and submitit's, are slow.)"""
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "visionbench.sweep.hydra_app", "-m", "act=relu,gelu", "seed=1",
+    bad = tmp_path / "digits_vgg4" / "silu" / "seed_1"
+    bad.mkdir(parents=True)
+    (bad / "summary.json").write_text("[]")
+    cmd = [sys.executable, "-m", "visionbench.sweep.hydra_app", "-m", "act=relu,gelu,silu", "seed=1",
            f"results_dir={tmp_path}", "epochs=1", "data.limit_train=100", "data.limit_val=50",
            f"hydra.sweep.dir={tmp_path / 'multirun'}"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode != 0, done.stderr[-2000:]
+    assert f"{bad / 'summary.json'} holds list, not the summary mapping; delete it" in done.stderr, done.stderr[-2000:]
     for act in ("relu", "gelu"):
         s = json.loads((tmp_path / "digits_vgg4" / act / "seed_1" / "summary.json").read_text())
         assert s["status"] == "completed" and s["seed"] == 1

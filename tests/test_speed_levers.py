@@ -118,6 +118,18 @@ def test_levers_are_passed_to_lightning(tmp_path, monkeypatch):
     assert captured["accumulate"] == 4 and captured["batch"] == 16 and captured["sync_batchnorm"] is True
 
 
+def test_compile_lever_compiles_the_network_once(tmp_path, monkeypatch):
+    """The default-suite sibling of the slow test below: trainer.compile=true reaches the network (one
+    `Module.compile` call, here a stand-in that does not compile) and the run trains."""
+    import torch
+
+    compiled = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, *args, **kwargs: compiled.append(type(self).__name__))
+    losses = _losses(tmp_path, "trainer.compile=true", epochs=1)
+    assert len(compiled) == 1 and len(losses) == 1 and losses[0] == losses[0]
+
+
+@pytest.mark.slow  # 15-30 s of compilation on a 2-core CPU
 def test_compile_matches_plain_run(plain, tmp_path, monkeypatch):
     """torch.compile (14-17 s of compilation on this CPU): the network is compiled, the losses kept."""
     import torch
@@ -134,7 +146,12 @@ def test_compile_matches_plain_run(plain, tmp_path, monkeypatch):
     assert len(compiled) == 1
 
 
-@pytest.mark.parametrize("act", [n for n in activations.names() if activations.is_learnable(n)])
+# two representative families by default (a rational function with its fused kernel, a polynomial basis); the rest slow
+BF16_DEFAULT = {"rational", "hermite"}
+
+
+@pytest.mark.parametrize("act", [pytest.param(n, marks=() if n in BF16_DEFAULT else pytest.mark.slow)
+                                 for n in activations.names() if activations.is_learnable(n)])
 def test_bf16_mixed_with_every_learnable_family(act, tmp_path):
     """bf16 autocast on CPU: the learnable activations compute in fp32 inside (docs/bench.md)."""
     losses = _losses(tmp_path, "trainer.precision=bf16-mixed", act=act, epochs=1)

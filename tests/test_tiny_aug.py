@@ -3,6 +3,8 @@ ColorJitter before torchvision's RandAugment, a plain-resize eval transform, and
 weight-decay rule (pos_embed / cls_token / Swin's relative_position_bias_table decay)."""
 from __future__ import annotations
 
+import dataclasses
+
 import random
 
 import numpy as np
@@ -13,8 +15,8 @@ from torchvision import transforms as T
 from torchvision.transforms import InterpolationMode
 
 from visionbench import activations, models
-from visionbench.config import block, data_config
-from visionbench.data.transforms import build_eval_transform, build_train_transform
+from visionbench.config import block
+from visionbench.data.transforms import build_eval_transform, build_train_transform, is_random, jitter_of
 from visionbench.sweep.preflight import load_config
 from visionbench.train.optim import build_optimizer
 
@@ -29,11 +31,11 @@ def image() -> Image.Image:
 
 
 def _augment(**keys):
-    return data_config({"name": "tiny_imagenet", "augment": keys}).augment
+    return block("data", {"name": "tiny_imagenet", "augment": keys}).augment
 
 
 def _recipe_train_transform(recipe: str = "tinyimagenet_vit_s8") -> T.Compose:
-    cfg = data_config(load_config([f"recipe={recipe}"]).data)
+    cfg = block("data", load_config([f"recipe={recipe}"]).data)
     return build_train_transform(cfg.augment, 64, cfg.mean, cfg.std, native_size=64)
 
 
@@ -47,8 +49,8 @@ def _seeded(transform, img, seed: int) -> torch.Tensor:
 @pytest.mark.parametrize("recipe", TINY_RECIPES)
 def test_recipes_set_the_004_code_values(recipe):
     cfg = load_config([f"recipe={recipe}"])
-    aug = data_config(cfg.data).augment
-    assert aug.jitter == (0.4, 0.4, 0.4, 0.1)
+    aug = block("data", cfg.data).augment
+    assert jitter_of(aug) == (0.4, 0.4, 0.4, 0.1)
     assert (aug.auto_augment, aug.auto_augment_impl) == ("rand-n2-m9", "torchvision")
     assert cfg.optim.decay_rule == "ndim" and cfg.optim.weight_decay == 0.05
 
@@ -91,12 +93,12 @@ def test_torchvision_rand_augment_matches_the_004_call(image):
 
 
 def test_color_jitter_forms_and_order_with_timm_rand_augment():
-    assert _augment(color_jitter=0.4).jitter == (0.4, 0.4, 0.4, 0.0)  # timm's scalar: no hue
-    assert _augment(color_jitter=[0.1, 0.2, 0.3]).jitter == (0.1, 0.2, 0.3, 0.0)
+    assert jitter_of(_augment(color_jitter=0.4)) == (0.4, 0.4, 0.4, 0.0)  # timm's scalar: no hue
+    assert jitter_of(_augment(color_jitter=[0.1, 0.2, 0.3])) == (0.1, 0.2, 0.3, 0.0)
     aug = _augment(crop_pad=4, color_jitter=0.4, auto_augment="rand-m9-mstd0.5-inc1")  # CIFAR style too
     kinds = [type(t).__name__ for t in build_train_transform(aug, 32, MEAN, STD, native_size=32).transforms]
     assert kinds.index("ColorJitter") + 1 == kinds.index("RandAugment")  # timm's, right after the jitter
-    assert _augment(color_jitter=0.4).enabled and not _augment(color_jitter=None).enabled
+    assert is_random(_augment(color_jitter=0.4)) and not is_random(_augment(color_jitter=None))
 
 
 @pytest.mark.parametrize("keys, message", [
@@ -175,4 +177,4 @@ def test_build_optimizer_reads_decay_rule(transformers):
     decay = {id(p) for g in opt.param_groups if g["name"] == "decay" for p in g["params"]}
     assert id(model.pos_embed) in decay and id(model.cls_token) in decay
     with pytest.raises(ValueError, match="optim.decay_rule"):
-        build_optimizer(model, {**optim, "decay_rule": "everything"}, batch_size=128)
+        build_optimizer(model, dataclasses.replace(optim, decay_rule="everything"), batch_size=128)

@@ -3,10 +3,11 @@
     visionbench run [recipe=NAME] [act=a,b,...] [seeds=N] [key=value ...]
     visionbench estimate <the run's arguments>   # projected time, memory, params of the sweep; trains nothing
     visionbench report RESULTS_DIR [--metric ...] [--baseline ...] [--test student|welch|paired]
-    visionbench list
+    visionbench list [imports=my_acts]          # recipes, activations, models; a plugin's by its module
     visionbench bench activations|train|fit [...]
     visionbench plot boundaries [--acts ...] [--out FILE]
     visionbench papers [--paper 004] [--table 2] [--format md|csv] [--test student|welch]
+    visionbench predictions RUN_DIR [...]        # rewrite completed runs' predictions.npz from their checkpoints
 """
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ def _load(cmd: str, args: list[str]):
     from .sweep.preflight import load_config
 
     try:
+        if any(a.split("=", 1)[0].lstrip("+") == "seed" for a in args):  # the schema's per-run key, not a sweep's
+            raise ConfigError("seed is set per run by the sweep, not on its command line: seeds=N trains seeds "
+                              "0..N-1; for one given seed use the Hydra entry point (python -m "
+                              "visionbench.sweep.hydra_app ... seed=K, docs/running.md)", "seed")
         return load_config(args)
     except ConfigError as e:
         print(f"visionbench {cmd}: {e}", file=sys.stderr)
@@ -48,11 +53,13 @@ def _estimate(args: list[str]) -> int:
     """The preflight before a sweep is submitted (bench/estimate.py): its cost, nothing written."""
     from .bench.estimate import estimate, format_estimate
     from .config import ConfigError
+    from .sweep.resultsdir import check_directory
 
     cfg = _load("estimate", args)
     if cfg is None:
         return 2
     try:
+        check_directory(cfg)  # the completed runs it leaves out are read from there
         print(format_estimate(estimate(cfg), cfg.recipe, str(Path(cfg.results_dir) / cfg.recipe)), flush=True)
     except ConfigError as e:
         print(f"visionbench estimate: {e}", file=sys.stderr)
@@ -61,7 +68,8 @@ def _estimate(args: list[str]) -> int:
 
 
 def _run(args: list[str]) -> int:
-    from .config import DEFAULT_METRIC, HELD_OUT_METRIC, ConfigError, split_top_level, sweep_settings
+    from .config import ConfigError, split_top_level, sweep_settings
+    from .results.layout import DEFAULT_METRIC, HELD_OUT_METRIC
     from .results.settings import format_value
     from .sweep.acts import ALL, sweep_acts
     from .sweep.ranks import is_rank_zero
@@ -104,9 +112,14 @@ def _run(args: list[str]) -> int:
         return 1
     except KeyboardInterrupt as e:  # Interrupted (SIGTERM) or a Ctrl-C outside training
         stop = e if isinstance(e, Interrupted) else Interrupted(received())
-        if lead:
-            print(f"visionbench run: interrupted by {stop.signal_name}; the run in progress is recorded as "
-                  f"'interrupted' — rerun the same command to resume it", file=sys.stderr)
+        recorded = getattr(e, "recorded", 0)
+        if lead and recorded:
+            runs = "the run in progress is" if recorded == 1 else f"the {recorded} runs in progress are"
+            print(f"visionbench run: interrupted by {stop.signal_name}; {runs} recorded as 'interrupted' — rerun "
+                  f"the same command to resume {'it' if recorded == 1 else 'them'}", file=sys.stderr)
+        elif lead:
+            print(f"visionbench run: interrupted by {stop.signal_name} while no run was training (none recorded as "
+                  "'interrupted'); rerun the same command to go on with the sweep", file=sys.stderr)
         return stop.exit_code
     if not lead:  # rank 0 reports and gives the exit status; a rank > 0 exiting non-zero would make
         return 0  # Lightning's launcher kill rank 0 (its child-process observer) before the report
@@ -143,23 +156,63 @@ def _exit_status(outcomes) -> int:
     return 1 if bad else 0
 
 
+def _predictions(args: list[str]) -> int:
+    """`visionbench predictions RUN_DIR ...`: rewrite each completed run's predictions.npz from its checkpoint
+    (train/rewrite.py), holding the run's lock; 1 when one could not be rewritten (why, on stderr)."""
+    if not args or any(a.startswith("-") for a in args):
+        print("usage: visionbench predictions RUN_DIR [RUN_DIR ...]\n\nRewrite each completed run's "
+              "predictions.npz from its checkpoints (the arrays it wrote, identical).", file=sys.stderr)
+        return 0 if any(a in ("-h", "--help") for a in args) else 2
+    from .results.io import RunStateError
+    from .sweep.locks import RunLock, RunLocked
+    from .train.rewrite import rewrite_predictions
+
+    bad = 0
+    for run_dir in args:
+        if not Path(run_dir, "summary.json").is_file():
+            print(f"visionbench predictions: {run_dir} is no run directory (no summary.json)", file=sys.stderr)
+            bad += 1
+            continue
+        try:
+            with RunLock(Path(run_dir)):
+                print(f"wrote {rewrite_predictions(run_dir)}")
+        except (RunStateError, RunLocked) as e:
+            print(f"visionbench predictions: {e}", file=sys.stderr)
+            bad += 1
+    return 1 if bad else 0
+
+
 def _list(args: list[str]) -> int:
-    from . import activations, models
+    from . import activations, models, plugins
     from .config import recipe_description, recipe_names
 
+    bad = [a for a in args if a.split("=", 1)[0].lstrip("+") != "imports"]
+    if bad:
+        print(f"visionbench list: unexpected {bad[0]!r}; usage: visionbench list [imports=MODULE,...]", file=sys.stderr)
+        return 2
+    try:
+        plugins.load([a.split("=", 1)[1] for a in args])
+    except plugins.PluginError as e:
+        print(f"visionbench list: {e}", file=sys.stderr)
+        return 2
     print("recipes:")
     for name in recipe_names():
         print(f"  {name:<30} {recipe_description(name)}")
     print("activations (by family; act=all sweeps every one):")
     groups: dict[str, list[str]] = {}
+    owners = {a: p.module for p in plugins.loaded() for a in p.activations}
     for name in activations.names():
-        groups.setdefault(activations.family(name), []).append(name)
+        groups.setdefault(activations.family(name), []).append(name + (f" (from {owners[name]})" if name in owners else ""))
     order = list(activations.FAMILIES) + sorted(set(groups) - set(activations.FAMILIES))
     for label in (f for f in order if f in groups):
         heading = activations.FAMILIES.get(label, label) + ":"
         print(f"  {heading:<34} " + ", ".join(groups[label]))
     print("models:")
     print("  " + ", ".join(models.names()) + ", or any timm model name")
+    for p in plugins.loaded():  # where each plugin's names come from (built-ins are visionbench's own)
+        print(f"plugin {p.module} ({p.source}; version {p.version or '-'}, sha256 {(p.sha256 or '-')[:12]}, "
+              f"{p.file or '?'}):")
+        print(f"  activations: {', '.join(p.activations) or '-'}; models: {', '.join(p.models) or '-'}")
     return 0
 
 
@@ -186,7 +239,9 @@ def _main(argv: list[str] | None) -> int:
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
     helps = {**{c: RUN_USAGE.format(cmd=c, what=w) for c, w in WHAT.items()},
-             "list": "usage: visionbench list\n\nThe recipes, the activations (by family) and the models a config may name."}
+             "list": "usage: visionbench list [imports=MODULE,...]\n\nThe recipes, the activations (by family) and the "
+                     "models a config may name; each plugin's (imports=, or an installed `visionbench.plugins` entry "
+                     "point) with the module it came from."}
     if cmd in helps and any(a in ("-h", "--help") for a in rest):
         print(helps[cmd])
         return 0
@@ -215,11 +270,19 @@ def _dispatch(cmd: str, rest: list[str]) -> int:
         from .report.papers import main as papers_main
 
         return papers_main(rest)
+    if cmd == "predictions":
+        return _predictions(rest)
     if cmd == "bench":
+        from . import plugins
         from .bench import main as bench_main
 
-        return bench_main(rest)
-    print(f"visionbench: unknown command {cmd!r}; commands: run, estimate, report, list, bench, plot, papers\n{USAGE}", file=sys.stderr)
+        try:  # the benchmarks of the registry (activations, fit) include the plugins' activations
+            plugins.load([a.split("=", 1)[1] for a in rest if a.startswith("imports=")])
+        except plugins.PluginError as e:
+            print(f"visionbench bench: {e}", file=sys.stderr)
+            return 2
+        return bench_main([a for a in rest if not a.startswith("imports=")] if rest[:1] != ["train"] else rest)
+    print(f"visionbench: unknown command {cmd!r}; commands: run, estimate, report, list, bench, plot, papers, predictions\n{USAGE}", file=sys.stderr)
     return 2
 
 

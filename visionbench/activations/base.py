@@ -188,7 +188,7 @@ class LearnableActivation(nn.Module):
 
     def fit_init(self, target: str) -> None:
         """`fit(target)` on INIT_INTERVAL, through _FIT_CACHE when the family sets `cache_fits`."""
-        if not self.cache_fits:
+        if not self.cache_fits or self._param_device().type == "meta":  # meta: nothing to fit, nothing to cache
             self.fit(target, INIT_INTERVAL)
             return
         key = self.fit_cache_key() + (target, INIT_INTERVAL)
@@ -255,6 +255,8 @@ class LearnableActivation(nn.Module):
         lo, hi = float(interval[0]), float(interval[1])
         if not hi > lo:
             raise ValueError(f"fit interval must have lo < hi, got {interval!r}")
+        if self._param_device().type == "meta":  # built under torch.device("meta"): shapes, no values to fit;
+            return FitResult(str(name), math.nan, math.nan, 0.0)  # to_empty() + reset_parameters() fits later
         x = torch.linspace(lo, hi, FIT_POINTS, dtype=torch.float64, device=self._param_device())
         y, dy = value_and_derivative(target, x)
         was_training, dtype = self.training, self._param_dtype()

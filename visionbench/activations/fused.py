@@ -5,6 +5,12 @@
     with fused.reference_path(): y = act(x)       # the same, for a block of code
     act.fast = False                              # the same, for one module
 
+Under a `torch.func` transform (vmap, grad, jvp, jacrev, functionalize, ...) modules take the plain
+formulas too (`fast_enabled`), so every transform sees autograd's own derivatives: seed ensembles
+through `vmap(functional_call)` and per-sample gradients match the reference path exactly.
+Called directly under a transform, `apply` never detaches: it batches under vmap
+(`VmapFusedFunction`, a generated vmap rule) and refuses grad/jvp, which it would get wrong.
+
 A family's fast path is a `Kernel`: two pure tensor functions, written elementwise (Horner's rule,
 three-term recurrences; no stacked powers), with the family's configuration as keyword-only
 arguments:
@@ -48,6 +54,9 @@ COMPILE_MIN_NUMEL = int(os.environ.get("VISIONBENCH_COMPILE_MIN_NUMEL", str(1 <<
 _state = threading.local()
 _COMPILED: dict[tuple, Callable | None] = {}  # None: compilation failed, run eagerly
 COMPILE_SECONDS: dict[tuple, float] = {}  # first call of each compiled function (compile + one run)
+# torch.func's state, as torch >= 2.0 exposes it (a torch without these has no transforms to detect)
+_TRANSFORMS_ACTIVE = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+_INTERPRETERS = getattr(getattr(torch._C, "_functorch", None), "get_interpreter_stack", None)
 
 
 @contextlib.contextmanager
@@ -63,9 +72,16 @@ def reference_path():
 
 def fast_enabled() -> bool:
     """Whether the fused path may run now. Inside an outer torch.compile the plain formulas are
-    traced instead: the outer compiler fuses them itself."""
+    traced instead: the outer compiler fuses them itself. Under a torch.func transform too: the
+    transforms differentiate (and batch) the plain formulas exactly, while the fused backward is
+    first-order only and has no forward-mode rule (issue 34, item 10)."""
     compiling = getattr(torch.compiler, "is_compiling", lambda: False)()
-    return FAST and not getattr(_state, "reference", 0) and not compiling
+    return FAST and not getattr(_state, "reference", 0) and not compiling and not transforms_active()
+
+
+def transforms_active() -> bool:
+    """Whether a torch.func transform (vmap, grad, jvp, functionalize, ...) is running now."""
+    return _TRANSFORMS_ACTIVE()
 
 
 def compile_seconds(prefix: str = "") -> float:
@@ -108,7 +124,7 @@ class Kernel:
         # Kernels never see autograd: detached inputs spare dynamo guards on requires_grad and its
         # warnings about reading .grad of non-leaf tensors (coefficient views are non-leaves).
         fn, x, tensors = self.functions[which], x.detach(), [t.detach() for t in tensors]
-        if COMPILE and x.numel() >= COMPILE_MIN_NUMEL:
+        if COMPILE and x.numel() >= COMPILE_MIN_NUMEL and not transforms_active():  # vmap's tensors: eager
             key = self.key + (which, x.dtype, str(x.device))
             compiled = self._compiled(key, fn)
             if compiled is not None:
@@ -145,31 +161,84 @@ class Kernel:
         return out
 
 
+def _setup(ctx, inputs: tuple, output: tuple) -> None:
+    kernel, x, *coefs = inputs
+    ctx.kernel, ctx.num_coefs = kernel, len(coefs)
+    ctx.save_for_backward(x, *coefs, *output[1:])
+    ctx.mark_non_differentiable(*output[1:])
+
+
+@once_differentiable  # training needs first derivatives only; `fit` uses the plain formulas
+def _backward(ctx, grad_y: torch.Tensor, *unused):
+    x, *rest = ctx.saved_tensors
+    coefs, aux = rest[: ctx.num_coefs], rest[ctx.num_coefs:]
+    grads = ctx.kernel.backward(x, grad_y, *coefs, *aux)
+    return (None, *grads)
+
+
 class FusedFunction(torch.autograd.Function):
-    """y = kernel.forward(x, *coefs)[0]; backward = kernel.backward. Saves x, coefs and aux only."""
+    """y = kernel.forward(x, *coefs)[0]; backward = kernel.backward. Saves x, coefs and aux only.
+
+    Ctx-style forward: outside torch.func transforms it costs ~30 us less per call than the
+    `setup_context` style, which binds the arguments with inspect.signature on every apply."""
 
     @staticmethod
     def forward(ctx, kernel: Kernel, x: torch.Tensor, *coefs: torch.Tensor):
-        out = kernel.forward(x, *coefs)
-        ctx.kernel, ctx.num_coefs = kernel, len(coefs)
-        ctx.save_for_backward(x, *coefs, *out[1:])
-        ctx.mark_non_differentiable(*out[1:])
-        return tuple(out)
+        out = tuple(kernel.forward(x, *coefs))
+        _setup(ctx, (kernel, x, *coefs), out)
+        return out
+
+    backward = staticmethod(_backward)
+
+
+class VmapFusedFunction(torch.autograd.Function):
+    """`FusedFunction` in the `setup_context` style with `generate_vmap_rule`, what `apply` uses
+    under a torch.func transform: the kernels are plain tensor code, so vmap batches forward and
+    backward as they are (`_check_transforms` refuses the transforms it would get wrong)."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    @once_differentiable  # training needs first derivatives only; `fit` uses the plain formulas
+    def forward(kernel: Kernel, x: torch.Tensor, *coefs: torch.Tensor):
+        return tuple(kernel.forward(x, *coefs))
+
+    setup_context = staticmethod(_setup)
+
+    @staticmethod
     def backward(ctx, grad_y: torch.Tensor, *unused):
-        x, *rest = ctx.saved_tensors
-        coefs, aux = rest[: ctx.num_coefs], rest[ctx.num_coefs:]
-        grads = ctx.kernel.backward(x, grad_y, *coefs, *aux)
-        return (None, *grads)
+        if torch.is_grad_enabled():
+            # create_graph=True: vmap's generated rule hands `once_differentiable` unbatched inputs
+            # that need no grad, so it would skip its DelayedError and leave zeros for later
+            raise RuntimeError("visionbench: the fused kernels are differentiable once; a backward with "
+                               "create_graph=True under torch.func.vmap needs fused.reference_path()")
+        return _backward(ctx, grad_y)
 
 
 def apply(kernel: Kernel, x: torch.Tensor, *coefs: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """(y, *aux) through `FusedFunction`; aux (statistics) carry no gradient."""
+    if transforms_active():
+        # never the inference shortcut: a transform's wrapped tensors report requires_grad=False
+        # (vmap's batched ones always), and skipping the Function would detach them
+        _check_transforms(kernel)
+        return VmapFusedFunction.apply(kernel, x, *coefs)
     if not (torch.is_grad_enabled() and (x.requires_grad or any(c.requires_grad for c in coefs))):
         return tuple(kernel.forward(x, *coefs))  # inference: nothing to save
     return FusedFunction.apply(kernel, x, *coefs)
+
+
+def _check_transforms(kernel: Kernel) -> None:
+    """Refuse the torch.func transforms that the fused Functions would get wrong. vmap (its generated
+    rule) and functionalize are fine. Under grad/vjp/jacrev a next level (grad of grad, or autograd
+    over the result) would see the once-differentiable backward as a constant and get zeros, and
+    jvp/jacfwd have no forward-mode rule. Modules never get here (`fast_enabled` sends them to the
+    plain formulas under any transform); this guards direct calls of the fused kernels."""
+    stack = _INTERPRETERS() if _INTERPRETERS is not None else None
+    kinds = {i.key().name for i in stack} if stack else {"unknown"}
+    refused = sorted(kinds - {"Vmap", "Functionalize"})
+    if refused:
+        raise RuntimeError(f"visionbench: the fused {kernel.name} kernel supports torch.func.vmap only, not "
+                           f"{'/'.join(refused)} transforms; call the activation module (it takes the plain "
+                           "formulas under torch.func transforms) or use fused.reference_path()")
 
 
 def broadcast(c: torch.Tensor, x: torch.Tensor, channel_axis: int) -> torch.Tensor:

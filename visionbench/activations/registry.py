@@ -27,8 +27,11 @@ def register(name: str | None = None, *, aliases: tuple[str, ...] = ()):
         reserved = [n for n in (key, *aliases) if n in RESERVED]
         if reserved:
             raise ValueError(f"activation name {reserved[0]!r} is reserved: act=all sweeps every activation")
-        if key in _REGISTRY or key in _ALIASES:
-            raise ValueError(f"activation {key!r} is registered twice")
+        taken = next((n for n in (key, *aliases) if n in _REGISTRY or n in _ALIASES), None)
+        if taken:  # a plugin may not replace a built-in (nor another plugin's): name both modules
+            other = _REGISTRY[_ALIASES.get(taken, taken)].__module__
+            raise ValueError(f"activation {taken!r} of {cls.__module__}.{cls.__name__} is already registered by "
+                             f"{other}; give it another name (@register(\"my_name\"))")
         _REGISTRY[key] = cls
         cls.registry_name = key
         for alias in aliases:

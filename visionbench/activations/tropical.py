@@ -40,7 +40,7 @@ def _active_line(module: LearnableActivation, x: torch.Tensor, intercepts: torch
             cand = line(k)
             higher = cand > best
             best = torch.maximum(best, cand)
-            idx.masked_fill_(higher, k)
+            idx = torch.where(higher, k, idx)  # out of place: vmap batches `higher`, not idx
     return idx
 
 
@@ -50,7 +50,7 @@ def _take(module: LearnableActivation, p: torch.Tensor, idx: torch.Tensor, x: to
         return p[idx]
     rows = torch.arange(p.shape[0], device=idx.device).reshape(
         [-1 if d == module.channel_axis(x) else 1 for d in range(x.dim())])
-    return torch.take(p, rows * p.shape[-1] + idx)
+    return p[rows, idx]  # advanced indexing, which vmap batches (torch.take it runs per sample)
 
 
 def _select(x, intercepts, slopes, count: int):

@@ -78,7 +78,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--per-channel", action="store_true", help="one coefficient set per channel")
     p.add_argument("--no-reference", action="store_true", help="skip the reference implementations")
     p.add_argument("--name", default="activations", help="report name: results/bench/<name>.md")
-    p.add_argument("--out", default=str(timing.RESULTS_DIR), help="report folder (default results/bench)")
+    p.add_argument("--out", type=timing.out_dir, default=str(timing.RESULTS_DIR), help="report folder (default results/bench)")
     return p.parse_args(argv)
 
 

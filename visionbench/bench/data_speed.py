@@ -28,7 +28,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--rounds", type=timing.positive_int, default=5, help="timed epochs per path (default 5)")
     p.add_argument("--device", type=timing.device_name, default="cpu", help="where data.on_device keeps the set")
     p.add_argument("--name", default=None, help="report name (default data_<recipe>)")
-    p.add_argument("--out", default=str(timing.RESULTS_DIR))
+    p.add_argument("--out", type=timing.out_dir, default=str(timing.RESULTS_DIR))
     return p.parse_known_args(argv)
 
 
@@ -46,8 +46,9 @@ def main(argv: list[str]) -> int:
     from omegaconf import OmegaConf
 
     from ..config import ConfigError
-    from ..data import create_datamodule
+    from ..data import DatasetNotFoundError, create_datamodule
     from ..sweep.preflight import load_config
+    from ..sweep.sweep import one_line_message
 
     args, overrides = parse_args(argv)
     device = torch.device(args.device)
@@ -61,8 +62,8 @@ def main(argv: list[str]) -> int:
             if on_device:
                 loader.device = device
             loaders["on device" if on_device else "loader"] = loader
-    except (ConfigError, ValueError) as e:
-        print(f"visionbench bench data: {e}", file=sys.stderr)
+    except (ConfigError, ValueError, DatasetNotFoundError) as e:  # a missing dataset's message is several lines
+        print(f"visionbench bench data: {one_line_message(str(e))}", file=sys.stderr)
         return 2
     rates: dict[str, list[float]] = {k: [] for k in loaders}
     for name, loader in loaders.items():

@@ -31,7 +31,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--families", default="all", help="comma-separated learnable names (default: all)")
     p.add_argument("--repeats", type=int, default=3, help="timed fits per (family, target) (default 3)")
     p.add_argument("--name", default="fit", help="report name: results/bench/<name>.md")
-    p.add_argument("--out", default=str(timing.RESULTS_DIR), help="report folder (default results/bench)")
+    p.add_argument("--out", type=timing.out_dir, default=str(timing.RESULTS_DIR), help="report folder (default results/bench)")
     return p.parse_args(argv)
 
 

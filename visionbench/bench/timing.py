@@ -37,9 +37,28 @@ def positive_int(text: str) -> int:
 def device_name(text: str) -> str:
     """An argparse type: a torch device (cpu, cuda, cuda:1, mps, ...), checked before anything is built."""
     try:
-        torch.device(text)
+        device = torch.device(text)
     except RuntimeError:
         raise argparse.ArgumentTypeError(f"not a torch device, got {text!r}; e.g. cpu, cuda, cuda:1") from None
+    if device.type == "cuda":  # refused here, not after minutes of building and timing
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (device.index or 0) >= count:
+            has = f"{count} CUDA device(s)" if count else "no CUDA device: torch.cuda.is_available() is False"
+            raise argparse.ArgumentTypeError(f"{text} is not available on this machine ({has}); use --device cpu"
+                                             + (f" or cuda:0..cuda:{count - 1}" if count else ""))
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise argparse.ArgumentTypeError("mps is not available on this machine; use --device cpu")
+    return text
+
+
+def out_dir(text: str) -> str:
+    """An argparse type: the folder a benchmark writes its report into (created if missing), refused before any
+    timing when a file stands there or above it."""
+    path = Path(text)
+    existing = next((p for p in (path, *path.absolute().parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {existing} is a file, not a directory; give a folder for the "
+                                         "report (it is created if missing)")
     return text
 
 

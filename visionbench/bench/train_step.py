@@ -1,8 +1,9 @@
-"""Training-step throughput and memory of a recipe's model with an activation vs its baseline, in one run.
+"""Training-step throughput and memory of a recipe's model with an activation vs another, in one run
+(`--compare-to NAME`; default: the model's own activation).
 
     visionbench bench train recipe=cifar10_vgg8 act=rational                   # vs the model's own ReLU
     visionbench bench train recipe=cifar10_convnext_t act=hermite --steps 5    # vs GELU, 32 px, batch 512
-    visionbench bench train recipe=cifar10_vgg8 act=rational baseline=leaky_relu batch_size=64
+    visionbench bench train recipe=cifar10_vgg8 act=rational --compare-to leaky_relu batch_size=64
     visionbench bench train recipe=cifar10_vgg8 act=rational --device cuda trainer.precision=bf16-mixed \
         trainer.channels_last=true
 
@@ -17,11 +18,13 @@ allocated (CUDA).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
-from typing import Any
 
 import torch
+
+from ..config import RunConfig
 
 from ..train.step import classification_step
 from . import timing
@@ -31,14 +34,16 @@ DEFAULT_STEPS = 10
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(prog="visionbench bench train", description=__doc__.splitlines()[0],
-                                epilog="key=value arguments: recipe=NAME act=NAME [baseline=NAME] and any "
-                                       "recipe override (batch_size=64, model.norm=group, ...)")
+                                epilog="key=value arguments: recipe=NAME act=NAME and any recipe override "
+                                       "(batch_size=64, model.norm=group, ...)")
+    p.add_argument("--compare-to", metavar="ACT", default=None,
+                   help="the activation timed beside act= (default: the model's own)")
     p.add_argument("--steps", type=timing.positive_int, default=DEFAULT_STEPS,
                    help=f"timed steps per model (default {DEFAULT_STEPS})")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per model first (default 2)")
     p.add_argument("--device", type=timing.device_name, default="cpu")
     p.add_argument("--name", default=None, help="report name (default train_<recipe>_<act>)")
-    p.add_argument("--out", default=str(timing.RESULTS_DIR))
+    p.add_argument("--out", type=timing.out_dir, default=str(timing.RESULTS_DIR))
     return p.parse_known_args(argv)
 
 
@@ -64,26 +69,25 @@ TRUE_DTYPES = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true":
 class TrainStep:
     """One optimisation step of `model` on a fixed batch, with the run's own optimizer
     (`train.optim.build_optimizer`: the recipe's SGD/AdamW over the same parameter groups) and the
-    run's speed levers as `train.run.train_run` applies them: `trainer.precision` (`*-mixed`:
+    run's speed levers as `train.run.train_run` applies them (`run`: typed, `config.typed`): `trainer.precision` (`*-mixed`:
     torch.autocast around forward and loss; `*-true`: model and batch cast), `trainer.channels_last`
     (model and batch NHWC) and `trainer.compile` (nn.Module.compile: the warm-up pays the compile).
     Without loss scaling for 16-mixed (its cost is one multiply). `self.model` and `self.x` are the
     converted ones."""
 
-    def __init__(self, model: torch.nn.Module, run: dict[str, Any], x: torch.Tensor, y: torch.Tensor):
+    def __init__(self, model: torch.nn.Module, run: RunConfig, x: torch.Tensor, y: torch.Tensor):
         from ..train.optim import build_optimizer
 
-        t = run.get("trainer") or {}
-        precision = t.get("precision")
-        self.autocast_dtype = MIXED_DTYPES.get(precision)
-        if precision in TRUE_DTYPES:
-            model, x = model.to(TRUE_DTYPES[precision]), x.to(TRUE_DTYPES[precision])
-        if t.get("channels_last") and x.dim() == 4:  # as train_run + ClassificationModule._images
+        t = run.trainer
+        self.autocast_dtype = MIXED_DTYPES.get(t.precision)
+        if t.precision in TRUE_DTYPES:
+            model, x = model.to(TRUE_DTYPES[t.precision]), x.to(TRUE_DTYPES[t.precision])
+        if t.channels_last and x.dim() == 4:  # as train_run + ClassificationModule._images
             model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
         self.model, self.x, self.y = model.train(), x, y
-        self.opt = build_optimizer(model, run["optim"], len(x))  # the lr does not change a step's cost
-        self.smoothing = float(run["loss"]["label_smoothing"])
-        if t.get("compile"):  # in place, after the optimizer took the parameters (as train_run)
+        self.opt = build_optimizer(model, run.optim, len(x))  # the lr does not change a step's cost
+        self.smoothing = run.loss.label_smoothing
+        if t.compile:  # in place, after the optimizer took the parameters (as train_run)
             model.compile()
 
     def __call__(self) -> None:
@@ -108,20 +112,17 @@ def levers(trainer) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from ..config import ConfigError, run_config
+    from ..config import ConfigError, run_config, typed
     from ..sweep.acts import sweep_acts
     from ..sweep.preflight import load_config
     from ..train.run import build_model
 
-    args, rest = parse_args(argv)
-    baseline = None
-    overrides = []
-    for arg in rest:
-        if arg.startswith("baseline="):
-            baseline = arg.split("=", 1)[1] or None
-        else:
-            overrides.append(arg)
+    args, overrides = parse_args(argv)
+    baseline = args.compare_to
     try:
+        if any(a.split("=", 1)[0].lstrip("+") in ("baseline", "report.baseline") for a in overrides):
+            raise ConfigError("baseline= names the report's baseline (the t-test's reference of `visionbench run`), "
+                              "not an activation to time; give --compare-to NAME to time one beside act=")
         cfg = load_config(overrides)
         acts = sweep_acts(cfg)
         if len(acts) != 1:
@@ -139,9 +140,9 @@ def main(argv: list[str]) -> int:
 
     steps: dict[str, TrainStep] = {}
     for role, name in (("baseline", baseline), ("act", act)):
-        run = run_config(cfg, act, 0)
+        run = typed(run_config(cfg, act, 0))
         if role == "baseline":
-            run["act"] = name  # None: the model's own activation
+            run = dataclasses.replace(run, act=name, act_options={})  # None: the model's own activation
         torch.manual_seed(0)
         model = build_model(run, num_classes, in_chans, img_size).to(device)
         steps[role] = TrainStep(model, run, x, y)

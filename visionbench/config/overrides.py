@@ -1,20 +1,8 @@
-"""The one override grammar of `visionbench run`, `visionbench estimate` and the Hydra app.
-
-    parse(["recipe=cifar10_vgg8", "act=relu,rational[init=gelu]", "act.version=B", "baseline=gelu",
-           "model.norm=null,group", "optim.lr=0.01"])
-
-- `recipe=NAME`: the recipe (default digits_vgg4);
-- `act=a,b[k=v,...]`: the activations swept, a variant's options in brackets (`all`: every one);
-- `act.KEY=V`: option KEY of every swept activation that takes it (the sweep's preflight knows which);
-- `baseline=ACT`: short for `report.baseline=ACT`;
-- `KEY=V`: any schema key; `KEY=v1,v2` sweeps it (a factor: every combination is a setting);
-- `act_options.ACT.KEY=V`, `act_lr_mult.ACT=V`, `model.kwargs.ARG=V`: the free mappings, any key.
-
-Values are read as Hydra reads them (`null`, `true`, `0.5`, `[5,4]`, `gelu`); commas inside brackets
-or quotes do not split a sweep (`data.augment.scale=[0.6,1.0]` is one value).
-"""
+"""The one override grammar of `visionbench run`, `visionbench estimate` and the Hydra app: values are read as
+Hydra reads them; commas inside brackets or quotes do not split a sweep (docs/configuration.md#overrides)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -54,12 +42,33 @@ def split_top_level(text: str, sep: str = ",") -> list[str]:
     return [p.strip() for p in parts]
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as Hydra and OmegaConf read it: `1e-3`, `1.0e8`, `5e-4` are numbers (YAML 1.2), not the strings
+    of YAML 1.1 (whose floats need a dot and a signed exponent), so a factor's value is the single value's."""
+
+
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"""^(?:
+     [-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X), list("-+0123456789."))
+
+
 def parse_value(text: str) -> Any:
-    """A YAML scalar or flow value as the config would read it (`null`, `true`, `0.5`, `[5, 4]`, `gelu`)."""
+    """A YAML scalar or flow value as the config would read it (`null`, `true`, `0.5`, `1e-3`, `[5, 4]`, `gelu`)."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader with one more float form
     except yaml.YAMLError:
         return text
+
+
+def hydra_value(text: str) -> str:
+    """`text` as Hydra's override grammar reads it: a plain value with characters beyond ASCII (a path such as
+    `/data/données`, which the grammar cannot lex unquoted) is quoted; anything else is passed as written."""
+    if text.isascii() or text[:1] in _OPEN or any(q in text for q in "'\"\\"):
+        return text
+    return f"'{text}'"
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
@@ -114,13 +123,13 @@ def parse(args: Iterable[str]) -> Overrides:
             out.act_keys[key[4:]] = parse_value(value)
         elif is_free(key):
             out.given.add(key)
-            out.hydra.append(f"++{key}={value}")
+            out.hydra.append(f"++{key}={hydra_value(value)}")
         elif key not in valid_keys():
             raise ConfigError(unknown_key(key) + " (and act.<option>, act_options.<act>.<option>, act_lr_mult.<act>, "
                               "model.kwargs.<arg>)", key)
         else:
             try:
-                values = split_top_level(value)
+                values = [f"[{value}]"] if key == "trainer.loggers" and value[:1] not in _OPEN else split_top_level(value)
             except ValueError as e:
                 raise ConfigError(f"{key}: {e}", key) from None
             if len(values) > 1 and "" in values:  # `null,group,`: not a third value (YAML would read it as null)
@@ -131,5 +140,5 @@ def parse(args: Iterable[str]) -> Overrides:
                     raise ConfigError(f"{key} cannot be swept (got {key}={value}); factor sweeps take any other key", key)
                 out.factors[key] = [parse_value(v) for v in values]
             out.given.add(key)
-            out.hydra.append(f"{key}={values[0]}")
+            out.hydra.append(f"{key}={hydra_value(values[0])}")
     return out

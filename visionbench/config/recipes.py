@@ -1,23 +1,12 @@
-"""Recipes: find them, compose one with the command line's overrides, split it into runs, and compare
-the runs' configs (fingerprint, hash, diff, upgrade of an older config.yaml).
-
-    cfg = compose(parse(["recipe=cifar10_vgg8", "model.lsuv=false,true"]))     # checked, typed
-    for setting in sweep_settings(cfg): ... run_config(cfg, "relu", seed, setting)
-
-Recipes are YAML files inside the package (`visionbench/recipes/`, linked as the top-level
-`recipes/`), composed with Hydra: each starts with `defaults: [_base, _self_]` (`_base`: every key's
-default, from config/schema.py) or from a parent recipe. The composition keeps the values as written,
-config/validate.py checks them all, and only then does OmegaConf type them (the schema's struct mode:
-an assignment naming an unknown key or holding a wrong type fails afterwards too).
-"""
+"""Recipes: find them, compose one with the command line's overrides (Hydra), split it into runs
+(docs/configuration.md). A run's identity on disk (fingerprint, hash, upgrade): visionbench/results/identity.py."""
 from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
-import json
+import dataclasses
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from hydra import compose as hydra_compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
@@ -29,21 +18,10 @@ from omegaconf import DictConfig, OmegaConf
 from . import validate
 from .overrides import Overrides, parse, parse_variant
 from .schema import RunConfig, defaults
-from .validate import ConfigError, is_free, settings
+from .validate import ConfigError, apply_setting, settings
 
 RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
 BASE_NAME = "_base"  # recipes start with `defaults: [_base, _self_]`
-# keys that do not change what a run computes: a resumed run may differ in these ("act_label" and "setting"
-# only name what act_options and the factor keys already hold; "baseline", "estimate" and "threads" are keys
-# of older versions)
-NOT_FINGERPRINTED = ("seeds", "seeds_max", "seeds_margin", "parallel", "results_dir", "baseline", "report", "act_label",
-                     "setting", "factors", "estimate",
-                     "threads", "data.root", "data.num_workers", "data.download", "snapshot_epochs")
-PER_RUN = ("act", "act_label", "act_options", "act_lr_mult", "seed")  # what differs between the rows of one table
-# keys added to the schema after runs were written without them, with the value that reproduces what
-# those runs did where it is not the new default (the DeiT epoch was the only repeated-aug rule before)
-LEGACY_VALUES = {"data.augment.repeated_aug_epoch": "deit"}
-
 # the defaults as a plain mapping: composed recipes keep their values as written until they are checked
 ConfigStore.instance().store(name=BASE_NAME, node=defaults())
 
@@ -73,9 +51,8 @@ def _recipes_dir() -> Iterator[None]:
 
 
 def compose(ov: Overrides) -> DictConfig:
-    """The recipe with the overrides laid over it, checked (types, ranges, names of the schema) and
-    typed. `ov.act_keys` (act.KEY=V) are the sweep's to apply: which activations take KEY is the
-    registry's to say (visionbench/sweep/preflight.py)."""
+    """The recipe with the overrides laid over it, checked and typed. `ov.act_keys` (act.KEY=V) are the sweep's
+    to apply: which activations take KEY is the registry's to say (visionbench/sweep/preflight.py)."""
     if ov.recipe not in recipe_names():
         raise ConfigError(f"unknown recipe {ov.recipe!r}; known: {', '.join(recipe_names())}", "recipe")
     try:
@@ -96,6 +73,8 @@ def compose(ov: Overrides) -> DictConfig:
             raise
         verb = " sets " if str(e).startswith("unknown key") else ": "
         raise ConfigError(f"recipe {ov.recipe!r}{verb}{e}", e.key) from None
+    if ov.gave("snapshot_epochs"):
+        validate._raise(validate.snapshot_epochs_beyond(plain))
     typed = OmegaConf.merge(OmegaConf.structured(RunConfig), plain)
     OmegaConf.set_struct(typed, True)
     return typed
@@ -111,33 +90,24 @@ def sweep_settings(cfg: DictConfig) -> list[dict]:
     return settings({k: list(v) for k, v in (OmegaConf.to_container(cfg.factors) or {}).items()})
 
 
-def apply_setting(cfg: DictConfig, setting: dict) -> DictConfig:
-    """A copy of `cfg` with the setting's factor values in place."""
-    out = copy.deepcopy(cfg)
-    for key, value in setting.items():
-        OmegaConf.update(out, key, value, merge=False)
-    return out
-
-
-def act_options(cfg: DictConfig, label: str) -> tuple[str, dict]:
-    """(registry name, options) of one swept activation label (`rational[init=gelu]`, as the sweep's
-    preflight wrote it): the recipe's `act_options[family]` under the variant's bracket options."""
-    family, options = parse_variant(label)
-    return family, {**dict(cfg.act_options.get(family) or {}), **options}
+def act_options(cfg: DictConfig, act: str) -> tuple[str, dict]:
+    """(registry name, options) of one swept activation (a sweep/acts.py `Act`, or a label the grammar reads):
+    the recipe's `act_options[family]` under its own."""
+    family, options = (act.family, act.options) if hasattr(act, "family") else parse_variant(act)
+    recipe = OmegaConf.to_container(cfg.act_options, resolve=True).get(family) or {}  # plain: config.yaml's
+    return family, {**recipe, **options}
 
 
 def run_config(cfg: DictConfig, act: str, seed: int, setting: dict | None = None) -> dict:
-    """The fully resolved, plain-dict config of one run (what config.yaml stores).
-
-    `act` is a label of the sweep; the run's `act` is its registry name, `act_label` the label,
-    `act_options` the merged options, `setting` the factor values applied (and `factors` dropped).
-    """
+    """The fully resolved, plain-dict config of one run (what config.yaml stores; `typed` reads it back): `act`
+    (a sweep/acts.py `Act`, or its label) gives the run's `act` (its registry name), `act_label` and merged
+    `act_options`; `setting` holds the factor values applied (`factors` dropped)."""
     setting = dict(setting or {})
     c = apply_setting(cfg, setting) if setting else cfg
     family, options = act_options(c, act)
     run = copy.deepcopy(OmegaConf.to_container(c, resolve=True))
     run["act"] = family
-    run["act_label"] = act
+    run["act_label"] = str(act)
     run["seed"] = int(seed)
     run["act_options"] = {family: options} if options else {}
     mult = (run.get("act_lr_mult") or {})
@@ -147,62 +117,11 @@ def run_config(cfg: DictConfig, act: str, seed: int, setting: dict | None = None
     return run
 
 
-def fingerprint(run: dict) -> dict:
-    """The part of a run config that determines its results (compared before resuming)."""
-    out = copy.deepcopy(run)
-    augment = (out.get("data") or {}).get("augment") or {}
-    ignored = list(NOT_FINGERPRINTED)
-    if float(augment.get("repeated_aug", 1) or 1) <= 1:  # no repeats: the epoch rule changes nothing
-        ignored.append("data.augment.repeated_aug_epoch")
-    for key in ignored:
-        parts = key.split(".")
-        d = out
-        for p in parts[:-1]:
-            d = d.get(p, {})
-        if isinstance(d, dict):
-            d.pop(parts[-1], None)
-    out.pop("defaults", None)
-    return out
-
-
-def upgrade(stored: dict) -> dict:
-    """A run's stored config.yaml with the keys that the schema gained since it was written: their
-    legacy value (LEGACY_VALUES), else their default, which keeps what runs did before the key existed.
-    A results directory from an older visionbench then resumes instead of failing on keys it never had."""
-    out = copy.deepcopy(stored)
-
-    def fill(into: dict, base: dict, prefix: str) -> None:
-        for key, default in base.items():
-            name = prefix + key
-            if isinstance(default, dict) and not is_free(name):
-                if isinstance(into.get(key), dict):
-                    fill(into[key], default, name + ".")
-            elif key not in into and name not in ("defaults", "seed"):
-                into[key] = LEGACY_VALUES.get(name, default)
-
-    fill(out, defaults(), "")
-    return out
-
-
-def shared_part(run: dict) -> dict:
-    """The fingerprint without what may differ between the runs of one table (act and seed)."""
-    return {k: v for k, v in fingerprint(run).items() if k not in PER_RUN}
-
-
-def config_hash(run: dict) -> str:
-    """A short hash of `shared_part`: runs of one table should all have the same."""
-    text = json.dumps(shared_part(run), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def diff_configs(a: dict, b: dict, prefix: str = "", labels: tuple[str, str] = ("stored", "now")) -> list[str]:
-    """Human-readable differences between two nested dicts: `path: <labels[0]> a, <labels[1]> b`."""
-    out = []
-    for k in sorted(set(a) | set(b)):
-        path = f"{prefix}{k}"
-        va, vb = a.get(k, "<absent>"), b.get(k, "<absent>")
-        if isinstance(va, dict) and isinstance(vb, dict):
-            out += diff_configs(va, vb, path + ".", labels)
-        elif va != vb:
-            out.append(f"{path}: {labels[0]} {va!r}, {labels[1]} {vb!r}")
-    return out
+def typed(run: Mapping | RunConfig) -> RunConfig:
+    """A run's plain config (config.yaml's dict) as the typed `RunConfig` that train/, models/ and data/ take,
+    where a run starts; keys the schema lacks (act_label, setting, threads) are the sweep's records."""
+    if isinstance(run, RunConfig):
+        return run
+    keys = {f.name for f in dataclasses.fields(RunConfig)}
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig),
+                                               {k: v for k, v in run.items() if k in keys}))

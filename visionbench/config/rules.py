@@ -1,14 +1,5 @@
-"""The vocabulary of the schema's rules: a check takes a value and returns None when it is fine,
-else what is accepted ("an integer >= 1"), which becomes `KEY must be <that>, got <value>`.
-
-    epochs: int = rule(10, ">= 1")                      # the type comes from the annotation
-    dropout: float = rule(0.0, "[0, 1)")                # an interval: 1.0 would drop everything
-    name: str = rule("sgd", choices=OPTIMIZERS)
-    seeds: Any = rule(3, check=seeds_rule)              # a check of its own replaces the type's
-
-`rule` stores the range, choices or check in the field's metadata; `check_of` turns a field's
-annotation and metadata into one check (config/validate.py applies it).
-"""
+"""The vocabulary of the schema's rules: a check takes a value and returns None when it is fine, else what
+is accepted ("an integer >= 1"), which becomes `KEY must be <that>, got <value>`."""
 from __future__ import annotations
 
 import dataclasses
@@ -78,6 +69,14 @@ def integer(within: str | None = None) -> Check:
 
 def number(within: str | None = None) -> Check:
     return _range_check("a number", is_number, within)
+
+
+def at_most(check: Check, cap: int) -> Check:
+    """`check`, and no more than `cap`: a bound that only a typo reaches (1e20 seeds), said only to who reaches it."""
+    def capped(v: Any) -> str | None:
+        return check(v) or (f"{check(object())} and <= {cap}" if v > cap else None)
+
+    return capped
 
 
 boolean = _is(lambda v: isinstance(v, bool), "true or false")

@@ -1,40 +1,30 @@
-"""The config schema: every key a recipe may set, with its type, default, rule and meaning.
-
-    RunConfig      # the dataclass tree: one field per key (type, default, rule, comment)
-    defaults()     # plain dict of every key with its default
-    DataConfig     # the `data:` block, typed; data modules take one (config.data_config)
-
-The one source of defaults and rules: each rule sits on its field (config/rules.py), config/validate.py
-applies them in one pass. A key that may hold an int or a float is typed `Any` with a `kind`: OmegaConf
-2.3 has no Union of primitives and would turn `warmup_epochs: 20` into 20.0 (another config hash for
-existing results; Lightning's `limit_*_batches` keep their int = batches, float = fraction meaning).
-Names a registry holds (activations, models, datasets, ...) and Lightning's arguments are checked
-above this layer, by visionbench/sweep/preflight.py.
-"""
+"""The config schema: every key a recipe may set, with its type, default, rule (config/rules.py) and meaning.
+An int-or-float key is `Any` with a `kind`: OmegaConf 2.3 would turn `warmup_epochs: 20` into 20.0 (another
+config hash). Registry names and Lightning's arguments are checked by visionbench/sweep/preflight.py."""
 from __future__ import annotations
 
 import copy
 import functools
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING, OmegaConf
 
-from .rules import any_of, choice, integer, is_number, list_of, path, rule, text
+from .rules import any_of, at_most, choice, integer, is_number, list_of, path, rule, text
 
-DATA_ENV_VAR = "VISIONBENCH_DATA"
 OPTIMIZERS = ("sgd", "adamw")  # train/optim.py
-SCHEDULES = ("constant", "step", "cosine")  # train/schedules.py
+SCHEDULES = ("constant", "step", "cosine")  # train/module.py `lr_lambda`
 # Lightning's precision values (Trainer(precision=...)); Lightning itself is asked by the sweep's preflight
 PRECISIONS = ("64-true", "32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed", "transformer-engine",
               "transformer-engine-float16", 64, 32, 16, "64", "32", "16", "bf16")
 TV_MAGNITUDE_MAX = 30  # torchvision RandAugment: num_magnitude_bins 31 -> magnitudes 0..30
+MAX_SEEDS = 10_000  # per activation: a sweep plans every run before the first (a typo of 1e20 seeds would hang)
+MAX_BATCH = 2**31 - 1  # the loaders' index arithmetic (itertools.islice) takes no larger count
 
 
 def _seeds(v: Any) -> str | None:
-    return None if v == "auto" or integer(">= 1")(v) is None else "an integer >= 1 or auto (seeds in rounds)"
+    wanted = None if v == "auto" else at_most(integer(">= 1"), MAX_SEEDS)(v)
+    return f"{wanted} or auto (seeds in rounds)" if wanted else None
 
 
 def _multipliers(v: Any) -> str | None:
@@ -60,15 +50,6 @@ def rand_augment_ops(policy: str) -> tuple[int, int] | None:
     return (ops["n"], ops["m"]) if ops["m"] <= TV_MAGNITUDE_MAX else None
 
 
-DEFAULT_METRIC = "val_top1_best"  # report.metric: null without a held-out split
-HELD_OUT_METRIC = "test_top1_at_best_val"  # report.metric: null with one (the test set read at the selected epoch)
-
-
-def default_metric(val_split: float) -> str:
-    """The metric a table scores when the recipe names none: selection on held-out data if there is any."""
-    return HELD_OUT_METRIC if float(val_split) > 0 else DEFAULT_METRIC
-
-
 @dataclass
 class ReportConfig:
     """What the recipe's paper reports: `visionbench run` and `report` use it (docs/report.md)."""
@@ -85,31 +66,16 @@ class AugmentConfig:
     crop_pad: int = rule(0, ">= 0")  # random crop with this zero padding (CIFAR style); 0 = off
     scale: Optional[List[float]] = rule(None, "(0, 1]", length=2)  # random-resized-crop scale range, e.g. [0.08, 1.0] (ImageNet); null = off
     hflip: float = rule(0.0, "[0, 1]")
-    # ColorJitter before auto_augment: b (= brightness, contrast, saturation; hue 0) or [b, c, s] or
-    # [b, c, s, hue] (004 code: [0.4, 0.4, 0.4, 0.1]); null = off
+    # ColorJitter before auto_augment: b (= b, b, b, hue 0) or [b, c, s(, hue)] (004 code: [0.4, 0.4, 0.4, 0.1]); null = off
     color_jitter: Any = rule(None, check=_jitter)
     auto_augment: Optional[str] = None  # policy string, e.g. rand-m9-mstd0.5-inc1 (timm) or rand-n2-m9 (either impl)
-    # timm: timm's RandAugment/AugMix/AutoAugment (m out of 10, mean fill, bicubic);
-    # torchvision: T.RandAugment(num_ops=n, magnitude=m) (m out of 30, black fill, nearest)
+    # timm: timm's RandAugment/AugMix/AutoAugment (m of 10); torchvision: T.RandAugment (m of 30; docs/data.md)
     auto_augment_impl: str = rule("timm", choices=("timm", "torchvision"))
     re_prob: float = rule(0.0, "[0, 1]")  # random erasing probability
     re_mode: str = rule("pixel", choices=("const", "rand", "pixel"))
     repeated_aug: Any = rule(1, ">= 1", kind=float)  # repeated-augmentation sampler: each image this many times per epoch
-    # expand: an epoch is repeated_aug x N samples (004 code's sampler, 004 App G);
-    # deit: timm/DeiT's, an epoch keeps N samples (N/repeated_aug distinct images)
+    # expand: an epoch is repeated_aug x N samples (004 code, App G); deit: timm/DeiT's, N samples (docs/data.md)
     repeated_aug_epoch: str = rule("expand", choices=("expand", "deit"))
-
-    @property
-    def jitter(self) -> tuple[float, float, float, float] | None:
-        """(brightness, contrast, saturation, hue) of `color_jitter`, None when off."""
-        v = [self.color_jitter] * 3 if is_number(self.color_jitter) else self.color_jitter
-        return None if v is None else (*map(float, v[:3]), float(v[3]) if len(v) > 3 else 0.0)
-
-    @property
-    def enabled(self) -> bool:
-        """True when any random transform is on (repeated_aug alone draws no randomness)."""
-        return bool(self.crop_pad or self.scale or self.hflip or self.auto_augment or self.re_prob
-                    or any(self.jitter or ()))
 
 
 @dataclass
@@ -125,9 +91,9 @@ class SyntheticConfig:
 
 @dataclass
 class DataConfig:
-    """`data:` the dataset and its splits (data modules take it typed: config.data_config)."""
+    """`data:` the dataset and its splits (data modules take it typed: config.block("data", ...))."""
 
-    name: str = "digits"  # cifar10 | fashion_mnist | tiny_imagenet | imagenet | digits | synthetic (the data registry checks it)
+    name: str = "digits"  # cifar10 | fashion_mnist | tiny_imagenet | imagenet | digits | synthetic | folder (the data registry checks it)
     root: Optional[str] = rule(None, check=path)  # null -> $VISIONBENCH_DATA, else ./data
     download: bool = False  # cifar10, fashion_mnist: torchvision download where there is internet
     img_size: Optional[int] = rule(None, ">= 1")  # null -> the dataset's native size
@@ -135,25 +101,12 @@ class DataConfig:
     std: Optional[List[float]] = rule(None, "> 0")
     val_split: float = rule(0.0, "[0, 1)")  # fraction of train held out (stratified, fixed) for model selection
     num_workers: int = rule(0, ">= 0")
-    # keep the uint8 training set on the training device and draw crop/flip/normalise there (data/on_device.py);
-    # datasets held as arrays only (cifar10, digits, fashion_mnist, synthetic), other augmentation is refused
+    # the uint8 training set kept on the device, crop/flip/normalise drawn there (data/on_device.py, docs/data.md)
     on_device: bool = False
     limit_train: Optional[int] = rule(None, ">= 1")  # cap the number of training images (smoke tests)
     limit_val: Optional[int] = rule(None, ">= 1")
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
-
-    def root_dir(self) -> Path:
-        """Where datasets live: `data.root`, else `$VISIONBENCH_DATA`, else `./data` (absolute)."""
-        return Path(self.root or os.environ.get(DATA_ENV_VAR) or "data").expanduser().resolve()
-
-    def root_source(self) -> str:
-        """Which setting chose `root_dir()`, for error messages."""
-        if self.root:
-            return "data.root"
-        if os.environ.get(DATA_ENV_VAR):
-            return f"${DATA_ENV_VAR} (data.root is null)"
-        return f"the default ./data (data.root is null and ${DATA_ENV_VAR} unset)"
 
 
 @dataclass
@@ -164,9 +117,7 @@ class ModelConfig:
     norm: Optional[str] = None  # group: GroupNorm (VGG, ResNet)
     norm_free: bool = False  # ViT/CaiT/Swin: bypass block norm1/norm2
     lsuv: bool = False  # LSUV data-dependent init before training
-    # mishkin: Mishkin & Matas 2016 (orthonormal, unit output variance, one batch);
-    # paper004: 004 code's (variance 0.125 after the activation, bias -mean, 64 images, eval mode)
-    lsuv_variant: str = "mishkin"
+    lsuv_variant: str = "mishkin"  # mishkin: Mishkin & Matas 2016; paper004: the 004 code's variant (docs/models.md)
     # classifier pooling; null = the model's own (VGG: avg; flatten = 004 code's head); timm models: avg, max, avgmax, token, ...
     global_pool: Optional[str] = None
     dropout: float = rule(0.0, "[0, 1)")  # before the classifier
@@ -187,15 +138,14 @@ class OptimConfig:
     betas: List[float] = rule([0.9, 0.999], "[0, 1)", length=2)
     eps: float = rule(1.0e-8, "> 0")
     weight_decay: float = rule(0.0, ">= 0")  # on the parameters decay_rule picks
-    # conv_linear: conv/linear weights only, minus the model's no_weight_decay() (004 App E);
-    # ndim: all but 1-D params, biases, names with norm/bn (004 Tiny code: pos_embed, cls_token decay)
+    # conv_linear: conv/linear weights (004 App E); ndim: all but 1-D params and norms (004 Tiny code; docs/models.md)
     decay_rule: str = "conv_linear"
     act_weight_decay: float = rule(0.0, ">= 0")  # activation coefficients (the papers: none)
 
 
 @dataclass
 class SchedConfig:
-    """`sched:` the learning-rate schedule (train/schedules.py)."""
+    """`sched:` the learning-rate schedule (train/module.py `lr_lambda`)."""
 
     name: str = rule("constant", choices=SCHEDULES)
     milestones: List[int] = rule([], ">= 1")  # step: epochs at which lr *= gamma
@@ -238,20 +188,11 @@ class TrainerConfig:
     gradient_clip_val: Optional[float] = rule(None, "> 0")
     limit_train_batches: Any = rule(None, "> 0", kind=Optional[float])  # Lightning's: an int counts batches, a float is a fraction
     limit_val_batches: Any = rule(None, ">= 0", kind=Optional[float])
-    # model and image batches in channels_last (NHWC) memory format (timm --channels-last): faster convs on
-    # GPUs with tensor cores (AMP, Volta and newer); little or nothing on CPU; same results up to float rounding
-    channels_last: bool = False
-    # torch.compile the model (timm --torchcompile; nn.Module.compile: checkpoints keep their keys); pays off on
-    # long GPU runs (compile time is minutes); learnable activations' plain formulas are then traced by this
-    # outer compile instead of their own fused kernels (docs/bench.md)
-    compile: bool = False
-    # gradient accumulation (timm --grad-accum-steps; Lightning's accumulate_grad_batches): the recipe's global
-    # batch_size is kept, each step loads batch_size / (devices x this) images, and the optimizer steps every
-    # this many; for a recipe's batch that does not fit in GPU memory. Must divide the per-device batch
-    accumulate_grad_batches: int = rule(1, ">= 1")
-    # under DDP, BatchNorm statistics over all processes (Lightning's sync_batchnorm; timm --sync-bn): for
-    # BatchNorm models whose per-device batch is small; no effect on one device or with GroupNorm/LayerNorm
-    sync_batchnorm: bool = False
+    channels_last: bool = False  # model and image batches in NHWC (timm --channels-last; docs/running.md#speed-levers)
+    compile: bool = False  # torch.compile the model (timm --torchcompile; checkpoints keep their keys)
+    accumulate_grad_batches: int = rule(1, ">= 1")  # steps per optimizer update; the global batch_size is kept
+    sync_batchnorm: bool = False  # under DDP, BatchNorm statistics over all processes (timm --sync-bn)
+    loggers: List[str] = rule(["tensorboard"], check=list_of(choice("tensorboard", "csv", "mlflow", "wandb")))  # trackers (train/trackers.py)
 
 
 @dataclass
@@ -270,22 +211,19 @@ class RunConfig:
     and overrides only what differs; unknown keys are an error."""
 
     recipe: str = MISSING  # the recipe's own name; results go to <results_dir>/<recipe>/
-    # activation name, or comma-separated names for a sweep: relu,gelu,rational;
-    # a variant carries options in brackets: rational[init=leaky_relu],rational[init=gelu]
-    act: str = "relu"
+    act: str = "relu"  # one name or a comma-separated sweep: relu,gelu; a variant: rational[init=leaky_relu]
     act_options: Dict[str, Any] = field(default_factory=dict)  # per activation, options passed to it: {rational: {init: leaky_relu}}
     act_lr_mult: Dict[str, Any] = rule({}, check=_multipliers)  # per activation, learning-rate multiplier of its coefficients: {rational: 4.0}
-    # factor sweep {config key: [values]}, e.g. {model.norm: [null, group]}: every combination is a setting
-    # with its runs in <recipe>/<setting>/; on the command line: model.norm=null,group
+    imports: Any = rule([], check=any_of(text, list_of(text)))  # plugin modules (my_acts or [a, b]; visionbench/plugins.py)
+    # factor sweep {config key: [values]}: every combination is a setting (command line: model.norm=null,group)
     factors: Dict[str, Any] = field(default_factory=dict)
-    # N -> seeds 0..N-1; auto: seeds in rounds (3, 5, 7, ..., seeds_max), each activation stopped once its
-    # comparison with report.baseline is decided by the group-sequential rule (sweep/rounds.py)
+    # N -> seeds 0..N-1; auto: rounds of seeds up to seeds_max, stopped when decided (sweep/rounds.py)
     seeds: Any = rule(3, check=_seeds)
-    seeds_max: int = rule(10, ">= 3")  # seeds=auto: the most seeds per activation (the last round)
+    seeds_max: int = rule(10, check=at_most(integer(">= 3"), MAX_SEEDS))  # seeds=auto: the most seeds per activation (the last round)
     seeds_margin: Optional[float] = rule(None, "> 0")  # seeds=auto: also stop as "equivalent" within ±this (metric units, TOST)
     seed: Optional[int] = rule(None, ">= 0")  # set per run by the sweep (config.yaml of a run holds its seed)
     epochs: int = rule(10, ">= 1")
-    batch_size: int = rule(128, ">= 1")
+    batch_size: int = rule(128, check=at_most(integer(">= 1"), MAX_BATCH))
     results_dir: str = rule("results", check=path)
     parallel: int = rule(1, ">= 1")  # run K seeds at once, in separate processes
     snapshot_epochs: List[int] = rule([0, 5, 30, -1], ">= -1")  # epochs whose activation shapes + input histograms are stored (-1 = last)
@@ -298,6 +236,16 @@ class RunConfig:
     ema: EmaConfig = field(default_factory=EmaConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+
+    @property
+    def act_kwargs(self) -> dict:
+        """A run's activation options (a run's `act_options` holds its own activation's only)."""
+        return dict(self.act_options.get(self.act) or {})
+
+    @property
+    def lr_mult(self) -> float:
+        """A run's activation learning-rate multiplier (1.0: none given)."""
+        return self.act_lr_mult.get(self.act, 1.0)
 
 
 @functools.lru_cache(maxsize=1)

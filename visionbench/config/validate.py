@@ -1,14 +1,5 @@
-"""One pass that checks a config, whatever it came from: a recipe's YAML, the command line, the Hydra
-app, or a partial block laid over the defaults (`block`).
-
-    check(plain_dict)                  # ConfigError naming the first bad key, and what it accepts
-    errors(plain_dict)                 # [(key, "key must be ..., got ...")], every bad key
-    block("data", {"val_split": 0.2})  # a partial block over the schema's defaults, checked
-
-Values are checked as written (before OmegaConf would turn 3 into "3" or 1 into true): each key by
-the rule on its schema field (config/rules.py), then the rules that need several keys of one block
-(CROSS), then the factor sweep: its keys, and every setting's values.
-"""
+"""One pass that checks a config, from a recipe, the command line, the Hydra app or a partial `block`: each
+key by its field's rule, as written (before OmegaConf turns 3 into "3"), then CROSS, then every factor setting."""
 from __future__ import annotations
 
 import copy
@@ -25,7 +16,7 @@ from .schema import AugmentConfig, RunConfig, defaults, rand_augment_ops, TV_MAG
 
 FREE_DICTS = ("act_options", "act_lr_mult", "model.kwargs", "factors")  # keys below these are the user's own
 # keys a factor sweep cannot vary
-NOT_FACTORS = ("recipe", "seed", "seeds", "seeds_max", "seeds_margin", "results_dir", "parallel", "factors")
+NOT_FACTORS = ("recipe", "seed", "seeds", "seeds_max", "seeds_margin", "results_dir", "parallel", "factors", "trainer.loggers")
 
 
 class ConfigError(ValueError):
@@ -42,17 +33,13 @@ def _fields(cls: type) -> dict[str, tuple[dataclasses.Field, Any]]:
     return {f.name: (f, hints[f.name]) for f in dataclasses.fields(cls)}
 
 
-@functools.lru_cache(maxsize=1)
-def valid_keys() -> tuple[str, ...]:
-    def walk(cls: type, prefix: str) -> list[str]:
-        out = []
-        for name, (_, hint) in _fields(cls).items():
-            out.append(prefix + name)
-            if dataclasses.is_dataclass(hint):
-                out += walk(hint, f"{prefix}{name}.")
-        return out
-
-    return tuple(walk(RunConfig, ""))
+@functools.lru_cache(maxsize=None)
+def valid_keys(cls: type = RunConfig, prefix: str = "") -> tuple[str, ...]:
+    """Every key of block `cls` at `prefix`, its blocks' keys included (by default: the whole schema)."""
+    out: tuple[str, ...] = ()
+    for name, (_, hint) in _fields(cls).items():
+        out += (prefix + name,) + (valid_keys(hint, f"{prefix}{name}.") if dataclasses.is_dataclass(hint) else ())
+    return out
 
 
 def is_free(key: str) -> bool:
@@ -107,12 +94,21 @@ def _seeds_margin(c: dict) -> list[tuple[str, str]]:
              "after a fixed number of seeds)")]
 
 
-def _run(c: dict) -> list[tuple[str, str]]:
-    return _accumulate(c) + _seeds_margin(c)
+def snapshot_epochs_beyond(c: dict) -> list[tuple[str, str]]:
+    """Entries of `snapshot_epochs` past the sweep's last epoch (the largest `epochs` of its settings); checked
+    only for a list given on the command line (a recipe's, kept under a shorter `epochs=`, skips them)."""
+    epochs = [v for v in (c.get("factors") or {}).get("epochs") or [c.get("epochs")] if is_int(v)]
+    snaps = c.get("snapshot_epochs")
+    late = [e for e in snaps if is_int(e) and e > max(epochs)] if epochs and isinstance(snaps, list) else []
+    if not late:
+        return []
+    return [("snapshot_epochs", f"snapshot_epochs={snaps} names epoch(s) {', '.join(map(str, late))} beyond "
+             f"epochs={max(epochs)}; each entry must be 0 (the init), an epoch from 1 to {max(epochs)}, or -1 (the last)")]
 
 
 # the rules that need several keys of one block, by the block's class
-CROSS: dict[type, Callable[[dict], list[tuple[str, str]]]] = {AugmentConfig: _augment, RunConfig: _run}
+CROSS: dict[type, Callable[[dict], list[tuple[str, str]]]] = {
+    AugmentConfig: _augment, RunConfig: lambda c: _accumulate(c) + _seeds_margin(c)}
 
 
 def errors(values: Mapping, cls: type = RunConfig, prefix: str = "") -> list[tuple[str, str]]:
@@ -149,15 +145,15 @@ def settings(factors: Mapping[str, list]) -> list[dict[str, Any]]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*(factors[k] for k in keys))]
 
 
-def with_setting(plain: dict, setting: Mapping[str, Any]) -> dict:
-    """A copy of the plain config `plain` with the setting's values in place."""
-    out = copy.deepcopy(plain)
+def apply_setting(cfg: Any, setting: Mapping[str, Any]) -> Any:
+    """A copy of `cfg` (a plain dict or a DictConfig) with the setting's factor values in place."""
+    out = copy.deepcopy(cfg)
     for key, value in setting.items():
         *parents, leaf = key.split(".")
-        d = out
+        node = out
         for p in parents:
-            d = d.setdefault(p, {})
-        d[leaf] = value
+            node = node.setdefault(p, {})
+        node[leaf] = value
     return out
 
 
@@ -174,18 +170,17 @@ def check(plain: dict) -> None:
         if len(set(map(repr, values))) != len(values):
             raise ConfigError(f"factors.{key} repeats a value: {values!r}", "factors")
     for setting in settings(factors) if factors else []:
-        _raise(errors(with_setting(plain, setting)), f" (setting {', '.join(f'{k}={v}' for k, v in setting.items())})")
+        _raise(errors(apply_setting(plain, setting)), f" (setting {', '.join(f'{k}={v}' for k, v in setting.items())})")
 
 
-def block(key: str, values: Mapping | None = None) -> dict:
-    """The schema block `key` ("data", "optim", "sched", ...) with `values` (a dict or DictConfig,
-    possibly partial) laid over its defaults, checked, as a plain dict: what a partial dict in a test
-    or notebook means is what the same keys mean in a recipe."""
+def block(key: str, values: Mapping | None = None) -> Any:
+    """The schema block `key` ("data", "data.augment", "optim", ...) with `values` (a dict or DictConfig, possibly
+    partial) laid over its defaults, checked, typed (its dataclass, as a run's `typed` config holds it): what a
+    partial dict in a test or notebook means is what the same keys mean in a recipe."""
     values = OmegaConf.to_container(values, resolve=True) if OmegaConf.is_config(values) else values
-    base = defaults()
-    cls = RunConfig
+    cls, base = RunConfig, defaults()
     for part in key.split("."):
-        base, cls = base[part], _fields(cls)[part][1]
+        cls, base = _fields(cls)[part][1], base[part]
 
     def over(into: dict, new: Mapping, path: str) -> dict:
         for k, v in new.items():
@@ -198,4 +193,4 @@ def block(key: str, values: Mapping | None = None) -> dict:
 
     out = over(base, copy.deepcopy(dict(values or {})), key)
     _raise(errors(out, cls, key + "."))
-    return out
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), out))

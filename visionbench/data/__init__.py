@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..config import DATA_ENV_VAR, AugmentConfig, DataConfig, data_config
+from ..config import AugmentConfig, DataConfig, block
 from .base import VisionDataModule
 from .cifar10 import CIFAR10DataModule
-from .datasets import DatasetNotFoundError
+from .datasets import DATA_ENV_VAR, DatasetNotFoundError
 from .digits import DigitsDataModule
 from .fashion_mnist import FashionMNISTDataModule
+from .folder import FolderDataModule
 from .imagenet import ImageNetDataModule
 from .synthetic import SyntheticDataModule
 from .tiny_imagenet import TinyImageNetDataModule
@@ -31,6 +32,7 @@ DATAMODULES: dict[str, type[VisionDataModule]] = {
         DigitsDataModule,
         FashionMNISTDataModule,
         SyntheticDataModule,
+        FolderDataModule,
     )
 }
 
@@ -60,7 +62,7 @@ def create_datamodule(
         ValueError: unknown dataset name or invalid settings.
         DatasetNotFoundError: the dataset is not on disk (a FileNotFoundError).
     """
-    cfg = data_cfg if isinstance(data_cfg, DataConfig) else data_config(data_cfg)
+    cfg = data_cfg if isinstance(data_cfg, DataConfig) else block("data", data_cfg)
     if cfg.name not in DATAMODULES:
         raise ValueError(f"unknown dataset data.name={cfg.name!r}; known: {', '.join(names())}")
     return DATAMODULES[cfg.name](cfg, batch_size=batch_size, seed=seed, test_in_val=test_in_val)

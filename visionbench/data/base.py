@@ -18,12 +18,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..config import DataConfig
-from .datasets import TransformSubset
+from .datasets import TransformSubset, root_dir, root_source
 from .keyed_samplers import KeyedDistributedSampler, KeyedExpandedRepeatAugSampler, KeyedRepeatAugSampler
 from .loading import make_loader
 from .on_device import DeviceAugment, DeviceBatches, refusal
 from .splits import stratified_limit, stratified_split
-from .transforms import build_eval_transform, build_train_transform
+from .transforms import build_eval_transform, build_train_transform, is_random
 
 
 class VisionDataModule(L.LightningDataModule):
@@ -55,7 +55,7 @@ class VisionDataModule(L.LightningDataModule):
         self.batch_size = int(batch_size)
         self.seed = int(seed)
         self.test_in_val = bool(test_in_val)
-        self.root = cfg.root_dir()
+        self.root = root_dir(cfg)
         self.img_size = cfg.img_size or self.default_img_size
         self.mean = tuple(cfg.mean or self.default_mean)
         self.std = tuple(cfg.std or self.default_std)
@@ -81,15 +81,36 @@ class VisionDataModule(L.LightningDataModule):
         """The untransformed official train (or test/val) set, with a `targets` array."""
         raise NotImplementedError
 
+    def sources(self) -> tuple[Dataset, Dataset]:
+        """The official train and test/val sets (`load_source`); ValueError, one line, when either holds no
+        image: every split (train, val, test) needs one, or a run would score an empty set as 0 %."""
+        train_src, official = self.load_source(train=True), self.load_source(train=False)
+        for source, what in ((train_src, "training set"), (official, "test set")):
+            if len(source) == 0:
+                raise ValueError(f"{self.name} at {self.root} (from {root_source(self.cfg)}): its official {what} "
+                                 "holds 0 images; every split (train, val, test) needs at least one image — replace "
+                                 "the files with a complete copy of the dataset")
+        return train_src, official
+
+    def own_val_source(self) -> Dataset | None:
+        """A model-selection set of the dataset's own, apart from train and the official test set (None: none)."""
+        return None
+
+    def summary_facts(self) -> dict:
+        """What a run's summary.json records of the data (`dataset`; {}: nothing)."""
+        return {}
+
     # ---- Lightning hooks ------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
         """Load sources, split, cap and wrap them in transforms (once; every stage shares them)."""
         if self.train_set is not None:
             return
         cfg = self.cfg
-        train_src, official = self.load_source(train=True), self.load_source(train=False)
-        train_idx = np.arange(len(train_src))
-        if self.has_test:
+        train_src, official = self.sources()
+        train_idx, own_val = np.arange(len(train_src)), self.own_val_source()
+        if own_val is not None:  # a dataset with its own val and test sets (data.name=folder with val/ and test/)
+            val_part, test_part = (own_val, np.arange(len(own_val))), (official, np.arange(len(official)))
+        elif self.has_test:
             train_idx, held_idx = stratified_split(train_src.targets, cfg.val_split)
             val_part, test_part = (train_src, held_idx), (official, np.arange(len(official)))
         else:
@@ -100,7 +121,7 @@ class VisionDataModule(L.LightningDataModule):
         train_tf = build_train_transform(cfg.augment, self.img_size, self.mean, self.std, native)
         eval_tf = build_eval_transform(self.img_size, self.mean, self.std, native)
         # a training transform without randomness is as cacheable as the eval one
-        cache_train = self.in_memory and not cfg.augment.enabled
+        cache_train = self.in_memory and not is_random(cfg.augment)
         # random transforms are seeded per sample from (seed, epoch, position): docs/data.md#determinism
         self.train_set = TransformSubset(train_src, train_idx, train_tf, cache=cache_train, seed=self.seed)
         src, idx = val_part

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .base import VisionDataModule
-from .datasets import ArrayDataset, DatasetNotFoundError, corrupt, find_dataset_dir, missing_dataset
+from .datasets import ArrayDataset, DatasetNotFoundError, corrupt, find_dataset_dir, missing_dataset, root_source
 
 FOLDER = "cifar-10-batches-py"
 TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
@@ -103,7 +103,7 @@ class CIFAR10DataModule(VisionDataModule):
             if present:
                 missing = [b for b in ALL_BATCHES if b not in present]
                 raise DatasetNotFoundError(
-                    f"CIFAR-10 at {folder} (from {self.cfg.root_source()}) lacks {', '.join(missing)} (it needs {TRAIN_BATCHES[0]} .. "
+                    f"CIFAR-10 at {folder} (from {root_source(self.cfg)}) lacks {', '.join(missing)} (it needs {TRAIN_BATCHES[0]} .. "
                     f"{TRAIN_BATCHES[-1]} and {TEST_BATCH}); copy the missing file(s) from an intact copy of the "
                     f"dataset, or set data.download=true on a machine with internet access")
 

@@ -7,6 +7,7 @@ serves the training part (augmented) and the held-out validation part (eval tran
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -15,12 +16,29 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from ..config import DATA_ENV_VAR, DataConfig
+from ..config import DataConfig
 from .seeding import SampleKey, preserved_rngs, sample_seed, seed_rngs
 
 
 class DatasetNotFoundError(FileNotFoundError):
     """A dataset is missing on disk; the message says where it was looked for and how to fix it."""
+
+
+DATA_ENV_VAR = "VISIONBENCH_DATA"
+
+
+def root_dir(cfg: DataConfig) -> Path:
+    """Where datasets live: `data.root`, else `$VISIONBENCH_DATA`, else `./data` (absolute)."""
+    return Path(cfg.root or os.environ.get(DATA_ENV_VAR) or "data").expanduser().resolve()
+
+
+def root_source(cfg: DataConfig) -> str:
+    """Which setting chose `root_dir(cfg)`, for error messages."""
+    if cfg.root:
+        return "data.root"
+    if os.environ.get(DATA_ENV_VAR):
+        return f"${DATA_ENV_VAR} (data.root is null)"
+    return f"the default ./data (data.root is null and ${DATA_ENV_VAR} unset)"
 
 
 class CorruptDataError(ValueError):
@@ -39,7 +57,7 @@ def missing_dataset(title: str, cfg: DataConfig, expected: Path, layout: str, do
         fixes.insert(0, "set data.download=true on a machine with internet access")
     return DatasetNotFoundError(
         f"{title} not found at {expected}\n"
-        f"  data root: {cfg.root_dir()} (from {cfg.root_source()})\n"
+        f"  data root: {root_dir(cfg)} (from {root_source(cfg)})\n"
         f"  expected layout:\n{layout}\n"
         f"  fix: " + "; or ".join(fixes)
     )
@@ -53,15 +71,15 @@ def find_dataset_dir(root: Path, folder: str, marker: str) -> Path | None:
     return None
 
 
-def load_rgb(path: str | Path) -> Image.Image:
-    """Open an image file as RGB (Tiny ImageNet and ImageNet hold some grayscale/CMYK JPEGs).
+def load_rgb(path: str | Path, mode: str = "RGB") -> Image.Image:
+    """Open an image file as RGB (Tiny ImageNet and ImageNet hold some grayscale/CMYK JPEGs), or as `mode`.
 
     A truncated or unreadable file is a `CorruptDataError` naming it (PIL alone says "image file is
     truncated", without the path, from deep inside a DataLoader worker)."""
     try:
         with open(path, "rb") as f:
             img = Image.open(f)
-            return img.convert("RGB")
+            return img.convert(mode)
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:  # UnidentifiedImageError: OSError
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise corrupt(path, f"unreadable image ({first})") from None
@@ -86,17 +104,18 @@ class ArrayDataset(Dataset):
 
 
 class FileDataset(Dataset):
-    """Image files with labels, decoded lazily to RGB."""
+    """Image files with labels, decoded lazily to RGB (or `mode`: "L" for grayscale)."""
 
-    def __init__(self, samples: Sequence[tuple[str, int]]):
+    def __init__(self, samples: Sequence[tuple[str, int]], mode: str = "RGB"):
         self.paths = [str(p) for p, _ in samples]
+        self.mode = mode
         self.targets = np.asarray([t for _, t in samples], dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.paths)
 
     def __getitem__(self, index: int) -> tuple[Image.Image, int]:
-        return load_rgb(self.paths[index]), int(self.targets[index])
+        return load_rgb(self.paths[index], self.mode), int(self.targets[index])
 
 
 class TransformSubset(Dataset):

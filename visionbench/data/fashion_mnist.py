@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .base import VisionDataModule
-from .datasets import ArrayDataset, DatasetNotFoundError, corrupt, missing_dataset
+from .datasets import ArrayDataset, DatasetNotFoundError, corrupt, missing_dataset, root_dir
 
 TRAIN_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")
 TEST_FILES = ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -180,13 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m visionbench.data.fashion_mnist [ROOT]`: where the files are found and how many images each split has."""
     import sys
 
-    from ..config import data_config
+    from ..config import block
 
     args = sys.argv[1:] if argv is None else argv
-    cfg = data_config({"name": "fashion_mnist", "root": args[0] if args else None})
-    folder = find_folder(cfg.root_dir())
+    cfg = block("data", {"name": "fashion_mnist", "root": args[0] if args else None})
+    folder = find_folder(root_dir(cfg))
     if folder is None:
-        print(f"Fashion-MNIST not found under {cfg.root_dir()} (nor in {', '.join(map(str, SYSTEM_DIRS))})")
+        print(f"Fashion-MNIST not found under {root_dir(cfg)} (nor in {', '.join(map(str, SYSTEM_DIRS))})")
         return 1
     for train in (True, False):
         images, labels = read_split(folder, train)

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from ..config import DataConfig
 from .seeding import sample_uniforms
+from .transforms import jitter_of
 
 ARRAY_DATASETS = ("cifar10", "digits", "fashion_mnist", "synthetic")  # sources held as uint8 arrays
 SUPPORTED = "data.augment.crop_pad, data.augment.hflip and the normalisation"
@@ -41,15 +42,17 @@ def refusal(cfg: DataConfig, native_size: int | None, img_size: int) -> str | No
     """None when `data.on_device=true` can reproduce the config's training data; else the one line why."""
     if not cfg.on_device:
         return None
-    if cfg.name not in ARRAY_DATASETS:
+    if cfg.name not in (*ARRAY_DATASETS, "folder"):  # folder: its training images decoded into one array
         return (f"data.on_device=true needs a dataset held in memory as arrays ({', '.join(ARRAY_DATASETS)}), "
                 f"not data.name={cfg.name}; set data.on_device=false")
     if native_size != img_size:
+        native = f"{native_size} px" if native_size else "images of more than one size (or not square)"
         return (f"data.on_device=true does not resize: data.img_size={img_size} differs from {cfg.name}'s "
-                f"{native_size} px; set data.img_size=null or data.on_device=false")
+                f"{native}; set data.img_size=null or data.on_device=false")
     aug = cfg.augment
-    unsupported = {"scale": aug.scale, "color_jitter": aug.jitter if any(aug.jitter or ()) else None, "auto_augment": aug.auto_augment,
-                   "re_prob": aug.re_prob or None, "repeated_aug": aug.repeated_aug if aug.repeated_aug != 1 else None}
+    unsupported = {"scale": aug.scale, "color_jitter": jitter_of(aug) if any(jitter_of(aug) or ()) else None,
+                   "auto_augment": aug.auto_augment, "re_prob": aug.re_prob or None,
+                   "repeated_aug": aug.repeated_aug if aug.repeated_aug != 1 else None}
     for key, value in unsupported.items():
         if value is not None:
             shown = aug.color_jitter if key == "color_jitter" else value

@@ -28,6 +28,7 @@ from timm.data.transforms import MaybeToTensor, str_to_interp_mode, str_to_pil_i
 from torchvision import transforms as T
 
 from ..config import AugmentConfig, rand_augment_ops
+from ..config.rules import is_number
 
 INTERPOLATION = "bicubic"  # timm's default for the DeiT/ConvNeXt recipes
 EVAL_CROP_PCT = 0.875  # the standard ImageNet eval: resize 256, center-crop 224
@@ -95,13 +96,25 @@ def torchvision_rand_augment(policy: str) -> T.RandAugment:
     return T.RandAugment(num_ops=num_ops, magnitude=magnitude)
 
 
+def jitter_of(aug: AugmentConfig) -> tuple[float, float, float, float] | None:
+    """(brightness, contrast, saturation, hue) of `aug.color_jitter` (b: b, b, b, hue 0), None when off."""
+    v = [aug.color_jitter] * 3 if is_number(aug.color_jitter) else aug.color_jitter
+    return None if v is None else (*map(float, v[:3]), float(v[3]) if len(v) > 3 else 0.0)
+
+
+def is_random(aug: AugmentConfig) -> bool:
+    """True when any random transform is on (repeated_aug alone draws no randomness)."""
+    return bool(aug.crop_pad or aug.scale or aug.hflip or aug.auto_augment or aug.re_prob or any(jitter_of(aug) or ()))
+
+
 def colour_and_auto_augment(
     aug: AugmentConfig, img_size: int, mean: Sequence[float], interpolation: str = INTERPOLATION
 ) -> list[Callable]:
     """ColorJitter (if set), then the auto-augment policy (if set): the 004 code's order."""
     tfl: list[Callable] = []
-    if aug.jitter is not None:
-        brightness, contrast, saturation, hue = aug.jitter
+    jitter = jitter_of(aug)
+    if jitter is not None:
+        brightness, contrast, saturation, hue = jitter
         tfl.append(T.ColorJitter(brightness=brightness, contrast=contrast, saturation=saturation, hue=hue))
     if aug.auto_augment and aug.auto_augment_impl == "torchvision":
         tfl.append(torchvision_rand_augment(aug.auto_augment))

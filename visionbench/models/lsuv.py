@@ -298,26 +298,20 @@ def lsuv_paper004(
 LSUV_VARIANTS: dict[str, Callable[..., list[LSUVRecord]]] = {"mishkin": lsuv_mishkin, "paper004": lsuv_paper004}
 
 
-def check_variant(variant: str) -> str:
-    """`variant` if it is an LSUV variant, else ValueError naming the accepted ones."""
-    if variant not in LSUV_VARIANTS:
-        raise ValueError(f"unknown LSUV variant {variant!r}; accepted: {', '.join(LSUV_VARIANTS)}")
-    return variant
-
-
 def lsuv_init(model: nn.Module, batch: torch.Tensor, variant: str = "mishkin", **options) -> list[LSUVRecord]:
     """LSUV-initialise `model` in place on `batch` by `variant` ("mishkin" or "paper004").
 
-    `options` go to `lsuv_mishkin` / `lsuv_paper004` (their defaults are the papers' values).
+    `options` go to `lsuv_mishkin` / `lsuv_paper004` (their defaults are the papers' values). A run's
+    `model.lsuv_variant` is checked against LSUV_VARIANTS once, by the sweep's preflight.
     """
-    return LSUV_VARIANTS[check_variant(variant)](model, batch, **options)
+    return LSUV_VARIANTS[variant](model, batch, **options)
 
 
 def lsuv_images(batches: Iterable, variant: str = "mishkin") -> torch.Tensor:
     """The init images for `variant`, from the first batches of `batches` (a training loader):
     one batch for mishkin, the first 64 images for paper004 (004 code: LSUV_BATCH = 64, cut from
     the first training batch; batches are joined when one holds fewer)."""
-    need = PAPER004["num_images"] if check_variant(variant) == "paper004" else None
+    need = PAPER004["num_images"] if variant == "paper004" else None
     parts, have = [], 0
     for b in batches:
         x = b[0] if isinstance(b, (tuple, list)) else b

@@ -65,8 +65,8 @@ def param_groups(
     """Split the trainable parameters of `model` into "decay", "no_decay" and "act" groups.
 
     Every group carries `name`, `lr` and `weight_decay`; the activation multiplier lives in the
-    "act" group's `lr` itself, which `train/schedules.py` scales per step like every group's base
-    lr (no `lr_scale` key: nothing here runs timm's schedulers, the only readers of one).
+    "act" group's `lr` itself, which the schedule (train/module.py `lr_lambda`) scales per step like
+    every group's base lr (no `lr_scale` key: nothing here runs timm's schedulers, the only readers of one).
     Parameters with `requires_grad=False` are left out; empty groups are dropped. `decay_rule`
     picks what decays (module docstring); activation coefficients go to "act" whatever the rule.
     """

@@ -344,7 +344,7 @@ def _departures_note(summary, runs) -> list[str]:
 
 def _mixed_configs(runs) -> str:
     """'' when every run of the table was configured alike but for act and seed; else what differs, and where."""
-    from ..config import diff_configs, shared_part
+    from ..results.identity import diff_configs, shared_part
     from ..results.io import RunStateError
     from ..results.layout import read_config
 

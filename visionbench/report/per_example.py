@@ -12,6 +12,10 @@ explains; a paired test over images; churn within and between activations with i
 seed ensemble's accuracy with McNemar's p; NLL and ECE with the table's seed-level test. Then one
 plain-words line each. `note` is the line `table.md` gets: where the section is, or which columns old
 results (no predictions.npz) lack.
+
+A run's file is used only when it is that run's evidence (results/evidence.py: identity, selected epoch,
+accuracy, ranges); a damaged or mismatching file leaves that run's columns blank with a note naming it,
+why, and the command that rewrites it. No file, damaged or not, stops the report.
 """
 from __future__ import annotations
 
@@ -19,9 +23,9 @@ import math
 
 import pandas as pd
 
-from ..results import layout
+from ..results import evidence, layout
 from ..results.io import RunStateError
-from ..results.predictions import FILE_NAME, read_predictions, variant_of
+from ..results.predictions import FILE_NAME, variant_of
 from ..stats import per_example as pex
 from . import render
 from .tables import TEST_NAMES, number, p_relation, p_text
@@ -46,37 +50,47 @@ def scored_set(runs: pd.DataFrame) -> str:
     return "the val set (the recipe holds out no split: it is the official test/val set)"
 
 
-def load_arms(runs: pd.DataFrame, variant: str) -> tuple[dict[str, list], dict[str, int], list[str]]:
+def _judge(run_dir: str, variant: str) -> evidence.Evidence:
+    """`evidence.judge` of one run; whatever a damaged file or summary raises is that run's refusal."""
+    try:
+        summary = layout.read_summary(run_dir) or {}
+        return evidence.judge(run_dir, summary, variant)
+    except (OSError, RunStateError, ValueError, TypeError, KeyError) as exc:
+        return evidence.Evidence(evidence.DAMAGED, why=f"{FILE_NAME} unusable ({type(exc).__name__}: {exc})")
+
+
+def load_arms(runs: pd.DataFrame, variant: str) -> tuple[dict[str, list], dict[str, int], list[str], dict]:
     """Per act, the completed runs' prediction arrays of `variant` ([(seed, label, arrays)]), the number of
-    completed runs, and notes on unreadable files or a missing variant (those runs count as without)."""
-    arms, counts, notes = {}, {}, []
+    completed runs, notes on refused files (damaged, not the run's, without the variant: those runs count as
+    without), and the labels of the runs per evidence kind (`{kind: [(label, run_dir)]}`)."""
+    arms, counts, notes, kinds = {}, {}, [], {}
     done = runs[runs["status"] == layout.COMPLETED]
     for act, group in done.groupby("act", sort=True):
         arms[act], counts[act] = [], len(group)
         for _, row in group.iterrows():
             label = f"{act}/seed_{row['seed']}"
-            try:
-                data = read_predictions(layout.files(row["run_dir"]).predictions)
-            except RunStateError as exc:
-                notes.append(f"{label}: {exc}")
-                continue
-            if data is None:
-                continue
-            if variant not in data:
-                notes.append(f"{label}: {FILE_NAME} has no {variant!r} predictions (has {', '.join(data)})")
-                continue
-            arms[act].append((int(row["seed"]), label, data[variant]))
-    return arms, counts, notes
+            found = _judge(row["run_dir"], variant)
+            kinds.setdefault(found.kind, []).append((label, row["run_dir"]))
+            if found.kind in (evidence.DAMAGED, evidence.MISMATCH):
+                notes.append(f"{label}: {found.why}; its per-example columns are blank; rewrite it with "
+                             f"`{evidence.fix_command(row['run_dir'])}`")
+            elif found.kind == evidence.NO_VARIANT:
+                notes.append(f"{label}: {found.why}")
+            elif found.kind in evidence.USED:
+                arms[act].append((int(row["seed"]), label, found.arrays))
+    return arms, counts, notes, kinds
 
 
 def section(runs: pd.DataFrame, metric: str, baseline: str | None, test: str = "student", *, alpha: float = 0.05,
             digits: int = 2, seed: int = 0) -> tuple[render.Table | None, str]:
     """(the per-example table of one recipe dir's runs, or None; the note for table.md)."""
-    arms, counts, notes = load_arms(runs, variant_of(metric))
+    arms, counts, notes, kinds = load_arms(runs, variant_of(metric))
     total, have = sum(counts.values()), sum(len(v) for v in arms.values())
     if not have and notes:  # files there, but unreadable or without the weights the metric scores
         more = f" (and {len(notes) - 1} more)" if len(notes) > 1 else ""
         return None, f"per-example columns ({LACKING}) not computed: {notes[0]}{more}"
+    if not have and kinds.get(evidence.MISSING):
+        return None, f"per-example columns ({LACKING}) not computed: {_lost_note(kinds[evidence.MISSING])}"
     if not have:
         return None, (f"no run has {FILE_NAME} (results from before per-example predictions): the per-example "
                       f"columns ({LACKING}) are not computed")
@@ -94,13 +108,15 @@ def section(runs: pd.DataFrame, metric: str, baseline: str | None, test: str = "
     lines = [_sentence(act, baseline, r, test, alpha, digits) for act, r in zip(data["act"], rows)
              if r.get("diff") is not None and act != baseline]
     outro = ["In plain words:\n" + "\n".join(f"- {s}" for s in lines)] if lines else []
-    table_notes = notes + _missing_notes(arms, counts, base, baseline)
+    table_notes = notes + _missing_notes(arms, counts, base, baseline, kinds)
     headers, cells = _cells(data, baseline, digits)
     table = render.Table(headers, cells, title=f"{runs['recipe'].iloc[0]} — per-example evidence", intro=[intro],
                          outro=outro, notes=table_notes, data=data)
     note = "per-example evidence (two-level intervals, churn, ensemble, calibration): per_example.md"
+    refused = len(kinds.get(evidence.DAMAGED, [])) + len(kinds.get(evidence.MISMATCH, []))
     if have < total:
-        note += f" ({total - have} of {total} completed runs {_have(total - have)} no {FILE_NAME})"
+        note += f" ({total - have} of {total} completed runs {_have(total - have)} no {'usable ' if refused else ''}{FILE_NAME}"
+        note += f"; {refused} refused as damaged or not the run's: named there)" if refused else ")"
     return table, note
 
 
@@ -134,15 +150,35 @@ def _intro(runs, metric, baseline, test, n_images) -> str:
             f"over runs, {TEST_NAMES[test]}. Method and references: docs/per_example.md.")
 
 
-def _missing_notes(arms, counts, base, baseline) -> list[str]:
+def _lost_note(lost: list[tuple[str, str]]) -> str:
+    """The runs whose summary says they wrote predictions.npz, which is gone, and the command that rewrites it."""
+    names = ", ".join(label for label, _ in lost)
+    dirs = " ".join(str(d) for _, d in lost)
+    return (f"{len(lost)} completed {'run' if len(lost) == 1 else 'runs'} lost {FILE_NAME} (deleted since they "
+            f"wrote it: {names}); rewrite it from the checkpoints with `{evidence.fix_command(dirs)}`, or rerun the "
+            "sweep's `visionbench run ...` command")
+
+
+def _missing_notes(arms, counts, base, baseline, kinds) -> list[str]:
     out = []
     missing = {act: counts[act] - len(v) for act, v in arms.items() if counts[act] > len(v)}
+    if kinds.get(evidence.UNNAMED):
+        k = len(kinds[evidence.UNNAMED])
+        out.append(f"{k} {FILE_NAME} {'file does' if k == 1 else 'files do'} not name {'its run' if k == 1 else 'their runs'} "
+                   "(written before the files recorded recipe, act, setting, seed and config hash): checked against "
+                   "the summaries' selected epoch and accuracy only")
+    if kinds.get(evidence.MISSING):
+        out.append(_lost_note(kinds[evidence.MISSING]))
     if missing:
         none = [act for act in missing if not arms[act]]
         some = [act for act in missing if arms[act]]
         k = sum(missing.values())
-        text = (f"{k} of {sum(counts.values())} completed runs {_have(k)} no {FILE_NAME} (results from before "
-                "per-example predictions)")
+        before = len(kinds.get(evidence.BEFORE, []))
+        why = "results from before per-example predictions" if before == k else \
+            f"{before} from before per-example predictions, {k - before} lost or refused: named above" if before else \
+            "lost or refused: named above"
+        usable = "" if before == k else "usable "
+        text = f"{k} of {sum(counts.values())} completed runs {_have(k)} no {usable}{FILE_NAME} ({why})"
         if none:
             text += f": columns {LACKING} not computed for {', '.join(none)}"
         if some:

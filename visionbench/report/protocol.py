@@ -17,7 +17,7 @@ import math
 
 import pandas as pd
 
-from ..config import DEFAULT_METRIC, HELD_OUT_METRIC
+from ..results.layout import DEFAULT_METRIC, HELD_OUT_METRIC
 
 
 @functools.lru_cache(maxsize=None)

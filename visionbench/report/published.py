@@ -313,7 +313,8 @@ def departures(config: dict) -> list[str]:
     """Where a run's stored config departs from its packaged recipe (with the run's act, seed and factor
     setting): `epochs: these runs 2, the recipe 24`, one line per key; [] when it does not, or when its
     recipe is not a packaged one. The published numbers belong to the recipe's protocol."""
-    from ..config import ConfigError, diff_configs, recipe_config, run_config, shared_part
+    from ..config import ConfigError, recipe_config, run_config
+    from ..results.identity import diff_configs, shared_part
 
     try:
         packaged = run_config(recipe_config(str(config["recipe"])), str(config.get("act_label") or config["act"]),

@@ -8,7 +8,7 @@ place that knows file names, the summary schema and the run statuses.
         checkpoints/    last.ckpt (every epoch: what a resume starts from), best.ckpt (best val_top1)
         act_snapshots/  learnable activations' shapes at chosen epochs (report plots)
         predictions.npz per-example predictions at the reported checkpoint (results/predictions.py)
-        tb/             TensorBoard events
+        tb/             TensorBoard events (trainer.loggers: also csv/, wandb/, trackers.json; docs/running.md)
 
 The writer (sweep) and the reader (report) both go through `read_summary`: one contract, so a
 summary the sweep would refuse is one the report skips with the same reason.
@@ -37,6 +37,8 @@ SCORED = (COMPLETED, DIVERGED, FAILED)  # what a report counts; running/interrup
 CONFIG_KEYS = ("recipe", "act", "seed")  # in every run's config.yaml
 
 RUN_DIR_NAME = re.compile(r"seed_\d+")
+DEFAULT_METRIC = "val_top1_best"  # report.metric: null without a held-out split
+HELD_OUT_METRIC = "test_top1_at_best_val"  # report.metric: null with one (the test set read at the selected epoch)
 SEQUENTIAL = "sequential.json"  # <recipe>/[<setting>/]sequential.json: where `seeds=auto` stopped each activation
 
 
@@ -81,6 +83,15 @@ class RunFiles:
     @property
     def predictions(self) -> Path:
         return self.root / "predictions.npz"
+
+    @property
+    def trackers(self) -> Path:  # the MLflow / W&B run ids a resumed run continues (train/trackers.py)
+        return self.root / "trackers.json"
+
+
+def default_metric(val_split: float) -> str:
+    """The metric a table scores when the recipe names none: selection on held-out data if there is any."""
+    return HELD_OUT_METRIC if float(val_split) > 0 else DEFAULT_METRIC
 
 
 def files(run: str | Path) -> RunFiles:

@@ -11,8 +11,6 @@ is its row in the report and its directory on disk. A factor setting is the othe
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from omegaconf import DictConfig, open_dict
 
 from .. import activations
@@ -22,28 +20,40 @@ from ..results.settings import format_value
 ALL = "all"  # act=all: every registered activation (the zoo sweep), in registry order after any named first
 
 
-@dataclass(frozen=True)
-class ActSpec:
-    """One activation row of a sweep.
+class Act(str):
+    """One swept activation, parsed once (`parse_act`): the label (`rational[init=gelu]`: the row and
+    directory name, with the registry's canonical name) is the string itself; `.family` its registry
+    name, `.options` its bracket options. What run_config, the preflight and the run take."""
 
-    Attributes:
-        label: the row name and directory: `rational` or `rational[init=gelu]`.
-        family: the registry name (`rational`).
-        options: the bracket options, laid over the recipe's `act_options[family]`.
-    """
-
-    label: str
     family: str
-    options: dict = field(default_factory=dict)
+    options: dict
+
+    def __new__(cls, label: str, family: str | None = None, options: dict | None = None) -> "Act":
+        if isinstance(label, Act) and family is None:
+            return label
+        self = super().__new__(cls, label)
+        self.family, self.options = (family, dict(options or {})) if family else parse_variant(label)
+        return self
+
+    @property
+    def label(self) -> str:
+        return str(self)
+
+    def __reduce__(self):  # across the parallel=K workers' pickles
+        return Act, (str(self), self.family, self.options)
 
 
-def parse_act(text: str) -> ActSpec:
-    """`name` or `name[key=value,...]` -> ActSpec; ValueError naming what is wrong."""
+ActSpec = Act  # one activation row of a sweep
+
+
+def parse_act(text: str) -> Act:
+    """`name` or `name[key=value,...]` -> its `Act`, parsed once (the registry's canonical name in the
+    label); ValueError naming what is wrong."""
     name, options = parse_variant(text)
     family = activations.resolve(name)
     if not options:
-        return ActSpec(family, family)
-    return ActSpec(f"{family}[{','.join(f'{k}={format_value(v)}' for k, v in options.items())}]", family, options)
+        return Act(family, family)
+    return Act(f"{family}[{','.join(f'{k}={format_value(v)}' for k, v in options.items())}]", family, options)
 
 
 def parse_acts(text: str) -> list[ActSpec]:
@@ -56,7 +66,7 @@ def parse_acts(text: str) -> list[ActSpec]:
         raise ValueError("act is empty; give an activation name, e.g. act=relu")
     if "" in items:
         raise ValueError(f"act={text}: an empty name between commas; separate the activations with single commas")
-    given: list[ActSpec] = []
+    given: list[Act] = []
     for t in items:
         if t.split("[", 1)[0].strip() == ALL and t != ALL:
             options = " ".join(f"act.{k}={format_value(v)}" for k, v in parse_variant(t)[1].items())
@@ -77,10 +87,11 @@ def parse_acts(text: str) -> list[ActSpec]:
     return [spec for t in items for spec in (rest if t == ALL else [next(queue)])]
 
 
-def sweep_acts(cfg: DictConfig) -> list[str]:
-    """The activation labels of the sweep (`relu`, `rational[init=gelu]`), in the order given."""
+def sweep_acts(cfg: DictConfig) -> list[Act]:
+    """The activations of the sweep (labels `relu`, `rational[init=gelu]`, each with its family and
+    options: what run_config, the preflight and the run take), in the order given."""
     try:
-        return [spec.label for spec in parse_acts(cfg.act)]
+        return parse_acts(cfg.act)
     except ValueError as e:
         raise ConfigError(str(e), "act") from None
 
@@ -88,7 +99,7 @@ def sweep_acts(cfg: DictConfig) -> list[str]:
 def apply_act_keys(cfg: DictConfig, options: dict, strict: bool = True) -> None:
     """`act.KEY=V`: option KEY of every swept activation that takes it, into `act_options`; ConfigError
     when none does (`strict`: a Hydra job holds one activation of a sweep checked as a whole)."""
-    families = list(dict.fromkeys(parse_act(a).family for a in sweep_acts(cfg))) if options else []
+    families = list(dict.fromkeys(a.family for a in sweep_acts(cfg))) if options else []
     for key, value in options.items():
         takers = [a for a in families if key in activations.accepted_kwargs(a)]
         if not takers and strict:

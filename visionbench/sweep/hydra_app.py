@@ -13,8 +13,9 @@ same results tree (`results_dir`), so `visionbench report results/<recipe>` aggr
 factor keys.
 
 A failed or diverged run fails its job (non-zero exit, the run's one-line error); SIGTERM records the run as
-`interrupted` and exits 143. Under SLURM, Lightning's auto-requeue (`SLURMEnvironment`, on by
-default: SIGUSR1, e.g. `#SBATCH --signal=USR1@120`) requeues the job, which resumes from last.ckpt.
+`interrupted` and exits 143. Under SLURM, SIGUSR1 (`#SBATCH --signal=USR1@120` with `--requeue`) runs
+visionbench's own requeue (sweep/signals.py, which replaces Lightning's auto-requeue handler): the job is
+requeued, the run recorded `interrupted` (exit 138), and the requeued job resumes from last.ckpt.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from .. import plugins
 from ..config import DEFAULT_RECIPE, RECIPES_DIR, ConfigError, parse, recipe_config, run_config, split_top_level
 from ..results import provenance as results
 from .acts import sweep_acts
@@ -69,7 +71,8 @@ def to_hydra(argv: list[str]) -> list[str]:
     for n, arg in enumerate(ours):
         key, value = arg.split("=", 1)
         try:
-            values = split_top_level(value) if multirun and not key.startswith("act.") else [value]
+            sweeps = multirun and not key.startswith("act.") and key.lstrip("+") != "imports"  # imports: a list
+            values = split_top_level(value) if sweeps else [value]
         except ValueError:
             values = [value]  # load_config names the bad brackets
         hydra_args.append(f"+{CARRIER}.a{n}=" + ",".join(_quoted(f"{key}={v}") for v in values))
@@ -112,7 +115,7 @@ def main(cfg: DictConfig) -> int:
         check_finetune_weights(cfg, setting, acts[0], check_data(cfg))
     except ConfigError as e:
         raise SystemExit(f"visionbench hydra_app: {e}") from None
-    run = run_config(cfg, acts[0], seed, setting)
+    run = plugins.record(run_config(cfg, acts[0], seed, setting))
     try:
         outcome = execute(run, results.run_dir(cfg.results_dir, cfg.recipe, acts[0], seed, setting), progress=False)
     except Interrupted as stop:  # recorded `interrupted`; a requeued job (SLURM) reruns this and resumes

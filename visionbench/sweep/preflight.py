@@ -8,48 +8,64 @@ through here. visionbench/config/ has checked every key's type, range and choice
 every factor setting: each activation variant built once (bad options fail now, not after hours of
 other seeds), the model's name and norm toggles (models/factory.py `check`), the names the model
 and fine-tuning registries hold, the Trainer's device arguments (Lightning builds one), and a
-fine-tuning checkpoint's content and `finetune.source_act`. The dataset is checked by `sweep.check_data`
-as the sweep plans, and with it the fine-tuning checkpoint against the architecture (`check_finetune_weights`:
-it needs the dataset's classes and image size).
+fine-tuning checkpoint's content and `finetune.source_act`, the trackers' packages (`trainer.loggers`).
+The dataset is checked by `sweep.check_data` as the sweep plans, and with it the fine-tuning checkpoint
+against the architecture (`check_finetune_weights`: it needs the dataset's classes and image size).
 """
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any, Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-from .. import activations
-from ..config import ConfigError, act_options, apply_setting, compose, defaults, parse, run_config, sweep_settings
+from .. import activations, plugins
+from ..config import (ConfigError, act_options, apply_setting, block, compose, defaults, parse, run_config,
+                      sweep_settings, typed)
 from ..config.rules import choice
 from ..models.swap import check_layers, split_swap_options
-from .acts import apply_act_keys, sweep_acts
+from .acts import Act, apply_act_keys, sweep_acts
 
 
 def load_config(args: Iterable[str], strict_act_keys: bool = True) -> DictConfig:
     """Compose `recipe=NAME` with `key=value` overrides (visionbench/config/overrides.py), apply
     `act.KEY=V` to the swept activations that take KEY (`strict_act_keys`: one of them must), and
     check everything before any training."""
-    ov = parse(args)
+    ov = parse(plugins.as_list(args))
     cfg = compose(ov)
+    if ov.gave("data.name"):  # the recipe's image size and statistics are its dataset's: the given one's instead
+        cfg.data.merge_with({k: None for k in ("img_size", "mean", "std") if not ov.gave(f"data.{k}")})
+    plugins.load(cfg.imports)  # the user's activations and models, before any name is checked
     apply_act_keys(cfg, ov.act_keys, strict_act_keys)
     return preflight(cfg)
 
 
 def _registry_rules() -> dict[str, Callable[[Any], str | None]]:
-    """Keys whose accepted names a registry holds (imported only when a config is checked)."""
-    from ..models.finetune import TRAIN_CHOICES
+    """Keys whose accepted names a registry holds (imported only when a config is checked): the one
+    check of each; train/ and models/ take the names as given."""
+    from ..models.finetune import TRAIN_CHOICES, parse_train
     from ..models.lsuv import LSUV_VARIANTS
     from ..models.param_groups import DECAY_RULES
 
+    def train_parts(value: Any) -> str | None:  # what models/finetune.py reads: parts in any order
+        try:
+            parse_train(value)
+        except (ValueError, AttributeError):
+            return f"one of {', '.join(TRAIN_CHOICES)} (parts in any order: head,act)"
+        return None
+
     return {"model.lsuv_variant": choice(*LSUV_VARIANTS), "optim.decay_rule": choice(*DECAY_RULES),
-            "finetune.train": choice(*TRAIN_CHOICES)}
+            "finetune.train": train_parts}
 
 
 def preflight(cfg: DictConfig) -> DictConfig:
     """Check the sweep `cfg` setting by setting (see the module docstring); ConfigError, one line."""
     acts = sweep_acts(cfg)
+    if set(cfg.trainer.loggers) - {"tensorboard", "csv"}:  # an optional tracker: is its package installed?
+        from ..train.trackers import missing
+
+        if (why := missing(cfg.trainer.loggers)):
+            raise ConfigError(why, "trainer.loggers")
     checked: set[str] = set()
     rules = _registry_rules()
     for setting in sweep_settings(cfg):
@@ -61,9 +77,9 @@ def preflight(cfg: DictConfig) -> DictConfig:
             if wanted:
                 raise ConfigError(f"{key} must be {wanted}, got {value!r}{where}", key)
         _check_model(c.model, where)
-        _check_trainer(OmegaConf.to_container(c.trainer), where, checked)
-        for label in acts:
-            family, opts = act_options(c, label)
+        _check_trainer(c.trainer, where, checked)
+        for act in acts:
+            family, opts = act_options(c, act)
             try:
                 opts, layers = split_swap_options(opts)  # `swap_layers` is the swap's option, not the act's
                 check_layers(layers)
@@ -71,7 +87,7 @@ def preflight(cfg: DictConfig) -> DictConfig:
                     opts.setdefault("num_channels", 1)  # the model gives the real count when it is built
                 activations.create(family, **opts)
             except (ValueError, TypeError) as e:
-                raise ConfigError(f"act {label}{where}: {e}", "act") from None
+                raise ConfigError(f"act {act}{where}: {e}", "act") from None
         if c.finetune.source_act is not None:
             _check_source_act(c.finetune, where)
         if c.finetune.checkpoint:
@@ -92,7 +108,7 @@ def _check_source_act(ft: DictConfig, where: str) -> None:
         raise ConfigError(f"finetune.source_act: {e}{where}", "finetune.source_act") from None
 
 
-def check_finetune_weights(cfg: DictConfig, setting: dict, act: str, dm) -> None:
+def check_finetune_weights(cfg: DictConfig, setting: dict, act: Act, dm) -> None:
     """Build the network of the setting's first run as the run will (train/run.py `build_model`: the
     checkpoint loaded into the recipe's architecture, its activations swapped): a checkpoint of another
     architecture fails here, once, in one line, before any run directory is written. `dm`: the setting's
@@ -101,9 +117,8 @@ def check_finetune_weights(cfg: DictConfig, setting: dict, act: str, dm) -> None
         return
     from ..train.run import build_model  # the heavy import only for fine-tuning sweeps
 
-    run = run_config(cfg, act, 0, setting)
     try:
-        build_model(run, dm.num_classes, dm.in_chans, dm.img_size)
+        build_model(typed(run_config(cfg, act, 0, setting)), dm.num_classes, dm.in_chans, dm.img_size)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         where = f" (setting {', '.join(f'{k}={v}' for k, v in setting.items())})" if setting else ""
@@ -121,31 +136,25 @@ def _check_model(model: DictConfig, where: str) -> None:
         raise ConfigError(f"{given}: {e}{where}", "model") from None
 
 
-def _check_trainer(t: dict, where: str, checked: set[str]) -> None:
-    """Build (and drop) a Lightning Trainer with the recipe's device arguments: what Lightning refuses
-    (an unknown strategy, a GPU on a CPU machine, devices=0) fails here, once, not in every run."""
-    args = {k: t[k] for k in ("accelerator", "devices", "num_nodes", "strategy", "precision")}
+def _check_trainer(t: DictConfig, where: str, checked: set[str]) -> None:
+    """Build (and drop) the run's probe Trainer (train/trainer.py `build_trainer`, the device arguments):
+    what Lightning refuses (an unknown strategy, a GPU on a CPU machine, devices=0) fails here, once,
+    not in every run."""
+    from ..train.trainer import DEVICE_ARGS, build_trainer  # imports Lightning: only when a config is checked
+
+    t = block("trainer", t)  # typed: Lightning takes `devices` as a list, not a ListConfig
+    args = {k: getattr(t, k) for k in DEVICE_ARGS}
     key = json.dumps(args, sort_keys=True, default=str)
     base = defaults()["trainer"]
     if key in checked or all(v == base.get(k) for k, v in args.items()):  # the defaults work everywhere
         return
     checked.add(key)
-    import lightning as L
-
-    quiet = [logging.getLogger(n) for n in ("lightning.pytorch", "lightning.fabric")]
-    levels = [q.level for q in quiet]
-    for q in quiet:
-        q.setLevel(logging.ERROR)
     try:
-        L.Trainer(**args, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                  enable_model_summary=False)
+        build_trainer(t)
     except Exception as e:  # noqa: BLE001 - Lightning raises ValueError, TypeError, MisconfigurationException
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         given = ", ".join(f"trainer.{k}={v}" for k, v in args.items() if v != base.get(k)) or "trainer"
         raise ConfigError(f"{given}: {first}{where}", "trainer") from None
-    finally:
-        for q, level in zip(quiet, levels):
-            q.setLevel(level)
 
 
 def _check_finetune(c: DictConfig, acts: list[str], where: str, checked: set[str]) -> None:
@@ -163,8 +172,8 @@ def _check_finetune(c: DictConfig, acts: list[str], where: str, checked: set[str
         except (ValueError, FileNotFoundError) as e:
             raise ConfigError(f"finetune.checkpoint: {e}{where}", "finetune.checkpoint") from None
     try:
-        for label in acts:
-            family, opts = act_options(c, label)
+        for act in acts:
+            family, opts = act_options(c, act)
             check(ft.checkpoint, ft.train, family, opts)
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(str(e), "finetune") from None

@@ -1,6 +1,6 @@
 """The results directory as a sweep holds it: writable before the first run, in place until the last.
 
-    check_writable(cfg)                    # ConfigError, one line, before anything is written
+    check_writable(cfg)                    # ConfigError, one line, before anything is written (check_directory too)
     watch = ResultsWatch(recipe_dir)
     watch.check()                          # before each run and before each run's last write
 
@@ -28,9 +28,20 @@ class ResultsMoved(RuntimeError):
     """The results directory was moved or deleted during the sweep; the message says what to do."""
 
 
+def check_directory(cfg: DictConfig) -> None:
+    """ConfigError (key results_dir) when a file stands where the results tree's directories are (results_dir
+    itself, a parent, or <results_dir>/<recipe>): `visionbench run` and `estimate` refuse it in one line."""
+    recipe_dir = Path(cfg.results_dir) / cfg.recipe
+    existing = next((p for p in (recipe_dir, *recipe_dir.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise ConfigError(f"results_dir {cfg.results_dir}: {existing} is a file, not a directory; pass "
+                          "results_dir=<a directory> (it is created if missing)", "results_dir")
+
+
 def check_writable(cfg: DictConfig) -> None:
     """ConfigError (key results_dir) when this process cannot write the sweep's results tree: the recipe
     directory and everything in it, or the nearest existing parent of a directory still to create."""
+    check_directory(cfg)
     found = first_unwritable(Path(cfg.results_dir) / cfg.recipe)
     if found:
         where, why = found

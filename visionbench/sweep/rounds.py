@@ -23,7 +23,8 @@ from ..stats import sequential
 from ..stats.metrics import higher_is_better
 from ..results import layout
 from ..results import provenance as results
-from ..config import ConfigError, default_metric, sweep_settings
+from ..config import ConfigError, sweep_settings
+from ..results.layout import default_metric
 from .acts import sweep_acts
 from .ranks import is_rank_zero
 

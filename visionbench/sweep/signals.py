@@ -19,6 +19,7 @@ the recording of the first.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -26,13 +27,17 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Iterator
 
 EXIT_CODES = {"SIGTERM": 143, "Ctrl-C": 130, "SIGUSR1": 138}  # 128 + the signal number, as a shell reports it
 _PR_SET_PDEATHSIG = 1
 
 
 class Interrupted(KeyboardInterrupt):
-    """The process was told to stop (`signal_name`: SIGTERM, SIGUSR1 (SLURM requeue) or Ctrl-C)."""
+    """The process was told to stop (`signal_name`: SIGTERM, SIGUSR1 (SLURM requeue) or Ctrl-C).
+    `recorded`: how many runs in progress were recorded `interrupted` (0: none was training)."""
+
+    recorded = 0
 
     def __init__(self, signal_name: str = "Ctrl-C"):
         super().__init__(signal_name)
@@ -134,10 +139,48 @@ def _die_with_parent() -> None:
     threading.Thread(target=watch, daemon=True, name="visionbench-parent-watch").start()
 
 
+_in_run: list[bool] = [False]
+
+
+@contextlib.contextmanager
+def worker_run() -> Iterator[None]:
+    """Around a parallel=K worker's run: a stop signal outside it (the worker starting, or idle between runs)
+    ends the worker at once and quietly (nothing to record); inside it, the run records `interrupted`."""
+    _in_run[0] = True
+    try:
+        yield
+    finally:
+        _in_run[0] = False
+
+
+def _on_sigterm_worker(signum, frame) -> None:
+    if not _in_run[0]:
+        os._exit(EXIT_CODES["SIGTERM"])  # no traceback of the pool's worker loop: the sweep says it in one line
+    _stop("SIGTERM")
+
+
+@contextlib.contextmanager
+def workers_ignore_ctrl_c() -> Iterator[None]:
+    """While the sweep starts its parallel=K workers: SIGINT ignored, which they inherit and keep (Python
+    installs its KeyboardInterrupt handler only where SIGINT is not ignored). A Ctrl-C to the process group
+    then reaches the sweep alone, which stops the workers (SIGTERM) and says so in one line, instead of one
+    KeyboardInterrupt traceback per worker (from wherever each was: importing torch, unpickling a job)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def init_worker(threads: int) -> None:
     """Initializer of a parallel=K worker process: its thread count, SIGTERM, death with the parent."""
     import torch
 
     torch.set_num_threads(threads)
     install_sigterm(requeue=False)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm_worker)
     _die_with_parent()

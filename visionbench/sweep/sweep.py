@@ -20,17 +20,19 @@ from typing import Callable, Iterable
 
 from omegaconf import DictConfig
 
+from .. import plugins
 from ..results import layout
 from ..results.io import DiskFullError, RunStateError, is_disk_full
+from ..results.predictions import FILE_NAME
 from ..results import provenance as results
-from ..config import (ConfigError, apply_setting, config_hash, diff_configs, fingerprint, run_config, sweep_settings,
-                      upgrade)
+from ..results.identity import config_hash, diff_configs, fingerprint, upgrade
+from ..config import ConfigError, apply_setting, defaults, run_config, sweep_settings
 from .acts import sweep_acts
 from .locks import RunLock, RunLocked
 from .preflight import check_finetune_weights
 from .resultsdir import ResultsMoved, ResultsWatch, check_writable, quiet_writer_threads
 from .ranks import is_rank_zero
-from .signals import Interrupted, init_worker, received
+from .signals import Interrupted, init_worker, received, worker_run, workers_ignore_ctrl_c
 
 
 class ConfigMismatch(ConfigError):
@@ -50,7 +52,7 @@ def check_resumable(run: dict, out: Path) -> None:
     stored = layout.read_config(out)
     if stored is None:
         return
-    diffs = diff_configs(fingerprint(upgrade(stored)), fingerprint(run))
+    diffs = diff_configs(fingerprint(upgrade(stored, defaults())), fingerprint(run))
     if diffs:
         raise ConfigMismatch(
             f"{out} holds a run with a different configuration:\n  " + "\n  ".join(diffs)
@@ -92,10 +94,13 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
     from ..train.module import Diverged
 
     act, label, seed = run["act"], run.get("act_label", run["act"]), run["seed"]
+    plugins.load(run.get("imports"))  # in a parallel=K worker, a Hydra or submitit job: the run's plugins
     check_resumable(run, out)
     previous = layout.read_summary(out)
     _check_summary_config(previous, run, out)
     if previous and previous.get("status") == layout.COMPLETED:
+        if is_rank_zero() and not layout.files(out).predictions.exists():
+            _rewrite_predictions(out, previous)
         return Outcome(label, seed, "skipped", previous, out)
     layout.check_unfinished(out)
     lead = is_rank_zero()  # other DDP ranks train along but leave the run directory to rank 0
@@ -116,6 +121,8 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
         "metrics": {}, "versions": results.versions(), "git_commit": results.git_commit(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
+    if run.get("plugins"):  # the report reads them: two versions of one plugin in a table are flagged
+        summary["plugins"] = run["plugins"]
     try:
         if lead:
             layout.write_config(out, run)
@@ -124,7 +131,9 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
         summary.update(status=layout.COMPLETED, params=r.params, act_params=r.act_params,
                        trainable_params=r.trainable_params,  # < params when fine-tuning (docs/finetune.md)
                        train_time_s=round(r.train_time_s, 3), throughput_img_s=r.throughput_img_s,
-                       peak_mem_mb=r.peak_mem_mb, metrics=layout.metrics_from_rows(r.rows))
+                       peak_mem_mb=r.peak_mem_mb, metrics=layout.metrics_from_rows(r.rows),
+                       **({"dataset": r.dataset} if r.dataset else {}),  # data.name=folder: classes, size, stats
+                       predictions=FILE_NAME if layout.files(out).predictions.exists() else None)
     except Diverged as e:
         summary.update(status=layout.DIVERGED, diverged_epoch=e.epoch, error=str(e), metrics=_metrics_so_far(out))
     except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM (ours, or Lightning's SIGTERMException)
@@ -132,7 +141,9 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
         summary.update(status=layout.INTERRUPTED, error=f"interrupted by {why}; rerun the same command to resume",
                        metrics=_metrics_so_far(out))
         _finish(out, summary)
-        raise Interrupted(why) from None
+        stop = Interrupted(why)
+        stop.recorded = 1
+        raise stop from None
     except RunStateError as e:
         summary.update(status=layout.FAILED, error=str(e))
     except Exception as e:  # noqa: BLE001 - one seed's failure must not end the sweep
@@ -148,6 +159,21 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
         watch.check()
     _finish(out, summary)
     return Outcome(label, seed, summary["status"], summary, out)
+
+
+def _rewrite_predictions(out: Path, summary: dict) -> None:
+    """A completed run without its predictions.npz: rewritten from its checkpoint (train/rewrite.py), with a
+    note; a run whose checkpoints hold none (from before per-example predictions) is left as it is, and
+    said so only when its summary records that it wrote the file."""
+    from ..train.rewrite import rewrite_predictions
+
+    try:
+        path = rewrite_predictions(out)
+    except RunStateError as e:
+        if summary.get("predictions"):
+            print(f"note: {layout.files(out).predictions} is missing and cannot be rewritten: {e}", file=sys.stderr)
+        return
+    print(f"note: rewrote {path} from its checkpoint", file=sys.stderr)
 
 
 def one_line(e: BaseException) -> str:
@@ -195,22 +221,35 @@ def _execute_in_subprocess(run: dict, out: str, watch: ResultsWatch | None = Non
     the sweep died: signals.init_worker), the worker records its run `interrupted` and exits: back in
     the pool's loop it would wait forever for work from a parent that may be gone."""
     try:
-        with quiet_writer_threads(watch) if watch else contextlib.nullcontext():
+        with worker_run(), quiet_writer_threads(watch) if watch else contextlib.nullcontext():
             return execute(run, Path(out), progress=False, watch=watch)
     except Interrupted as stop:
         sys.stderr.flush()
         os._exit(stop.exit_code)
 
 
+def _interrupted_since(out: Path, since: float) -> bool:
+    """Whether a worker recorded the run in `out` `interrupted` after `since` (time.time())."""
+    path = layout.files(out).summary
+    try:
+        return path.stat().st_mtime >= since and (layout.read_summary(out) or {}).get("status") == layout.INTERRUPTED
+    except (OSError, RunStateError):
+        return False
+
+
 def check_data(cfg: DictConfig):
     """Fail before any training when the dataset is not where the config says, does not fit it
     (data.mean of the wrong length) or is corrupt where that shows without decoding every image
-    (CIFAR-10's pickles are read and checked): once, not in every run, in one line (a dataset's
+    (CIFAR-10's pickles are read and checked), or holds no image in a split (datasets held in memory;
+    the others' runs fail on it in one line): once, not in every run, in one line (a dataset's
     multi-line "not found" message is joined). Returns the data module."""
     from ..data import DatasetNotFoundError, create_datamodule
 
     try:
-        return create_datamodule(cfg.data, batch_size=int(cfg.batch_size), seed=0)
+        dm = create_datamodule(cfg.data, batch_size=int(cfg.batch_size), seed=0)
+        if dm.in_memory:
+            dm.sources()
+        return dm
     except (DatasetNotFoundError, ValueError) as e:  # CorruptDataError is a ValueError
         raise ConfigError(one_line_message(str(e))) from None
 
@@ -236,7 +275,7 @@ def plan(cfg: DictConfig, *, settings: list[dict] | None = None, acts: list[str]
             check_finetune_weights(cfg, setting, setting_acts[0], dm)
         for act in setting_acts:
             for seed in range(int(cfg.seeds)) if seeds is None else seeds:
-                run = run_config(cfg, act, seed, setting)
+                run = plugins.record(run_config(cfg, act, seed, setting))
                 out = results.run_dir(cfg.results_dir, cfg.recipe, act, seed, setting)
                 try:
                     check_resumable(run, out)
@@ -286,10 +325,13 @@ def execute_jobs(jobs: list[tuple[dict, Path]], parallel: int, progress: bool = 
         # workers die with this process
         pool = ProcessPoolExecutor(max_workers=parallel, mp_context=get_context("spawn"),
                                    initializer=init_worker, initargs=(worker_threads(parallel),))
+        started = time.time()
         try:
             if watch:
                 watch.check()  # noted here, so that every worker compares with the same directory
-            futures = {pool.submit(_execute_in_subprocess, run, str(out), watch): i for i, (run, out) in enumerate(jobs)}
+            with workers_ignore_ctrl_c():  # submit() starts the workers: they inherit SIGINT ignored
+                futures = {pool.submit(_execute_in_subprocess, run, str(out), watch): i
+                           for i, (run, out) in enumerate(jobs)}
             for fut in as_completed(futures):
                 i = futures[fut]
                 try:
@@ -305,10 +347,12 @@ def execute_jobs(jobs: list[tuple[dict, Path]], parallel: int, progress: bool = 
                     outcomes[i] = Outcome(run["act_label"], run["seed"], layout.FAILED, summary, out)
                 if on_outcome:
                     on_outcome(outcomes[i])
-        except BaseException:  # SIGTERM, Ctrl-C or a bug here: stop the workers (they record `interrupted`)
+        except BaseException as e:  # SIGTERM, Ctrl-C or a bug here: stop the workers (they record `interrupted`)
             for child in multiprocessing.active_children():
                 child.terminate()
             pool.shutdown(wait=True, cancel_futures=True)
+            if isinstance(e, KeyboardInterrupt):  # what the one line says: how many runs were in progress
+                e.recorded = sum(_interrupted_since(out, started) for _, out in jobs)
             raise
         pool.shutdown(wait=True)
     return [outcomes[i] for i in range(len(jobs))]

@@ -29,7 +29,7 @@ class EpochSeeder(L.Callback):
     (seed, epoch) by the sampler, so neither depends on `num_workers` or on a resume."""
 
     def __init__(self, seed: int):
-        self.seed = int(seed)
+        self.seed = seed  # the typed config's
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         s = (self.seed * 1_000_003 + trainer.current_epoch) % (2**32)
@@ -135,9 +135,9 @@ class ActivationSnapshots(L.Callback):
     """Stores, at chosen epochs, each learnable activation's shape over the histogram of its inputs
     (report plots: paper 004 Fig 2/7). Epoch 0 is the init, -1 the last epoch."""
 
-    def __init__(self, out_dir: Path, epochs, max_epochs: int, act: str):
+    def __init__(self, out_dir: Path, epochs: list[int], max_epochs: int, act: str):
         self.out_dir = Path(out_dir)
-        self.epochs = {max_epochs if int(e) == -1 else int(e) for e in epochs}
+        self.epochs = {max_epochs if e == -1 else e for e in epochs}  # the typed config's snapshot_epochs
         self.act = act
         self._batch = None
 

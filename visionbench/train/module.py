@@ -1,11 +1,12 @@
-"""The LightningModule that trains any classifier: loss, mixup/cutmix, EMA, metrics, optimizer groups.
+"""The LightningModule that trains any classifier: loss, mixup/cutmix, EMA, metrics, optimizer groups,
+and the learning-rate schedule (built here, from the run's typed `sched` block and its `epochs`).
 
 The network is injected (built by `visionbench.models`); this file only knows how to train it.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Callable
 
 import lightning as L
 import torch
@@ -17,8 +18,8 @@ from torch import nn
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
+from ..config.schema import LossConfig, OptimConfig, SchedConfig
 from .optim import build_optimizer, scaled_lr
-from .schedules import lr_lambda
 
 
 class Diverged(RuntimeError):
@@ -58,10 +59,10 @@ class ClassificationModule(L.LightningModule):
     Args:
         model: the network (any nn.Module mapping images to logits).
         num_classes: number of classes.
-        optim: the recipe's `optim` block (name, lr, momentum, nesterov, betas, eps, weight_decay,
-            act_weight_decay, lr_base_batch).
-        sched: the recipe's `sched` block.
-        loss: the recipe's `loss` block (label_smoothing, mixup, cutmix, mixup_prob, switch_prob, act_l2).
+        optim: the run's typed `optim` block (config.OptimConfig: a run's `typed` config, or `config.block("optim")`).
+        sched: the run's `sched` block (config.SchedConfig).
+        loss: the run's `loss` block (config.LossConfig: label smoothing, mixup, cutmix, act_l2).
+        epochs: the run's `epochs`: the schedule's length (the Trainer's max_epochs is the same value).
         ema_decay: weight-EMA decay (timm ModelEmaV3), None for no EMA.
         act_lr_mult: learning-rate multiplier of the activation coefficients.
         batch_size: global batch size, for lr scaling with `optim.lr_base_batch`.
@@ -74,9 +75,10 @@ class ClassificationModule(L.LightningModule):
         self,
         model: nn.Module,
         num_classes: int,
-        optim: Mapping[str, Any],
-        sched: Mapping[str, Any],
-        loss: Mapping[str, Any],
+        optim: OptimConfig,
+        sched: SchedConfig,
+        loss: LossConfig,
+        epochs: int = 1,
         ema_decay: float | None = None,
         act_lr_mult: float = 1.0,
         batch_size: int = 128,
@@ -86,26 +88,24 @@ class ClassificationModule(L.LightningModule):
         super().__init__()
         self.model = model
         self.num_classes = num_classes
-        self.optim_cfg, self.sched_cfg, self.loss_cfg = dict(optim), dict(sched), dict(loss)  # whole, checked blocks
-        self.act_lr_mult = float(act_lr_mult)
-        self.batch_size = int(batch_size)
+        self.optim_cfg, self.sched_cfg, self.epochs = optim, sched, epochs  # whole, checked, typed blocks
+        self.act_lr_mult = act_lr_mult
+        self.batch_size = batch_size
         self.eval_names = tuple(eval_names)
-        self.channels_last = bool(channels_last)
+        self.channels_last = channels_last
 
-        smoothing = float(self.loss_cfg["label_smoothing"])
-        mixup, cutmix = float(self.loss_cfg["mixup"]), float(self.loss_cfg["cutmix"])
         self.mixup = None
-        if mixup > 0 or cutmix > 0:
+        if loss.mixup > 0 or loss.cutmix > 0:
             # timm's Mixup folds label smoothing into the soft targets
-            self.mixup = Mixup(mixup_alpha=mixup, cutmix_alpha=cutmix, prob=float(self.loss_cfg["mixup_prob"]),
-                               switch_prob=float(self.loss_cfg["switch_prob"]),
-                               label_smoothing=smoothing, num_classes=num_classes)
+            self.mixup = Mixup(mixup_alpha=loss.mixup, cutmix_alpha=loss.cutmix, prob=loss.mixup_prob,
+                               switch_prob=loss.switch_prob, label_smoothing=loss.label_smoothing,
+                               num_classes=num_classes)
             self.train_criterion: nn.Module = SoftTargetCrossEntropy()
         else:
-            self.train_criterion = nn.CrossEntropyLoss(label_smoothing=smoothing)
-        self.act_l2 = float(self.loss_cfg["act_l2"])
+            self.train_criterion = nn.CrossEntropyLoss(label_smoothing=loss.label_smoothing)
+        self.act_l2 = loss.act_l2
 
-        self.ema = ModelEmaV3(model, decay=float(ema_decay)) if ema_decay else None
+        self.ema = ModelEmaV3(model, decay=ema_decay) if ema_decay else None
         variants = ["raw"] + (["ema"] if self.ema is not None else [])
         self.eval_metrics = nn.ModuleDict(
             {f"{v}_{n}": _metrics(num_classes) for v in variants for n in self.eval_names}
@@ -193,8 +193,45 @@ class ClassificationModule(L.LightningModule):
     def configure_optimizers(self):
         opt = build_optimizer(self.model, self.optim_cfg, self.batch_size, self.act_lr_mult)
         lr = scaled_lr(self.optim_cfg, self.batch_size)
-        steps = self.trainer.estimated_stepping_batches
-        epochs = max(1, int(self.trainer.max_epochs or 1))
-        per_epoch = max(1, math.ceil(steps / epochs))
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(self.sched_cfg, lr, per_epoch, epochs))
+        per_epoch = max(1, math.ceil(self.trainer.estimated_stepping_batches / self.epochs))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(self.sched_cfg, lr, per_epoch, self.epochs))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def lr_lambda(cfg: SchedConfig, base_lr: float, steps_per_epoch: int, epochs: int) -> Callable[[int], float]:
+    """Multiplier of each group's base lr at optimizer step `step` (0-based), per step so that warmup is smooth
+    (per-group base lrs keep the activation lr multiplier): `constant`, `step` (x gamma at each milestone
+    epoch, paper 004 Table 6) and `cosine` with linear warmup and a floor (ConvNeXt / DeiT recipes, paper 001
+    Table 8, 004 Table 10 and App G). `cfg` is a whole, checked, typed `sched` block (a run's `typed`
+    config, or `config.block("sched", {...})`: `name` is one of config.SCHEDULES)."""
+    name = cfg.name
+    steps_per_epoch = max(1, steps_per_epoch)
+    total = max(1, epochs * steps_per_epoch)
+    warmup = round(cfg.warmup_epochs * steps_per_epoch)
+    warmup_start = cfg.warmup_lr / base_lr if base_lr > 0 else 0.0
+    floor = cfg.min_lr / base_lr if base_lr > 0 else 0.0
+    milestones = sorted(cfg.milestones)
+    gamma = cfg.gamma
+
+    def warm(step: int) -> float | None:
+        if step < warmup:
+            return warmup_start + (1.0 - warmup_start) * step / warmup
+        return None
+
+    if name == "constant":
+        return lambda step: warm(step) if step < warmup else 1.0
+    if name == "step":
+        def step_fn(step: int) -> float:
+            if step < warmup:
+                return warm(step)
+            epoch = step // steps_per_epoch
+            return gamma ** sum(epoch >= m for m in milestones)
+        return step_fn
+
+    def cosine(step: int) -> float:
+        if step < warmup:
+            return warm(step)
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return cosine

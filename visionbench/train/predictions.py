@@ -12,7 +12,11 @@ latest epoch is kept.
 
 The selected scores, epochs and arrays are the callback's checkpoint state (about 16 bytes per image
 and variant), so a resumed run rewrites the file it had at its checkpoint and goes on as the
-uninterrupted run. A run that diverges loses its file: it reports no checkpoint (NaN).
+uninterrupted run, and a completed run's file can be rewritten from its checkpoint alone
+(train/rewrite.py; also at the end of a fit that had nothing left to train, when the file is missing).
+The file names its run (`run_meta` of the run's config.yaml, which the sweep writes before training:
+recipe, act label, setting, seed, config hash, classes, processes), which the report checks (results/evidence.py). A run that diverges loses its file: it reports no
+checkpoint (NaN).
 Under DDP every rank gathers the arrays (collectives on every rank); rank 0 writes.
 """
 from __future__ import annotations
@@ -25,6 +29,9 @@ import lightning as L
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
 
+from ..results.identity import config_hash
+from ..results.io import RunStateError
+from ..results.layout import read_config
 from ..results.predictions import ARRAYS, VARIANTS, write_predictions
 from .module import Diverged
 
@@ -67,6 +74,14 @@ def interleave(gathered: torch.Tensor, counts: torch.Tensor, total: int | None) 
     return gathered[keep][pos[keep].argsort()]
 
 
+def run_meta(cfg: Mapping, num_classes: int | None, world_size: int = 1) -> dict:
+    """The identity a run's predictions file carries (results/predictions.py `IDENTITY`), from its run config
+    as the sweep wrote it (config.yaml: with `act_label` and `setting`; its hash is the summary's `config_hash`)."""
+    meta = {"recipe": cfg["recipe"], "act": cfg.get("act_label") or cfg["act"], "setting": dict(cfg.get("setting") or {}),
+            "seed": cfg["seed"], "config_hash": config_hash(dict(cfg)), "world_size": int(world_size)}
+    return {**meta, "n_classes": int(num_classes)} if num_classes else meta
+
+
 def _score(metrics: Mapping, key: str) -> float:
     value = metrics.get(key)
     return float(value) if value is not None else math.nan
@@ -79,10 +94,13 @@ class PredictionsWriter(L.Callback):
         path: the run's predictions file (`results.layout.files(run).predictions`).
         scored_index: index of the scored loader among the validation dataloaders.
         scores: the metric that selects each variant's epoch (`SCORES`).
+    The file's `meta` (`run_meta`) is built at fit start from the config.yaml beside it; without one (a
+    run trained outside the sweep) the file names no run.
     """
 
     def __init__(self, path: Path, scored_index: int = 0, scores: Mapping[str, str] = SCORES):
         self.path = Path(path)
+        self.meta: dict | None = None
         self.scored_index = int(scored_index)
         self.scores = dict(scores)
         self.selected: dict[str, dict] = {}  # variant -> {"score", "epoch", "arrays": {name: CPU tensor}}
@@ -92,16 +110,30 @@ class PredictionsWriter(L.Callback):
     # ---- checkpoint state --------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"selected": {v: {"score": s["score"], "epoch": s["epoch"], "arrays": dict(s["arrays"])}
-                             for v, s in self.selected.items()}}
+                             for v, s in self.selected.items()}, "meta": self.meta}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.selected = {v: {"score": float(s["score"]), "epoch": int(s["epoch"]), "arrays": dict(s["arrays"])}
                          for v, s in state_dict.get("selected", {}).items()}
         self._restored = True
 
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        try:
+            cfg = read_config(self.path.parent)
+        except RunStateError:
+            cfg = None
+        if cfg is not None:
+            self.meta = run_meta(cfg, getattr(pl_module, "num_classes", None), trainer.world_size)
+
     def on_train_start(self, trainer, pl_module) -> None:
         """A resumed run: the file as it was at the checkpoint (a later killed epoch may have rewritten it)."""
         if self._restored and self.selected and trainer.is_global_zero:
+            self._write()
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        """A completed run resumed from its last checkpoint trains nothing (no on_train_start): its file,
+        when missing, from the checkpoint's selection."""
+        if self.selected and trainer.is_global_zero and not self.path.exists():
             self._write()
 
     # ---- collecting --------------------------------------------------------------------------
@@ -165,4 +197,4 @@ class PredictionsWriter(L.Callback):
     def _write(self) -> None:
         write_predictions(self.path, {
             v: {**{a: t.numpy() for a, t in s["arrays"].items()}, "epoch": s["epoch"]}
-            for v, s in self.selected.items()})
+            for v, s in self.selected.items()}, meta=self.meta)

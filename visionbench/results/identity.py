@@ -1,0 +1,91 @@
+"""What identifies a run's configuration on disk: the keys that decide its results (compared before a run
+resumes), the part shared by the runs of one table and its hash (summary.json's `config_hash`), and the
+upgrade of a config.yaml written by an older visionbench.
+
+    diff_configs(fingerprint(upgrade(stored, defaults)), fingerprint(run))   # [] when `run` may resume
+    config_hash(run)                                                         # same for every row of a table
+
+`run` is a run's plain config, config.yaml's dict (visionbench/config `run_config`).
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+
+# keys that do not change what a run computes: a resumed run may differ in these ("act_label" and "setting"
+# only name what act_options and the factor keys already hold; "baseline", "estimate" and "threads" are keys
+# of older versions)
+NOT_FINGERPRINTED = ("seeds", "seeds_max", "seeds_margin", "parallel", "results_dir", "baseline", "report", "act_label",
+                     "setting", "factors", "estimate",
+                     "threads", "data.root", "data.num_workers", "data.download", "snapshot_epochs",
+                     "trainer.loggers", "imports")  # imports: what counts is the run's `plugins` record
+# what differs between the rows of one table ("plugins": module, version and sha256 of the plugin owning the row's
+# activation, visionbench/plugins.py: compared on resume; the report flags a table pooling two versions of one)
+PER_RUN = ("act", "act_label", "act_options", "act_lr_mult", "seed", "plugins")
+# keys added to the schema after runs were written without them, with the value that reproduces what
+# those runs did where it is not the new default (the DeiT epoch was the only repeated-aug rule before)
+LEGACY_VALUES = {"data.augment.repeated_aug_epoch": "deit"}
+
+
+def fingerprint(run: dict) -> dict:
+    """The part of a run config that determines its results (compared before resuming)."""
+    out = copy.deepcopy(run)
+    augment = (out.get("data") or {}).get("augment") or {}
+    ignored = list(NOT_FINGERPRINTED)
+    if float(augment.get("repeated_aug", 1) or 1) <= 1:  # no repeats: the epoch rule changes nothing
+        ignored.append("data.augment.repeated_aug_epoch")
+    for key in ignored:
+        parts = key.split(".")
+        d = out
+        for p in parts[:-1]:
+            d = d.get(p, {})
+        if isinstance(d, dict):
+            d.pop(parts[-1], None)
+    out.pop("defaults", None)
+    return out
+
+
+def upgrade(stored: dict, defaults: dict) -> dict:
+    """A run's stored config.yaml with the keys that the schema (`defaults`: config.defaults()) gained since
+    it was written: their legacy value (LEGACY_VALUES), else their default, which keeps what runs did before
+    the key existed. A results directory from an older visionbench then resumes instead of failing on keys
+    it never had. A block (a non-empty mapping of defaults) is filled key by key when the run has it; a free
+    mapping (act_options, model.kwargs, ...: empty by default) is a value like any other."""
+    out = copy.deepcopy(stored)
+
+    def fill(into: dict, base: dict, prefix: str) -> None:
+        for key, default in base.items():
+            name = prefix + key
+            if isinstance(default, dict) and default:
+                if isinstance(into.get(key), dict):
+                    fill(into[key], default, name + ".")
+            elif key not in into and name not in ("defaults", "seed"):
+                into[key] = LEGACY_VALUES.get(name, default)
+
+    fill(out, defaults, "")
+    return out
+
+
+def shared_part(run: dict) -> dict:
+    """The fingerprint without what may differ between the runs of one table (act and seed)."""
+    return {k: v for k, v in fingerprint(run).items() if k not in PER_RUN}
+
+
+def config_hash(run: dict) -> str:
+    """A short hash of `shared_part`: runs of one table should all have the same."""
+    text = json.dumps(shared_part(run), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def diff_configs(a: dict, b: dict, prefix: str = "", labels: tuple[str, str] = ("stored", "now")) -> list[str]:
+    """Human-readable differences between two nested dicts: `path: <labels[0]> a, <labels[1]> b`."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        path = f"{prefix}{k}"
+        va, vb = a.get(k, "<absent>"), b.get(k, "<absent>")
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += diff_configs(va, vb, path + ".", labels)
+        elif va != vb:
+            out.append(f"{path}: {labels[0]} {va!r}, {labels[1]} {vb!r}")
+    return out
