@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	# torch first, pinned to the CPU-usable builds this project is tested with
 	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1
-	$(BIN)/pip install -q -e '.[dev,slurm]'
+	$(BIN)/pip install -q -e '.[dev,slurm,mlflow,wandb]'  # the trackers' extras: tests/test_loggers.py uses them
 	touch $(STAMP)
 
 install: $(STAMP)

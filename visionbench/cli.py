@@ -8,6 +8,7 @@
     visionbench plot boundaries [--acts ...] [--out FILE]
     visionbench papers [--paper 004] [--table 2] [--format md|csv] [--test student|welch]
     visionbench predictions RUN_DIR [...]        # rewrite completed runs' predictions.npz from their checkpoints
+    visionbench check act=NAME[k=v,...] [imports=MOD] [--quick] [--max-ratio R]   # PASS/FAIL per contract
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ RUN_USAGE = """usage: visionbench {cmd} [recipe=NAME] [act=a,b[k=v,...],...] [ac
   act=a,b[k=v]         the activations swept; a variant's options in brackets; all = every one
   act.KEY=V            option KEY of every swept activation that takes it
   baseline=ACT         short for report.baseline=ACT (the t-test's reference)
+  imports=MOD[,MOD]    modules of yours that register activations/models (docs/your_activation.md)
   KEY=V                any schema key: seeds=5, epochs=100, optim.lr=0.01, data.root=PATH, ...
   KEY=v1,v2            a factor sweep: every combination of factor values is a setting
 Every key, its type, default and rule: docs/configuration.md (visionbench/config/schema.py)."""
@@ -272,6 +274,10 @@ def _dispatch(cmd: str, rest: list[str]) -> int:
         return papers_main(rest)
     if cmd == "predictions":
         return _predictions(rest)
+    if cmd == "check":
+        from .check import main as check_main
+
+        return check_main(rest)
     if cmd == "bench":
         from . import plugins
         from .bench import main as bench_main
@@ -282,7 +288,7 @@ def _dispatch(cmd: str, rest: list[str]) -> int:
             print(f"visionbench bench: {e}", file=sys.stderr)
             return 2
         return bench_main([a for a in rest if not a.startswith("imports=")] if rest[:1] != ["train"] else rest)
-    print(f"visionbench: unknown command {cmd!r}; commands: run, estimate, report, list, bench, plot, papers, predictions\n{USAGE}", file=sys.stderr)
+    print(f"visionbench: unknown command {cmd!r}; commands: run, estimate, report, list, bench, plot, papers, predictions, check\n{USAGE}", file=sys.stderr)
     return 2
 
 

@@ -84,7 +84,7 @@ def _registries() -> tuple[dict, dict]:
     from .activations import registry
     from timm.models import _registry as timm_registry
 
-    return dict(registry._REGISTRY), dict(timm_registry._model_entrypoints)
+    return dict(registry._REGISTRY), dict(getattr(timm_registry, "_model_entrypoints", {}))
 
 
 def _import(name: str, where: str, version: str | None = None) -> Plugin:

@@ -3,6 +3,7 @@ one line each (PASS / FAIL with the reason; INFO for a figure); exit 1 when any 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import sys
 import time
@@ -11,6 +12,7 @@ from typing import Callable
 
 import torch
 
+from ..activations.base import one_thread
 from .checks import MODULE_CHECKS, Subject
 from .smoke import smoke_training
 from .speed import speed
@@ -39,14 +41,16 @@ class Result:
 
 def all_checks(quick: bool = False, max_ratio: float | None = None) -> dict[str, Callable]:
     """name -> check(subject, device) -> (passed, detail), in the order run."""
-    return {**MODULE_CHECKS, "speed": functools.partial(speed, quick=quick, max_ratio=max_ratio),
+    return {**MODULE_CHECKS, "gradcheck": functools.partial(MODULE_CHECKS["gradcheck"], fast=quick), "speed": functools.partial(speed, quick=quick, max_ratio=max_ratio),
             "smoke train": functools.partial(smoke_training, quick=quick)}
 
 
 def run_check(check: Callable, subject: Subject, device: torch.device, name: str) -> Result:
     """One check; an exception it raises is its failure, in one line."""
     try:
-        passed, detail = check(subject, device)
+        tiny = name in MODULE_CHECKS or getattr(check, "keywords", {}).get("quick")
+        with one_thread() if tiny else contextlib.nullcontext():  # tiny tensors: one thread (base.one_thread)
+            passed, detail = check(subject, device)
     except Exception as e:  # noqa: BLE001 - an activation's own error is what the check reports
         text = " ".join(str(e).split())
         return Result(name, False, f"raised {type(e).__name__}: {text[:300]}")

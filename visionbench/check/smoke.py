@@ -1,8 +1,10 @@
 """A short smoke training of an activation on the embedded 8x8 digits: the loss falls and stays finite.
 
-The full check trains the `digits_vgg4` recipe's model (VGG4 with its norm) with the recipe's optimizer
-and batch size for STEPS steps; `quick` trains a one-hidden-layer MLP (64 -> HIDDEN -> 10) for QUICK_STEPS
-steps, in milliseconds. In-process, without Lightning: this is a smoke test, not a benchmark.
+A one-hidden-layer MLP (64 -> HIDDEN -> activation -> 10) trained with the `digits_vgg4` recipe's optimizer and
+batch size, STEPS steps (QUICK_STEPS with `quick`), in-process, without Lightning, in well under a second.
+Not the recipe's VGG4: at its lr, a VGG4 sits at ln 10 for its first ~100 steps with ReLU and for 200+ with
+softplus at seed 0 (docs/zoo.md: softplus loses one seed of five there), so a short run would judge the
+recipe's start, not the activation.
 """
 from __future__ import annotations
 
@@ -13,14 +15,21 @@ import statistics
 import torch
 from torch import nn
 
-from ..config import recipe_config
+from ..activations.base import one_thread
+from ..config import recipe_config as _recipe_config
 
 RECIPE = "digits_vgg4"
-STEPS, QUICK_STEPS = 60, 40
-HIDDEN = 32  # the quick MLP's width (the activation's channels)
-WINDOW = 5  # the loss at the start and at the end: the mean over this many steps
-FALL = 0.8  # the end's loss must be below FALL x the start's
-DIVERGE = 3.0  # a step's loss above DIVERGE x the start's is a divergence
+STEPS, QUICK_STEPS = 200, 80
+HIDDEN = 32  # the MLP's width (the activation's channels)
+WINDOW = 5  # the loss at the end: the mean over the last WINDOW steps
+FALL = 0.8  # the end's loss must be below FALL x the first step's (~ln 10 = 2.3 at a fresh init)
+# diverged: a non-finite loss, as a run's status says (train/module.py). Early spikes that recover are not:
+# polyrelu's cubic reaches 4x the first loss at step 1 in VGG4 and trains (docs/zoo.md)
+
+
+@functools.lru_cache(maxsize=1)
+def recipe_config(name: str):
+    return _recipe_config(name)
 
 
 @functools.lru_cache(maxsize=2)
@@ -34,14 +43,9 @@ def digits(device: str) -> tuple[torch.Tensor, torch.Tensor]:
     return x.to(device), torch.tensor(data.target, dtype=torch.int64, device=device)
 
 
-def build(subject, quick: bool, cfg) -> nn.Module:
-    """The recipe's VGG4 with the activation swapped in, or (quick) the MLP with one activation."""
-    if quick:
-        return nn.Sequential(nn.Flatten(), nn.Linear(64, HIDDEN), subject.make(channels=HIDDEN), nn.Linear(HIDDEN, 10))
-    from ..models import create
-
-    return create(cfg.model.name, act=subject.name, act_kwargs=dict(subject.options), num_classes=10,
-                  img_size=cfg.data.img_size, norm=cfg.model.norm, in_chans=1)
+def build(subject) -> nn.Module:
+    """The MLP, its one activation on (N, HIDDEN) features."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, HIDDEN), subject.make(channels=HIDDEN), nn.Linear(HIDDEN, 10))
 
 
 def losses(subject, device: torch.device, quick: bool) -> list[float]:
@@ -50,7 +54,7 @@ def losses(subject, device: torch.device, quick: bool) -> list[float]:
 
     cfg = recipe_config(RECIPE)
     torch.manual_seed(0)
-    model = build(subject, quick, cfg).to(device).train()
+    model = build(subject).to(device).train()
     optimizer = build_optimizer(model, cfg.optim, cfg.batch_size)
     x, y = digits(str(device))
     gen = torch.Generator().manual_seed(0)
@@ -68,18 +72,16 @@ def losses(subject, device: torch.device, quick: bool) -> list[float]:
 
 
 def smoke_training(subject, device: torch.device, quick: bool = False) -> tuple[bool, str]:
-    """PASS when every step's loss is finite, none exceeds DIVERGE x the start's, and the end's is below FALL x
-    the start's (start and end: means over WINDOW steps)."""
-    what = (f"MLP 64-{HIDDEN}-10" if quick else f"{RECIPE}'s {recipe_config(RECIPE).model.name}") + " on digits"
-    run = losses(subject, device, quick)
-    start = statistics.fmean(run[:WINDOW])
+    """PASS when every step's loss is finite (no divergence) and the mean of the last WINDOW steps is below FALL x
+    the first step's (the loss falls)."""
+    what = f"MLP 64-{HIDDEN}-10 on digits ({RECIPE}'s optimizer)"
+    with one_thread():  # tiny tensors: one thread is fastest (base.py)
+        run = losses(subject, device, quick)
+    start = run[0]
     if not math.isfinite(run[-1]):
-        return False, f"{what}: loss {run[-1]} at step {len(run) - 1} (diverged)"
-    worst = max(range(len(run)), key=run.__getitem__)
-    if run[worst] > DIVERGE * start:
-        return False, f"{what}: loss {run[worst]:.3g} at step {worst}, above {DIVERGE:g}x the start's {start:.3g} (diverged)"
+        return False, f"{what}: loss {run[-1]} at step {len(run) - 1}: diverged"
     end = statistics.fmean(run[-WINDOW:])
-    figure = f"{what}, {len(run)} steps: loss {start:.3f} -> {end:.3f}"
+    figure = f"{what}, {len(run)} steps: loss {start:.3f} -> {end:.3f} (peak {max(run):.3g})"
     if not end < FALL * start:
-        return False, f"{figure}: did not fall below {FALL:g}x the start"
+        return False, f"{figure}: did not fall below {FALL:g}x the first step's"
     return True, figure

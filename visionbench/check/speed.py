@@ -5,12 +5,26 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..activations import fused
 from ..bench import timing
-from ..bench.act_speed import Step
 from .checks import randn
 
-SHAPE, QUICK_SHAPE = (16, 32, 32, 32), (4, 8, 8, 8)  # NCHW float32; below fused.COMPILE_MIN_NUMEL: eager kernels
-ROUNDS, QUICK_ROUNDS = 10, 3
+SHAPE, QUICK_SHAPE = (16, 32, 32, 32), (2, 8, 4, 4)  # NCHW float32; below fused.COMPILE_MIN_NUMEL: eager kernels
+ROUNDS, QUICK_ROUNDS = 10, 4
+
+
+class Step:
+    """One forward + backward: the gradients of <module(x), g> for x and every trainable parameter (bench/act_speed.py's,
+    but a parameter forward leaves unused is allowed: `param grads` reports it, the timing goes on)."""
+
+    def __init__(self, module: nn.Module, x: torch.Tensor, g: torch.Tensor):
+        self.module, self.x, self.g = module, x, g
+        self.params = [p for p in module.parameters() if p.requires_grad]
+
+    def __call__(self) -> torch.Tensor:
+        y = self.module(self.x)
+        torch.autograd.grad(y, [self.x, *self.params], self.g, allow_unused=True)
+        return y
 
 
 def speed(subject, device: torch.device, quick: bool = False, max_ratio: float | None = None) -> tuple[bool | None, str]:
@@ -24,14 +38,18 @@ def speed(subject, device: torch.device, quick: bool = False, max_ratio: float |
     act = Step(subject.make(channels=shape[1]).to(device).train(), x, g)
     for _ in range(2):  # warm-up: allocator, caches
         gelu(), act()
-    times = timing.rounds({"gelu": gelu, "act": act}, repeats, device)
-    ratio = timing.median_ratio(times["act"], times["gelu"])
+    # half the rounds run GELU first, half the activation: on a busy CPU the first call of a round can pay for
+    # waking the thread pool, which would otherwise always land on the same contender
+    first = timing.rounds({"gelu": gelu, "act": act}, (repeats + 1) // 2, device)
+    second = timing.rounds({"act": act, "gelu": gelu}, repeats // 2, device)
+    ratio = timing.median_ratio(first["act"] + second["act"], first["gelu"] + second["gelu"])
     if device.type == "cuda":
         memory, kind = timing.peak_bytes(act, device) / max(timing.peak_bytes(gelu, device), 1), "peak memory"
     else:
         memory, kind = timing.saved_bytes(act) / max(timing.saved_bytes(gelu), 1), "memory saved for backward"
+    kernels = "compiled" if fused.COMPILE and x.numel() >= fused.COMPILE_MIN_NUMEL else "eager"
     figure = (f"{ratio:.2f}x GELU time, {memory:.2f}x GELU {kind} (forward + backward, "
-              f"{'x'.join(map(str, shape))} float32 on {device}, median of {repeats} rounds)")
+              f"{'x'.join(map(str, shape))} float32 on {device}, {kernels} kernels, median of {repeats} rounds)")
     if max_ratio is None:
         return None, figure
     if max(ratio, memory) > max_ratio:

@@ -93,7 +93,7 @@ class SyntheticConfig:
 class DataConfig:
     """`data:` the dataset and its splits (data modules take it typed: config.block("data", ...))."""
 
-    name: str = "digits"  # cifar10 | fashion_mnist | tiny_imagenet | imagenet | digits | synthetic | folder (the data registry checks it)
+    name: str = "digits"  # cifar10 | fashion_mnist | tiny_imagenet | imagenet | digits | synthetic | folder (data registry checks)
     root: Optional[str] = rule(None, check=path)  # null -> $VISIONBENCH_DATA, else ./data
     download: bool = False  # cifar10, fashion_mnist: torchvision download where there is internet
     img_size: Optional[int] = rule(None, ">= 1")  # null -> the dataset's native size

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 
 from ..config import DataConfig
@@ -118,6 +118,8 @@ def digest(splits: dict[str, list[tuple[str, int]]], root: Path) -> str:
 
 def _unreadable(path: str, e: Exception) -> FolderLayoutError:
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, UnidentifiedImageError):  # its message repeats the path (or a file object)
+        first = "not an image format PIL can identify"
     return FolderLayoutError(f"{path}: unreadable image ({first}); replace or delete the file")
 
 

@@ -31,8 +31,15 @@ RUN_SCALARS = ("train_time_s", "throughput_img_s", "peak_mem_mb")
 BASE_COLUMNS = [
     "recipe", "act", "seed", "status", "setting", "baseline", "train_time_s", "throughput_img_s", "peak_mem_mb",
     "params", "act_params", "diverged_epoch", "error", "act_family", "report_metric", "report_best_of", "val_split", "config_hash",
-    "run_dir", "recipe_dir", "recipe_root",
+    "plugins", "run_dir", "recipe_dir", "recipe_root",
 ]
+
+
+def _plugins(records) -> str | None:
+    """`module@sha256[:12]` of each plugin a run records (visionbench/plugins.py), `;`-joined; None for none."""
+    if not isinstance(records, list) or not records:
+        return None
+    return ";".join(f"{r.get('module')}@{str(r.get('sha256'))[:12]}" for r in records if isinstance(r, dict)) or None
 
 
 def _finite_or_nan(value) -> float:
@@ -76,6 +83,7 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
         "report_best_of": ",".join(report.get("best_of") or []) if "best_of" in report else None,
         "val_split": _finite_or_nan(summary.get("val_split")),
         "config_hash": summary.get("config_hash"),
+        "plugins": _plugins(summary.get("plugins")),
         "params": summary.get("params"),
         "act_params": summary.get("act_params"),
         "diverged_epoch": summary.get("diverged_epoch"),

@@ -316,6 +316,7 @@ def _recipe_notes(summary, runs, notes: list[str], recipe_dir: Path, baseline: s
         out.append(f"{wanted}: no differences or tests; pass --baseline ACT")
     for _, row in summary[summary["n_missing"] > 0].iterrows():
         out.append(f"{row['act']}: {row['n_missing']} completed run(s) without a finite {row['metric']}; not scored")
+    out += _mixed_plugins(runs)
     mixed = _mixed_configs(runs)
     if mixed:
         out.insert(0, f"NOT COMPARABLE: the runs differ in more than act and seed ({mixed}); rerun them with one "
@@ -340,6 +341,20 @@ def _departures_note(summary, runs) -> list[str]:
         return []
     return [f"{config['recipe']}: these runs depart from the packaged recipe, whose protocol the published numbers "
             f"follow — {'; '.join(lines)}"]
+
+
+def _mixed_plugins(runs) -> list[str]:
+    """A line per plugin module whose runs in this table come from more than one version of its source."""
+    if "plugins" not in runs:
+        return []
+    seen: dict[str, dict[str, list[str]]] = {}
+    for _, row in runs.dropna(subset=["plugins"]).iterrows():
+        for item in str(row["plugins"]).split(";"):
+            module, _, digest = item.partition("@")
+            seen.setdefault(module, {}).setdefault(digest, []).append(f"{row['act']} seed {row['seed']}")
+    return [f"NOT ONE PLUGIN: the runs of plugin module {m} come from {len(v)} versions of its source (sha256 "
+            + "; ".join(f"{d}: {', '.join(r)}" for d, r in v.items()) + "); rerun them with one version"
+            for m, v in seen.items() if len(v) > 1]
 
 
 def _mixed_configs(runs) -> str:

@@ -71,7 +71,7 @@ def to_hydra(argv: list[str]) -> list[str]:
     for n, arg in enumerate(ours):
         key, value = arg.split("=", 1)
         try:
-            sweeps = multirun and not key.startswith("act.") and key.lstrip("+") != "imports"  # imports: a list
+            sweeps = multirun and not key.startswith("act.") and key.lstrip("+") not in ("imports", "trainer.loggers")  # lists
             values = split_top_level(value) if sweeps else [value]
         except ValueError:
             values = [value]  # load_config names the bad brackets

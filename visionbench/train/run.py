@@ -27,7 +27,7 @@ from ..models.lsuv import lsuv_images
 from ..data import create_datamodule
 from .callbacks import ActivationSnapshots, AtomicCheckpointIO, EpochSeeder, MetricsWriter, RunCheckpoint, RunProgressBar
 from ..results.checkpoint import checkpoint_epoch
-from ..results.layout import files
+from ..results.layout import COMPLETED, DIVERGED, FAILED, INTERRUPTED, files
 from . import trackers
 from .module import ClassificationModule, Diverged
 from .predictions import PredictionsWriter
@@ -174,16 +174,16 @@ def train_run(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool 
     t0 = time.perf_counter()
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    status = "failed"
+    status = FAILED
     try:  # each seed its own tracker run, closed however the run ends
         trackers.open_runs(loggers, plain, run_dir, fresh=resume_from is None)
         trainer.fit(module, datamodule=dm, ckpt_path=resume_from)
-        status = "completed"
+        status = COMPLETED
     except Diverged:
-        status = "diverged"
+        status = DIVERGED
         raise
     except (KeyboardInterrupt, SystemExit):
-        status = "interrupted"
+        status = INTERRUPTED
         raise
     finally:
         trackers.close(loggers, status)
@@ -197,5 +197,5 @@ def train_run(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool 
         trainable_params=counts["trainable_params"],
         train_time_s=sum(float(r.get("epoch_time_s") or 0.0) for r in writer.rows) or elapsed,
         throughput_img_s=throughput.images / throughput.seconds if throughput.seconds else float("nan"),
-        peak_mem_mb=peak, dataset=dm.summary_facts(),
+        peak_mem_mb=peak, dataset=getattr(dm, "summary_facts", dict)(),
     )

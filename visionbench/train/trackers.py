@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import sys
 import uuid
@@ -93,6 +94,8 @@ def build_loggers(run: Mapping, run_dir: Path, resumed_epochs: int = 0) -> list[
         elif tracker == "mlflow":
             from lightning.pytorch.loggers import MLFlowLogger
 
+            for noisy in ("mlflow", "alembic", "lightning.pytorch.loggers.mlflow"):  # table creation; "Creating it."
+                logging.getLogger(noisy).setLevel(logging.ERROR)
             uri = mlflow_uri(run["results_dir"])
             run_id = ids.get("mlflow") if _mlflow_run_exists(uri, ids.get("mlflow")) else None
             out.append(MLFlowLogger(experiment_name=run["recipe"], run_name=name, tracking_uri=uri, tags=tags,
@@ -103,9 +106,12 @@ def build_loggers(run: Mapping, run_dir: Path, resumed_epochs: int = 0) -> list[
 
             if wandb.run is not None:  # never log into another seed's run (lightning-hydra-template#289)
                 wandb.run.finish()
-            out.append(WandbLogger(name=name, project=os.environ.get("WANDB_PROJECT") or run["recipe"],
-                                   save_dir=str(run_dir), id=ids.get("wandb") or uuid.uuid4().hex[:12],
-                                   group=group, job_type="train", tags=[t[:64] for t in (run["recipe"], tags["act"], f"seed_{run['seed']}", tags["setting"]) if t]))
+            labels = [t[:64] for t in (run["recipe"], tags["act"], f"seed_{run['seed']}", tags["setting"]) if t]
+            logger = WandbLogger(name=name, project=os.environ.get("WANDB_PROJECT") or run["recipe"],
+                                 save_dir=str(run_dir), id=ids.get("wandb") or uuid.uuid4().hex[:12], group=group,
+                                 job_type="train", tags=labels)
+            logger._wandb_init.pop("anonymous", None)  # Lightning's None: wandb warns that it has no effect
+            out.append(logger)
     return out
 
 
