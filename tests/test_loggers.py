@@ -208,3 +208,16 @@ def test_tracker_not_installed_says_which_extra_before_training(tracker, flag, t
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and f"{tracker} is not installed" in err, err
     assert not (tmp_path / "r").exists()
+
+
+def test_a_file_store_asked_for_by_name_is_used(tmp_path, monkeypatch):
+    """MLflow 3 refuses its file store unless opted in: MLFLOW_TRACKING_URI=file:... is the opt-in."""
+    from visionbench.train import trackers
+
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file:{tmp_path}/mlruns")
+    assert trackers.mlflow_uri(tmp_path) == f"file:{tmp_path}/mlruns"
+    assert trackers.os.environ["MLFLOW_ALLOW_FILE_STORE"] == "true"
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert trackers.mlflow_uri(tmp_path).startswith("sqlite:///") and "MLFLOW_ALLOW_FILE_STORE" not in trackers.os.environ

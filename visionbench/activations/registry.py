@@ -54,7 +54,8 @@ def resolve(name: str) -> str:
     key = name.lower().strip()
     key = _ALIASES.get(key, key)
     if key not in _REGISTRY:
-        raise ValueError(f"unknown activation {name!r}; known: {', '.join(names(include_aliases=True))}")
+        raise ValueError(f"unknown activation {name!r}; known: {', '.join(names(include_aliases=True))} "
+                         "(your own: load the module that registers it with imports=MODULE, docs/your_activation.md)")
     return key
 
 

@@ -61,7 +61,10 @@ def missing(names: Iterable[str]) -> str | None:
 def mlflow_uri(results_dir: str | Path) -> str:
     """$MLFLOW_TRACKING_URI, else a SQLite store beside the recipes' results (MLflow's own local default since
     its file store went into maintenance mode): `sqlite:///<results_dir>/mlflow.db`."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(results_dir).resolve() / 'mlflow.db'}"
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(results_dir).resolve() / 'mlflow.db'}"
+    if uri.startswith("file:") or "://" not in uri:  # a file store, asked for by name: MLflow 3 refuses it unless
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # told it is wanted (its maintenance-mode opt-in)
+    return uri
 
 
 def _names(run: Mapping) -> tuple[str, str, dict[str, str]]:
