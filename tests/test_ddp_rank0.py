@@ -145,24 +145,31 @@ def _training_step_on_rank(rank: int, port: int, out: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from visionbench.config import block
-    from visionbench.train.module import ClassificationModule, Diverged
-
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         torch.manual_seed(0)
-        module = ClassificationModule(torch.nn.Linear(4, 3), 3, block("optim"), block("sched"), block("loss"))
-        x = torch.randn(8, 4)
-        if rank == 1:
-            x[0, 0] = float("nan")
-        try:
-            module.training_step((x, torch.randint(0, 3, (8,))), 0)
-            said = "no divergence"
-        except Diverged as e:
-            said = str(e)
-        Path(out, f"rank{rank}.txt").write_text(said)
+        Path(out, f"rank{rank}.txt").write_text(_one_step_says(nan=rank == 1))
     finally:
         dist.destroy_process_group()
+
+
+def _one_step_says(nan: bool) -> str:
+    """One training step of a tiny module on a batch (with a NaN when `nan`): what the Diverged says, or
+    "no divergence"."""
+    import torch
+
+    from visionbench.config import block
+    from visionbench.train.module import ClassificationModule, Diverged
+
+    module = ClassificationModule(torch.nn.Linear(4, 3), 3, block("optim"), block("sched"), block("loss"))
+    x = torch.randn(8, 4)
+    if nan:
+        x[0, 0] = float("nan")
+    try:
+        module.training_step((x, torch.randint(0, 3, (8,))), 0)
+    except Diverged as e:
+        return str(e)
+    return "no divergence"
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # self.log outside a Trainer
@@ -176,9 +183,6 @@ def test_a_non_finite_loss_on_another_rank_stops_this_one(monkeypatch, nan_here,
     import torch
     import torch.distributed as dist
 
-    from visionbench.config import block
-    from visionbench.train.module import ClassificationModule, Diverged
-
     reduced = []
 
     def all_reduce(tensor, op=None):
@@ -188,16 +192,7 @@ def test_a_non_finite_loss_on_another_rank_stops_this_one(monkeypatch, nan_here,
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: 2)
     monkeypatch.setattr(dist, "all_reduce", all_reduce)
-    module = ClassificationModule(torch.nn.Linear(4, 3), 3, block("optim"), block("sched"), block("loss"))
-    x = torch.randn(8, 4)
-    if nan_here:
-        x[0, 0] = float("nan")
-    try:
-        module.training_step((x, torch.randint(0, 3, (8,))), 0)
-        got = "no divergence"
-    except Diverged as e:
-        got = str(e)
-    assert got == said and reduced == [dist.ReduceOp.MIN]
+    assert _one_step_says(nan=nan_here) == said and reduced == [dist.ReduceOp.MIN]
 
 
 @pytest.mark.slow  # two spawned processes; the sibling above checks the same rule in-process

@@ -188,12 +188,12 @@ def _list(args: list[str]) -> int:
     from . import activations, models, plugins
     from .config import recipe_description, recipe_names
 
-    bad = [a for a in args if a.split("=", 1)[0].lstrip("+") != "imports"]
+    imports, bad = plugins.split_imports(args)
     if bad:
         print(f"visionbench list: unexpected {bad[0]!r}; usage: visionbench list [imports=MODULE,...]", file=sys.stderr)
         return 2
     try:
-        plugins.load([a.split("=", 1)[1] for a in args])
+        plugins.load(imports)
     except plugins.PluginError as e:
         print(f"visionbench list: {e}", file=sys.stderr)
         return 2
@@ -282,12 +282,13 @@ def _dispatch(cmd: str, rest: list[str]) -> int:
         from . import plugins
         from .bench import main as bench_main
 
+        imports, others = plugins.split_imports(rest)
         try:  # the benchmarks of the registry (activations, fit) include the plugins' activations
-            plugins.load([a.split("=", 1)[1] for a in rest if a.startswith("imports=")])
+            plugins.load(imports)
         except plugins.PluginError as e:
             print(f"visionbench bench: {e}", file=sys.stderr)
             return 2
-        return bench_main([a for a in rest if not a.startswith("imports=")] if rest[:1] != ["train"] else rest)
+        return bench_main(others if rest[:1] != ["train"] else rest)  # bench train reads imports= as a config key
     print(f"visionbench: unknown command {cmd!r}; commands: run, estimate, report, list, bench, plot, papers, predictions, check\n{USAGE}", file=sys.stderr)
     return 2
 

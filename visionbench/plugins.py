@@ -178,11 +178,14 @@ def record(run: dict) -> dict:
     return run
 
 
-def as_list(args: Iterable[str]) -> list[str]:
-    """Command-line arguments with `imports=a,b` written as the list it is (`imports=[a,b]`), not a factor sweep."""
-    out = []
+def split_imports(args: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(the values of the `imports=` command-line arguments, the other arguments), for the commands that
+    take `imports=` beside their own flags (list, bench)."""
+    imports, rest = [], []
     for arg in args:
-        key, _, value = arg.partition("=")
-        plain = key.lstrip("+") == "imports" and value and not value.lstrip().startswith("[")
-        out.append(f"{key}=[{','.join(names(value))}]" if plain else arg)
-    return out
+        key, sep, value = arg.partition("=")
+        if sep and key.lstrip("+") == "imports":
+            imports.append(value)
+        else:
+            rest.append(arg)
+    return imports, rest

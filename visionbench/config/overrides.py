@@ -13,14 +13,12 @@ from .validate import NOT_FACTORS, ConfigError, is_free, unknown_key, valid_keys
 DEFAULT_RECIPE = "digits_vgg4"
 ALIASES = {"baseline": "report.baseline"}  # short command-line names
 _OPEN, _CLOSE = "[{(", "]})"
+LIST_KEYS = ("imports", "trainer.loggers")  # `KEY=a,b` is one list value, not a factor sweep
 
 
 def split_top_level(text: str, sep: str = ",") -> list[str]:
-    """Split `text` at `sep` outside brackets and quotes: `a[x=1,y=2],b` -> [`a[x=1,y=2]`, `b`].
-
-    Raises:
-        ValueError: unbalanced brackets or quotes.
-    """
+    """Split `text` at `sep` outside brackets and quotes: `a[x=1,y=2],b` -> [`a[x=1,y=2]`, `b`]; ValueError if
+    its brackets or quotes are unbalanced."""
     parts, depth, quote, start = [], 0, None, 0
     for i, ch in enumerate(text):
         if quote:
@@ -129,12 +127,13 @@ def parse(args: Iterable[str]) -> Overrides:
                               "model.kwargs.<arg>)", key)
         else:
             try:
-                values = [f"[{value}]"] if key == "trainer.loggers" and value[:1] not in _OPEN else split_top_level(value)
+                values = split_top_level(value)
             except ValueError as e:
                 raise ConfigError(f"{key}: {e}", key) from None
             if len(values) > 1 and "" in values:  # `null,group,`: not a third value (YAML would read it as null)
                 raise ConfigError(f"{key}={value}: an empty value between commas; separate the values with single "
                                   "commas (write null for none)", key)
+            values = [f"[{','.join(values)}]"] if key in LIST_KEYS and value[:1] not in _OPEN else values
             if len(values) > 1:  # a factor: the composed value is the first, each run gets its own
                 if key in NOT_FACTORS:
                     raise ConfigError(f"{key} cannot be swept (got {key}={value}); factor sweeps take any other key", key)

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .. import plugins
 from ..config import DEFAULT_RECIPE, RECIPES_DIR, ConfigError, parse, recipe_config, run_config, split_top_level
+from ..config.overrides import LIST_KEYS
 from ..results import provenance as results
 from .acts import sweep_acts
 from .preflight import check_finetune_weights, load_config
@@ -71,7 +72,7 @@ def to_hydra(argv: list[str]) -> list[str]:
     for n, arg in enumerate(ours):
         key, value = arg.split("=", 1)
         try:
-            sweeps = multirun and not key.startswith("act.") and key.lstrip("+") not in ("imports", "trainer.loggers")  # lists
+            sweeps = multirun and not key.startswith("act.") and key.lstrip("+") not in LIST_KEYS
             values = split_top_level(value) if sweeps else [value]
         except ValueError:
             values = [value]  # load_config names the bad brackets

@@ -31,7 +31,7 @@ def load_config(args: Iterable[str], strict_act_keys: bool = True) -> DictConfig
     """Compose `recipe=NAME` with `key=value` overrides (visionbench/config/overrides.py), apply
     `act.KEY=V` to the swept activations that take KEY (`strict_act_keys`: one of them must), and
     check everything before any training."""
-    ov = parse(plugins.as_list(args))
+    ov = parse(args)
     cfg = compose(ov)
     if ov.gave("data.name"):  # the recipe's image size and statistics are its dataset's: the given one's instead
         cfg.data.merge_with({k: None for k in ("img_size", "mean", "std") if not ov.gave(f"data.{k}")})

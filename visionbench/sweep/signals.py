@@ -37,11 +37,9 @@ class Interrupted(KeyboardInterrupt):
     """The process was told to stop (`signal_name`: SIGTERM, SIGUSR1 (SLURM requeue) or Ctrl-C).
     `recorded`: how many runs in progress were recorded `interrupted` (0: none was training)."""
 
-    recorded = 0
-
-    def __init__(self, signal_name: str = "Ctrl-C"):
+    def __init__(self, signal_name: str = "Ctrl-C", recorded: int = 0):
         super().__init__(signal_name)
-        self.signal_name = signal_name
+        self.signal_name, self.recorded = signal_name, recorded
 
     @property
     def exit_code(self) -> int:

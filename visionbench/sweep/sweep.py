@@ -141,9 +141,7 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
         summary.update(status=layout.INTERRUPTED, error=f"interrupted by {why}; rerun the same command to resume",
                        metrics=_metrics_so_far(out))
         _finish(out, summary)
-        stop = Interrupted(why)
-        stop.recorded = 1
-        raise stop from None
+        raise Interrupted(why, recorded=1) from None
     except RunStateError as e:
         summary.update(status=layout.FAILED, error=str(e))
     except Exception as e:  # noqa: BLE001 - one seed's failure must not end the sweep
