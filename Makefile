@@ -4,16 +4,37 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test test-slow bench bench-gpu reference install clean
+.PHONY: run test test-slow bench bench-gpu reference install lock clean
 
-$(STAMP): pyproject.toml
+# every package at the version requirements.lock names (the CPU reference environment), then visionbench itself,
+# editable and without dependencies: they all came from the lock, the extras' too (dev, slurm, mlflow, wandb)
+$(STAMP): pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
-	# torch first, pinned to the CPU-usable builds this project is tested with
-	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1
-	$(BIN)/pip install -q -e '.[dev,slurm,mlflow,wandb]'  # the trackers' extras: tests/test_loggers.py uses them
+	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# requirements.lock, resolved afresh in a temporary venv: torch and torchvision pinned to the builds this project is
+# tested with, the rest from pyproject.toml's ranges (which stay ranges: users install visionbench into their own
+# GPU environments); `pip freeze --all` keeps setuptools (torch requires it); pip and the editable visionbench are
+# left out.
+# Run it after changing a requirement, and commit the lock (docs/layout.md#development).
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+EXTRAS     := dev,slurm,mlflow,wandb
+lock:
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	$(PY) -m venv $$tmp/venv; \
+	$$tmp/venv/bin/pip install -q $(TORCH_PINS); \
+	$$tmp/venv/bin/pip install -q -e '.[$(EXTRAS)]'; \
+	{ echo "# The CPU reference environment: every package, transitive ones too, at its exact version."; \
+	  echo "# Made by \`make lock\` with $$($$tmp/venv/bin/python -c 'import platform as p; print("Python", p.python_version(), "on", p.system(), p.machine())'): in a fresh venv,"; \
+	  echo "# pip install $(TORCH_PINS), then pip install -e '.[$(EXTRAS)]'"; \
+	  echo "# (pyproject.toml's ranges), then pip freeze --all --exclude-editable, without pip and visionbench."; \
+	  echo "# \`make install\` installs exactly these. Do not edit by hand: refresh it with \`make lock\`."; \
+	  $$tmp/venv/bin/pip freeze --all --exclude-editable | grep -viE '^pip=='; } > requirements.lock.tmp; \
+	mv requirements.lock.tmp requirements.lock; echo "wrote requirements.lock ($$(grep -vc '^#' requirements.lock) packages)"
 
 run: $(STAMP)  ## the main job on the embedded default (digits, VGG4)
 	$(BIN)/visionbench run

@@ -92,7 +92,10 @@ def write_recipe(root, recipe: str, values: dict[str, list], **kwargs) -> Path:
 
 # ---- runs in a subprocess (reliability tests) -----------------------------------------------
 ROOT = Path(__file__).resolve().parents[1]
-FAST = ["epochs=2", "batch_size=64", "data.limit_train=200", "data.limit_val=100", "snapshot_epochs=[0,-1]"]
+# trainer.portable=false: the default recipe's portable runs train in a spawned worker (sweep/portable.py); tests
+# of that path ask for it
+FAST = ["epochs=2", "batch_size=64", "data.limit_train=200", "data.limit_val=100", "snapshot_epochs=[0,-1]",
+        "trainer.portable=false"]
 # sitecustomize for the subprocesses: a pause at every epoch start, so a signal lands mid-training
 # (sleeping changes no number: the results must equal an uninterrupted run's)
 HOOK = '''

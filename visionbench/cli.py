@@ -3,6 +3,8 @@
     visionbench run [recipe=NAME] [act=a,b,...] [seeds=N] [key=value ...]
     visionbench estimate <the run's arguments>   # projected time, memory, params of the sweep; trains nothing
     visionbench report RESULTS_DIR [--metric ...] [--baseline ...] [--test student|welch|paired]
+    visionbench export RUNS_DIR OUT              # the tree's compact, committable record; `report OUT` reads it
+    visionbench compare A B [--metric M] [--margin M]   # did B reproduce A? identical/reproduced/differs/undecided
     visionbench list [imports=my_acts]          # recipes, activations, models; a plugin's by its module
     visionbench bench activations|train|fit [...]
     visionbench plot boundaries [--acts ...] [--out FILE]
@@ -264,6 +266,14 @@ def _dispatch(cmd: str, rest: list[str]) -> int:
         from .report import main as report_main
 
         return report_main(rest)
+    if cmd == "compare":
+        from .report.compare import main as compare_main
+
+        return compare_main(rest)
+    if cmd == "export":
+        from .report.export import main as export_main
+
+        return export_main(rest)
     if cmd == "plot":
         from .experiments.boundaries import main as plot_main
 
@@ -289,7 +299,7 @@ def _dispatch(cmd: str, rest: list[str]) -> int:
             print(f"visionbench bench: {e}", file=sys.stderr)
             return 2
         return bench_main(others if rest[:1] != ["train"] else rest)  # bench train reads imports= as a config key
-    print(f"visionbench: unknown command {cmd!r}; commands: run, estimate, report, list, bench, plot, papers, predictions, check\n{USAGE}", file=sys.stderr)
+    print(f"visionbench: unknown command {cmd!r}; commands: run, estimate, report, export, compare, list, bench, plot, papers, predictions, check\n{USAGE}", file=sys.stderr)
     return 2
 
 

@@ -192,6 +192,7 @@ class TrainerConfig:
     compile: bool = False  # torch.compile the model (timm --torchcompile; checkpoints keep their keys)
     accumulate_grad_batches: int = rule(1, ">= 1")  # steps per optimizer update; the global batch_size is kept
     sync_batchnorm: bool = False  # under DDP, BatchNorm statistics over all processes (timm --sync-bn)
+    portable: bool = False  # the same bits on any x86-64 CPU with AVX2: ISA, BLAS path, 1 thread pinned (sweep/portable.py)
     loggers: List[str] = rule(["tensorboard"], check=list_of(choice("tensorboard", "csv", "mlflow", "wandb")))  # trackers (train/trackers.py)
 
 

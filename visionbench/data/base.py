@@ -1,7 +1,9 @@
 """`VisionDataModule`: splits, transforms and loaders common to every dataset.
 
 A dataset module subclasses it, sets the class attributes (size, statistics, classes) and
-implements `load_source(train)`; `check()` can fail early when files are missing.
+implements `load_source(train)`; `check()` can fail early when files are missing. A dataset held in
+a few files names them (`data_files`), so that a run records their digest (`data_digest`, data/digest.py);
+one of image files is digested by its file list (`image_files`).
 
 Split semantics (`data.val_split`):
 - `> 0`: val = a stratified, fixed held-out part of train (model selection), test = the
@@ -10,6 +12,7 @@ Split semantics (`data.val_split`):
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
 import lightning as L
@@ -18,6 +21,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..config import DataConfig
+from . import digest
 from .datasets import TransformSubset, root_dir, root_source
 from .keyed_samplers import KeyedDistributedSampler, KeyedExpandedRepeatAugSampler, KeyedRepeatAugSampler
 from .loading import make_loader
@@ -99,6 +103,23 @@ class VisionDataModule(L.LightningDataModule):
     def summary_facts(self) -> dict:
         """What a run's summary.json records of the data (`dataset`; {}: nothing)."""
         return {}
+
+    def data_files(self) -> list[Path]:
+        """The files that hold the whole dataset, hashed by their contents for the data digest; [] for a dataset
+        of image files (too many to hash on every run: `image_files` names them)."""
+        return []
+
+    def image_files(self) -> list[tuple[str, int]]:
+        """(path, label) of every image file the set-up module reads: its sources' (`FileDataset`s)."""
+        self._ensure_setup()
+        sources = {id(s.source): s.source for s in (self.train_set, self.val_set, self.test_set) if s is not None}
+        return [(p, int(t)) for src in sources.values() for p, t in zip(getattr(src, "paths", ()), src.targets)]
+
+    def data_digest(self) -> dict:
+        """What identifies the data a run read (summary.json `environment.data`): the digest of `data_files`'
+        contents, else of the `image_files` list (data/digest.py)."""
+        files = self.data_files()
+        return digest.of_contents(files) if files else digest.of_listing(self.image_files())
 
     # ---- Lightning hooks ------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:

@@ -107,6 +107,12 @@ class CIFAR10DataModule(VisionDataModule):
                     f"{TRAIN_BATCHES[-1]} and {TEST_BATCH}); copy the missing file(s) from an intact copy of the "
                     f"dataset, or set data.download=true on a machine with internet access")
 
+    def data_files(self) -> list[Path]:
+        """The six pickle batches and batches.meta (the class names), those present."""
+        folder = self._folder()
+        names = (*ALL_BATCHES, "batches.meta")
+        return [] if folder is None else [folder / b for b in names if (folder / b).is_file()]
+
     def prepare_data(self) -> None:
         """Download with torchvision when `data.download` is set and the files are missing."""
         if self.cfg.download and self._folder() is None:

@@ -10,6 +10,8 @@ is held in memory, and deterministic transforms are applied once and cached.
 from __future__ import annotations
 
 import functools
+from importlib import resources
+from pathlib import Path
 
 import numpy as np
 
@@ -18,6 +20,7 @@ from .datasets import ArrayDataset
 from .splits import stratified_split
 
 TEST_FRACTION = 0.2
+SKLEARN_FILE = ("sklearn.datasets.data", "digits.csv.gz")  # (package, name): what load_digits reads
 
 
 @functools.lru_cache(maxsize=1)
@@ -50,6 +53,11 @@ class DigitsDataModule(VisionDataModule):
     in_memory = True
     num_classes = 10
     in_chans = 1
+
+    def data_files(self) -> list[Path]:
+        """scikit-learn's digits.csv.gz, the file `load_digits` reads."""
+        package, name = SKLEARN_FILE
+        return [Path(str(resources.files(package) / name))]
 
     def load_source(self, train: bool) -> ArrayDataset:
         dataset = ArrayDataset(*digits_split(train))

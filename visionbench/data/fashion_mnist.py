@@ -156,6 +156,11 @@ class FashionMNISTDataModule(VisionDataModule):
             raise self._missing()
         self._splits = {train: read_split(folder, train) for train in (True, False)}  # checked before training
 
+    def data_files(self) -> list[Path]:
+        """The four IDX files (plain or .gz) in the folder the data is read from."""
+        folder = self._folder()
+        return [] if folder is None else [p for p in (file_path(folder, name) for name in FILES) if p is not None]
+
     def prepare_data(self) -> None:
         """Download with torchvision (into <root>/FashionMNIST/raw) when `data.download` is set and no files are found."""
         if self.cfg.download and self._folder() is None:

@@ -263,6 +263,10 @@ class FolderDataModule(VisionDataModule):
             return dataset
         return None
 
+    def image_files(self) -> list[tuple[str, int]]:
+        """Every image of every split found (with data.on_device=true the training images are read into an array)."""
+        return [sample for samples in self.splits.values() for sample in samples]
+
     def summary_facts(self) -> dict:
         """What a run records of its data (summary.json `dataset`): classes in label order, size, channels, statistics."""
         return {"name": self.name, "root": str(self.root), "classes": list(self.classes), "img_size": self.img_size,

@@ -7,6 +7,7 @@ from the run's seed: the same seed gives the same data. Train and val are indepe
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -35,6 +36,10 @@ class SyntheticDataModule(VisionDataModule):
         self.default_mean = (0.5,) * spec.in_chans
         self.default_std = (1 / math.sqrt(12),) * spec.in_chans
         super().__init__(cfg, batch_size, seed, test_in_val)
+
+    def data_digest(self) -> dict:
+        """No files: the generator's parameters (the pixels are drawn from each run's seed)."""
+        return {"of": "synthetic", "synthetic": dataclasses.asdict(self.cfg.synthetic)}
 
     def load_source(self, train: bool) -> ArrayDataset:
         spec = self.cfg.synthetic

@@ -17,6 +17,7 @@ statistic); it imports no torch and trains nothing. Modules:
 * `tables` (per recipe), `best_of` (a factor sweep in its paper's layout), `suite` (across
   recipes), `papers` (`visionbench papers`): the tables, all written by `render` (md, csv, tex).
 * `figures`: curves, learned activation shapes, the improvement interval plot, the CD diagram.
+* `compare`: the `visionbench compare A B` command line: did B reproduce A (two trees or records)?
 * `per_example`: the per-example section (per_example.md/csv) from the runs' predictions.npz: two-level
   intervals, variance share, churn, seed ensemble, calibration (docs/per_example.md).
 """

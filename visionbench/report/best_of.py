@@ -20,7 +20,7 @@ import pandas as pd
 from ..results.settings import format_value, parse_setting_label
 from ..stats.metrics import higher_is_better
 from . import render
-from .tables import has_published, published_cell, published_header
+from .tables import PI_HEADER, has_published, pi_cell, published_cell, published_header
 
 COLUMNS = ["recipe", "act", "column", "chosen", "mean", "std", "n", "p_value", "stars", "n_candidates", "metric",
            "best", "second"]
@@ -88,9 +88,10 @@ def layout(table: pd.DataFrame, recipe: str, best_of: list[str], metric_text: st
     header = ["Act."] + [c or "(all)" for c in columns]
     if has_published(table):
         cells |= {(r["act"], "published " + r["column"]): published_cell(r, digits) for _, r in table.iterrows()}
-        header += [f"paper {c or '(all)'}" for c in columns]
+        cells |= {(r["act"], "pi " + r["column"]): pi_cell(r, digits) for _, r in table.iterrows()}
+        header += [f"paper {c or '(all)'}" for c in columns] + [f"{PI_HEADER} {c or '(all)'}" for c in columns]
         intro.append(f"Paper columns: {published_header(table)}.")
-        columns = columns + ["published " + c for c in columns]
+        columns = columns + ["published " + c for c in columns] + ["pi " + c for c in columns]
     rows = [[act] + [cells.get((act, c), "") for c in columns] for act in acts]
     return render.Table(header, rows, title=f"{recipe} — by setting", intro=intro, notes=list(notes),
                         caption=what + "Best mean per column bold, second underlined.",

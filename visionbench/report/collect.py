@@ -31,7 +31,7 @@ RUN_SCALARS = ("train_time_s", "throughput_img_s", "peak_mem_mb")
 BASE_COLUMNS = [
     "recipe", "act", "seed", "status", "setting", "baseline", "train_time_s", "throughput_img_s", "peak_mem_mb",
     "params", "act_params", "diverged_epoch", "error", "act_family", "report_metric", "report_best_of", "val_split", "config_hash",
-    "plugins", "run_dir", "recipe_dir", "recipe_root",
+    "plugins", "environment", "run_dir", "recipe_dir", "recipe_root",
 ]
 
 
@@ -40,6 +40,19 @@ def _plugins(records) -> str | None:
     if not isinstance(records, list) or not records:
         return None
     return ";".join(f"{r.get('module')}@{str(r.get('sha256'))[:12]}" for r in records if isinstance(r, dict)) or None
+
+
+def _environment(summary: dict) -> str | None:
+    """The run's `environment` (train/environment.py) as canonical JSON (sorted keys: equal environments, equal
+    strings); for a run from before it was recorded, the part its `versions`, `git_commit` and `threads` tell; None
+    when the summary records none of them."""
+    env = summary.get("environment")
+    if not isinstance(env, dict):
+        versions = dict(summary.get("versions") or {}) if isinstance(summary.get("versions"), dict) else {}
+        env = {k: v for k, v in (("python", versions.pop("python", None)), ("packages", versions or None),
+                                 ("git_commit", summary.get("git_commit")), ("threads", summary.get("threads")))
+               if v is not None}
+    return json.dumps(env, sort_keys=True, separators=(",", ":")) if env else None
 
 
 def _finite_or_nan(value) -> float:
@@ -84,6 +97,7 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
         "val_split": _finite_or_nan(summary.get("val_split")),
         "config_hash": summary.get("config_hash"),
         "plugins": _plugins(summary.get("plugins")),
+        "environment": _environment(summary),
         "params": summary.get("params"),
         "act_params": summary.get("act_params"),
         "diverged_epoch": summary.get("diverged_epoch"),

@@ -22,7 +22,8 @@ import pandas as pd
 from ..stats import power
 from ..stats.metrics import NAMES_HELP, higher_is_better, parse
 from ..stats.significance import TESTS
-from . import best_of, curves, figures, per_example, protocol, published, render, stopping, suite, tables, verdict
+from . import (best_of, curves, environment, figures, per_example, protocol, published, render, stopping, suite,
+               tables, verdict)
 from .collect import has_curves, metric_names, scan_runs
 from .summary import summarize, withhold_tests
 
@@ -76,6 +77,9 @@ def report_parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", action=argparse.BooleanOptionalAction, default=True,
                    help="with several recipes: write the suite view (ranks.csv, ranks.md, cd_diagram.png: mean "
                         "ranks, Friedman test, Nemenyi CD, P(X > baseline)) into RESULTS_DIR (default on)")
+    p.add_argument("--strict-env", action="store_true",
+                   help="refuse to test across runs from different environments (package versions, CPU kernels, "
+                        "threads, data digest, ...: a table's MIXED ENVIRONMENTS note): exit 2, nothing written")
     return p
 
 
@@ -144,18 +148,44 @@ def _writable_tree(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`visionbench report RESULTS_DIR [...]`: print the Markdown tables, write table.{md,csv,tex} and plots."""
+    """`visionbench report RESULTS_DIR [...]`: print the Markdown tables, write table.{md,csv,tex} and plots.
+    RESULTS_DIR may be a record (`visionbench export`): its runs are read from it and the files are written into
+    the folder that holds it, at their places in the tree."""
+    from ..results.record import RecordError, is_record, opened, record_dir
+
     try:
         args = report_parser().parse_args(argv)
-        return _report(args)
+        if not is_record(args.results_dir):
+            written = _report(args)
+        else:
+            with opened(args.results_dir) as tree:
+                written = _copy_back(_report(argparse.Namespace(**{**vars(args), "results_dir": str(tree)})),
+                                     tree, record_dir(args.results_dir).parent)
     except SystemExit as exc:  # argparse's --help and usage errors
         return exc.code if isinstance(exc.code, int) else 2
-    except UsageError as exc:
+    except (UsageError, RecordError) as exc:
         print(f"visionbench report: error: {exc}", file=sys.stderr)
         return 2
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
 
 
-def _report(args) -> int:
+def _copy_back(written: list[Path], tree: Path, into: Path) -> list[Path]:
+    """The report's files of a materialised record, copied to `into` at their places below the tree's root."""
+    import shutil
+
+    out = []
+    for path in map(Path, written):
+        target = into / path.relative_to(tree)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        out.append(target)
+    return out
+
+
+def _report(args) -> list[Path]:
+    """Report the run tree `args.results_dir`; the paths written."""
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     unknown = sorted(set(formats) - set(tables.FORMATS))
     if unknown:
@@ -176,10 +206,12 @@ def _report(args) -> int:
     if args.baseline is not None and args.baseline not in acts:
         raise UsageError(f"unknown baseline {args.baseline!r}; acts: {', '.join(acts)}")
     want_plots = has_curves(runs) if args.plots is None else args.plots
+    if args.strict_env:  # every table checked before the first file is written
+        _check_environments(runs)
 
     written, skipped, tasks = [], [], []
     for root, root_runs in runs.groupby("recipe_root", sort=True):
-        metric, metric_note = _metric(root_runs, args.metric)
+        metric, metric_note = protocol.choose_metric(root_runs, metric_names(root_runs), args.metric)
         if metric is None and not (root_runs["status"] == "completed").any():
             # every run diverged or failed: the declared metric's rows read "NaN (n/n diverged)"
             metric, metric_note = args.metric or protocol.report_metric(root_runs, [])[0], ""
@@ -201,6 +233,10 @@ def _report(args) -> int:
                 summary = withhold_tests(summary)
             if metric_note:
                 recipe_notes.insert(0, metric_note)
+            mixed_env = environment.differences(recipe_runs)
+            if mixed_env:  # first: any difference in the table may be the environment's
+                recipe_notes.insert(0, environment.mixed_note(mixed_env))
+            footer = environment.footer(recipe_runs)
             summary, stop_notes = stopping.attach(summary, _sequential_record(Path(recipe_dir), metric))
             recipe_notes += stop_notes
             summary = verdict.annotate(summary, recipe_runs, alpha=args.alpha, margin=args.margin, effect=args.effect,
@@ -213,8 +249,8 @@ def _report(args) -> int:
             examples, examples_note = per_example.section(recipe_runs, metric, tables.baseline_of(summary), args.test,
                                                           alpha=args.alpha, digits=args.digits, seed=args.seed)
             recipe_notes.append(examples_note)
-            print(tables.markdown(summary, recipe_notes, args.digits, args.extras))
-            written += tables.write(summary, recipe_dir, formats, recipe_notes, args.digits, args.extras)
+            print(tables.markdown(summary, recipe_notes, args.digits, args.extras, footer))
+            written += tables.write(summary, recipe_dir, formats, recipe_notes, args.digits, args.extras, footer)
             if examples is not None:  # per_example.md/csv beside table.md (no LaTeX: too wide for a float)
                 print(render.markdown(examples))
                 written += render.write(examples, Path(recipe_dir) / "per_example", [f for f in formats if f != "tex"])
@@ -233,9 +269,7 @@ def _report(args) -> int:
                                         digits=args.digits)
         print(text)
         written += suite_files
-    for path in written:
-        print(f"wrote {path}", file=sys.stderr)
-    return 0
+    return written
 
 
 def _curve_metric(runs: pd.DataFrame, metric: str, available: list[str]) -> pd.DataFrame:
@@ -256,21 +290,6 @@ def _common(values: pd.Series):
     return values.value_counts().index[0] if len(values) else None
 
 
-def _metric(runs, explicit: str | None) -> tuple[str | None, str]:
-    """(metric, note) for one recipe's runs: the explicit --metric, else what the recipe reports;
-    a declared metric its runs lack falls back to the default rule, and the note says so."""
-    available = metric_names(runs)
-    if explicit is not None:
-        return (explicit, "") if explicit in available else (None, f"no run has metric {explicit!r}")
-    metric, source = protocol.report_metric(runs, available)
-    if metric in available:
-        return metric, ""
-    fallback = protocol.HELD_OUT_METRIC if protocol.HELD_OUT_METRIC in available else protocol.DEFAULT_METRIC
-    if fallback not in available:
-        return None, f"{source} is {metric!r}, which no run has (available: {', '.join(available)}); pass --metric"
-    return fallback, f"{source} is {metric!r}, which no run has; scored {fallback} instead"
-
-
 def _write_layout(summaries, runs, root: Path, args, formats) -> list[Path]:
     """The recipe-level table of a factor sweep (004 Table 2's layout) into the recipe's folder."""
     keys = protocol.report_best_of(runs) if args.best_of is None else [k for k in args.best_of.split(",") if k]
@@ -281,8 +300,18 @@ def _write_layout(summaries, runs, root: Path, args, formats) -> list[Path]:
     settings_dirs = sorted(set(runs["setting"]) - {""})
     shown = best_of.layout(table, str(runs["recipe"].iloc[0]), keys, summaries["metric_text"].iloc[0],
                            settings_dirs, args.digits, notes)
+    shown.footer = environment.footer(runs)
     print(render.markdown(shown))
     return render.write(shown, root / "table", formats)
+
+
+def _check_environments(runs) -> None:
+    """--strict-env: a UsageError naming the first table whose runs come from more than one environment."""
+    for _, table_runs in runs.groupby("recipe_dir", sort=True):
+        lines = environment.differences(table_runs)
+        if lines:
+            name = "/".join(filter(None, [table_runs["recipe"].iloc[0], table_runs["setting"].iloc[0]]))
+            raise UsageError(environment.refusal(name, lines))
 
 
 def _sequential_record(recipe_dir: Path, metric: str) -> dict | None:

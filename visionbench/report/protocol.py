@@ -55,6 +55,21 @@ def report_metric(runs: pd.DataFrame, available: list[str]) -> tuple[str, str]:
     return metric, source
 
 
+def choose_metric(runs: pd.DataFrame, available: list[str], explicit: str | None = None) -> tuple[str | None, str]:
+    """(metric, note) a table of one recipe's runs scores: the `explicit` one (None, with a note, when no run has it),
+    else `report_metric`'s; a declared metric its runs lack falls back to the default rule, and the note says so.
+    `available` are the runs' metric names."""
+    if explicit is not None:
+        return (explicit, "") if explicit in available else (None, f"no run has metric {explicit!r}")
+    metric, source = report_metric(runs, available)
+    if metric in available:
+        return metric, ""
+    fallback = HELD_OUT_METRIC if HELD_OUT_METRIC in available else DEFAULT_METRIC
+    if fallback not in available:
+        return None, f"{source} is {metric!r}, which no run has (available: {', '.join(available)}); pass --metric"
+    return fallback, f"{source} is {metric!r}, which no run has; scored {fallback} instead"
+
+
 def report_best_of(runs: pd.DataFrame) -> list[str]:
     """The factor keys the recipe-level table selects the best setting over (004 Table 2: model.lsuv)."""
     recorded = _recorded(runs, "report_best_of")

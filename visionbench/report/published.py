@@ -15,8 +15,9 @@ Two uses:
   mean ± std (n) alone (scipy's `ttest_ind_from_stats`; Student with equal variances as 001
   states, Welch as an option), next to the p the paper printed, with a `check` that says
   whether the printed significance holds given the rounding of the printed numbers.
-* `attach(summary, ...)`: our report rows get the paper's mean ± std (n), the difference and a
-  two-tailed Welch test from summary statistics (`visionbench report --published`).
+* `attach(summary, ...)`: our report rows get the paper's mean ± std (n), the difference, a
+  two-tailed Welch test from summary statistics, and the 95 % prediction interval of ONE run of ours
+  with whether the paper's number lies inside it (`visionbench report --published`).
 
     >>> rows = load(paper="001", table="Table 7")
     >>> recompute(rows)[["activation", "metric", "p_value", "printed_p", "check"]]
@@ -33,6 +34,7 @@ from importlib import resources
 import pandas as pd
 from scipy import stats as sps
 
+from ..stats.reproduction import prediction_interval
 from ..stats.significance import STAR_LEVELS, stars
 
 DATA_FILE = "published_tables.csv"
@@ -206,7 +208,8 @@ def recompute(rows: pd.DataFrame, test: str = "student") -> pd.DataFrame:
 # --- our runs against the paper: `visionbench report --published` ------------------------------
 
 PUBLISHED_COLUMNS = ["published_mean", "published_std", "published_n", "published_diff", "published_p",
-                     "published_mark", "published_ref"]
+                     "published_mark", "published_ref", "pi_low", "pi_high", "published_in_pi"]
+TEXT_COLUMNS = ("published_mark", "published_ref", "published_in_pi")
 
 
 def _held_out(val_split) -> bool:
@@ -264,11 +267,14 @@ def attach(table: pd.DataFrame, *, setting: str = "", setting_col: str | None = 
         (table with `PUBLISHED_COLUMNS`, notes saying why rows of this recipe were not compared).
         `published_p` is a two-tailed Welch test from summary statistics (ours vs the paper's;
         the spreads of two labs need not be equal); NaN with `published_mark` when untestable.
+        `pi_low`, `pi_high`: the 95 % prediction interval of one more run of ours, mean ± t(0.975, n − 1)·s·√(1 + 1/n)
+        (stats/reproduction.py; NaN for n < 2); `published_in_pi`: `yes`/`no`, whether the paper's mean lies in it —
+        the question for a paper that printed one run per cell ("" without an interval or a published number).
         Where several published rows match one of ours, `_pick` chooses.
     """
     out = table.copy()
     for col in PUBLISHED_COLUMNS:
-        out[col] = "" if col in ("published_mark", "published_ref") else math.nan
+        out[col] = "" if col in TEXT_COLUMNS else math.nan
     if out.empty:
         return out, []
     recipe, metric = str(out["recipe"].iloc[0]), str(out["metric"].iloc[0])
@@ -298,7 +304,11 @@ def attach(table: pd.DataFrame, *, setting: str = "", setting_col: str | None = 
             pub["mean"], pub["std"], pub["n"]
         out.at[i, "published_diff"] = float(row["mean"]) - pub["mean"]
         out.at[i, "published_p"], out.at[i, "published_mark"], out.at[i, "published_ref"] = p, mark, ref(pub)
-    notes = []
+        low, high = prediction_interval(float(row["mean"]), float(row["std"]), int(row["n"]))
+        out.at[i, "pi_low"], out.at[i, "pi_high"] = low, high
+        if math.isfinite(low) and math.isfinite(pub["mean"]):
+            out.at[i, "published_in_pi"] = "yes" if low <= pub["mean"] <= high else "no"
+    notes = [_pi_note(out)] if matched else []
     if not matched:
         settings = sorted(set(same_metric["setting"]) - {""})
         if settings and not setting_col:
@@ -307,6 +317,19 @@ def attach(table: pd.DataFrame, *, setting: str = "", setting_col: str | None = 
         else:
             notes.append(f"{recipe}: no act of this table has a published {metric} row")
     return out, notes
+
+
+def _pi_note(table: pd.DataFrame) -> str:
+    """How many published numbers lie inside our one-run 95 % prediction interval, and which rows have none."""
+    compared = table[table["published_ref"] != ""]
+    judged = compared[compared["published_in_pi"] != ""]
+    text = (f"{int((judged['published_in_pi'] == 'yes').sum())} of {len(judged)} published numbers lie inside the 95 % "
+            "prediction interval of one run of ours (mean ± t(0.975, n − 1)·s·√(1 + 1/n)): where one more run of "
+            "ours would land; outside it, the paper's number is unlikely to be one run of this protocol")
+    lacking = compared[(compared["published_in_pi"] == "") & compared["published_mean"].notna()]
+    if len(lacking):
+        text += f"; no interval for {', '.join(dict.fromkeys(map(str, lacking['act'])))} (fewer than 2 runs)"
+    return text
 
 
 def departures(config: dict) -> list[str]:

@@ -13,9 +13,10 @@ is always escaped in Markdown (a raw one would split the cell), and every LaTeX 
 in LaTeX.
 
 Markdown: `### title`, the `intro` paragraphs, the pipe table, the `outro` paragraphs, then
-`Notes:` with one bullet per note; a blank line between blocks. LaTeX: a booktabs `table` float
-with `caption` and `label` (needs `\\usepackage{booktabs}`). CSV: the table's `data` frame when it
-carries one (the numbers at full precision, every column), else the display cells.
+`Notes:` with one bullet per note, then the `footer` line; a blank line between blocks. LaTeX: a booktabs
+`table` float with `caption` and `label` (needs `\\usepackage{booktabs}`), the `footer` in small type under
+the tabular. CSV: the table's `data` frame when it carries one (the numbers at full precision, every
+column), else the display cells; no footer.
 """
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ _RULES = {"l": ":---", "r": "---:", "c": ":---:", "-": " --- "}
 _TEX_ALIGN = {"l": "l", "r": "r", "c": "c", "-": "l"}
 # one pass, so that the backslashes and dollars a substitution inserts are not escaped again
 _TEX = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$", "{": r"\{",
-        "}": r"\}", "~": r"\~{}", "^": r"\^{}", "±": r"$\pm$", "<": "$<$", ">": "$>$", "—": "--", "Δ": r"$\Delta$"}
+        "}": r"\}", "~": r"\~{}", "^": r"\^{}", "±": r"$\pm$", "<": "$<$", ">": "$>$", "—": "--", "Δ": r"$\Delta$",
+        "·": r"$\cdot$"}
 _TEX_RE = re.compile("|".join(re.escape(k) for k in _TEX))
 
 
@@ -65,7 +67,8 @@ class Table:
         level: heading level of `title`.
         intro: Markdown paragraphs between the title and the table (already Markdown: not escaped).
         outro: Markdown paragraphs after the table (a paragraph may hold several lines).
-        notes: bullets under `Notes:`, last.
+        notes: bullets under `Notes:`.
+        footer: one line under everything, in Markdown and LaTeX (the environment of the runs: report/environment.py).
         caption: the LaTeX caption (escaped).
         label: the LaTeX label (`tab:<label>`).
         data: the frame the CSV holds (None: the display cells).
@@ -78,6 +81,7 @@ class Table:
     intro: Sequence[str] = ()
     outro: Sequence[str] = ()
     notes: Sequence[str] = ()
+    footer: str = ""
     caption: str = ""
     label: str = ""
     data: pd.DataFrame | None = field(default=None, repr=False)
@@ -123,6 +127,8 @@ def markdown(table: Table) -> str:
     blocks += [*table.intro, pipe_table(table), *table.outro]
     if table.notes:
         blocks.append("\n".join(["Notes:"] + [f"- {n}" for n in table.notes]))
+    if table.footer:
+        blocks.append(table.footer)
     return "\n\n".join(blocks) + "\n"
 
 
@@ -136,7 +142,10 @@ def latex(table: Table) -> str:
     lines += [r"\begin{tabular}{" + "".join(_TEX_ALIGN[a] for a in table.alignment()) + "}", r"\toprule",
               " & ".join(tex_escape(h) for h in table.header) + r" \\", r"\midrule"]
     lines += [" & ".join(_cell(c, tex_escape, 1) for c in row) + r" \\" for row in table.rows]
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    if table.footer:
+        lines.append(r"\par\smallskip{\footnotesize " + tex_escape(table.footer) + "}")
+    lines.append(r"\end{table}")
     return "\n".join(lines) + "\n"
 
 

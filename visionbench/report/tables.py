@@ -101,7 +101,7 @@ def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple
         headers.append("verdict")
     show_published = has_published(summary)
     if show_published:
-        headers.append(published_header(summary))
+        headers += [published_header(summary), PI_HEADER]
     rows = []
     for _, r in summary.iterrows():
         mean = mean_cell(r, digits)
@@ -121,7 +121,7 @@ def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple
         if show_verdict:
             row.append(verdict_cell(r, digits))
         if show_published:
-            row.append(published_cell(r, digits))
+            row += [published_cell(r, digits), pi_cell(r, digits)]
         rows.append(row)
     return headers, rows
 
@@ -210,6 +210,21 @@ def published_cell(row, digits: int = 2) -> str:
     return text + "; " + (f"p {format_p(p, stars(p))}" if math.isfinite(p) else str(row["published_mark"]))
 
 
+PI_HEADER = "one-run 95 % PI"
+
+
+def pi_cell(row, digits: int = 2) -> str:
+    """`[80.95, 82.97] paper inside` (or `outside`): the 95 % prediction interval of one run of ours and whether
+    the paper's number lies in it (published.py); `n<2: none`; "" for a row without a published counterpart."""
+    if not row.get("published_ref"):
+        return ""
+    low, high = float(row["pi_low"]), float(row["pi_high"])
+    if not math.isfinite(low):
+        return "n<2: none"
+    inside = {"yes": " paper inside", "no": " paper outside"}.get(row.get("published_in_pi"), "")
+    return f"[{number(low, digits)}, {number(high, digits)}]{inside}"
+
+
 def caption(summary: pd.DataFrame) -> str:
     """One sentence saying what the table is: recipe, metric, aggregation, test, baseline."""
     recipe, base, test = summary["recipe"].iloc[0], baseline_of(summary), summary["test"].iloc[0]
@@ -234,9 +249,10 @@ IMPROVEMENT_HELP = ("P(> baseline): the normal-model probability that a run of t
                     "(noncentral t); `n/e`: not estimable (Welch's test, or no spread).")
 
 
-def table(summary: pd.DataFrame, notes=(), digits: int = 2, extras: bool = False) -> render.Table:
+def table(summary: pd.DataFrame, notes=(), digits: int = 2, extras: bool = False, footer: str = "") -> render.Table:
     """The recipe's table: its cells; in Markdown the title, the caption with the legend of the
-    emphasis, then the marks, the verdicts and the notes; in LaTeX the caption and `tab:<recipe>`."""
+    emphasis, then the marks, the verdicts and the notes; in LaTeX the caption and `tab:<recipe>`;
+    in both the `footer` last (the environment of the runs: report/environment.py)."""
     headers, rows = cells(summary, digits, extras)
     outro = []
     marks = sorted(set(summary["mark"]) - {"", MARK_BASELINE})
@@ -250,25 +266,25 @@ def table(summary: pd.DataFrame, notes=(), digits: int = 2, extras: bool = False
     recipe, text = summary["recipe"].iloc[0], caption(summary)
     return render.Table(headers, rows, title=f"{recipe} — {summary['metric'].iloc[0]}",
                         intro=[text + " Best mean **bold**, second <ins>underlined</ins>."], outro=outro,
-                        notes=list(notes), caption=text, label=recipe.replace("_", "-"),
+                        notes=list(notes), footer=footer, caption=text, label=recipe.replace("_", "-"),
                         data=summary.drop(columns=["recipe_dir"], errors="ignore"))
 
 
-def markdown(summary: pd.DataFrame, notes=(), digits: int = 2, extras: bool = False) -> str:
-    """A Markdown section: title, caption, pipe table, legend of the marks, verdicts, notes."""
-    return render.markdown(table(summary, notes, digits, extras))
+def markdown(summary: pd.DataFrame, notes=(), digits: int = 2, extras: bool = False, footer: str = "") -> str:
+    """A Markdown section: title, caption, pipe table, legend of the marks, verdicts, notes, footer."""
+    return render.markdown(table(summary, notes, digits, extras, footer))
 
 
-def latex(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> str:
+def latex(summary: pd.DataFrame, digits: int = 2, extras: bool = False, footer: str = "") -> str:
     """A booktabs `table` float (needs `\\usepackage{booktabs}`) with the same cells as `markdown`."""
-    return render.latex(table(summary, digits=digits, extras=extras))
+    return render.latex(table(summary, digits=digits, extras=extras, footer=footer))
 
 
 def write(summary: pd.DataFrame, out_dir, formats=FORMATS, notes=(), digits: int = 2,
-          extras: bool = False) -> list[Path]:
+          extras: bool = False, footer: str = "") -> list[Path]:
     """Write `table.md`, `table.csv`, `table.tex` (those in `formats`) into `out_dir`.
 
     Raises:
         ValueError: an unknown format (before anything is written).
     """
-    return render.write(table(summary, notes, digits, extras), Path(out_dir) / "table", formats)
+    return render.write(table(summary, notes, digits, extras, footer), Path(out_dir) / "table", formats)

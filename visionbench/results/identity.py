@@ -13,13 +13,13 @@ import copy
 import hashlib
 import json
 
-# keys that do not change what a run computes: a resumed run may differ in these ("act_label" and "setting"
+# keys that do not change what a run computes (trainer.portable: only its last bits): a resumed run may differ in these ("act_label" and "setting"
 # only name what act_options and the factor keys already hold; "baseline", "estimate" and "threads" are keys
 # of older versions)
 NOT_FINGERPRINTED = ("seeds", "seeds_max", "seeds_margin", "parallel", "results_dir", "baseline", "report", "act_label",
                      "setting", "factors", "estimate",
                      "threads", "data.root", "data.num_workers", "data.download", "snapshot_epochs",
-                     "trainer.loggers", "imports")  # imports: what counts is the run's `plugins` record
+                     "trainer.loggers", "trainer.portable", "imports")  # imports: what counts is the run's `plugins` record
 # what differs between the rows of one table ("plugins": module, version and sha256 of the plugin owning the row's
 # activation, visionbench/plugins.py: compared on resume; the report flags a table pooling two versions of one)
 PER_RUN = ("act", "act_label", "act_options", "act_lr_mult", "seed", "plugins")

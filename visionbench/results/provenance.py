@@ -24,8 +24,10 @@ def run_dir(results_dir: str | Path, recipe: str, act: str, seed: int, setting: 
 
 
 def versions() -> dict[str, str]:
+    """Python's and the installed packages' versions (summary.json `versions`; a missing package is left out)."""
     out = {"python": platform.python_version()}
-    for pkg in ("visionbench", "torch", "torchvision", "timm", "lightning", "torchmetrics", "numpy"):
+    for pkg in ("visionbench", "torch", "torchvision", "timm", "lightning", "torchmetrics", "numpy", "scipy",
+                "scikit-learn"):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

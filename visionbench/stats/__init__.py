@@ -14,6 +14,8 @@ visionbench outside itself. Modules:
 * `power`: minimal detectable effect, seeds needed, the TOST equivalence p (statsmodels).
 * `sequential`: the group-sequential rule of `seeds=auto` (O'Brien–Fleming-type α spending).
 * `improvement`: the probability of improvement P(X > Y) with stratified-bootstrap CIs (Agarwal et al. 2021).
+* `reproduction`: did a rerun reproduce a result (`visionbench compare`: Welch interval of Δ, TOST, the verdict
+  identical / reproduced / differs / undecided, the one-run default margin) and the prediction interval of one run.
 * `ranking`: mean ranks across tasks, the Friedman test, the Nemenyi critical difference and its cliques
   (Demšar 2006).
 

@@ -142,6 +142,11 @@ def _squeeze(out: dict) -> dict:
     return {k: float(v) if np.ndim(v) == 0 else v for k, v in out.items()}
 
 
+def binomial_sd(p: float, n_images: int) -> float:
+    """√(p(1 − p)/N): the sd of a fixed model's accuracy `p` (a fraction) over random test sets of N images."""
+    return math.sqrt(p * (1 - p) / n_images)
+
+
 def variance_share(c) -> dict:
     """How much of one arm's seed-to-seed variance of accuracy the finite test set alone explains (Jordan 2023).
 
@@ -153,7 +158,7 @@ def variance_share(c) -> dict:
     c = np.asarray(c, float)
     n, n_img = c.shape
     p = float(c.mean())
-    out = {"accuracy": p, "binomial_sd": math.sqrt(p * (1 - p) / n_img), "seed_var": math.nan,
+    out = {"accuracy": p, "binomial_sd": binomial_sd(p, n_img), "seed_var": math.nan,
            "example_var": math.nan, "share": math.nan}
     if n < 2:
         return out

@@ -28,6 +28,7 @@ from ..results import provenance as results
 from ..results.identity import config_hash, diff_configs, fingerprint, upgrade
 from ..config import ConfigError, apply_setting, defaults, run_config, sweep_settings
 from .acts import sweep_acts
+from . import portable
 from .locks import RunLock, RunLocked
 from .preflight import check_finetune_weights
 from .resultsdir import ResultsMoved, ResultsWatch, check_writable, quiet_writer_threads
@@ -92,6 +93,7 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
 
     from ..train.run import train_run  # the heavy import only where training happens
     from ..train.module import Diverged
+    from ..train.environment import environment
 
     act, label, seed = run["act"], run.get("act_label", run["act"]), run["seed"]
     plugins.load(run.get("imports"))  # in a parallel=K worker, a Hydra or submitit job: the run's plugins
@@ -113,12 +115,13 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
         print(f"note: {out} was trained with {stored_threads} threads so far, resumes with {run['threads']}: "
               "on CPU its numbers will differ slightly from an uninterrupted run", file=sys.stderr)
     report = run.get("report") or {}
+    env = environment()  # this process's: a parallel=K worker's, a DDP rank 0's (data: its digest once trained)
     summary = {
         "schema": layout.SCHEMA, "recipe": run["recipe"], "act": act, "act_label": label, "seed": seed,
         "status": layout.RUNNING, "setting": run.get("setting") or {}, "baseline": report.get("baseline"),
         "report": report, "val_split": run["data"]["val_split"], "config_hash": config_hash(run),
         "threads": run["threads"], "act_options": (run.get("act_options") or {}).get(act, {}),
-        "metrics": {}, "versions": results.versions(), "git_commit": results.git_commit(),
+        "metrics": {}, "versions": results.versions(), "git_commit": env["git_commit"], "environment": env,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
     if run.get("plugins"):  # the report reads them: two versions of one plugin in a table are flagged
@@ -134,6 +137,7 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
                        peak_mem_mb=r.peak_mem_mb, metrics=layout.metrics_from_rows(r.rows),
                        **({"dataset": r.dataset} if r.dataset else {}),  # data.name=folder: classes, size, stats
                        predictions=FILE_NAME if layout.files(out).predictions.exists() else None)
+        env["data"] = r.data
     except Diverged as e:
         summary.update(status=layout.DIVERGED, diverged_epoch=e.epoch, error=str(e), metrics=_metrics_so_far(out))
     except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM (ours, or Lightning's SIGTERMException)
@@ -205,7 +209,11 @@ def _metrics_so_far(out: Path) -> dict:
 def _finish(out: Path, summary: dict) -> None:
     """Write the final summary (rank 0 of a DDP job only); on a full disk the summary on disk stays
     `running` (resumable)."""
+    from ..train.environment import switches
+
     summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    if "environment" in summary:  # as the Trainer left them (Lightning's deterministic=, DDP's threads)
+        summary["environment"].update(switches())
     if not is_rank_zero():
         return
     try:
@@ -314,20 +322,21 @@ def execute_jobs(jobs: list[tuple[dict, Path]], parallel: int, progress: bool = 
     With `watch`, the results directory is checked before each run (`ResultsMoved` stops them all)."""
     parallel = min(parallel, len(jobs))
     outcomes: dict[int, Outcome] = {}
-    if parallel <= 1:
+    isolated = portable.wanted(jobs)  # its variables are read when torch loads: a fresh worker process
+    if parallel <= 1 and not isolated:
         for i, (run, out) in enumerate(jobs):
             outcomes[i] = execute(run, out, progress=progress, watch=watch)
             if on_outcome:
                 on_outcome(outcomes[i])
     else:
         # workers die with this process
-        pool = ProcessPoolExecutor(max_workers=parallel, mp_context=get_context("spawn"),
-                                   initializer=init_worker, initargs=(worker_threads(parallel),))
+        pool = ProcessPoolExecutor(max_workers=max(parallel, 1), mp_context=get_context("spawn"), initializer=init_worker,
+                                   initargs=(portable.THREADS if isolated else worker_threads(parallel),))
         started = time.time()
         try:
             if watch:
                 watch.check()  # noted here, so that every worker compares with the same directory
-            with workers_ignore_ctrl_c():  # submit() starts the workers: they inherit SIGINT ignored
+            with workers_ignore_ctrl_c(), portable.environment(isolated):  # submit() starts the workers
                 futures = {pool.submit(_execute_in_subprocess, run, str(out), watch): i
                            for i, (run, out) in enumerate(jobs)}
             for fut in as_completed(futures):

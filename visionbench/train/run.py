@@ -44,6 +44,7 @@ class RunResult:
     throughput_img_s: float = float("nan")
     peak_mem_mb: float = float("nan")
     dataset: dict = field(default_factory=dict)  # the data module's `summary_facts()` (data.name=folder: its classes)
+    data: dict = field(default_factory=dict)  # the digest of the data read (`data_digest()`: environment.data)
 
 
 class _Throughput(L.Callback):
@@ -197,5 +198,13 @@ def train_run(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool 
         trainable_params=counts["trainable_params"],
         train_time_s=sum(float(r.get("epoch_time_s") or 0.0) for r in writer.rows) or elapsed,
         throughput_img_s=throughput.images / throughput.seconds if throughput.seconds else float("nan"),
-        peak_mem_mb=peak, dataset=getattr(dm, "summary_facts", dict)(),
+        peak_mem_mb=peak, dataset=getattr(dm, "summary_facts", dict)(), data=_data_digest(dm),
     )
+
+
+def _data_digest(dm) -> dict:
+    """The data module's `data_digest()`; a file that cannot be read now is recorded, it does not fail a trained run."""
+    try:
+        return dm.data_digest()
+    except (OSError, ValueError) as e:
+        return {"of": "unknown", "error": f"{type(e).__name__}: {e}"}

@@ -48,5 +48,6 @@ def build_trainer(t: Any, *, epochs: int | None = None, callbacks: Sequence[L.Ca
                     limit_train_batches=t.limit_train_batches, limit_val_batches=t.limit_val_batches,
                     accumulate_grad_batches=t.accumulate_grad_batches, sync_batchnorm=t.sync_batchnorm,
                     callbacks=list(callbacks), plugins=list(plugins), num_sanity_val_steps=0,
-                    default_root_dir=root_dir, log_every_n_steps=10)
+                    default_root_dir=root_dir, log_every_n_steps=10,
+                    deterministic="warn" if getattr(t, "portable", False) else None)  # sweep/portable.py
     return L.Trainer(**args)

@@ -1,0 +1,163 @@
+"""The environment of every run (train/environment.py, data/digest.py) and of every table (report/environment.py):
+recorded in summary.json, named in each table's footer, mixed environments flagged, refused with --strict-env.
+
+    .venv/bin/python -m pytest tests/test_environment.py -q
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from visionbench import data
+from visionbench.data import digest
+from visionbench.report import main as report_main
+from visionbench.results import layout
+from visionbench.train.environment import ENV_VARS, PACKAGES, environment
+
+from .fixtures import write_tiny_imagenet
+from .fixtures_fashion_mnist import write_fmnist
+from .helpers import copy_tree, write_recipe
+
+
+@pytest.fixture(autouse=True)
+def _cache_home(tmp_path, monkeypatch):
+    """The digest cache of these tests in their own folder."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def digits_file() -> Path:
+    return Path(str(resources.files("sklearn.datasets.data") / "digits.csv.gz"))
+
+
+# ---- what a run records ------------------------------------------------------------------------------------
+def test_environment_names_every_key():
+    env = environment()
+    assert set(env) == {"python", "packages", "git_commit", "device", "threads", "determinism", "env"}
+    assert set(env["packages"]) == set(PACKAGES) and env["packages"]["torch"] and env["packages"]["scikit-learn"]
+    assert set(env["device"]) == {"cpu", "cpu_capability", "machine", "gpu", "cuda", "cudnn"}
+    assert env["device"]["cpu_capability"] and env["device"]["machine"]
+    assert set(env["determinism"]) == {"deterministic_algorithms", "cudnn_deterministic", "cudnn_benchmark"}
+    assert set(env["env"]) == set(ENV_VARS) and isinstance(env["threads"], int)
+
+
+def test_a_run_records_its_environment_and_the_digest_of_the_digits(relu_pair):
+    summary = layout.read_summary(relu_pair / "digits_vgg4" / "relu" / "seed_0")
+    env = summary["environment"]
+    assert set(environment()) <= set(env)
+    assert env["data"]["sha256"] == sha256(digits_file()) == env["data"]["files"]["digits.csv.gz"]
+    assert env["git_commit"] == summary["git_commit"] and env["threads"] == summary["threads"]
+    assert {"scipy", "scikit-learn"} <= set(summary["versions"])  # the older field, kept for older readers
+
+
+def test_file_digests_are_cached_and_a_broken_cache_is_rewritten(tmp_path, monkeypatch):
+    files = [tmp_path / "a.bin", tmp_path / "sub" / "b.bin"]
+    files[1].parent.mkdir()
+    for i, f in enumerate(files):
+        f.write_bytes(bytes([i]) * 1000)
+    reads = []
+    real = digest._sha256
+    monkeypatch.setattr(digest, "_sha256", lambda p: reads.append(p) or real(p))
+    first = digest.of_contents(files)
+    assert len(reads) == 2 and first["files"] == {"a.bin": sha256(files[0]), "sub/b.bin": sha256(files[1])}
+    assert digest.of_contents(files) == first and len(reads) == 2  # from the cache
+    files[0].write_bytes(b"changed")  # another size: read again
+    assert digest.of_contents(files)["sha256"] != first["sha256"] and len(reads) == 3
+    digest.cache_path().write_text("{torn")
+    assert digest.of_contents([files[1]])["sha256"] == sha256(files[1])  # a single file: its own digest
+    assert str(files[1].resolve()) in json.loads(digest.cache_path().read_text())  # rewritten whole
+
+
+def test_each_dataset_names_its_data(tmp_path, cifar_root):
+    cifar = data.create_datamodule({"name": "cifar10", "root": str(cifar_root)}, batch_size=8)
+    assert sorted(cifar.data_digest()["files"]) == sorted([*(f"data_batch_{i}" for i in range(1, 6)), "test_batch",
+                                                          "batches.meta"])
+    write_fmnist(tmp_path / "f" / "fashion-mnist", gz=True)
+    fmnist = data.create_datamodule({"name": "fashion_mnist", "root": str(tmp_path / "f")}, batch_size=8)
+    assert len(fmnist.data_digest()["files"]) == 4
+    tiny_root = write_tiny_imagenet(tmp_path / "t")
+    tiny = data.create_datamodule({"name": "tiny_imagenet", "root": str(tiny_root)}, batch_size=8)
+    listed = tiny.data_digest()
+    assert listed["of"] == digest.LISTING and listed["n_files"] == 4 * 5 + 8
+    image = next((tiny_root / "tiny-imagenet-200" / "val" / "images").iterdir())
+    image.rename(image.with_name("renamed.JPEG"))
+    (tiny_root / "tiny-imagenet-200" / "val" / "val_annotations.txt").write_text(
+        (tiny_root / "tiny-imagenet-200" / "val" / "val_annotations.txt").read_text().replace(image.name, "renamed.JPEG"))
+    again = data.create_datamodule({"name": "tiny_imagenet", "root": str(tiny_root)}, batch_size=8).data_digest()
+    assert again["sha256"] != listed["sha256"]
+    synthetic = data.create_datamodule({"name": "synthetic"}, batch_size=8).data_digest()
+    assert synthetic["of"] == "synthetic" and "sha256" not in synthetic
+
+
+# ---- what the report makes of it ----------------------------------------------------------------------------
+def with_environment(run: Path, **packages) -> None:
+    """Give a written run (tests.helpers.write_run) this machine's environment with `packages` changed."""
+    summary = layout.read_summary(run)
+    env = environment()
+    env["packages"].update(packages)
+    env["data"] = {"sha256": "ab" * 32, "of": "contents", "files": {"x": "ab" * 32}}
+    layout.write_summary(run, {**summary, "environment": env})
+
+
+@pytest.fixture
+def two_timms(tmp_path):
+    """relu seeds 0-2 with timm 1.0.31, gelu seeds 0-2 with timm 1.0.32; git commits differ too (not compared)."""
+    recipe = write_recipe(tmp_path, "toy", {"relu": [90.0, 90.4, 89.8], "gelu": [90.9, 91.2, 90.7]})
+    for act, timm in (("relu", "1.0.31"), ("gelu", "1.0.32")):
+        for seed in range(3):
+            with_environment(recipe / act / f"seed_{seed}", timm=timm)
+    summary = layout.read_summary(recipe / "relu" / "seed_0")
+    summary["environment"]["git_commit"] = "0123456789abcdef+dirty"
+    layout.write_summary(recipe / "relu" / "seed_0", summary)
+    return recipe
+
+
+def test_mixed_environments_are_named_above_the_table_and_in_its_footer(two_timms, capsys):
+    assert report_main([str(two_timms)]) == 0
+    md = (two_timms / "table.md").read_text()
+    notes = md.split("Notes:\n")[1].splitlines()
+    assert notes[0].startswith("- MIXED ENVIRONMENTS: ")
+    assert "timm: 1.0.31 (relu seeds 0, 1, 2), 1.0.32 (gelu seeds 0, 1, 2)" in notes[0]
+    assert "git_commit" not in notes[0] and "0123456" not in notes[0]  # commits are not compared
+    footer = md.rstrip("\n").splitlines()[-1]
+    assert footer.startswith("Environment: python ") and footer.endswith("+ 1 other environment, see above")
+    assert "timm 1.0.32" in footer  # the tie goes to the first run in the table's order (gelu)
+
+
+def test_strict_env_refuses_in_one_line_and_writes_nothing(two_timms, capsys):
+    assert report_main([str(two_timms), "--strict-env"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "timm: 1.0.31 (relu seeds 0, 1, 2)" in err and "--strict-env" in err
+    assert not list(two_timms.glob("table.*"))
+
+
+def test_one_environment_passes_strict_env_and_its_footer_is_deterministic(relu_pair, tmp_path, capsys):
+    tree = copy_tree(relu_pair, tmp_path / "r")
+    assert report_main([str(tree), "--strict-env", "--no-plots"]) == 0
+    recipe = tree / "digits_vgg4"
+    md, tex, csv = ((recipe / f"table.{f}").read_text() for f in ("md", "tex", "csv"))
+    footer = md.rstrip("\n").splitlines()[-1]
+    assert "MIXED ENVIRONMENTS" not in md and footer.startswith("Environment: python ")
+    assert f"data sha256 {sha256(digits_file())[:12]}" in footer and " kernels, " in footer
+    assert r"\footnotesize Environment: python" in tex and "Environment" not in csv
+    assert report_main([str(tree), "--no-plots"]) == 0
+    assert (recipe / "table.md").read_text() == md  # byte for byte
+
+
+def test_runs_from_before_the_environment_still_report(tmp_path, capsys):
+    recipe = write_recipe(tmp_path, "toy", {"relu": [90.0, 90.4], "gelu": [90.9, 91.2]})
+    assert report_main([str(recipe)]) == 0
+    md = (recipe / "table.md").read_text()
+    assert md.rstrip("\n").splitlines()[-1] == "Environment: torch x"  # built from `versions`
+    with_environment(recipe / "gelu" / "seed_0", torch="x")  # a new run among old ones: what they all know is alike
+    summary = layout.read_summary(recipe / "relu" / "seed_1")
+    layout.write_summary(recipe / "relu" / "seed_1", {k: v for k, v in summary.items() if k != "versions"})
+    assert report_main([str(recipe), "--strict-env"]) == 0
+    assert "MIXED ENVIRONMENTS" not in (recipe / "table.md").read_text()

@@ -1,0 +1,425 @@
+"""The command line `visionbench compare A B`: did B reproduce A? (docs/report.md, "Did I reproduce it?").
+
+    visionbench compare results/digits_vgg4 results/digits_vgg4_record      # a rerun against a committed record
+    visionbench compare old/results new/results --margin 0.5 --out compare.md
+
+A and B are results trees (a recipe dir, or a parent of several) or records (`visionbench export`), read
+alike through results/record.py `opened`. For each (recipe, setting, activation) run in both: A's and B's
+mean ± sd (n), Δ = B − A with its Welch 95 % interval and p, the TOST p at ±margin, the paired test over
+the test images where both scored the same ones (stats/per_example.py), and the verdict — identical,
+reproduced, differs, undecided (stats/reproduction.py has the rule and the default margin). Then what
+differs between the two: the configuration keys a rerun may change (any other difference is refused) and
+the recorded environment.
+
+`main` returns the exit code: 0 with the table printed (written to `--out FILE.md` and FILE.csv only when
+asked), 2 after one line on stderr for bad input: A or B missing or no results tree, a damaged record, no
+recipe or activation in common, configurations that differ in the data, the model or the recipe.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..results import layout
+from ..results.identity import diff_configs, shared_part, upgrade
+from ..results.io import RunStateError
+from ..results.predictions import variant_of
+from ..results.record import RecordError, opened
+from ..stats import per_example as pex
+from ..stats import power, reproduction
+from . import environment, protocol, render
+from .collect import RUN_SCALARS, metric_names, scan_runs
+from .per_example import load_arms
+from .summary import _values
+from .tables import number, p_relation, p_text
+
+# config keys a rerun may change and still ask "did it reproduce?": training hyperparameters and execution
+# (a key matches itself and everything below it); any other difference (data.*: another test set; model.*
+# but the LSUV init; recipe) makes it another experiment, and the comparison is refused
+ALLOWED = ("optim", "sched", "epochs", "batch_size", "trainer", "seeds", "seed", "results_dir", "parallel",
+           "threads", "act_options", "act_lr_mult", "model.lsuv", "model.lsuv_variant")
+DIGITS = 2
+VERDICT_RULE = ("identical: every run in both trees, with the same metric values and predicted classes; "
+                "reproduced: TOST p < α (Δ within ±margin); differs: Welch p < α and not reproduced; "
+                "undecided: neither (the sentence says how many seeds would decide it)")
+
+
+class UsageError(Exception):
+    """Bad input to `visionbench compare`: one line on stderr, exit code 2, nothing written."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One of the two trees: its label (`A`, `B`), the path given, its runs and the notes on runs skipped
+    (collect.py `scan_runs`)."""
+    label: str
+    path: str
+    runs: pd.DataFrame
+    notes: tuple[str, ...] = ()
+
+
+def compare_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="visionbench compare",
+        description="Did B reproduce A? Per (recipe, setting, activation) run in both: both means ± sd (n), "
+                    "Δ = B − A with its Welch 95 %% interval, a TOST equivalence test, the paired test over the "
+                    "test images, and a verdict: identical, reproduced, differs or undecided.")
+    p.add_argument("a", metavar="A", help="the reference: a results tree (a recipe dir or a parent of several) or "
+                                          "a record (visionbench export)")
+    p.add_argument("b", metavar="B", help="the rerun, as A")
+    p.add_argument("--metric", default=None,
+                   help="summary metric to compare (default: each recipe's report.metric, as visionbench report)")
+    p.add_argument("--margin", type=_positive, default=None, metavar="M",
+                   help="equivalence margin in the metric's units (default, for a top-1/top-5 accuracy in %%: the "
+                        "binomial sd of ONE run's accuracy on N test images, 100·√(p(1−p)/N), p the pooled "
+                        "accuracy, N from the runs' predictions.npz — a Δ smaller than re-scoring one model on "
+                        "another test set of that size is no failure to reproduce; without N, or for another "
+                        "metric, give it)")
+    p.add_argument("--alpha", type=_level, default=power.ALPHA,
+                   help=f"significance level of the Welch and TOST tests (default {power.ALPHA:g})")
+    p.add_argument("--out", default=None, metavar="FILE.md", type=_markdown_path,
+                   help="also write the table to FILE.md and FILE.csv (default: print only, write nothing)")
+    return p
+
+
+def _positive(text: str) -> float:
+    value = _float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"--margin takes a positive number in the metric's units, got {text!r}")
+    return value
+
+
+def _level(text: str) -> float:
+    value = _float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"--alpha takes a number in (0, 1), got {text!r}")
+    return value
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def _markdown_path(text: str) -> str:
+    if not text.endswith(".md"):
+        raise argparse.ArgumentTypeError(f"--out takes a FILE.md (a FILE.csv is written beside it), got {text!r}")
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`visionbench compare A B [...]`: print the comparison; with --out write FILE.md and FILE.csv."""
+    try:
+        args = compare_parser().parse_args(argv)
+        with contextlib.ExitStack() as stack:
+            table = compare_trees(_side(stack, "A", args.a), _side(stack, "B", args.b), args.metric, args.margin,
+                                  args.alpha)
+    except SystemExit as exc:  # argparse's --help and usage errors
+        return exc.code if isinstance(exc.code, int) else 2
+    except UsageError as exc:
+        print(f"visionbench compare: error: {exc}", file=sys.stderr)
+        return 2
+    print(render.markdown(table))
+    return _write(table, args.out) if args.out else 0
+
+
+def _write(table: render.Table, out: str) -> int:
+    """Write FILE.md and FILE.csv (creating FILE's folder); 2 after one line when they cannot be written."""
+    stem = Path(out[:-len(".md")])
+    try:
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        written = render.write(table, stem, ("md", "csv"))
+    except OSError as exc:
+        print(f"visionbench compare: error: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _side(stack: contextlib.ExitStack, label: str, path: str) -> Side:
+    """The runs of tree or record `path` (a record is materialised for as long as `stack` is open)."""
+    if not Path(path).exists():
+        raise UsageError(f"{label}: {path} does not exist")
+    try:
+        tree = stack.enter_context(opened(path))
+    except RecordError as exc:
+        raise UsageError(f"{label}: {exc}") from None
+    runs, notes = scan_runs(tree)
+    if not len(runs):
+        raise UsageError(f"{label}: {path} is no results tree: no finished run (<recipe>/<act>/seed_<k>/summary.json) "
+                         "under it, and no record (record.json)")
+    return Side(label, path, runs, tuple(f"{label}: {n}" for n in notes))
+
+
+def compare_trees(a: Side, b: Side, metric: str | None = None, margin: float | None = None,
+                  alpha: float = power.ALPHA) -> render.Table:
+    """The comparison table of every (recipe, setting, act) of both trees; UsageError for what cannot be compared."""
+    recipes = sorted(set(a.runs["recipe"]) & set(b.runs["recipe"]))
+    if not recipes:
+        raise UsageError(f"A and B share no recipe: A has {_names(a.runs['recipe'])}; B has {_names(b.runs['recipe'])}")
+    rows, configs, metrics, pairs = [], [], {}, []
+    notes = [*a.notes, *b.notes, *_only_in_one(a.runs, b.runs)]
+    for recipe in recipes:
+        ra, rb = (s.runs[s.runs["recipe"] == recipe] for s in (a, b))
+        metrics[recipe], note = _metric(ra, rb, recipe, metric)
+        notes += [note] if note else []
+        for setting in sorted(set(ra["setting"]) & set(rb["setting"])):
+            where = "/".join(filter(None, [recipe, setting]))
+            sa, sb = ra[ra["setting"] == setting], rb[rb["setting"] == setting]
+            configs += [f"{where}: {d}" for d in config_differences(sa, sb, where)]
+            for act in sorted(set(sa["act"]) & set(sb["act"])):
+                row, row_notes = compare_act(sa[sa["act"] == act], sb[sb["act"] == act], metrics[recipe], margin,
+                                             alpha)
+                rows.append({"recipe": recipe, "setting": setting, "act": act, **row})
+                pairs.append((f"{where} {act}", sa[sa["act"] == act], sb[sb["act"] == act]))
+                notes += [f"{where} {act}: {n}" for n in row_notes]
+    if not rows:
+        raise UsageError(f"A and B share no activation of {', '.join(recipes)} (in one setting): A has "
+                         f"{_names(a.runs['act'])}; B has {_names(b.runs['act'])}")
+    data = pd.DataFrame(rows)
+    return _table(data, a, b, metrics, configs, environment_differences(pairs), notes, alpha)
+
+
+def _names(values) -> str:
+    return ", ".join(sorted(set(values)))
+
+
+def _only_in_one(ra: pd.DataFrame, rb: pd.DataFrame) -> list[str]:
+    """Notes naming the recipes, settings and acts only one tree has (not compared)."""
+    keys = ["recipe", "setting", "act"]
+    out = []
+    for label, mine, other in (("A", ra, rb), ("B", rb, ra)):
+        theirs = set(map(tuple, other[keys].to_numpy()))
+        lone = sorted({f"{'/'.join(filter(None, k[:2]))} {k[2]}" for k in map(tuple, mine[keys].to_numpy())
+                       if k not in theirs})
+        if lone:
+            out.append(f"only in {label} (not compared): {', '.join(lone)}")
+    return out
+
+
+def _metric(ra: pd.DataFrame, rb: pd.DataFrame, recipe: str, explicit: str | None) -> tuple[str, str]:
+    """(the metric of one recipe: --metric, else A's report metric (protocol.choose_metric), which both trees
+    must have; the note when it is not the declared one)."""
+    metric, note = protocol.choose_metric(ra, metric_names(ra), explicit)
+    if metric is None:
+        raise UsageError(f"{recipe}: A: {note}")
+    if metric not in metric_names(rb):
+        raise UsageError(f"{recipe}: B has no run with metric {metric!r} (available: {', '.join(metric_names(rb))})")
+    return metric, f"{recipe}: {note}" if note else ""
+
+
+# ---- configurations and environments ------------------------------------------------------------
+
+def allowed(key: str) -> bool:
+    """Whether config key `key` (dotted) may differ between A and B (`ALLOWED`)."""
+    return any(key == k or key.startswith(k + ".") for k in ALLOWED)
+
+
+def config_differences(ra: pd.DataFrame, rb: pd.DataFrame, where: str) -> list[str]:
+    """`key: A x, B y` for each config key in which A's runs of one (recipe, setting) differ from B's; UsageError
+    when a key outside `ALLOWED` differs, or the runs of one tree differ among themselves."""
+    ca, cb = _config(ra, "A", where), _config(rb, "B", where)
+    if ca is None or cb is None:
+        return []
+    diffs = diff_configs(ca, cb, labels=("A", "B"))
+    refused = [d for d in diffs if not allowed(d.split(":")[0])]
+    if refused:
+        raise UsageError(f"{where}: A and B are configured differently in {'; '.join(refused)} — another data set, "
+                         f"model or recipe is another experiment; only {', '.join(ALLOWED)} (and the keys below "
+                         "them) may differ")
+    return diffs
+
+
+def _config(runs: pd.DataFrame, label: str, where: str) -> dict | None:
+    """The shared part of the config of one tree's runs of one (recipe, setting) (None: no config.yaml);
+    UsageError when they differ among themselves or one is unreadable."""
+    from ..config import defaults
+
+    found = {}
+    for run_dir in runs.groupby("config_hash", dropna=False)["run_dir"].first():
+        try:
+            config = layout.read_config(Path(run_dir))
+        except RunStateError as exc:
+            raise UsageError(f"{label}: {exc}") from None
+        if config is not None:
+            shared = shared_part(upgrade(config, defaults()))
+            found[json.dumps(shared, sort_keys=True, default=str)] = shared
+    configs = list(found.values())
+    if len(configs) > 1:
+        diffs = "; ".join(diff_configs(configs[0], configs[1], labels=("one run", "another")))
+        raise UsageError(f"{label}: the runs of {where} were configured differently ({diffs}); compare one "
+                         "configuration at a time")
+    return configs[0] if configs else None
+
+
+def environment_differences(pairs: list[tuple[str, pd.DataFrame, pd.DataFrame]]) -> list[str]:
+    """One line per environment difference between A's and B's runs of each compared act (`pairs`: (where, A's
+    runs, B's runs)): report/environment.py `differences` of the two, their runs labelled A and B, e.g.
+    `timm: 1.0.31 (A seeds 0, 1), 1.0.32 (B seeds 0, 1) — digits_vgg4 relu, digits_vgg4 gelu`; the same rule as a
+    report's MIXED ENVIRONMENTS note (a key a run does not record is unknown, never a difference)."""
+    found: dict[str, list[str]] = {}
+    for where, ga, gb in pairs:
+        for line in environment.differences(pd.concat([ga.assign(act="A"), gb.assign(act="B")])):
+            found.setdefault(line, []).append(where)
+    return [f"{line} — {', '.join(where)}" for line, where in found.items()]
+
+
+# ---- one activation: A's runs against B's ---------------------------------------------------------
+
+def compare_act(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, margin: float | None,
+                alpha: float = power.ALPHA) -> tuple[dict, list[str]]:
+    """(the numbers and verdict of one (recipe, setting, act): A's runs `ga` against B's `gb`; notes)."""
+    act = str(ga["act"].iloc[0])
+    arms, notes = {}, []
+    for label, group in (("A", ga), ("B", gb)):
+        found, _, arm_notes, _ = load_arms(group, variant_of(metric))
+        arms[label] = found.get(act, [])
+        notes += [f"{label}: {n}" for n in arm_notes]
+    images, image_note = _paired_images(arms["A"], arms["B"])
+    notes += [image_note] if image_note else []
+    va, vb = _values(ga, metric), _values(gb, metric)
+    if margin is None:
+        margin, why = _default_margin(metric, pd.concat([va, vb]), images["n_images"], ga["val_split"].iloc[0])
+        notes += [why] if why else []
+    res = reproduction.compare_runs(va, vb, margin, alpha=alpha)
+    same = identical(ga, gb, arms["A"], arms["B"], _scored_metrics(ga, gb))
+    verdict = reproduction.decide(same, res["welch_p"], res["tost_p"], alpha)
+    return {"metric": metric, **res, "margin": margin, **images, "verdict": verdict}, notes
+
+
+def identical(ga: pd.DataFrame, gb: pd.DataFrame, arms_a: list, arms_b: list, metrics: list[str]) -> bool:
+    """Whether A's and B's runs of one act are the same, run by run: the same seeds with the same status and
+    `metrics` values (NaN equals NaN), and the same predicted classes where both runs have predictions."""
+    x, y = (g.set_index("seed").sort_index() for g in (ga, gb))
+    if x.empty or not x.index.equals(y.index) or not (x["status"] == y["status"]).all():
+        return False
+    if not np.array_equal(x[metrics].to_numpy(float), y[metrics].to_numpy(float), equal_nan=True):
+        return False
+    pred_a, pred_b = ({seed: arrays for seed, _, arrays in arms} for arms in (arms_a, arms_b))
+    return all(np.array_equal(pred_a[s][k], pred_b[s][k]) for s in pred_a.keys() & pred_b.keys()
+               for k in ("pred", "target"))
+
+
+def _scored_metrics(ga: pd.DataFrame, gb: pd.DataFrame) -> list[str]:
+    """The summary metrics both groups have (not the wall-clock scalars: time differs between identical runs)."""
+    return sorted((set(metric_names(ga)) & set(metric_names(gb))) - set(RUN_SCALARS))
+
+
+def _paired_images(arms_a: list, arms_b: list) -> tuple[dict, str]:
+    """The paired t-test over images of B's seed-averaged correctness against A's (stats/per_example.py
+    `paired_over_images`; Δ in points) where both scored the same images, and `n_images`; a note when not."""
+    out = {"images_diff": math.nan, "images_p": math.nan,
+           "n_images": next((e[2]["target"].size for e in arms_a + arms_b), math.nan)}
+    if not arms_a or not arms_b:
+        return out, ""
+    try:
+        a, b = (pex.Arm.from_runs([e[2] for e in arms], labels=[e[1] for e in arms]) for arms in (arms_a, arms_b))
+        pex.check_same_images([a.target, b.target], ["A", "B"])
+    except ValueError as exc:
+        return out, f"no per-example test: {exc}"
+    res = pex.paired_over_images(b.correct, a.correct)
+    out["images_diff"], out["images_p"] = 100 * res["diff"], res["p_value"]
+    return out, ""
+
+
+def _default_margin(metric: str, values: pd.Series, n_images, val_split) -> tuple[float, str]:
+    """(the default margin of one act: `reproduction.one_run_margin` of the pooled accuracy on the N images the
+    predictions scored, or NaN; the note that says why there is none)."""
+    match = re.fullmatch(r"(?:ema_)?(val|test)_top\d+_(?:best|final|at_best_val)", metric)
+    ask = "; give --margin M (in the metric's units) to test equivalence"
+    if match is None:
+        return math.nan, f"no default margin for {metric}, which is no top-k accuracy in %{ask}"
+    if not isinstance(n_images, int):
+        return math.nan, f"no default margin: no predictions.npz gives the number of test images{ask}"
+    held_out = isinstance(val_split, (int, float)) and math.isfinite(val_split) and val_split > 0
+    if (match.group(1) == "test") != held_out:  # the predictions score the test set when there is one, else val
+        return math.nan, f"no default margin: the predictions score another split than {metric}{ask}"
+    return reproduction.one_run_margin(float(values.mean()), n_images), ""
+
+
+# ---- the table ---------------------------------------------------------------------------------------
+
+def _table(data: pd.DataFrame, a: Side, b: Side, metrics: dict, configs: list[str], envs: list[str],
+           notes: list[str], alpha: float) -> render.Table:
+    header = ["Recipe", "Act.", "A: mean ± sd (n)", "B: mean ± sd (n)", "Δ B − A", "Welch 95% CI", "Welch p",
+              "TOST p (±margin)", "images p", "verdict"]
+    rows = [[_where(r), r["act"], _mean_sd(r, "a"), _mean_sd(r, "b"), number(r["diff"], DIGITS, True), _ci(r),
+             p_text(r["welch_p"]), _tost(r), p_text(r["images_p"]), _verdict_cell(r)] for _, r in data.iterrows()]
+    scored = "; ".join(f"{recipe}: `{m}`" for recipe, m in metrics.items())
+    intro = [f"A = `{a.path}`, B = `{b.path}`. Metric — {scored}. Per (recipe, setting, activation) run in both: "
+             "mean ± sample sd (n completed runs) of each tree, Δ = B − A with its 95 % Welch interval and two-tailed "
+             "Welch p; TOST p: two one-sided Welch tests that |Δ| < margin (default for accuracies: the binomial sd "
+             "of one run's accuracy on the N test images, 100·√(p(1−p)/N)); images p: paired t-test over the test "
+             "images of the seed-averaged correctness, B vs A (both trees scored the same images). "
+             f"Verdict at α = {alpha:g} — {VERDICT_RULE}."]
+    outro = ["Verdicts:\n" + "\n".join(f"- {_sentence(r, alpha)}" for _, r in data.iterrows())]
+    outro.append("Configuration: " + ("A and B differ in keys a rerun may change — " + "; ".join(configs) if configs
+                                      else "A and B are configured alike (but for act and seed)") + ".")
+    outro.append("Environment (summary.json `environment`; git commit and visionbench version not compared): "
+                 + ("A and B differ in " + "; ".join(envs) if envs else "no difference recorded") + ".")
+    return render.Table(header, rows, align="ll" + "r" * 8, title="Did B reproduce A?", intro=intro, outro=outro,
+                        notes=notes, data=data)
+
+
+def _where(r) -> str:
+    return "/".join(filter(None, [r["recipe"], r["setting"]]))
+
+
+def _mean_sd(r, side: str) -> str:
+    n = int(r[f"n_{side}"])
+    if not n:
+        return "(no completed run)"
+    sd = r[f"sd_{side}"]
+    return number(r[f"mean_{side}"], DIGITS) + (f" ± {number(sd, DIGITS)}" if math.isfinite(sd) else "") + f" ({n})"
+
+
+def _ci(r) -> str:
+    if not math.isfinite(r["ci_low"]):
+        return ""
+    return f"[{number(r['ci_low'], DIGITS, True)}, {number(r['ci_high'], DIGITS, True)}]"
+
+
+def _tost(r) -> str:
+    text = p_text(r["tost_p"])
+    return f"{text} (±{number(r['margin'], DIGITS)})" if text else ""
+
+
+def _verdict_cell(r) -> str:
+    n = r["seeds_needed"]
+    if r["verdict"] == reproduction.UNDECIDED and math.isfinite(n):
+        return f"undecided (≈ {int(n)} seeds/tree)"
+    return r["verdict"]
+
+
+def _sentence(r, alpha: float) -> str:
+    """The plain-words line of one row."""
+    head = f"{_where(r)} {r['act']}: {r['verdict']}"
+    delta = f"Δ = {number(r['diff'], DIGITS, True)}" + (f" {_ci(r)}" if _ci(r) else "")
+    margin = f"±{number(r['margin'], DIGITS)}" if math.isfinite(r["margin"]) else ""
+    if r["verdict"] == reproduction.IDENTICAL:
+        return f"{head} — the same {r['n_a']} runs, metric values and predicted classes run by run"
+    if r["verdict"] == reproduction.REPRODUCED:
+        return f"{head} — {delta}, within {margin} (TOST p {p_relation(r['tost_p'])} < {alpha:g})"
+    welch = f"Welch p {p_relation(r['welch_p'])}" if math.isfinite(r["welch_p"]) else "no Welch test (n < 2 or no spread)"
+    tost = f"TOST p {p_relation(r['tost_p'])} at {margin}" if math.isfinite(r["tost_p"]) else \
+        f"not tested for equivalence ({'no spread or n < 2' if margin else 'no margin'})"
+    if r["verdict"] == reproduction.DIFFERS:
+        return f"{head} — {delta} ({welch} < {alpha:g}; {tost})"
+    n = r["seeds_needed"]
+    decide = (f"≈ {int(n)} seeds per tree would detect a difference of {margin} with 80 % power" if math.isfinite(n)
+              else "more than 1,000,000 seeds per tree would be needed" if n == math.inf
+              else "give --margin M to test equivalence" if not margin
+              else "at least 2 completed runs per tree, with some spread, are needed to decide")
+    return f"{head} — {delta} ({welch}; {tost}); {decide}"

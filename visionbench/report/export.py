@@ -1,0 +1,70 @@
+"""`visionbench export RUNS_DIR OUT`: the compact, committable record of a results tree (results/record.py).
+
+    visionbench export results/digits_vgg4 results/digits_vgg4/record     # then commit the record
+    visionbench report results/digits_vgg4/record      # the tables, per_example files and figures, from it
+
+Every scored run (completed, diverged, failed) goes in: its summary (environment, every metric), its
+config, its per-epoch curves and its per-example predictions; the activation snapshots only of the runs
+the report draws (one per activation: `collect.snapshot_runs`). Runs still running or interrupted are left out, with a note. Reporting a record writes the report's
+files into the folder that holds the record, at the places they have in the tree: a committed record and
+its tables sit together (docs/reproducing.md).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..results import layout, record
+from .collect import scan_runs, snapshot_runs
+
+def export(runs_dir: str | Path, out: str | Path) -> tuple[list[Path], list[str]]:
+    """Write the record of the tree `runs_dir` into `out`; (files written, notes on runs left out).
+
+    Raises:
+        FileNotFoundError: `runs_dir` does not exist.
+        ValueError: no scored run under it.
+    """
+    root = Path(runs_dir)
+    runs, notes = scan_runs(root)
+    if not len(runs):
+        raise ValueError(f"no finished run (summary.json) under {str(root)!r}; nothing to export")
+    drawn = set(snapshot_runs(runs)["run_dir"])
+    rows = []
+    for run_dir in runs["run_dir"]:
+        row = record.read_run(Path(run_dir))
+        row["path"] = Path(run_dir).relative_to(root).as_posix()
+        row["snapshots"] = row["snapshots"] if run_dir in drawn else []
+        rows.append(row)
+    files = {p.relative_to(root).as_posix(): layout.read_sequential(p.parent)
+             for p in sorted(root.rglob(layout.SEQUENTIAL))}
+    return record.write(out, root.resolve().name, rows, files), notes
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`visionbench export RUNS_DIR OUT`; 0, or 2 with one line on stderr (nothing written)."""
+    p = argparse.ArgumentParser(prog="visionbench export",
+                                description="Write the compact, committable record of a results tree: every run's "
+                                            "summary, config, curves and per-example predictions "
+                                            "(docs/reproducing.md). `visionbench report OUT` reads it.")
+    p.add_argument("runs_dir", metavar="RUNS_DIR", help="a results tree: a recipe dir or a parent of several")
+    p.add_argument("out", metavar="OUT", help="the record's folder (record.json, predictions.npz)")
+    args = p.parse_args(argv)
+    if record.is_record(args.runs_dir):
+        print(f"visionbench export: error: {args.runs_dir} is a record already; export a results tree", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    if out.exists() and not out.is_dir() or (out.is_dir() and any(out.iterdir()) and not record.is_record(out)):
+        print(f"visionbench export: error: {out} exists and is not a record; give a new or empty folder (an "
+              "existing record there is replaced)", file=sys.stderr)
+        return 2
+    try:
+        written, notes = export(args.runs_dir, out)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"visionbench export: error: {e}", file=sys.stderr)
+        return 2
+    for note in notes:
+        print(f"note: {note}; not in the record", file=sys.stderr)
+    size = sum(p.stat().st_size for p in written)
+    print(f"wrote {out} ({size / 1024:.0f} kB): {', '.join(p.name for p in written)}", file=sys.stderr)
+    return 0
