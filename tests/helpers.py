@@ -161,7 +161,7 @@ def metric_rows(path: Path) -> list[dict]:
 
 # a 3-epoch relu run on 320 digits images: long enough to crash in epoch 3 and resume
 SMALL_RUN = ["act=relu", "seeds=1", "epochs=3", "batch_size=64", "data.limit_train=320", "data.limit_val=100",
-             "snapshot_epochs=[]"]
+             "snapshot_epochs=[]", "trainer.portable=false"]
 
 
 def sweep_small(results: Path, *args: str):

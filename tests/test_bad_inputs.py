@@ -249,7 +249,7 @@ BAD_INPUTS = [
 
 # Bad inputs whose line comes with more lines by design: the list of commands after an unknown one. (argv, exit code, text of the first line, text after it)
 BAD_INPUTS_WITH_HELP = [
-    pytest.param(["nope"], 2, "unknown command 'nope'; commands: run, estimate, report, list, bench, plot, papers",
+    pytest.param(["nope"], 2, "unknown command 'nope'; commands: run, estimate, report, export, compare, list, bench, plot, papers",
                  "visionbench run [recipe=NAME]", id="nope"),
     pytest.param(["bench", "nope"], 2, "unknown benchmark 'nope'; known: activations, train, fit",
                  "visionbench bench activations [--shape", id="bench nope"),

@@ -74,6 +74,18 @@ def test_trees_that_differ_by_seed_noise_are_reproduced_or_undecided(tmp_path, c
     assert set(read_rows(tmp_path / "cmp.csv")["verdict"]) == {"reproduced"}
 
 
+def test_the_environment_differences_are_listed(tmp_path, capsys):
+    a, b = two_trees(tmp_path, {"relu": [98.0, 98.2]}, {"relu": [97.9, 98.3]})
+    for tree, timm in ((a, "1.0.31"), (b, "1.0.32")):
+        for run in layout.find_run_dirs(tree):
+            summary = layout.read_summary(run)
+            summary["environment"] = {"python": "3.11.7", "packages": {"timm": timm, "visionbench": timm},
+                                      "git_commit": timm, "threads": 2}
+            layout.write_summary(run, summary)
+    rc, out, _ = run_compare(capsys, str(a), str(b))
+    assert rc == 0 and "A and B differ in timm: A 1.0.31, B 1.0.32." in out  # not the commit, not visionbench
+
+
 def test_welch_interval_and_tost_p_are_scipys_and_statsmodels(tmp_path, capsys):
     va, vb = [97.1, 97.9, 98.4, 97.6], [98.3, 98.9, 98.0]
     a, b = two_trees(tmp_path, {"relu": va}, {"relu": vb})

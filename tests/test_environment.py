@@ -86,10 +86,11 @@ def test_each_dataset_names_its_data(tmp_path, cifar_root):
     tiny = data.create_datamodule({"name": "tiny_imagenet", "root": str(tiny_root)}, batch_size=8)
     listed = tiny.data_digest()
     assert listed["of"] == digest.LISTING and listed["n_files"] == 4 * 5 + 8
-    image = next((tiny_root / "tiny-imagenet-200" / "val" / "images").iterdir())
+    val = tiny_root / "tiny-imagenet-200" / "val"
+    image = next((val / "images").iterdir())
     image.rename(image.with_name("renamed.JPEG"))
-    (tiny_root / "tiny-imagenet-200" / "val" / "val_annotations.txt").write_text(
-        (tiny_root / "tiny-imagenet-200" / "val" / "val_annotations.txt").read_text().replace(image.name, "renamed.JPEG"))
+    annotations = val / "val_annotations.txt"
+    annotations.write_text(annotations.read_text().replace(image.name, "renamed.JPEG"))
     again = data.create_datamodule({"name": "tiny_imagenet", "root": str(tiny_root)}, batch_size=8).data_digest()
     assert again["sha256"] != listed["sha256"]
     synthetic = data.create_datamodule({"name": "synthetic"}, batch_size=8).data_digest()

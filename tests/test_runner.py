@@ -13,9 +13,7 @@ from visionbench.cli import main
 from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import ConfigMismatch, run_sweep
 
-from .helpers import copy_tree, metric_rows
-
-FAST = ["epochs=2", "batch_size=64", "data.limit_train=200", "data.limit_val=100", "snapshot_epochs=[0,-1]"]
+from .helpers import FAST, copy_tree, metric_rows
 
 
 def sweep(tmp_path: Path, *args: str):

@@ -1,6 +1,6 @@
 """The command line `visionbench compare A B`: did B reproduce A? (docs/report.md, "Did I reproduce it?").
 
-    visionbench compare results/digits_vgg4 results/digits_vgg4_record      # a rerun against a committed record
+    visionbench compare results/digits_vgg4/record results/digits_vgg4      # a committed record against a rerun
     visionbench compare old/results new/results --margin 0.5 --out compare.md
 
 A and B are results trees (a recipe dir, or a parent of several) or records (`visionbench export`), read
@@ -38,6 +38,7 @@ from ..stats import per_example as pex
 from ..stats import power, reproduction
 from . import environment, protocol, render
 from .collect import RUN_SCALARS, metric_names, scan_runs
+from .main import _level, _positive
 from .per_example import load_arms
 from .summary import _values
 from .tables import number, p_relation, p_text
@@ -71,45 +72,24 @@ def compare_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="visionbench compare",
         description="Did B reproduce A? Per (recipe, setting, activation) run in both: both means ± sd (n), "
-                    "Δ = B − A with its Welch 95 %% interval, a TOST equivalence test, the paired test over the "
+                    "Δ = B − A with its Welch 95 % interval, a TOST equivalence test, the paired test over the "
                     "test images, and a verdict: identical, reproduced, differs or undecided.")
     p.add_argument("a", metavar="A", help="the reference: a results tree (a recipe dir or a parent of several) or "
                                           "a record (visionbench export)")
     p.add_argument("b", metavar="B", help="the rerun, as A")
     p.add_argument("--metric", default=None,
                    help="summary metric to compare (default: each recipe's report.metric, as visionbench report)")
-    p.add_argument("--margin", type=_positive, default=None, metavar="M",
+    p.add_argument("--margin", type=_positive("--margin"), default=None, metavar="M",
                    help="equivalence margin in the metric's units (default, for a top-1/top-5 accuracy in %%: the "
                         "binomial sd of ONE run's accuracy on N test images, 100·√(p(1−p)/N), p the pooled "
                         "accuracy, N from the runs' predictions.npz — a Δ smaller than re-scoring one model on "
                         "another test set of that size is no failure to reproduce; without N, or for another "
                         "metric, give it)")
-    p.add_argument("--alpha", type=_level, default=power.ALPHA,
+    p.add_argument("--alpha", type=_level("--alpha"), default=power.ALPHA,
                    help=f"significance level of the Welch and TOST tests (default {power.ALPHA:g})")
     p.add_argument("--out", default=None, metavar="FILE.md", type=_markdown_path,
                    help="also write the table to FILE.md and FILE.csv (default: print only, write nothing)")
     return p
-
-
-def _positive(text: str) -> float:
-    value = _float(text)
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"--margin takes a positive number in the metric's units, got {text!r}")
-    return value
-
-
-def _level(text: str) -> float:
-    value = _float(text)
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"--alpha takes a number in (0, 1), got {text!r}")
-    return value
-
-
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan
 
 
 def _markdown_path(text: str) -> str:
@@ -169,7 +149,7 @@ def compare_trees(a: Side, b: Side, metric: str | None = None, margin: float | N
     recipes = sorted(set(a.runs["recipe"]) & set(b.runs["recipe"]))
     if not recipes:
         raise UsageError(f"A and B share no recipe: A has {_names(a.runs['recipe'])}; B has {_names(b.runs['recipe'])}")
-    rows, configs, metrics, pairs = [], [], {}, []
+    rows, configs, metrics, compared = [], [], {}, ([], [])  # compared: the runs of A, of B
     notes = [*a.notes, *b.notes, *_only_in_one(a.runs, b.runs)]
     for recipe in recipes:
         ra, rb = (s.runs[s.runs["recipe"] == recipe] for s in (a, b))
@@ -180,16 +160,19 @@ def compare_trees(a: Side, b: Side, metric: str | None = None, margin: float | N
             sa, sb = ra[ra["setting"] == setting], rb[rb["setting"] == setting]
             configs += [f"{where}: {d}" for d in config_differences(sa, sb, where)]
             for act in sorted(set(sa["act"]) & set(sb["act"])):
-                row, row_notes = compare_act(sa[sa["act"] == act], sb[sb["act"] == act], metrics[recipe], margin,
-                                             alpha)
+                row, row_notes, margin_note = compare_act(sa[sa["act"] == act], sb[sb["act"] == act],
+                                                          metrics[recipe], margin, alpha)
                 rows.append({"recipe": recipe, "setting": setting, "act": act, **row})
-                pairs.append((f"{where} {act}", sa[sa["act"] == act], sb[sb["act"] == act]))
+                notes += [f"{where}: {margin_note}"] if margin_note else []
+                compared[0].append(sa[sa["act"] == act])
+                compared[1].append(sb[sb["act"] == act])
                 notes += [f"{where} {act}: {n}" for n in row_notes]
     if not rows:
         raise UsageError(f"A and B share no activation of {', '.join(recipes)} (in one setting): A has "
                          f"{_names(a.runs['act'])}; B has {_names(b.runs['act'])}")
     data = pd.DataFrame(rows)
-    return _table(data, a, b, metrics, configs, environment_differences(pairs), notes, alpha)
+    envs = environment_differences(*(pd.concat(groups) for groups in compared))
+    return _table(data, a, b, metrics, configs, envs, list(dict.fromkeys(notes)), alpha)
 
 
 def _names(values) -> str:
@@ -264,23 +247,34 @@ def _config(runs: pd.DataFrame, label: str, where: str) -> dict | None:
     return configs[0] if configs else None
 
 
-def environment_differences(pairs: list[tuple[str, pd.DataFrame, pd.DataFrame]]) -> list[str]:
-    """One line per environment difference between A's and B's runs of each compared act (`pairs`: (where, A's
-    runs, B's runs)): report/environment.py `differences` of the two, their runs labelled A and B, e.g.
-    `timm: 1.0.31 (A seeds 0, 1), 1.0.32 (B seeds 0, 1) — digits_vgg4 relu, digits_vgg4 gelu`; the same rule as a
-    report's MIXED ENVIRONMENTS note (a key a run does not record is unknown, never a difference)."""
-    found: dict[str, list[str]] = {}
-    for where, ga, gb in pairs:
-        for line in environment.differences(pd.concat([ga.assign(act="A"), gb.assign(act="B")])):
-            found.setdefault(line, []).append(where)
-    return [f"{line} — {', '.join(where)}" for line, where in found.items()]
+def environment_differences(ra: pd.DataFrame, rb: pd.DataFrame) -> list[str]:
+    """`key: A x, B y` per environment key whose values differ between A's runs `ra` and B's `rb` (several values
+    of one tree joined by ` / `). The keys are report/environment.py's (`leaves` of collect.py's `environment`
+    column: python, packages, CPU and its kernels, GPU, threads, determinism, kernel variables, data digest; for
+    runs without an `environment`, their `versions` and threads); as in a report's MIXED ENVIRONMENTS note, a key
+    only one tree records is unknown, never a difference, and the git commit and visionbench version are not
+    compared (`environment.IGNORED`)."""
+    va, vb = _environment_values(ra), _environment_values(rb)
+    return [f"{k}: A {' / '.join(sorted(va[k]))}, B {' / '.join(sorted(vb[k]))}"
+            for k in sorted(va.keys() & vb.keys(), key=str.lower) if va[k] != vb[k]]
+
+
+def _environment_values(runs: pd.DataFrame) -> dict[str, set[str]]:
+    """{key: the set of its values, as the report shows them} over the scored runs' environments."""
+    out: dict[str, set[str]] = {}
+    for text in runs.loc[runs["status"].isin(environment.SCORED), "environment"].dropna():
+        for key, value in environment.leaves(json.loads(text)).items():
+            if key not in environment.IGNORED:
+                out.setdefault(key, set()).add(environment._shown(value))
+    return out
 
 
 # ---- one activation: A's runs against B's ---------------------------------------------------------
 
 def compare_act(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, margin: float | None,
-                alpha: float = power.ALPHA) -> tuple[dict, list[str]]:
-    """(the numbers and verdict of one (recipe, setting, act): A's runs `ga` against B's `gb`; notes)."""
+                alpha: float = power.ALPHA) -> tuple[dict, list[str], str]:
+    """(the numbers and verdict of one (recipe, setting, act): A's runs `ga` against B's `gb`; notes on its runs;
+    why it has no default margin, "" when it has one or `margin` is given)."""
     act = str(ga["act"].iloc[0])
     arms, notes = {}, []
     for label, group in (("A", ga), ("B", gb)):
@@ -290,13 +284,13 @@ def compare_act(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, margin: float |
     images, image_note = _paired_images(arms["A"], arms["B"])
     notes += [image_note] if image_note else []
     va, vb = _values(ga, metric), _values(gb, metric)
+    why = ""
     if margin is None:
         margin, why = _default_margin(metric, pd.concat([va, vb]), images["n_images"], ga["val_split"].iloc[0])
-        notes += [why] if why else []
     res = reproduction.compare_runs(va, vb, margin, alpha=alpha)
     same = identical(ga, gb, arms["A"], arms["B"], _scored_metrics(ga, gb))
     verdict = reproduction.decide(same, res["welch_p"], res["tost_p"], alpha)
-    return {"metric": metric, **res, "margin": margin, **images, "verdict": verdict}, notes
+    return {"metric": metric, **res, "margin": margin, **images, "verdict": verdict}, notes, why
 
 
 def identical(ga: pd.DataFrame, gb: pd.DataFrame, arms_a: list, arms_b: list, metrics: list[str]) -> bool:
@@ -367,7 +361,7 @@ def _table(data: pd.DataFrame, a: Side, b: Side, metrics: dict, configs: list[st
     outro = ["Verdicts:\n" + "\n".join(f"- {_sentence(r, alpha)}" for _, r in data.iterrows())]
     outro.append("Configuration: " + ("A and B differ in keys a rerun may change — " + "; ".join(configs) if configs
                                       else "A and B are configured alike (but for act and seed)") + ".")
-    outro.append("Environment (summary.json `environment`; git commit and visionbench version not compared): "
+    outro.append("Environment (git commit and visionbench version not compared): "
                  + ("A and B differ in " + "; ".join(envs) if envs else "no difference recorded") + ".")
     return render.Table(header, rows, align="ll" + "r" * 8, title="Did B reproduce A?", intro=intro, outro=outro,
                         notes=notes, data=data)

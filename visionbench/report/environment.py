@@ -3,7 +3,7 @@ the footer that names it under every table, and the keys on which the runs of on
 
     >>> from visionbench.report import environment
     >>> environment.footer(runs)
-    'Environment: python 3.11.7 · torch 2.14.1 · ... · CPU AMD EPYC, AVX512 kernels, 2 threads · data sha256 1a2b…'
+    'Environment: python 3.11.7 · torch 2.14.1 · ... · CPU AMD EPYC, AVX512 kernels, 2 threads · data sha256 1a…'
     >>> environment.differences(runs)
     ['timm: 1.0.31 (relu seeds 0, 1), 1.0.32 (gelu seeds 0, 1)']
 

@@ -323,9 +323,9 @@ def _pi_note(table: pd.DataFrame) -> str:
     """How many published numbers lie inside our one-run 95 % prediction interval, and which rows have none."""
     compared = table[table["published_ref"] != ""]
     judged = compared[compared["published_in_pi"] != ""]
-    text = (f"{int((judged['published_in_pi'] == 'yes').sum())} of {len(judged)} published numbers lie inside the 95 % "
-            "prediction interval of one run of ours (mean ± t(0.975, n − 1)·s·√(1 + 1/n)): where one more run of "
-            "ours would land; outside it, the paper's number is unlikely to be one run of this protocol")
+    text = (f"{int((judged['published_in_pi'] == 'yes').sum())} of {len(judged)} published numbers lie inside the "
+            "one-run 95 % prediction interval, mean ± t(0.975, n − 1)·s·√(1 + 1/n) of our n runs: where one more run "
+            "of ours would land (a number outside is unlikely to be one run of this protocol)")
     lacking = compared[(compared["published_in_pi"] == "") & compared["published_mean"].notna()]
     if len(lacking):
         text += f"; no interval for {', '.join(dict.fromkeys(map(str, lacking['act'])))} (fewer than 2 runs)"

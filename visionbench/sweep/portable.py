@@ -28,6 +28,9 @@ from typing import Iterator
 THREADS = 1  # torch threads of a portable run: a reduction split over more threads sums in another order
 CPU_VARIABLES = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"}
 THREAD_VARIABLES = {"OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS)}
+# what Lightning's deterministic= sets for cuBLAS when the first Trainer is built: set from the start, so that every
+# run of a worker records the same environment
+GPU_VARIABLES = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
 
 def is_x86() -> bool:
@@ -36,7 +39,7 @@ def is_x86() -> bool:
 
 def variables() -> dict[str, str]:
     """The environment variables a portable run's process starts with (the CPU ones on x86-64 only)."""
-    return {**(CPU_VARIABLES if is_x86() else {}), **THREAD_VARIABLES}
+    return {**(CPU_VARIABLES if is_x86() else {}), **THREAD_VARIABLES, **GPU_VARIABLES}
 
 
 def wanted(jobs) -> bool:
