@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test test-slow bench bench-gpu reference install lock clean
+.PHONY: run test test-slow bench bench-gpu reference install lock clean results
 
 # every package at the version requirements.lock names (the CPU reference environment), then visionbench itself,
 # editable and without dependencies: they all came from the lock, the extras' too (dev, slurm, mlflow, wandb)
@@ -62,6 +62,11 @@ bench-gpu: $(STAMP)
 reference: $(STAMP)  ## the bench's reference implementations (rational-activations pins torch 1.7.1: no deps)
 	$(BIN)/pip install -q -e '.[reference]'
 	$(BIN)/pip install -q --no-deps rational-activations==0.2.0
+
+# every committed table, per_example file and figure, regenerated from its committed record (results/regenerate.txt;
+# docs/reproducing.md); tests/test_committed_results.py checks the tables byte for byte
+results: $(STAMP)
+	grep -v '^#' results/regenerate.txt | while read -r record flags; do $(BIN)/visionbench report $$record $$flags > /dev/null || exit 1; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info

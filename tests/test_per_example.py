@@ -216,8 +216,9 @@ def test_report_writes_the_per_example_section_with_a_plain_words_line(tmp_path,
     assert "per_example.md" in (recipe / "table.md").read_text() and not (recipe / "per_example.tex").exists()
     assert text in out  # printed too
     (line,) = plain_lines(text)
-    assert re.match(r"rational vs relu: Δ = [+-]\d+\.\d\d \[two-level [+-]\d+\.\d\d, [+-]\d+\.\d\d\], of which the "
-                    r"test set's sampling alone would produce ±\d\.\d\d \(share of seed variance \d+ %\); churn "
+    assert re.match(r"rational vs relu: Δ = [+-]\d+\.\d\d \[two-level [+-]\d+\.\d\d, [+-]\d+\.\d\d\]; one run's "
+                    r"accuracy varies by ±\d\.\d\d over test sets of this size \(share of seed variance \d+ %\), while "
+                    r"the test set's part of this Δ \(the same images scored by both\) is ±\d\.\d\d; churn "
                     r"between seeds \d+\.\d %, between activations \d+\.\d % \(permutation p = 0\.\d+\): too few runs "
                     r"to tell .* \(the smallest p at 3 vs 3 runs is 0\.10\); ensemble \d+\.\d\d vs \d+\.\d\d \(McNemar "
                     r"p = [\d.]+\); NLL \d\.\d{3} vs \d\.\d{3} \(Student p = [\d.]+\), ECE [\d.]+ % vs [\d.]+ % "

@@ -130,3 +130,9 @@ def test_the_record_lists_its_runs_one_per_line(tree):
     data = json.loads(text)
     assert data["format"] == record.FORMAT and data["root"] == "digits_vgg4" and len(data["runs"]) == 4
     assert sum(1 for line in text.splitlines() if line.startswith('  {"config"')) == 4
+
+
+def test_a_folder_with_a_record_but_no_runs_points_to_the_record(tree, capsys):
+    _, out = tree
+    assert cli(["report", str(out.parent)]) == 2
+    assert f"visionbench report {out}" in capsys.readouterr().err

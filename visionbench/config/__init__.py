@@ -13,9 +13,7 @@ from .overrides import DEFAULT_RECIPE, Overrides, parse, parse_value, parse_vari
 from .schema import OPTIMIZERS, SCHEDULES, AugmentConfig, DataConfig, RunConfig, defaults, rand_augment_ops
 from .validate import ConfigError, apply_setting, block, valid_keys
 
-__all__ = [
-    "DEFAULT_RECIPE", "OPTIMIZERS", "RECIPES_DIR", "SCHEDULES", "AugmentConfig", "ConfigError", "DataConfig",
-    "Overrides", "RunConfig", "act_options", "apply_setting", "block", "compose", "defaults",
-    "parse", "parse_value", "parse_variant", "rand_augment_ops", "recipe_config", "recipe_description",
-    "recipe_names", "run_config", "split_top_level", "sweep_settings", "typed", "valid_keys",
-]
+__all__ = ["DEFAULT_RECIPE", "OPTIMIZERS", "RECIPES_DIR", "SCHEDULES", "AugmentConfig", "ConfigError", "DataConfig",
+           "Overrides", "RunConfig", "act_options", "apply_setting", "block", "compose", "defaults", "parse", "parse_value",
+           "parse_variant", "rand_augment_ops", "recipe_config", "recipe_description", "recipe_names", "run_config",
+           "split_top_level", "sweep_settings", "typed", "valid_keys"]

@@ -32,10 +32,8 @@ def recipe_names() -> list[str]:
 
 def recipe_description(name: str) -> str:
     """The first comment line of a recipe file."""
-    for line in (RECIPES_DIR / f"{name}.yaml").read_text().splitlines():
-        if line.startswith("#"):
-            return line.lstrip("# ").strip()
-    return ""
+    lines = (RECIPES_DIR / f"{name}.yaml").read_text().splitlines()
+    return next((line.lstrip("# ").strip() for line in lines if line.startswith("#")), "")
 
 
 @contextlib.contextmanager

@@ -223,6 +223,10 @@ class RunConfig:
     seeds_max: int = rule(10, check=at_most(integer(">= 3"), MAX_SEEDS))  # seeds=auto: the most seeds per activation (the last round)
     seeds_margin: Optional[float] = rule(None, "> 0")  # seeds=auto: also stop as "equivalent" within ±this (metric units, TOST)
     seed: Optional[int] = rule(None, ">= 0")  # set per run by the sweep (config.yaml of a run holds its seed)
+    seed_init: Optional[int] = rule(None, ">= 0")  # each source's own seed, null: seed's (train/seeds.py): the weights,
+    seed_order: Optional[int] = rule(None, ">= 0")  # the training sampler's order,
+    seed_aug: Optional[int] = rule(None, ">= 0")  # augmentation, dropout and Mixup draws
+    noise: str = rule("all", choices=("all", "init", "order", "aug"))  # sources following seed; noise=init,order,aug: arms + all
     epochs: int = rule(10, ">= 1")
     batch_size: int = rule(128, check=at_most(integer(">= 1"), MAX_BATCH))
     results_dir: str = rule("results", check=path)

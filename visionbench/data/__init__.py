@@ -43,7 +43,8 @@ def names() -> list[str]:
 
 
 def create_datamodule(
-    data_cfg: Mapping | DataConfig | None, batch_size: int, seed: int = 0, *, test_in_val: bool = False
+    data_cfg: Mapping | DataConfig | None, batch_size: int, seed: int = 0, *, test_in_val: bool = False,
+    aug_seed: int | None = None,
 ) -> VisionDataModule:
     """Build the data module a recipe's `data:` block describes.
 
@@ -52,6 +53,7 @@ def create_datamodule(
             the schema's defaults (visionbench/config/), unknown keys are an error), or a `DataConfig`.
         batch_size: per-process batch size.
         seed: the run's seed; fixes shuffling and augmentation, never the splits.
+        aug_seed: the augmentation's own seed (train/seeds.py), when not `seed`.
         test_in_val: when there is a test split (`val_split > 0`), `val_dataloader()`
             returns `[val, test]`, so the test set is scored every epoch.
 
@@ -65,7 +67,7 @@ def create_datamodule(
     cfg = data_cfg if isinstance(data_cfg, DataConfig) else block("data", data_cfg)
     if cfg.name not in DATAMODULES:
         raise ValueError(f"unknown dataset data.name={cfg.name!r}; known: {', '.join(names())}")
-    return DATAMODULES[cfg.name](cfg, batch_size=batch_size, seed=seed, test_in_val=test_in_val)
+    return DATAMODULES[cfg.name](cfg, batch_size=batch_size, seed=seed, test_in_val=test_in_val, aug_seed=aug_seed)
 
 
 __all__ = [

@@ -53,11 +53,13 @@ class VisionDataModule(L.LightningDataModule):
     num_classes: int = 0
     in_chans: int = 3
 
-    def __init__(self, cfg: DataConfig, batch_size: int, seed: int = 0, test_in_val: bool = False):
+    def __init__(self, cfg: DataConfig, batch_size: int, seed: int = 0, test_in_val: bool = False,
+                 aug_seed: int | None = None):
         super().__init__()
         self.cfg = cfg
         self.batch_size = int(batch_size)
-        self.seed = int(seed)
+        self.seed = int(seed)  # the sampler's order (train/seeds.py: `order`)
+        self.aug_seed = self.seed if aug_seed is None else int(aug_seed)  # every augmentation draw (`aug`)
         self.test_in_val = bool(test_in_val)
         self.root = root_dir(cfg)
         self.img_size = cfg.img_size or self.default_img_size
@@ -144,7 +146,7 @@ class VisionDataModule(L.LightningDataModule):
         # a training transform without randomness is as cacheable as the eval one
         cache_train = self.in_memory and not is_random(cfg.augment)
         # random transforms are seeded per sample from (seed, epoch, position): docs/data.md#determinism
-        self.train_set = TransformSubset(train_src, train_idx, train_tf, cache=cache_train, seed=self.seed)
+        self.train_set = TransformSubset(train_src, train_idx, train_tf, cache=cache_train, seed=self.aug_seed)
         src, idx = val_part
         self.val_set = TransformSubset(src, self._limit(src, idx, cfg.limit_val), eval_tf, cache=self.in_memory)
         if test_part is not None:
@@ -244,7 +246,7 @@ class VisionDataModule(L.LightningDataModule):
         trainer = getattr(self, "trainer", None)
         device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
         aug = self.cfg.augment
-        augment = DeviceAugment(aug.crop_pad, aug.hflip, self.mean, self.std, self.seed)
+        augment = DeviceAugment(aug.crop_pad, aug.hflip, self.mean, self.std, self.aug_seed)
         images, targets = self._device_set
         return DeviceBatches(images, targets, sampler, self.batch_size, drop_last=len(sampler) >= self.batch_size,
                              augment=augment, device=device)

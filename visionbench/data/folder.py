@@ -233,7 +233,8 @@ class FolderDataModule(VisionDataModule):
 
     name = "folder"
 
-    def __init__(self, cfg: DataConfig, batch_size: int, seed: int = 0, test_in_val: bool = False):
+    def __init__(self, cfg: DataConfig, batch_size: int, seed: int = 0, test_in_val: bool = False,
+                 aug_seed: int | None = None):
         facts, self.splits = scan(cfg)  # before the base's checks: they need the size and the channels
         self.facts = facts
         self.classes = facts.classes
@@ -242,7 +243,7 @@ class FolderDataModule(VisionDataModule):
         self.default_mean, self.default_std = tuple(facts.mean), tuple(facts.std)
         self._mode = "L" if facts.in_chans == 1 else "RGB"
         self._train, self._official = train_test_parts(self.splits)
-        super().__init__(cfg, batch_size=batch_size, seed=seed, test_in_val=test_in_val)
+        super().__init__(cfg, batch_size=batch_size, seed=seed, test_in_val=test_in_val, aug_seed=aug_seed)
         self.has_test = cfg.val_split > 0 or ("val" in self.splits and "test" in self.splits)
 
     def load_source(self, train: bool):

@@ -23,7 +23,8 @@ class SyntheticDataModule(VisionDataModule):
     name = "synthetic"
     in_memory = True
 
-    def __init__(self, cfg: DataConfig, batch_size: int, seed: int = 0, test_in_val: bool = False):
+    def __init__(self, cfg: DataConfig, batch_size: int, seed: int = 0, test_in_val: bool = False,
+                 aug_seed: int | None = None):
         spec = cfg.synthetic
         if spec.in_chans not in (1, 3):
             raise ValueError(f"data.synthetic.in_chans must be 1 or 3, got {spec.in_chans}")
@@ -35,7 +36,7 @@ class SyntheticDataModule(VisionDataModule):
         # the exact statistics of uniform pixels in [0, 1]
         self.default_mean = (0.5,) * spec.in_chans
         self.default_std = (1 / math.sqrt(12),) * spec.in_chans
-        super().__init__(cfg, batch_size, seed, test_in_val)
+        super().__init__(cfg, batch_size, seed, test_in_val, aug_seed)
 
     def data_digest(self) -> dict:
         """No files: the generator's parameters (the pixels are drawn from each run's seed)."""

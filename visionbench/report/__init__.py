@@ -20,6 +20,8 @@ statistic); it imports no torch and trains nothing. Modules:
 * `compare`: the `visionbench compare A B` command line: did B reproduce A (two trees or records)?
 * `per_example`: the per-example section (per_example.md/csv) from the runs' predictions.npz: two-level
   intervals, variance share, churn, seed ensemble, calibration (docs/per_example.md).
+* `noise`: a noise design's section (noise.md/csv in the recipe folder): where each activation's seed-to-seed
+  variance comes from — init, data order, augmentation, the test set (docs/report.md, "Where the noise comes from").
 """
 from .main import main
 from .collect import load_runs, metric_names

@@ -26,13 +26,17 @@ import pandas as pd
 
 from ..results import layout
 from ..results.io import RunStateError
+from ..results.predictions import read_meta
+from ..stats.convergence import stall_reason
 # per-run scalars that are not in summary["metrics"] but may still be asked for as --metric
 RUN_SCALARS = ("train_time_s", "throughput_img_s", "peak_mem_mb")
 BASE_COLUMNS = [
     "recipe", "act", "seed", "status", "setting", "baseline", "train_time_s", "throughput_img_s", "peak_mem_mb",
     "params", "act_params", "diverged_epoch", "error", "act_family", "report_metric", "report_best_of", "val_split", "config_hash",
-    "plugins", "environment", "run_dir", "recipe_dir", "recipe_root",
+    "plugins", "environment", "n_classes", "stalled", "run_dir", "recipe_dir", "recipe_root",
 ]
+# the best top-1 a run reached on held-out data, per weights and split: the stall rule takes the highest
+HELD_OUT_TOP1 = ("val_top1_best", "test_top1_best", "ema_val_top1_best", "ema_test_top1_best")
 
 
 def _plugins(records) -> str | None:
@@ -64,11 +68,29 @@ def _finite_or_nan(value) -> float:
     return out if math.isfinite(out) else math.nan
 
 
+def n_classes(run_dir) -> int | None:
+    """C, the number of classes, as the run's predictions.npz names it (its `meta`); None when unknown (no file,
+    a file from before the meta, an unreadable one)."""
+    try:
+        meta = read_meta(layout.files(run_dir).predictions)
+    except RunStateError:
+        return None
+    n = (meta or {}).get("n_classes")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 2 else None
+
+
+def _stall(row: dict) -> str | None:
+    """Why a completed run's row is stalled (stats/convergence.py `stall_reason`), None when it learned or C is unknown."""
+    best = [row[k] for k in HELD_OUT_TOP1 if isinstance(row.get(k), float) and math.isfinite(row[k])]
+    return stall_reason(row.get("train_loss_final"), max(best) if best else None, row["n_classes"])
+
+
 def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
     """One run's row, or (None, note) when the run is skipped (missing, unreadable, running).
 
     The summary is read and judged by `results.layout` (`read_summary`, `unscored_reason`): the
-    contract the runner writes by."""
+    contract the runner writes by. A completed run that did not learn gets the status `stalled` here, in the
+    report (its summary.json stays `completed`), with the reason in `stalled`."""
     label = "/".join(run_dir.parts[-3:])
     try:
         summary = layout.read_summary(run_dir)
@@ -98,6 +120,8 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
         "config_hash": summary.get("config_hash"),
         "plugins": _plugins(summary.get("plugins")),
         "environment": _environment(summary),
+        "n_classes": n_classes(run_dir),
+        "stalled": None,
         "params": summary.get("params"),
         "act_params": summary.get("act_params"),
         "diverged_epoch": summary.get("diverged_epoch"),
@@ -114,6 +138,9 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
         for key, value in metrics.items():
             if key not in row:  # a metric may never shadow a bookkeeping column
                 row[key] = _finite_or_nan(value)
+    if status == layout.COMPLETED:
+        row["stalled"] = _stall(row)
+        row["status"] = layout.STALLED if row["stalled"] else status
     notes = []
     if summary.get("recipe") not in (None, row["recipe"]):
         notes.append(f"{label}: summary recipe {summary['recipe']!r} differs from its directory; "
@@ -164,9 +191,11 @@ def load_runs(path: str | Path) -> pd.DataFrame:
     Returns:
         DataFrame with columns `recipe, act, seed, status, setting, <metrics...>, baseline, train_time_s,
         throughput_img_s, peak_mem_mb, params, act_params, diverged_epoch, error, act_family,
-        report_metric, report_best_of, val_split, run_dir, recipe_dir, recipe_root` (`setting`: the
-        factor setting's folder name, "" outside factor sweeps; `report_*`: the recipe's `report:`
-        block as the run recorded it, None for runs written before it existed).
+        report_metric, report_best_of, val_split, n_classes, stalled, run_dir, recipe_dir, recipe_root` (`setting`:
+        the factor setting's folder name, "" outside factor sweeps; `report_*`: the recipe's `report:`
+        block as the run recorded it, None for runs written before it existed; `status`: the summary's, but
+        `stalled` for a completed run that did not learn, with the reason in `stalled`; `n_classes`: from its
+        predictions.npz, None when unknown).
     """
     frame, notes = scan_runs(path)
     frame.attrs["notes"] = notes

@@ -38,9 +38,9 @@ from ..stats import per_example as pex
 from ..stats import power, reproduction
 from . import environment, protocol, render
 from .collect import RUN_SCALARS, metric_names, scan_runs
-from .main import _level, _positive
+from .main import level_arg, positive_arg
 from .per_example import load_arms
-from .summary import _values
+from .summary import scored_values
 from .tables import number, p_relation, p_text
 
 # config keys a rerun may change and still ask "did it reproduce?": training hyperparameters and execution
@@ -79,13 +79,13 @@ def compare_parser() -> argparse.ArgumentParser:
     p.add_argument("b", metavar="B", help="the rerun, as A")
     p.add_argument("--metric", default=None,
                    help="summary metric to compare (default: each recipe's report.metric, as visionbench report)")
-    p.add_argument("--margin", type=_positive("--margin"), default=None, metavar="M",
+    p.add_argument("--margin", type=positive_arg("--margin"), default=None, metavar="M",
                    help="equivalence margin in the metric's units (default, for a top-1/top-5 accuracy in %%: the "
                         "binomial sd of ONE run's accuracy on N test images, 100·√(p(1−p)/N), p the pooled "
                         "accuracy, N from the runs' predictions.npz — a Δ smaller than re-scoring one model on "
                         "another test set of that size is no failure to reproduce; without N, or for another "
                         "metric, give it)")
-    p.add_argument("--alpha", type=_level("--alpha"), default=power.ALPHA,
+    p.add_argument("--alpha", type=level_arg("--alpha"), default=power.ALPHA,
                    help=f"significance level of the Welch and TOST tests (default {power.ALPHA:g})")
     p.add_argument("--out", default=None, metavar="FILE.md", type=_markdown_path,
                    help="also write the table to FILE.md and FILE.csv (default: print only, write nothing)")
@@ -265,7 +265,7 @@ def _environment_values(runs: pd.DataFrame) -> dict[str, set[str]]:
     for text in runs.loc[runs["status"].isin(environment.SCORED), "environment"].dropna():
         for key, value in environment.leaves(json.loads(text)).items():
             if key not in environment.IGNORED:
-                out.setdefault(key, set()).add(environment._shown(value))
+                out.setdefault(key, set()).add(environment.shown(value))
     return out
 
 
@@ -283,7 +283,7 @@ def compare_act(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, margin: float |
         notes += [f"{label}: {n}" for n in arm_notes]
     images, image_note = _paired_images(arms["A"], arms["B"])
     notes += [image_note] if image_note else []
-    va, vb = _values(ga, metric), _values(gb, metric)
+    va, vb = scored_values(ga, metric), scored_values(gb, metric)
     why = ""
     if margin is None:
         margin, why = _default_margin(metric, pd.concat([va, vb]), images["n_images"], ga["val_split"].iloc[0])

@@ -19,7 +19,7 @@ from collections import Counter
 
 import pandas as pd
 
-SCORED = ("completed", "diverged")
+SCORED = ("completed", "stalled", "diverged")  # runs that trained (a stall ran to its end)
 # not compared: code changes are the config hash's business (a changed recipe) or the user's (a fix); the
 # '+dirty' flag is part of the commit
 IGNORED = ("git_commit", "visionbench")
@@ -57,7 +57,7 @@ def _who(runs: list[tuple[str, int]]) -> str:
                      for act, s in sorted(seeds.items()))
 
 
-def _shown(value) -> str:
+def shown(value) -> str:
     """A value as the notes print it: a sha256 by its first 12 digits, None as `none`."""
     if value is None:
         return "none"
@@ -74,7 +74,7 @@ def _split(recorded: list[tuple[tuple[str, int], dict]]) -> dict[str, dict[str, 
         values: dict[str, list] = {}
         for who, env in flat:
             if key in env:
-                values.setdefault(_shown(env[key]), []).append(who)
+                values.setdefault(shown(env[key]), []).append(who)
         if len(values) > 1:
             out[key] = dict(sorted(values.items()))
     return out
@@ -173,7 +173,7 @@ def footer(runs: pd.DataFrame) -> str:
     if not recorded:
         return ""
     split = _split(recorded)
-    signatures = [tuple(_shown(flat[k]) if k in flat else None for k in split)
+    signatures = [tuple(shown(flat[k]) if k in flat else None for k in split)
                   for flat in (leaves(env) for _, env in recorded)]
     complete = [sig for sig in signatures if None not in sig] or signatures
     groups = Counter(complete)  # a run lacking a differing key (unknown) is not counted as an environment apart

@@ -22,8 +22,8 @@ import pandas as pd
 from ..stats import power
 from ..stats.metrics import NAMES_HELP, higher_is_better, parse
 from ..stats.significance import TESTS
-from . import (best_of, curves, environment, figures, per_example, protocol, published, render, stopping, suite,
-               tables, verdict)
+from . import (best_of, convergence, curves, environment, figures, per_example, protocol, published, render, stopping,
+               suite, tables, verdict)
 from .collect import has_curves, metric_names, scan_runs
 from .summary import summarize, withhold_tests
 
@@ -64,12 +64,12 @@ def report_parser() -> argparse.ArgumentParser:
     p.add_argument("--published", action="store_true",
                    help="add the paper's mean ± std (n) of each row that has a published counterpart (same recipe, "
                         "act, setting, metric), ours - paper, and a Welch p (`visionbench papers` lists them)")
-    p.add_argument("--margin", type=_positive("--margin"), default=None, metavar="M",
+    p.add_argument("--margin", type=positive_arg("--margin"), default=None, metavar="M",
                    help="equivalence margin in the metric's units: adds the TOST p (tost_p) against ±M and the "
                         "verdict 'equivalent'")
-    p.add_argument("--effect", type=_positive("--effect"), default=None, metavar="D",
+    p.add_argument("--effect", type=positive_arg("--effect"), default=None, metavar="D",
                    help="difference of means (metric units) seeds_needed is solved for (default: the observed one)")
-    p.add_argument("--alpha", type=_level("--alpha"), default=power.ALPHA,
+    p.add_argument("--alpha", type=level_arg("--alpha"), default=power.ALPHA,
                    help=f"significance level of the verdicts and of mde / seeds_needed (default {power.ALPHA:g})")
     p.add_argument("--holm", action="store_true",
                    help="decide the verdicts on the Holm-adjusted p-values (p_holm, tost_p_holm) over the "
@@ -96,11 +96,11 @@ def _number(flag: str, ok, wanted: str):
     return parse
 
 
-def _positive(flag: str):
+def positive_arg(flag: str):
     return _number(flag, lambda v: 0 < v < float("inf"), "a positive number in the metric's units")
 
 
-def _level(flag: str):
+def level_arg(flag: str):
     return _number(flag, lambda v: 0 < v < 1, "a number in (0, 1)")
 
 
@@ -197,8 +197,10 @@ def _report(args) -> list[Path]:
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if not len(runs):
+        kept = Path(args.results_dir) / "record"  # a committed results folder: its runs are in its record
+        hint = f"; it holds a record of runs: visionbench report {kept}" if (kept / "record.json").is_file() else ""
         raise UsageError(f"no finished run (summary.json) under {args.results_dir!r}; "
-                         "expected <recipe>/<act>/seed_<k>/summary.json")
+                         f"expected <recipe>/<act>/seed_<k>/summary.json{hint}")
     available = metric_names(runs)
     if args.metric is not None and args.metric not in available:
         runs = _curve_metric(runs, args.metric, available)
@@ -242,6 +244,8 @@ def _report(args) -> list[Path]:
             summary = verdict.annotate(summary, recipe_runs, alpha=args.alpha, margin=args.margin, effect=args.effect,
                                        holm_adjust=args.holm, higher_better=higher_is_better(metric),
                                        digits=args.digits)
+            summary, learned_notes = convergence.attach(summary, recipe_runs, metric, args.digits)
+            recipe_notes += learned_notes
             if args.published:
                 summary, published_notes = published.attach(summary, setting=recipe_runs["setting"].iloc[0],
                                                             val_split=_common(recipe_runs["val_split"]))
@@ -298,11 +302,14 @@ def _write_layout(summaries, runs, root: Path, args, formats) -> list[Path]:
     if args.published:  # 004 Table 2 prints per GN setting the best of the inits: this table's layout
         table, notes = published.attach(table, setting_col="column", val_split=_common(runs["val_split"]))
     settings_dirs = sorted(set(runs["setting"]) - {""})
+    from . import noise  # a noise design's section (noise.md): its pointer or why not is one of this table's notes
+
+    noise_table, noise_notes = noise.section(summaries, runs, alpha=args.alpha, digits=args.digits, effect=args.effect)
     shown = best_of.layout(table, str(runs["recipe"].iloc[0]), keys, summaries["metric_text"].iloc[0],
-                           settings_dirs, args.digits, notes)
+                           settings_dirs, args.digits, list(notes) + noise_notes)
     shown.footer = environment.footer(runs)
     print(render.markdown(shown))
-    return render.write(shown, root / "table", formats)
+    return render.write(shown, root / "table", formats) + noise.write(noise_table, root, formats)
 
 
 def _check_environments(runs) -> None:

@@ -241,9 +241,12 @@ def _sentence(act, baseline, r, test, alpha, digits) -> str:
     text = f"{act} vs {baseline}: Δ = {d(r['diff'], True)}"
     if math.isfinite(r["two_level_low"]):
         text += f" [two-level {d(r['two_level_low'], True)}, {d(r['two_level_high'], True)}]"
-    text += f", of which the test set's sampling alone would produce ±{d(r['binomial_sd_a'])}"
+    text += f"; one run's accuracy varies by ±{d(r['binomial_sd_a'])} over test sets of this size"
     if math.isfinite(r["share_a"]):
         text += f" (share of seed variance {r['share_a'] * 100:.0f} %)"
+    se = abs(r["images_diff"] / r["images_t_stat"]) if r.get("images_t_stat") else math.nan
+    if math.isfinite(se):  # both arms scored the same images: most of the test set's sampling cancels in Δ
+        text += f", while the test set's part of this Δ (the same images scored by both) is ±{d(se)}"
     text += "; " + _churn_words(r, alpha)
     mcnemar = p_relation(r["ensemble_p"])
     text += f"; ensemble {d(r['ensemble_a'])} vs {d(r['ensemble_b'])} "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..results.layout import STALLED
 from ..stats.metrics import higher_is_better
 from ..stats.significance import (MARK_BASELINE, MARK_MIXED, MARK_NO_BASELINE, MARK_NO_RUN, TESTS, cohen_d, compare,
                                   difference_ci, holm, stars)
@@ -60,7 +61,8 @@ def summarize(runs: pd.DataFrame, metric: str, baseline: str | None = None, test
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def _values(group: pd.DataFrame, metric: str) -> pd.Series:
+def scored_values(group: pd.DataFrame, metric: str) -> pd.Series:
+    """The completed runs' finite values of `metric`, indexed by seed: what a group's statistics are made of."""
     ok = group[(group["status"] == "completed") & group[metric].notna()]
     return pd.Series(ok[metric].to_numpy(float), index=ok["seed"].to_numpy(), dtype=float)
 
@@ -70,7 +72,7 @@ def _summarize_recipe(runs, metric, baseline, test, higher_better) -> pd.DataFra
         base = default_baseline(runs)
     else:  # explicit but never run in this recipe: no tests here rather than a guessed baseline
         base = baseline if baseline in set(runs["act"]) else None
-    values = {act: _values(group, metric) for act, group in runs.groupby("act", sort=True)}
+    values = {act: scored_values(group, metric) for act, group in runs.groupby("act", sort=True)}
     b = values.get(base)
     rows = []
     for act, group in runs.groupby("act", sort=True):
@@ -79,7 +81,8 @@ def _summarize_recipe(runs, metric, baseline, test, higher_better) -> pd.DataFra
         row = {
             "recipe": group["recipe"].iloc[0], "act": act, "is_baseline": act == base, "baseline": base,
             "metric": metric, "test": test, "n_runs": len(group), "n": len(a),
-            "n_diverged": int((status == "diverged").sum()), "n_failed": int((status == "failed").sum()),
+            "n_diverged": int((status == "diverged").sum()), "n_stalled": int((status == STALLED).sum()),
+            "n_failed": int((status == "failed").sum()),
             "n_missing": int(len(done) - len(a)),  # completed but without a finite value of the metric
             "mean": a.mean() if len(a) else np.nan, "std": a.std(ddof=1) if len(a) > 1 else np.nan,
         }
@@ -142,7 +145,7 @@ def _count(group: pd.DataFrame, col: str):
 
 
 COLUMNS = [
-    "recipe", "act", "is_baseline", "baseline", "metric", "test", "n_runs", "n", "n_diverged", "n_failed",
+    "recipe", "act", "is_baseline", "baseline", "metric", "test", "n_runs", "n", "n_diverged", "n_stalled", "n_failed",
     "n_missing", "mean", "std", "diff", "t_stat", "p_value", "stars", "mark", "n_pairs", "p_holm", "stars_holm",
     "cohen_d", "ci_low", "ci_high", "rank", "best", "second", "train_time_s", "throughput_img_s",
     "act_params", "params", "recipe_dir",

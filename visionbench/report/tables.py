@@ -66,10 +66,11 @@ def format_p(p: float, star: str) -> str:
 
 
 def mean_cell(row, digits: int) -> str:
-    """`mean ± std`; mean alone for n = 1; `NaN (3/5 diverged)` when no run completed."""
+    """`mean ± std`; mean alone for n = 1; `NaN (3/5 diverged)`, `NaN (2/2 stalled)` when no run completed."""
     if row["n"] == 0:
         why = [f"{row[k]}/{row['n_runs']} {label}" for k, label in
-               (("n_diverged", "diverged"), ("n_failed", "failed"), ("n_missing", "without metric")) if row[k]]
+               (("n_diverged", "diverged"), ("n_stalled", "stalled"), ("n_failed", "failed"),
+                ("n_missing", "without metric")) if row.get(k, 0)]
         return f"NaN ({', '.join(why) or 'no runs'})"
     if row["n"] == 1:
         return number(row["mean"], digits)
@@ -91,7 +92,8 @@ def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple
     headers = ["Act.", "n", f"{metric} (mean ± std)", f"Δ vs {base}" if base else "Δ", "p-value"]
     if extras:
         headers += ["p (Holm)", "Cohen's d", "95% CI of Δ"]
-    headers += ["diverged", "failed", "train time (s)", "img/s", "act params"]
+    show_stalled = has_stalled(summary)
+    headers += ["diverged"] + (["stalled"] if show_stalled else []) + ["failed", "train time (s)", "img/s", "act params"]
     show_verdict = "verdict" in summary
     if "stopped" in summary:  # seeds=auto (report/stopping.py)
         headers.append("stopped (seeds=auto)")
@@ -112,8 +114,8 @@ def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple
             ci = "" if not math.isfinite(r["ci_low"]) else \
                 f"[{number(r['ci_low'], digits, True)}, {number(r['ci_high'], digits, True)}]"
             row += [p_cell(r, "p_holm", "stars_holm"), number(r["cohen_d"], 2, sign=True), ci]
-        row += [str(r["n_diverged"]), str(r["n_failed"]), number(r["train_time_s"], 1),
-                number(r["throughput_img_s"], 0), _int(r["act_params"])]
+        row += [str(r["n_diverged"])] + ([str(r["n_stalled"])] if show_stalled else []) + [
+            str(r["n_failed"]), number(r["train_time_s"], 1), number(r["throughput_img_s"], 0), _int(r["act_params"])]
         if "stopped" in summary:
             row.append(r["stopped"])
         if extras and show_verdict:
@@ -126,10 +128,16 @@ def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple
     return headers, rows
 
 
+def has_stalled(summary: pd.DataFrame) -> bool:
+    """Whether a run of the table stalled: only then has it a `stalled` column (the CSV's `n_stalled` always)."""
+    return "n_stalled" in summary and bool((summary["n_stalled"] > 0).any())
+
+
 def verdict_cell(row, digits: int = 2) -> str:
     """The compact verdict (verdict.py): `better`, `worse`, `equivalent (±0.50)`, `inconclusive (needs
-    12/group)`, `unstable (2/5 diverged)`; divergence in either arm is added (`worse (2/5 diverged)`,
-    `better (relu 1/5 diverged)`); `—` for the baseline, "" without a test (the p cell says why)."""
+    12/group)`, `unstable (2/5 diverged)`; divergence or a stall in either arm is added (`worse (2/5 diverged)`,
+    `unstable (1/5 stalled)`, `better (relu 1/5 diverged)`); `—` for the baseline, "" without a test (the p cell
+    says why)."""
     if row["is_baseline"]:
         return "—"
     word = row.get("verdict") or ""
@@ -147,14 +155,17 @@ def verdict_cell(row, digits: int = 2) -> str:
 
 
 def divergence_counts(row) -> list[str]:
-    """`2/5 diverged` for the act and `relu 1/5 diverged` for the baseline, each only when non-zero
-    (runs that completed or diverged; failed runs are not counted)."""
+    """`2/5 diverged`, `1/5 stalled` for the act and `relu 1/5 diverged`, `relu 2/5 stalled` for the baseline,
+    each only when non-zero (runs that completed, stalled or diverged; failed runs are not counted)."""
     out = []
-    if row.get("n_diverged", 0):
-        out.append(f"{int(row['n_diverged'])}/{int(row['n_runs'] - row['n_failed'])} diverged")
-    j, m = row.get("base_diverged"), row.get("base_runs")
-    if j is not None and j is not pd.NA and not (isinstance(j, float) and math.isnan(j)) and int(j):
-        out.append(f"{row['baseline']} {int(j)}/{int(m)} diverged")
+    for what in ("diverged", "stalled"):
+        if row.get(f"n_{what}", 0):
+            out.append(f"{int(row[f'n_{what}'])}/{int(row['n_runs'] - row['n_failed'])} {what}")
+    m = row.get("base_runs")
+    for what in ("diverged", "stalled"):
+        j = row.get(f"base_{what}")
+        if j is not None and j is not pd.NA and not (isinstance(j, float) and math.isnan(j)) and int(j):
+            out.append(f"{row['baseline']} {int(j)}/{int(m)} {what}")
     return out
 
 
@@ -238,7 +249,7 @@ MARK_HELP = {
     "n<2": "fewer than two completed runs, no std and no test",
     "baseline n<2": "the baseline has fewer than two completed runs",
     "zero variance": "all values identical in both groups (or all paired differences equal), t undefined",
-    "no completed run": "every run diverged or failed",
+    "no completed run": "every run diverged, stalled or failed",
     "no baseline": "the recipe has no run of the baseline act",
     "<2 shared seeds": "fewer than two seeds completed by both this act and the baseline",
     "not comparable": "the runs of this table differ in more than act and seed (the first note names how): "

@@ -13,8 +13,9 @@ seed count is for: the observed |Δ| / pooled sd, or `--effect D` / pooled sd), 
 (per group), `tost_p` and `tost_p_holm` (with a margin), `verdict`, `verdict_text`, the
 probability of improvement `p_improve` with its exact interval (`p_improve_low`, `p_improve_high`;
 stats/improvement.py; not estimable with `--test welch`) and the empirical pair count
-`p_improve_empirical`, the divergence comparison `div_p` (Fisher exact, act vs baseline) with the
-baseline's counts `base_diverged`, `base_runs`, and the settings `alpha`, `margin`, `verdict_holm`.
+`p_improve_empirical`, the divergence and stall comparisons `div_p`, `stall_p` (Fisher exact, act vs baseline)
+with the baseline's counts `base_diverged`, `base_stalled`, `base_runs`, and the settings `alpha`, `margin`,
+`verdict_holm`.
 
 The rule, at the table's α (on the Holm-adjusted p-values with `holm_adjust`; the TOST p-values are then
 Holm-adjusted over the recipe's activations too), over the runs that finished:
@@ -23,13 +24,15 @@ Holm-adjusted over the recipe's activations too), over the runs that finished:
 2. else p < α: **better** or **worse**, in the metric's direction (losses, errors, times and
    epochs_to_X: lower is better);
 3. else **inconclusive**, and the sentence says how many seeds per group would decide it.
-Then divergence: the tests see only the runs that finished, so an act that diverged in some seeds is
-compared on its survivors. If the act diverged in any seed, a survivors' "better" or "equivalent"
-becomes **unstable** (never better): the sentence gives the survivors' result, then how many runs of
-each arm diverged and the Fisher exact p of the two divergence rates. Every sentence of a row where
-either arm diverged gives those counts; the compact cell adds them too.
+Then divergence and stalls: the tests see only the runs that completed and learned, so an act that diverged or
+stalled (trained to the end at chance: collect.py, stats/convergence.py) in some seeds is compared on its survivors.
+If the act diverged or stalled in any seed, a survivors' "better" or "equivalent" becomes **unstable** (never
+better): the sentence gives the survivors' result, then how many runs of each arm diverged or stalled and the Fisher
+exact p of the two rates. Every sentence of a row where either arm diverged or stalled gives those counts; the
+compact cell adds them too.
 Rows without a test (`n<2`, zero variance, not comparable, ...) get no verdict, and a sentence saying
-why; the baseline's own row gets neither.
+why; the baseline's own row gets neither, but a sentence when it stalled: the verdicts against it are withheld
+when fewer than two of its runs learned (no test), else marked with its count.
 """
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ import pandas as pd
 from ..stats import improvement, power
 from ..stats.metrics import higher_is_better
 from ..stats.significance import MARK_BASELINE, MARK_MIXED, divergence_p, holm
-from .summary import _values
+from .summary import scored_values
 from .tables import number, p_relation
 
 VERDICTS = ("better", "worse", "equivalent", "unstable", "inconclusive")
@@ -104,7 +107,7 @@ def annotate(summary: pd.DataFrame, runs: pd.DataFrame, *, alpha: float = power.
     metric = out["metric"].iloc[0]
     higher = higher_is_better(metric) if higher_better is None else higher_better
     base = out["baseline"].iloc[0] if isinstance(out["baseline"].iloc[0], str) else None
-    values = {act: _values(group, metric) for act, group in runs.groupby("act", sort=True)}
+    values = {act: scored_values(group, metric) for act, group in runs.groupby("act", sort=True)}
     b = values.get(base, pd.Series(dtype=float))
     numbers = [_numbers(row, values.get(row["act"], pd.Series(dtype=float)), b, higher, alpha, target_power, margin,
                         effect) for _, row in out.iterrows()]
@@ -148,41 +151,70 @@ def _numbers(row, a: pd.Series, b: pd.Series, higher: bool, alpha, target_power,
     return res
 
 
+FAILURES = (("diverged", "div_p"), ("stalled", "stall_p"))  # runs that did not learn, and their Fisher p column
+
+
 def _divergence(out: pd.DataFrame, base: str | None) -> pd.DataFrame:
-    """Adds `base_diverged`, `base_runs` (the baseline's diverged runs and its runs that completed or
-    diverged) and `div_p` (Fisher exact, this act's divergence rate vs the baseline's) to every row."""
+    """Adds `base_diverged`, `base_stalled`, `base_runs` (the baseline's diverged and stalled runs and its runs that
+    completed, stalled or diverged), `div_p` and `stall_p` (Fisher exact, this act's divergence or stall rate vs the
+    baseline's) to every row."""
     ran = out["n_runs"] - out["n_failed"]
     base_row = out[out["act"] == base]
-    if base is None or base_row.empty:
-        out["base_diverged"], out["base_runs"], out["div_p"] = pd.NA, pd.NA, math.nan
-        return out
-    j, m = int(base_row["n_diverged"].iloc[0]), int(ran[base_row.index[0]])
-    out["base_diverged"], out["base_runs"] = j, m
-    out["div_p"] = [math.nan if r["is_baseline"] else divergence_p(int(r["n_diverged"]), int(k), j, m)
-                    for (_, r), k in zip(out.iterrows(), ran)]
+    known = base is not None and not base_row.empty
+    out["base_diverged"], out["base_runs"] = pd.NA, int(ran[base_row.index[0]]) if known else pd.NA
+    for what, p_col in FAILURES:
+        if not known:
+            out[f"base_{what}"], out[p_col] = pd.NA, math.nan
+            continue
+        j, m = int(base_row[f"n_{what}"].iloc[0]), int(out["base_runs"].iloc[0])
+        out[f"base_{what}"] = j
+        out[p_col] = [math.nan if r["is_baseline"] else divergence_p(int(r[f"n_{what}"]), int(k), j, m)
+                      for (_, r), k in zip(out.iterrows(), ran)]
     return out
 
 
 def _divergence_text(row) -> str:
-    """`rational diverged in 2 of 5 runs, relu in 0 of 5 (Fisher exact p = 0.4444)`; "" when neither arm diverged."""
-    k, n = int(row["n_diverged"]), int(row["n_runs"] - row["n_failed"])
-    j, m = row.get("base_diverged"), row.get("base_runs")
-    if j is None or j is pd.NA or (k == 0 and int(j) == 0):
+    """`rational diverged in 2 of 5 runs, relu in 0 of 5 (Fisher exact p = 0.4444)`, and the same for the runs that
+    stalled, `; `-joined; "" when neither arm diverged or stalled."""
+    n, m = int(row["n_runs"] - row["n_failed"]), row.get("base_runs")
+    parts = []
+    for what, p_col in FAILURES:
+        k, j = int(row[f"n_{what}"]), row.get(f"base_{what}")
+        if j is None or j is pd.NA or (k == 0 and int(j) == 0):
+            continue
+        fisher = f" (Fisher exact p {_p(row[p_col])})" if math.isfinite(row[p_col]) else ""
+        parts.append(f"{row['act']} {what} in {k} of {n} runs, {row['baseline']} in {int(j)} of {int(m)}{fisher}")
+    return "; ".join(parts)
+
+
+def _baseline_text(row) -> str:
+    """The baseline row's sentence when it stalled (else ""): the verdicts against it are withheld (fewer than two of
+    its runs learned: no test) or marked with its count (they compare with the runs that learned)."""
+    stalled, ran = int(row["n_stalled"]), int(row["n_runs"] - row["n_failed"])
+    if not stalled:
         return ""
-    fisher = f" (Fisher exact p {_p(row['div_p'])})" if math.isfinite(row["div_p"]) else ""
-    return f"{row['act']} diverged in {k} of {n} runs, {row['baseline']} in {int(j)} of {int(m)}{fisher}"
+    said = f"{row['act']}, the baseline, stalled in {stalled} of {ran} runs (trained to the end without learning)"
+    if row["n"] < 2:
+        return (f"{said}: no verdict against it — fewer than two of its runs learned, so there is nothing to test "
+                "against; rerun it with a setting under which it learns, or pass --baseline ACT.")
+    return (f"{said}: every verdict below compares with its {row['n']} runs that learned and is marked "
+            f"`{row['act']} {stalled}/{ran} stalled`.")
 
 
 def _decide(row, n_base: int, higher: bool, alpha, target_power, margin, effect, holm_adjust,
             digits) -> tuple[str, str]:
-    """(verdict, sentence) of one row over the runs that finished, then the divergence rule (module docstring)."""
+    """(verdict, sentence) of one row over the runs that finished, then the divergence and stall rule (module
+    docstring); the baseline's row has no verdict, and a sentence only when it stalled."""
+    if row["is_baseline"]:
+        return "", _baseline_text(row)
     word, text = _decide_finished(row, n_base, higher, alpha, target_power, margin, effect, holm_adjust, digits)
     diverged = _divergence_text(row)
     if not diverged or not text:
         return word, text
-    if word in ("better", "equivalent") and row["n_diverged"] > 0:
+    if word in ("better", "equivalent") and (row["n_diverged"] > 0 or row["n_stalled"] > 0):
         claim, found = text[:-1].split(": ", 1)  # "x is better than relu", "Δ = ... (Student p ...; n = 3 vs 5)"
-        return "unstable", (f"{row['act']} is unstable against {row['baseline']}: among the runs that finished it "
+        scored = "learned" if row["n_stalled"] > 0 else "finished"
+        return "unstable", (f"{row['act']} is unstable against {row['baseline']}: among the runs that {scored} it "
                             f"{claim.removeprefix(row['act'] + ' ')} — {found}; but {diverged}.")
     return word, f"{text[:-1]}; {diverged}."
 

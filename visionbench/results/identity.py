@@ -23,6 +23,8 @@ NOT_FINGERPRINTED = ("seeds", "seeds_max", "seeds_margin", "parallel", "results_
 # what differs between the rows of one table ("plugins": module, version and sha256 of the plugin owning the row's
 # activation, visionbench/plugins.py: compared on resume; the report flags a table pooling two versions of one)
 PER_RUN = ("act", "act_label", "act_options", "act_lr_mult", "seed", "plugins")
+# the seed split's keys at their defaults: every source follows `seed`, as before the split existed
+SPLIT_DEFAULTS = (("seed_init", None), ("seed_order", None), ("seed_aug", None), ("noise", "all"))
 # keys added to the schema after runs were written without them, with the value that reproduces what
 # those runs did where it is not the new default (the DeiT epoch was the only repeated-aug rule before)
 LEGACY_VALUES = {"data.augment.repeated_aug_epoch": "deit"}
@@ -68,8 +70,9 @@ def upgrade(stored: dict, defaults: dict) -> dict:
 
 
 def shared_part(run: dict) -> dict:
-    """The fingerprint without what may differ between the runs of one table (act and seed)."""
-    return {k: v for k, v in fingerprint(run).items() if k not in PER_RUN}
+    """The fingerprint without what may differ between the runs of one table (act and seed), and without the seed
+    split's keys where they keep their defaults (train/seeds.py; hashes of runs from before the split unchanged)."""
+    return {k: v for k, v in fingerprint(run).items() if k not in PER_RUN and (k, v) not in SPLIT_DEFAULTS}
 
 
 def config_hash(run: dict) -> str:

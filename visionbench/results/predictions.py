@@ -23,6 +23,7 @@ sits in (identity, epoch, accuracy, ranges): results/evidence.py.
     ...                   meta={"recipe": "digits_vgg4", "act": "relu", "setting": {}, "seed": 0, ...})
     >>> read_predictions(path)["raw"]["pred"]
     >>> variants, meta = read_evidence(path)
+    >>> read_meta(path)["n_classes"]          # the meta alone (the report's stall rule reads C here)
 """
 from __future__ import annotations
 
@@ -140,3 +141,29 @@ def read_predictions(path: Path) -> dict[str, dict] | None:
     """
     read = read_evidence(path)
     return None if read is None else read[0]
+
+
+def read_meta(path: Path) -> dict | None:
+    """The file's `meta` mapping alone (its other entries are not read): None when the file does not exist or has
+    no meta (written before it).
+
+    Raises:
+        RunStateError: an unreadable file, or a meta that is no JSON mapping (the message names the file).
+    """
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            text = str(z[META]) if META in z.files else None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError, AttributeError, TypeError) as e:
+        raise RunStateError(f"{path} is not a readable predictions file ({type(e).__name__})") from None
+    if text is None:
+        return None
+    try:
+        meta = json.loads(text)
+    except ValueError:
+        meta = None
+    if not isinstance(meta, dict):
+        raise RunStateError(f"{path} is damaged: its {META} entry is no JSON mapping")
+    return meta

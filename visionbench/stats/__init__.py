@@ -18,6 +18,8 @@ visionbench outside itself. Modules:
   identical / reproduced / differs / undecided, the one-run default margin) and the prediction interval of one run.
 * `ranking`: mean ranks across tasks, the Friedman test, the Nemenyi critical difference and its cliques
   (Demšar 2006).
+* `noise`: the variance components of a noise design (init, data order, augmentation, the test set) with their
+  χ² intervals, the check of their sum, the one-sided variance-ratio (F) test of "less stable".
 
 Import the module you need (`from visionbench.stats import power`); this file imports none of them,
 so asking for one does not load scipy's or statsmodels' whole stack for the others.

@@ -147,6 +147,11 @@ def binomial_sd(p: float, n_images: int) -> float:
     return math.sqrt(p * (1 - p) / n_images)
 
 
+def image_variances(c) -> np.ndarray:
+    """v_i: the ddof-1 variance of each image's correctness across one arm's runs (`c`: n_runs × N)."""
+    return np.asarray(c, float).var(axis=0, ddof=1)
+
+
 def variance_share(c) -> dict:
     """How much of one arm's seed-to-seed variance of accuracy the finite test set alone explains (Jordan 2023).
 
@@ -164,7 +169,7 @@ def variance_share(c) -> dict:
         return out
     # from the counts of right images (exact): runs with equal counts have s² = 0, not a few ulps
     seed_var = float(c.sum(axis=1).var(ddof=1)) / n_img ** 2
-    example_var = float(c.var(axis=0, ddof=1).sum() / n_img ** 2)
+    example_var = float(image_variances(c).sum() / n_img ** 2)
     out.update(seed_var=seed_var, example_var=example_var, share=example_var / seed_var if seed_var > 0 else math.nan)
     return out
 

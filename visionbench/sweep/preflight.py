@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 from omegaconf import DictConfig, OmegaConf
 
 from .. import activations, plugins
+from ..train import seeds
 from ..config import (ConfigError, act_options, apply_setting, block, compose, defaults, parse, run_config,
                       sweep_settings, typed)
 from ..config.rules import choice
@@ -60,6 +61,7 @@ def _registry_rules() -> dict[str, Callable[[Any], str | None]]:
 
 def preflight(cfg: DictConfig) -> DictConfig:
     """Check the sweep `cfg` setting by setting (see the module docstring); ConfigError, one line."""
+    _noise_design(cfg)
     acts = sweep_acts(cfg)
     if set(cfg.trainer.loggers) - {"tensorboard", "csv"}:  # an optional tracker: is its package installed?
         from ..train.trackers import missing
@@ -93,6 +95,17 @@ def preflight(cfg: DictConfig) -> DictConfig:
         if c.finetune.checkpoint:
             _check_finetune(c, acts, where, checked)
     return cfg
+
+
+def _noise_design(cfg: DictConfig) -> None:
+    """A `noise=init,order,aug` design gets the ordinary run (noise=all) as its first arm; ConfigError when the
+    seed keys contradict each other or the sweep (train/seeds.py `contradiction`)."""
+    arms = list(cfg.factors.get("noise") or [cfg.noise])
+    if "noise" in cfg.factors:
+        cfg.factors.noise = arms = [seeds.ALL, *(a for a in arms if a != seeds.ALL)]
+    why = seeds.contradiction(arms, cfg.seeds, {s: cfg.get(f"seed_{s}") for s in seeds.SOURCES})
+    if why:
+        raise ConfigError(why, "noise")
 
 
 def _check_source_act(ft: DictConfig, where: str) -> None:

@@ -93,6 +93,7 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
 
     from ..train.run import train_run  # the heavy import only where training happens
     from ..train.module import Diverged
+    from ..train import seeds
     from ..train.environment import environment
 
     act, label, seed = run["act"], run.get("act_label", run["act"]), run["seed"]
@@ -121,6 +122,7 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
         "status": layout.RUNNING, "setting": run.get("setting") or {}, "baseline": report.get("baseline"),
         "report": report, "val_split": run["data"]["val_split"], "config_hash": config_hash(run),
         "threads": run["threads"], "act_options": (run.get("act_options") or {}).get(act, {}),
+        "seeds": seeds.of(run)._asdict(),  # each source's seed: init, order, aug (train/seeds.py)
         "metrics": {}, "versions": results.versions(), "git_commit": env["git_commit"], "environment": env,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }

@@ -28,7 +28,7 @@ from ..data import create_datamodule
 from .callbacks import ActivationSnapshots, AtomicCheckpointIO, EpochSeeder, MetricsWriter, RunCheckpoint, RunProgressBar
 from ..results.checkpoint import checkpoint_epoch
 from ..results.layout import COMPLETED, DIVERGED, FAILED, INTERRUPTED, files
-from . import trackers
+from . import seeds, trackers
 from .module import ClassificationModule, Diverged
 from .predictions import PredictionsWriter
 from .trainer import build_trainer
@@ -123,9 +123,10 @@ def train_run(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool 
     plain = {**OmegaConf.to_container(OmegaConf.structured(cfg)), **extra}  # the trackers' names and parameters
     run_dir = Path(run_dir)
     seed, act, t = cfg.seed, cfg.act, cfg.trainer
-    L.seed_everything(seed, workers=True, verbose=False)
+    source = seeds.of(cfg)  # init, order, aug: each `seed` unless split (train/seeds.py)
+    L.seed_everything(source.init, workers=True, verbose=False)
 
-    dm = create_datamodule(cfg.data, batch_size=cfg.batch_size, seed=seed, test_in_val=True)
+    dm = create_datamodule(cfg.data, batch_size=cfg.batch_size, seed=source.order, aug_seed=source.aug, test_in_val=True)
     model = build_model(cfg, dm.num_classes, dm.in_chans, dm.img_size)
     if cfg.model.lsuv:  # model.lsuv_variant: checked by the sweep's preflight (a registry name)
         dm.setup("fit")
@@ -154,7 +155,7 @@ def train_run(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool 
         resume_from = str(last)
     throughput = _Throughput()
     callbacks = [  # MetricsWriter writes each epoch's row as its checkpoints are built (train/callbacks.py)
-        EpochSeeder(seed), writer, throughput,
+        EpochSeeder(source.aug), writer, throughput,
         RunCheckpoint(dirpath=ckpt_dir, filename=paths.best.stem, monitor="val_top1", mode="max", save_top_k=1,
                       enable_version_counter=False, save_on_train_epoch_end=True),
         # every epoch, whatever val_top1 did: the final weights, and what a resume starts from
