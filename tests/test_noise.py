@@ -19,6 +19,7 @@ from visionbench.results import layout
 from visionbench.results.predictions import write_predictions
 from visionbench.results.settings import setting_label
 from visionbench.stats import noise as nz
+from visionbench.train.seeds import FIXED
 
 TRUE = {"init": 0.3, "order": 0.1, "aug": 0.05}  # points² of the runs' true accuracy
 DESIGNS = 2000
@@ -27,16 +28,17 @@ LEVEL_TOLERANCE = 1.5  # ±1.5 % around 95 %: three Monte Carlo standard errors 
 
 # ---- simulated designs ----------------------------------------------------------------------------------
 def source_effects(rng, n: int, reps: int, scale: float = 1.0) -> dict[str, np.ndarray]:
-    """(reps × n) effects of each source's seed 0..n−1, normal with the variances of `TRUE` (× scale²)."""
-    return {k: rng.normal(0, np.sqrt(v) * scale, (reps, n)) for k, v in TRUE.items()}
+    """(reps × (n + 1)) effects of each source's seeds 0..n−1 and, last, of the seed an arm holds it at (FIXED),
+    normal with the variances of `TRUE` (× scale²)."""
+    return {k: rng.normal(0, np.sqrt(v) * scale, (reps, n + 1)) for k, v in TRUE.items()}
 
 
 def arm_shifts(g: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Each arm's run effects: `all` sums every source at seed k; a one-source arm holds the others at seed 0
-    (so every arm's seed 0 is the same run)."""
-    out = {nz.ALL: sum(g.values())}
+    """Each arm's run effects: `all` sums every source at seed k; a one-source arm holds the others at FIXED
+    (train/seeds.py: a seed no run takes, so no two arms share a run)."""
+    out = {nz.ALL: sum(x[:, :-1] for x in g.values())}
     for k in TRUE:
-        out[k] = g[k] + sum(g[o][:, :1] for o in TRUE if o != k)
+        out[k] = g[k][:, :-1] + sum(g[o][:, -1:] for o in TRUE if o != k)
     return out
 
 
@@ -68,14 +70,11 @@ def test_known_components_are_recovered_and_the_chi2_intervals_cover_95_percent(
 def chaotic_design(rng, n: int, q: np.ndarray) -> tuple[dict, dict]:
     """One design on a fixed test set of images right with chance q: a run's chance is q + its sources' effect
     (fractions), and every run draws every image afresh (chaotic training: any source re-draws which images a
-    run gets right), except that every arm's seed 0 is the same run. (values in points, test-set parts in
-    points²)."""
+    run gets right). (values in points, test-set parts in points²)."""
     shifts = {arm: s[0] / 100 for arm, s in arm_shifts(source_effects(rng, n, 1)).items()}
-    first = rng.random(q.size) < np.clip(q + shifts[nz.ALL][0], 0, 1)
     values, tau = {}, {}
     for arm, shift in shifts.items():
         right = rng.random((n, q.size)) < np.clip(q[None, :] + shift[:, None], 0, 1)
-        right[0] = first
         values[arm] = 100 * right.mean(axis=1)
         tau[arm] = {k: v * 1e4 for k, v in nz.test_set_part(right).items()}
     return values, tau
@@ -135,13 +134,13 @@ SD = {"relu": {"init": 0.6, "order": 0.3, "aug": 0.2}, "gelu": {"init": 1.8, "or
 
 
 def seed_of(arm: str, source: str, k: int) -> int:
-    """The seed a source gets in run k of `arm`: k where it varies, else 0."""
-    return k if arm in (nz.ALL, source) else 0
+    """The seed a source gets in run k of `arm`: k where it varies, else the one it is held at."""
+    return k if arm in (nz.ALL, source) else FIXED
 
 
 def write_design_run(root, act: str, arm: str, k: int, *, predictions: bool = True) -> None:
-    """Run k of `act` in `arm`: accuracy 0.97 + the sources' effects (deterministic in the sources' seeds, so
-    every arm's seed 0 is one run); every image re-drawn for each distinct set of seeds (chaotic training)."""
+    """Run k of `act` in `arm`: accuracy 0.97 + the sources' effects (deterministic in the sources' seeds); every
+    image re-drawn for each distinct set of seeds (chaotic training)."""
     seeds = {s: seed_of(arm, s, k) for s in nz.SOURCES}
     shift = sum(np.random.default_rng([zlib.crc32(f"{act}/{s}".encode()), seeds[s]]).normal(0, SD[act][s])
                 for s in nz.SOURCES)

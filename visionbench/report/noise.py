@@ -218,7 +218,7 @@ def _intro(summaries: pd.DataFrame, unit: str, base: str | None) -> str:
     return (f"Where the seed-to-seed variance comes from, per activation; metric {summaries['metric_text'].iloc[0]}. "
             f"Arms: in {KEY}={nz.ALL} every source follows the seed (the ordinary run); in {KEY}=init, order, aug only "
             "that source does (weight and activation init; the sampler's order; augmentation and dropout draws), the "
-            f"others stay at seed 0. Variances in {unit}; every run scores the same test set. arm s²: the arm's "
+            f"others are held at one fixed seed. Variances in {unit}; every run scores the same test set. arm s²: the arm's "
             "sample variance over its seeds. component: what the source changes in the runs' true accuracy, the "
             "arm's s² less the arm's own test-set part (unbiased; below 0 when the source is lost in the test-set "
             "noise). test set: the part of the seed variance that comes only from which test images each run gets "

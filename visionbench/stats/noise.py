@@ -8,7 +8,8 @@
 
 A design runs, per activation, the arm `all` (ordinary runs: every source follows the seed) and one arm
 per source (`init`: weight and activation init; `order`: the sampler's order; `aug`: augmentation and
-dropout draws) in which only that source follows the seed and the others stay at seed 0. Every run scores
+dropout draws) in which only that source follows the seed and the others are held at one fixed seed
+(train/seeds.py FIXED, which no run of the sweep takes). Every run scores
 the same fixed test set of N images. Variances are in the metric's units squared (the report passes
 accuracies in points: points²); `test_set_part` returns fractions², which the caller scales.
 
@@ -27,7 +28,7 @@ The decomposition, of one run's metric on that fixed test set, over seeds (s²: 
 * the check: the sum of the components against s²_all.
 
 Assumptions: the sources act additively on the true accuracy (no interaction: a one-source arm sees the
-other sources at seed 0 only); the metric is normal over seeds (the χ² intervals and the F test are exact
+other sources at their fixed seed only); the metric is normal over seeds (the χ² intervals and the F test are exact
 then; the F test is not robust to heavy tails). Drawing another test set would add Var_x(q_x)/N (q_x: an
 image's chance of being right), which no arm's s² holds (the test set is fixed): it is not a component
 (per_example.two_level_interval's example term is that part of a Δ).
@@ -37,7 +38,8 @@ minus τ̂²_k (treated as known: it rests on N images), floored at 0; the test-
 images, τ̂² ± z·sd_i(v_i)/(N√N), floored at 0; the all-vary arm's, its χ² interval. The check, both ways:
 `inside` (the sum lies in the all-vary arm's χ² interval, which ignores the sum's own noise) and
 `consistent` (the normal interval of sum − s²_all, se² = Σ_arms 2s⁴/(n + 1) — the unbiased estimate of
-each s²'s variance 2σ⁴/(n − 1) — holds 0; τ̂²'s own noise and the seed-0 run the arms share are left out).
+each s²'s variance 2σ⁴/(n − 1) — holds 0; τ̂²'s own noise is left out, and so is the covariance of s²_all with a one-source arm's s²
+(run k of both draws source k from seed k): positive, it makes the check conservative).
 """
 from __future__ import annotations
 
