@@ -108,12 +108,13 @@ def test_stalled_runs_are_counted_like_divergences(tmp_path, capsys):
     run(tmp_path, "gelu", 3, learned(10.0, loss=2.5))
     md, csv = report(tmp_path / "toy", capsys)
     assert "| diverged | stalled | failed |" in md
-    assert line(md, "| gelu |").startswith("| gelu | 3 | **95.10 ± 0.10** |") and "| 0 | 1 | 0 |" in line(md, "| gelu |")
+    assert line(md, "| gelu |").startswith("| gelu | 3 | **95.10 ± 0.10** |")
+    assert "| 0 | 1 | 0 |" in line(md, "| gelu |")
     assert line(md, "| gelu |").endswith("| unstable (1/4 stalled) |")
     sentence = line(md, "- gelu is unstable against relu")
     assert "among the runs that learned it is better than relu" in sentence
     assert "but gelu stalled in 1 of 4 runs, relu in 0 of 3 (Fisher exact p = 1.0000)." in sentence
-    assert "- stalled (trained to the end without learning; not scored, counted like a divergence): gelu seed 3: " \
+    assert "- stalled (ended training at chance level; not scored, counted like a divergence): gelu seed 3: " \
            "final training loss 2.500" in md
     assert csv.loc["gelu", "n_stalled"] == 1 and csv.loc["gelu", "verdict"] == "unstable"
     assert csv.loc["gelu", "stall_p"] == 1.0 and csv.loc["gelu", "base_stalled"] == 0
@@ -133,7 +134,7 @@ def test_a_partly_stalled_baseline_marks_every_verdict_against_it(tmp_path, caps
         run(tmp_path, "gelu", seed, learned(v + 5))
     run(tmp_path, "relu", 3, learned(11.0))
     md, _ = report(tmp_path / "toy", capsys)
-    assert ("- relu, the baseline, stalled in 1 of 4 runs (trained to the end without learning): every verdict below "
+    assert ("- relu, the baseline, stalled in 1 of 4 runs (ended training at chance level): every verdict below "
             "compares with its 3 runs that learned and is marked `relu 1/4 stalled`.") in md
     assert line(md, "| gelu |").endswith("| better (relu 1/4 stalled) |")
     assert md.index("- relu, the baseline") < md.index("- gelu is better than relu")
@@ -144,7 +145,7 @@ def test_a_stalled_baseline_withholds_every_verdict_with_one_sentence(tmp_path, 
         run(tmp_path, "relu", seed, learned(10.0, loss=2.3))
         run(tmp_path, "gelu", seed, learned(95.0 + seed))
     md, csv = report(tmp_path / "toy", capsys)
-    assert "- relu, the baseline, stalled in 2 of 2 runs (trained to the end without learning): no verdict against " \
+    assert "- relu, the baseline, stalled in 2 of 2 runs (ended training at chance level): no verdict against " \
            "it — fewer than two of its runs learned" in md
     assert line(md, "| relu |").startswith("| relu | 0 | NaN (2/2 stalled) |")
     assert csv.loc["gelu", "verdict"] == "" or pd.isna(csv.loc["gelu", "verdict"])

@@ -21,7 +21,8 @@ from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import execute, plan
 from visionbench.train import run as one_run
 
-TINY = ["recipe=digits_vgg4", "act=relu", "batch_size=64", "data.limit_train=128", "data.limit_val=64"]
+TINY = ["recipe=digits_vgg4", "act=relu", "batch_size=64", "data.limit_train=128", "data.limit_val=64",
+        "trainer.portable=false"]
 DDP = ["trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"]
 
 

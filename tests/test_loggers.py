@@ -19,7 +19,8 @@ from visionbench.sweep.sweep import run_sweep
 
 from .helpers import metric_rows
 
-FAST = ["batch_size=64", "data.limit_train=200", "data.limit_val=100", "snapshot_epochs=[0,-1]", "act=relu"]
+FAST = ["batch_size=64", "data.limit_train=200", "data.limit_val=100", "snapshot_epochs=[0,-1]", "act=relu",
+        "trainer.portable=false"]
 
 
 def installed(name: str) -> bool:

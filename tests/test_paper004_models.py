@@ -178,7 +178,7 @@ def test_run_uses_the_recipes_lsuv_variant_on_64_images(tmp_path, monkeypatch):
     monkeypatch.setattr(one_run.models, "lsuv_init", spy)
     cfg = load_config(["recipe=digits_vgg4", f"results_dir={tmp_path}", "act=relu", "seeds=1", "epochs=1",
                        "batch_size=32", "data.limit_train=128", "data.limit_val=64", "snapshot_epochs=[]",
-                       "model.lsuv=true", "model.lsuv_variant=paper004"])
+                       "model.lsuv=true", "model.lsuv_variant=paper004", "trainer.portable=false"])
     (o,) = run_sweep(cfg, progress=False)
     assert o.status == "completed", o.summary.get("error")
     assert seen == [("paper004", 64)]  # two batches of 32 joined

@@ -149,7 +149,8 @@ def test_the_command_stops_early_and_the_report_says_so(tmp_path, capsys, monkey
         return one_run.RunResult(rows=[{"epoch": 1, "val_top1": top, "test_top1": top, "train_loss": 1.0}], params=10)
 
     monkeypatch.setattr(one_run, "train_run", fake)
-    code = main(["run", "act=relu,sigmoid", "seeds=auto", "seeds_max=5", "epochs=1", f"results_dir={tmp_path}"])
+    code = main(["run", "act=relu,sigmoid", "seeds=auto", "seeds_max=5", "epochs=1", f"results_dir={tmp_path}",
+                 "trainer.portable=false"])  # in process: the patched train_run
     out, err = capsys.readouterr()
     assert code == 0 and "seeds=auto round 1/2 (3 seeds): sigmoid worse" in out, out + err
     _assert_sigmoid_stopped_at_3_seeds(tmp_path / "digits_vgg4")

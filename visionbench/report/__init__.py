@@ -14,6 +14,8 @@ statistic); it imports no torch and trains nothing. Modules:
 * `summary`: one row per (recipe, act): counts, mean ± std, the test against the baseline.
 * `verdict`, `stopping`, `published`, `curves`, `protocol`: what is added to a table — verdicts and
   power, where `seeds=auto` stopped, the papers' numbers, convergence metrics, what the recipe scores.
+* `convergence`: did the runs learn (the stall note), had the comparison converged (tail slopes, Kendall τ of the
+  ranking at half the epochs vs the last, the verdicts' clause while it still moved).
 * `tables` (per recipe), `best_of` (a factor sweep in its paper's layout), `suite` (across
   recipes), `papers` (`visionbench papers`): the tables, all written by `render` (md, csv, tex).
 * `figures`: curves, learned activation shapes, the improvement interval plot, the CD diagram.

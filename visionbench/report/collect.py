@@ -80,7 +80,8 @@ def n_classes(run_dir) -> int | None:
 
 
 def _stall(row: dict) -> str | None:
-    """Why a completed run's row is stalled (stats/convergence.py `stall_reason`), None when it learned or C is unknown."""
+    """Why a completed run's row is stalled (stats/convergence.py `stall_reason`); None when it learned or C is
+    unknown."""
     best = [row[k] for k in HELD_OUT_TOP1 if isinstance(row.get(k), float) and math.isfinite(row[k])]
     return stall_reason(row.get("train_loss_final"), max(best) if best else None, row["n_classes"])
 
@@ -89,8 +90,8 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
     """One run's row, or (None, note) when the run is skipped (missing, unreadable, running).
 
     The summary is read and judged by `results.layout` (`read_summary`, `unscored_reason`): the
-    contract the runner writes by. A completed run that did not learn gets the status `stalled` here, in the
-    report (its summary.json stays `completed`), with the reason in `stalled`."""
+    contract the runner writes by. A completed run that ended training at chance level gets the status `stalled`
+    here, in the report (its summary.json stays `completed`), with the reason in `stalled`."""
     label = "/".join(run_dir.parts[-3:])
     try:
         summary = layout.read_summary(run_dir)
@@ -194,8 +195,8 @@ def load_runs(path: str | Path) -> pd.DataFrame:
         report_metric, report_best_of, val_split, n_classes, stalled, run_dir, recipe_dir, recipe_root` (`setting`:
         the factor setting's folder name, "" outside factor sweeps; `report_*`: the recipe's `report:`
         block as the run recorded it, None for runs written before it existed; `status`: the summary's, but
-        `stalled` for a completed run that did not learn, with the reason in `stalled`; `n_classes`: from its
-        predictions.npz, None when unknown).
+        `stalled` for a completed run that ended training at chance level, with the reason in `stalled`;
+        `n_classes`: from its predictions.npz, None when unknown).
     """
     frame, notes = scan_runs(path)
     frame.attrs["notes"] = notes

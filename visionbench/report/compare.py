@@ -262,7 +262,7 @@ def environment_differences(ra: pd.DataFrame, rb: pd.DataFrame) -> list[str]:
 def _environment_values(runs: pd.DataFrame) -> dict[str, set[str]]:
     """{key: the set of its values, as the report shows them} over the scored runs' environments."""
     out: dict[str, set[str]] = {}
-    for text in runs.loc[runs["status"].isin(environment.SCORED), "environment"].dropna():
+    for text in runs.loc[runs["status"].isin(environment.TRAINED), "environment"].dropna():
         for key, value in environment.leaves(json.loads(text)).items():
             if key not in environment.IGNORED:
                 out.setdefault(key, set()).add(environment.shown(value))
@@ -283,7 +283,8 @@ def compare_act(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, margin: float |
         notes += [f"{label}: {n}" for n in arm_notes]
     images, image_note = _paired_images(arms["A"], arms["B"])
     notes += [image_note] if image_note else []
-    va, vb = scored_values(ga, metric), scored_values(gb, metric)
+    # a stalled run is a result here: a rerun that learns nothing did not reproduce a run that learned
+    va, vb = (scored_values(g, metric, ("completed", "stalled")) for g in (ga, gb))
     why = ""
     if margin is None:
         margin, why = _default_margin(metric, pd.concat([va, vb]), images["n_images"], ga["val_split"].iloc[0])

@@ -36,7 +36,7 @@ def stall_notes(runs: pd.DataFrame) -> list[str]:
     out = []
     stalled = runs[runs["status"] == STALLED]
     if len(stalled):
-        out.append("stalled (trained to the end without learning; not scored, counted like a divergence): "
+        out.append("stalled (ended training at chance level; not scored, counted like a divergence): "
                    + "; ".join(f"{r['act']} seed {r['seed']}: {r['stalled']}" for _, r in stalled.iterrows()))
     unknown = int(((runs["status"] == COMPLETED) & runs["n_classes"].isna()).sum())
     if unknown:
@@ -97,13 +97,13 @@ def _ranking(curves: dict[str, list[pd.Series]], epochs: list[float]) -> tuple[f
     return conv.ranking_tau([p[0] for p in pairs], [p[1] for p in pairs]), mid, last
 
 
-def _line(acts, column, curves, slopes, missing: int, higher: bool, tau, mid, last, digits: int) -> str:
+def _line(acts, column, epochs, curves, slopes, missing: int, higher: bool, tau, mid, last, digits: int) -> str:
     """The convergence line of one table (module docstring), the activations in the table's order `acts`."""
-    epochs = sorted({e for runs in curves.values() for c in runs for e in c.index})
     left_out = f" ({missing} completed run{'s' if missing > 1 else ''} without metrics.csv left out)" if missing else ""
     head = f"Convergence of {column}{left_out}: "
     if len(epochs) < conv.MIN_POINTS:
-        text = head + f"{len(epochs)} epoch{'s' if len(epochs) > 1 else ''}, too few for a slope (needs {conv.MIN_POINTS})"
+        plural = "s" if len(epochs) > 1 else ""
+        text = head + f"{len(epochs)} epoch{plural}, too few for a slope (needs {conv.MIN_POINTS})"
     else:
         text = head + (f"slope per epoch over the last {conv.tail_window(len(epochs))} of {len(epochs)} epochs, mean "
                        f"[95 % t interval] over seeds: "
@@ -126,7 +126,7 @@ def attach(summary: pd.DataFrame, runs: pd.DataFrame, metric: str, digits: int =
     column, curves, missing = _curves(runs, metric)
     if not curves:
         done = int((runs["status"] == COMPLETED).sum())
-        return out, notes + ([f"Convergence: no curves ({'no metrics.csv' if done else 'no completed run'})."])
+        return out, notes + [f"Convergence: no curves ({'no metrics.csv' if done else 'no completed run'})."]
     higher = higher_is_better(column)
     slopes = _slopes(curves, higher)
     epochs = sorted({e for c in curves.values() for curve in c for e in curve.index})
@@ -136,7 +136,9 @@ def attach(summary: pd.DataFrame, runs: pd.DataFrame, metric: str, digits: int =
         out[col] = [n[k] for n in numbers]
     out["kendall_tau"] = tau
     if math.isfinite(tau) and tau < 1 and "verdict" in out:
-        clause = f"; the ranking was still moving (Kendall τ = {number(tau, 2)} between epoch {_epoch(mid)} and {_epoch(last)})."
+        clause = (f"; the ranking was still moving (Kendall τ = {number(tau, 2)} between epoch {_epoch(mid)} and "
+                  f"{_epoch(last)}).")
         moving = out["verdict"].astype(str).ne("") & out["verdict_text"].astype(str).str.endswith(".")
         out.loc[moving, "verdict_text"] = out.loc[moving, "verdict_text"].str[:-1] + clause
-    return out, notes + [_line(list(out["act"]), column, curves, slopes, missing, higher, tau, mid, last, digits)]
+    return out, notes + [_line(list(out["act"]), column, epochs, curves, slopes, missing, higher, tau, mid, last,
+                               digits)]

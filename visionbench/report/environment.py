@@ -19,7 +19,7 @@ from collections import Counter
 
 import pandas as pd
 
-SCORED = ("completed", "stalled", "diverged")  # runs that trained (a stall ran to its end)
+TRAINED = ("completed", "stalled", "diverged")  # runs that trained (a stall ran to its end)
 # not compared: code changes are the config hash's business (a changed recipe) or the user's (a fix); the
 # '+dirty' flag is part of the commit
 IGNORED = ("git_commit", "visionbench")
@@ -44,7 +44,7 @@ def _recorded(runs: pd.DataFrame) -> list[tuple[tuple[str, int], dict]]:
     """((act, seed), environment) of the scored runs that record one, in the frame's order."""
     if "environment" not in runs:
         return []
-    scored = runs[runs["status"].isin(SCORED) & runs["environment"].notna()]
+    scored = runs[runs["status"].isin(TRAINED) & runs["environment"].notna()]
     return [((str(r["act"]), int(r["seed"])), json.loads(r["environment"])) for _, r in scored.iterrows()]
 
 

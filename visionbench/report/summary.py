@@ -61,9 +61,10 @@ def summarize(runs: pd.DataFrame, metric: str, baseline: str | None = None, test
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def scored_values(group: pd.DataFrame, metric: str) -> pd.Series:
-    """The completed runs' finite values of `metric`, indexed by seed: what a group's statistics are made of."""
-    ok = group[(group["status"] == "completed") & group[metric].notna()]
+def scored_values(group: pd.DataFrame, metric: str, statuses: tuple[str, ...] = ("completed",)) -> pd.Series:
+    """The finite values of `metric` of the runs with one of `statuses` (the completed ones), indexed by seed: what a
+    group's statistics are made of."""
+    ok = group[group["status"].isin(statuses) & group[metric].notna()]
     return pd.Series(ok[metric].to_numpy(float), index=ok["seed"].to_numpy(), dtype=float)
 
 

@@ -93,7 +93,8 @@ def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple
     if extras:
         headers += ["p (Holm)", "Cohen's d", "95% CI of Δ"]
     show_stalled = has_stalled(summary)
-    headers += ["diverged"] + (["stalled"] if show_stalled else []) + ["failed", "train time (s)", "img/s", "act params"]
+    headers += ["diverged"] + (["stalled"] if show_stalled else [])
+    headers += ["failed", "train time (s)", "img/s", "act params"]
     show_verdict = "verdict" in summary
     if "stopped" in summary:  # seeds=auto (report/stopping.py)
         headers.append("stopped (seeds=auto)")

@@ -193,7 +193,7 @@ def _baseline_text(row) -> str:
     stalled, ran = int(row["n_stalled"]), int(row["n_runs"] - row["n_failed"])
     if not stalled:
         return ""
-    said = f"{row['act']}, the baseline, stalled in {stalled} of {ran} runs (trained to the end without learning)"
+    said = f"{row['act']}, the baseline, stalled in {stalled} of {ran} runs (ended training at chance level)"
     if row["n"] < 2:
         return (f"{said}: no verdict against it — fewer than two of its runs learned, so there is nothing to test "
                 "against; rerun it with a setting under which it learns, or pass --baseline ACT.")

@@ -34,8 +34,8 @@ SCHEMA = 1  # summary.json's "schema"; bump it when a field changes meaning
 COMPLETED, DIVERGED, FAILED, RUNNING, INTERRUPTED = "completed", "diverged", "failed", "running", "interrupted"
 STATUSES = (COMPLETED, DIVERGED, FAILED, RUNNING, INTERRUPTED)
 SCORED = (COMPLETED, DIVERGED, FAILED)  # what a report counts; running/interrupted runs are still to finish
-# never written: the report's name for a completed run that did not learn (report/collect.py, stats/convergence.py);
-# its summary stays `completed` and the sweep treats it as finished
+# never written: the report's name for a completed run that ended training at chance level (report/collect.py,
+# stats/convergence.py); its summary stays `completed` and the sweep treats it as finished
 STALLED = "stalled"
 CONFIG_KEYS = ("recipe", "act", "seed")  # in every run's config.yaml
 

@@ -7,12 +7,13 @@ line (docs/report.md, "Did it learn, has it converged"). Plain numbers in, numbe
     >>> convergence.mean_interval([0.12, 0.31, 0.05])                             # (mean, low, high), t over seeds
     >>> convergence.ranking_tau([97.1, 96.8, 95.0], [98.7, 98.5, 97.3])           # Kendall τ of two rankings
 
-**Stalled.** A run that trained to its last epoch without learning: its final training loss is still at
-least `LOSS_FRACTION` · ln C (the cross-entropy of a uniform guess over C classes is ln C; a network that knows
+**Stalled.** A run that trained to its last epoch and ended it at chance level: its final training loss is still
+at least `LOSS_FRACTION` · ln C (the cross-entropy of a uniform guess over C classes is ln C; a network that knows
 nothing averages p(true) = 1/C and, by Jensen, a loss of at least ln C), or the best top-1 it reached on held-out
 data is within `stalled_top1(C)` of chance 100/C: 1.5 × chance, at most 5 points above it (for C = 10: 15 %; C = 2:
 55 %; C = 1000: 0.15 %). The multiplicative part speaks for many classes, the 5-point cap for few (1.5 × 50 % =
-75 % would call a binary classifier that learned a stall).
+75 % would call a binary classifier that learned a stall). The loss rule also catches a run that learned and then
+collapsed back to chance before its last epoch (a best-epoch metric would still score its lucky peak).
 
 **Converged.** `tail_slope` fits a least-squares line to the last `TAIL` (25 %) of a run's epochs, at least
 `MIN_POINTS` (3), and gives its slope in the metric's units per epoch; `mean_interval` is the mean of those
@@ -67,7 +68,8 @@ def stall_reason(train_loss, best_top1, n_classes) -> str | None:
     if not isinstance(n_classes, int) or n_classes < 2:
         return None
     if _finite(train_loss) and train_loss >= stalled_loss(n_classes):
-        return f"final training loss {train_loss:.3f} ≥ {LOSS_FRACTION:g}·ln {n_classes} = {stalled_loss(n_classes):.3f}"
+        return (f"final training loss {train_loss:.3f} ≥ {LOSS_FRACTION:g}·ln {n_classes} = "
+                f"{stalled_loss(n_classes):.3f}")
     if _finite(best_top1) and best_top1 <= stalled_top1(n_classes):
         return (f"best held-out top-1 {best_top1:.2f} % ≤ {stalled_top1(n_classes):.2f} % "
                 f"(chance {chance_top1(n_classes):.2f} %)")
