@@ -225,7 +225,9 @@ def test_ctrl_c_during_the_start_up_imports_is_one_line_and_exit_130(tmp_path):
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(SIGINT_AT_IMPORT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "visionbench.cli", "run", f"results_dir={tmp_path / 'r'}"],
+    # trainer.portable=false: the imports of this process are the subject (a portable run imports torch in its worker)
+    done = subprocess.run([sys.executable, "-m", "visionbench.cli", "run", f"results_dir={tmp_path / 'r'}",
+                           "trainer.portable=false"],
                           capture_output=True, text=True, env=env, cwd=ROOT)
     assert done.returncode == 130, done.stderr
     assert done.stderr.strip() == "visionbench run: interrupted by Ctrl-C; rerun the same command", done.stderr
