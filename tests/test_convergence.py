@@ -24,8 +24,9 @@ from .helpers import FAST, copy_tree, write_run
 STALLS = ("act=relu,gelu", "seeds=2", "optim.lr=1e-9")  # issue 31's check: nothing moves in 2 epochs
 
 
-def learned(value: float, loss: float = 0.3) -> dict:
-    return {"val_top1_best": value, "val_top1_final": value, "train_loss_final": loss, "best_epoch": 3}
+def learned(value: float, loss: float = 0.3, final: float | None = None) -> dict:
+    return {"val_top1_best": value, "val_top1_final": value if final is None else final, "train_loss_final": loss,
+            "best_epoch": 3}
 
 
 def run(root, act: str, seed: int, metrics: dict, n_classes: int | None = 10, curve=None) -> None:
@@ -89,11 +90,13 @@ def test_tail_slope_interval_and_tau_against_scipy():
 
 def test_a_stalled_run_is_reclassified_in_the_report_and_its_summary_is_left_alone(tmp_path):
     run(tmp_path, "relu", 0, learned(95.0))
-    run(tmp_path, "relu", 1, learned(95.0, loss=2.2))  # loss still at chance
+    run(tmp_path, "relu", 1, learned(95.0, loss=2.2, final=11.0))  # learned, then collapsed back to chance
+    run(tmp_path, "relu", 4, learned(40.0, loss=2.2))  # a short run: its accuracy left chance, its loss not yet
+    run(tmp_path, "relu", 5, learned(80.0, loss=2.4))  # a loss worse than a uniform guess (ln 10 = 2.303): stalled
     run(tmp_path, "relu", 2, learned(12.0))  # best held-out top-1 at chance
     run(tmp_path, "relu", 3, learned(12.0), n_classes=None)  # C unknown: not judged
     runs = load_runs(tmp_path / "toy").set_index("seed")
-    assert list(runs["status"]) == ["completed", "stalled", "stalled", "completed"]
+    assert list(runs["status"]) == ["completed", "stalled", "stalled", "completed", "completed", "stalled"]
     assert "final training loss 2.200 ≥ 0.9·ln 10 = 2.072" == runs.loc[1, "stalled"]
     assert runs.loc[2, "stalled"].startswith("best held-out top-1 12.00 %")
     assert runs.loc[0, "n_classes"] == 10 and pd.isna(runs.loc[3, "n_classes"])

@@ -39,11 +39,12 @@ def _epochs(run_dir: Path) -> list[int]:
 def test_ddp_on_cpu_writes_and_prints_once_and_ranks_agree_on_skips(tmp_path, fake_training):
     """seed 0 completed before (a stand-in run); the DDP sweep of seeds 0-1 must skip it in both
     ranks and train seed 1 in both: a rank training seed 0 alone would hang or fail the job."""
-    (run, out), = plan(load_config([*TINY, "seeds=1", "epochs=2", *DDP, f"results_dir={tmp_path}"]))
+    learns = ["seeds=1", "epochs=2", "optim.lr=0.002"]  # runs that learn: a stalled run has no per-example section
+    (run, out), = plan(load_config([*TINY, *learns, *DDP, f"results_dir={tmp_path}"]))
     assert execute(run, out, progress=False).status == "completed"
     done_before = (tmp_path / "digits_vgg4/relu/seed_0/summary.json").read_text()
     env = {k: v for k, v in os.environ.items() if k not in ranks.RANK_ENV + ("NODE_RANK", "WORLD_SIZE")}
-    cmd = [sys.executable, "-m", "visionbench.cli", "run", *TINY, "seeds=2", "epochs=2", *DDP,
+    cmd = [sys.executable, "-m", "visionbench.cli", "run", *TINY, "seeds=2", "epochs=2", "optim.lr=0.002", *DDP,
            f"results_dir={tmp_path}"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     log = done.stdout + done.stderr

@@ -82,8 +82,12 @@ def n_classes(run_dir) -> int | None:
 def _stall(row: dict) -> str | None:
     """Why a completed run's row is stalled (stats/convergence.py `stall_reason`); None when it learned or C is
     unknown."""
-    best = [row[k] for k in HELD_OUT_TOP1 if isinstance(row.get(k), float) and math.isfinite(row[k])]
-    return stall_reason(row.get("train_loss_final"), max(best) if best else None, row["n_classes"])
+    def top(keys):
+        found = [row[k] for k in keys if isinstance(row.get(k), float) and math.isfinite(row[k])]
+        return max(found) if found else None
+
+    return stall_reason(row.get("train_loss_final"), top(HELD_OUT_TOP1), row["n_classes"],
+                        final_top1=top([k.replace("_best", "_final") for k in HELD_OUT_TOP1]))
 
 
 def run_row(run_dir: Path) -> tuple[dict | None, str | None]:

@@ -9,7 +9,9 @@ line (docs/report.md, "Did it learn, has it converged"). Plain numbers in, numbe
 
 **Stalled.** A run that trained to its last epoch and ended it at chance level: its final training loss is still
 at least `LOSS_FRACTION` · ln C (the cross-entropy of a uniform guess over C classes is ln C; a network that knows
-nothing averages p(true) = 1/C and, by Jensen, a loss of at least ln C), or the best top-1 it reached on held-out
+nothing averages p(true) = 1/C and, by Jensen, a loss of at least ln C) while its last held-out top-1 is at
+chance too (where the run records one: a short run can leave chance in accuracy before its loss comes down; a
+loss ≥ ln C, worse than a uniform guess, counts alone), or the best top-1 it reached on held-out
 data is within `stalled_top1(C)` of chance 100/C: 1.5 × chance, at most 5 points above it (for C = 10: 15 %; C = 2:
 55 %; C = 1000: 0.15 %). The multiplicative part speaks for many classes, the 5-point cap for few (1.5 × 50 % =
 75 % would call a binary classifier that learned a stall). The loss rule also catches a run that learned and then
@@ -57,17 +59,22 @@ def _finite(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def stall_reason(train_loss, best_top1, n_classes) -> str | None:
+def stall_reason(train_loss, best_top1, n_classes, final_top1=None) -> str | None:
     """Why a finished run is stalled (module docstring), None when it is not or C is unknown (None, < 2).
 
     Args:
         train_loss: the run's final training loss (NaN/None: not judged on it).
         best_top1: the best top-1 (%) it reached on held-out data (NaN/None: not judged on it).
         n_classes: C, the number of classes.
+        final_top1: its held-out top-1 (%) at the last epoch: a loss between 0.9·ln C and ln C counts only with it
+            at chance too (NaN/None: the loss alone), so a short run whose accuracy left chance but whose loss has
+            not come down yet is no stall; a loss ≥ ln C (worse than a uniform guess) counts whatever it is.
     """
     if not isinstance(n_classes, int) or n_classes < 2:
         return None
-    if _finite(train_loss) and train_loss >= stalled_loss(n_classes):
+    final_at_chance = not _finite(final_top1) or final_top1 <= stalled_top1(n_classes)
+    worse_than_a_guess = _finite(train_loss) and train_loss >= math.log(n_classes)
+    if _finite(train_loss) and train_loss >= stalled_loss(n_classes) and (final_at_chance or worse_than_a_guess):
         return (f"final training loss {train_loss:.3f} ≥ {LOSS_FRACTION:g}·ln {n_classes} = "
                 f"{stalled_loss(n_classes):.3f}")
     if _finite(best_top1) and best_top1 <= stalled_top1(n_classes):
