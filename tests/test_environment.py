@@ -16,7 +16,8 @@ from visionbench import data
 from visionbench.data import digest
 from visionbench.report import main as report_main
 from visionbench.results import layout
-from visionbench.train.environment import ENV_VARS, PACKAGES, environment
+from visionbench.results.provenance import PACKAGES
+from visionbench.train.environment import ENV_VARS, environment
 
 from .fixtures import write_tiny_imagenet
 from .fixtures_fashion_mnist import write_fmnist

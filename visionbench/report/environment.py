@@ -19,11 +19,13 @@ from collections import Counter
 
 import pandas as pd
 
+from ..results import provenance
+
 TRAINED = ("completed", "stalled", "diverged")  # runs that trained (a stall ran to its end)
 # not compared: code changes are the config hash's business (a changed recipe) or the user's (a fix); the
 # '+dirty' flag is part of the commit
 IGNORED = ("git_commit", "visionbench")
-PACKAGES = ("torch", "torchvision", "timm", "lightning", "torchmetrics", "numpy", "scipy", "scikit-learn")
+PACKAGES = tuple(p for p in provenance.PACKAGES if p != "visionbench")  # the footer names visionbench with its commit
 
 
 def leaves(env: dict) -> dict:

@@ -13,9 +13,9 @@ import copy
 import hashlib
 import json
 
-# keys that do not change what a run computes (trainer.portable: only its last bits): a resumed run may differ in these ("act_label" and "setting"
-# only name what act_options and the factor keys already hold; "baseline", "estimate" and "threads" are keys
-# of older versions)
+# keys that do not change what a run computes (trainer.portable: only its last bits): a resumed run may differ in
+# these ("act_label" and "setting" only name what act_options and the factor keys already hold; "baseline",
+# "estimate" and "threads" are keys of older versions)
 NOT_FINGERPRINTED = ("seeds", "seeds_max", "seeds_margin", "parallel", "results_dir", "baseline", "report", "act_label",
                      "setting", "factors", "estimate",
                      "threads", "data.root", "data.num_workers", "data.download", "snapshot_epochs",

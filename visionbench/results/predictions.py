@@ -122,15 +122,18 @@ def read_evidence(path: Path) -> tuple[dict[str, dict], dict | None] | None:
         out[v]["epoch"] = int(epoch)
     if not out:
         raise RunStateError(f"{damaged}: no predictions (no {' or '.join(f'{v}_pred' for v in VARIANTS)})")
-    meta = None
-    if META in data:
-        try:
-            meta = json.loads(str(data[META]))
-        except ValueError:
-            meta = None
-        if not isinstance(meta, dict):
-            raise RunStateError(f"{damaged}: its {META} entry is no JSON mapping")
-    return out, meta
+    return out, _meta(path, str(data[META])) if META in data else None
+
+
+def _meta(path: Path, text: str) -> dict:
+    """The `meta` entry's text as its mapping; RunStateError (naming the file) when it is no JSON mapping."""
+    try:
+        meta = json.loads(text)
+    except ValueError:
+        meta = None
+    if not isinstance(meta, dict):
+        raise RunStateError(f"{path} is damaged: its {META} entry is no JSON mapping")
+    return meta
 
 
 def read_predictions(path: Path) -> dict[str, dict] | None:
@@ -158,12 +161,4 @@ def read_meta(path: Path) -> dict | None:
             text = str(z[META]) if META in z.files else None
     except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError, AttributeError, TypeError) as e:
         raise RunStateError(f"{path} is not a readable predictions file ({type(e).__name__})") from None
-    if text is None:
-        return None
-    try:
-        meta = json.loads(text)
-    except ValueError:
-        meta = None
-    if not isinstance(meta, dict):
-        raise RunStateError(f"{path} is damaged: its {META} entry is no JSON mapping")
-    return meta
+    return None if text is None else _meta(path, text)

@@ -23,16 +23,27 @@ def run_dir(results_dir: str | Path, recipe: str, act: str, seed: int, setting: 
     return run_path(results_dir, recipe, act, seed, setting_label(setting) if setting else None)
 
 
-def versions() -> dict[str, str]:
-    """Python's and the installed packages' versions (summary.json `versions`; a missing package is left out)."""
-    out = {"python": platform.python_version()}
-    for pkg in ("visionbench", "torch", "torchvision", "timm", "lightning", "torchmetrics", "numpy", "scipy",
-                "scikit-learn"):
+# the packages whose versions decide a run's numbers (summary.json `versions` and `environment.packages`)
+PACKAGES = ("torch", "torchvision", "timm", "lightning", "torchmetrics", "numpy", "scipy", "scikit-learn",
+            "visionbench")
+
+
+def package_versions() -> dict[str, str | None]:
+    """Each of `PACKAGES` with its installed version (None: not installed)."""
+    out: dict[str, str | None] = {}
+    for pkg in PACKAGES:
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
-            pass
+            out[pkg] = None
     return out
+
+
+def versions(packages: dict[str, str | None] | None = None) -> dict[str, str]:
+    """Python's and the installed packages' versions (summary.json `versions`; a missing package is left out);
+    from `packages` (`package_versions()`) when given."""
+    found = package_versions() if packages is None else packages
+    return {"python": platform.python_version(), **{p: v for p, v in found.items() if v is not None}}
 
 
 def git_commit() -> str | None:

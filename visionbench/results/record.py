@@ -34,14 +34,13 @@ from typing import Iterator
 import numpy as np
 
 from . import layout
-from .io import RunStateError, atomic_write_text
+from .io import RunStateError, atomic_path, atomic_write_text
 from .predictions import read_evidence, write_predictions
 
 FORMAT = "visionbench-record"
 VERSION = 1
 RECORD = "record.json"
 PREDICTIONS = "predictions.npz"
-TREE_FILES = (layout.SEQUENTIAL,)  # recipe-level files a report reads, kept at their place in the tree
 
 
 class RecordError(ValueError):
@@ -113,8 +112,8 @@ def changes(base: dict, d: dict) -> dict:
     """`d` as `{"set": [[path, value], ...], "drop": [path, ...]}` against `base` (paths: key lists; sorted, so
     that key order, which JSON and YAML keep, never changes a record)."""
     fb, fd = _flat(base), _flat(d)
-    return {"set": sorted([list(k), v] for k, v in fd.items() if k not in fb or fb[k] != v or type(fb[k]) is not type(v)),
-            "drop": sorted(list(k) for k in fb if k not in fd)}
+    changed = (k for k, v in fd.items() if k not in fb or fb[k] != v or type(fb[k]) is not type(v))
+    return {"set": sorted([list(k), fd[k]] for k in changed), "drop": sorted(list(k) for k in fb if k not in fd)}
 
 
 def apply(base: dict, delta: dict) -> dict:
@@ -145,8 +144,8 @@ def write(out: str | Path, root_name: str, runs: list[dict], tree_files: dict[st
     out.mkdir(parents=True, exist_ok=True)
     arrays, targets, bases, entries = {}, [], [], []
     for i, run in enumerate(runs):
-        entry = {"path": run["path"], "metrics_csv": run.get("metrics_csv"),
-                 "snapshots": [_pack_snapshot(f"r{i}_s{j}", s, arrays) for j, s in enumerate(run.get("snapshots") or [])]}
+        snapshots = [_pack_snapshot(f"r{i}_s{j}", s, arrays) for j, s in enumerate(run.get("snapshots") or [])]
+        entry = {"path": run["path"], "metrics_csv": run.get("metrics_csv"), "snapshots": snapshots}
         for field in ("summary", "config"):
             entry[field] = None if run.get(field) is None else _as_changes(run[field], bases)
         if run.get("predictions") is not None:
@@ -158,9 +157,8 @@ def write(out: str | Path, root_name: str, runs: list[dict], tree_files: dict[st
     record = {"format": FORMAT, "version": VERSION, "root": root_name, "files": tree_files, "bases": bases,
               "runs": entries, "sha256": {PREDICTIONS: hashlib.sha256(blob).hexdigest()}}
     predictions = out / PREDICTIONS
-    with open(predictions.with_suffix(".tmp"), "wb") as f:
-        f.write(blob)
-    predictions.with_suffix(".tmp").replace(predictions)
+    with atomic_path(predictions) as tmp:
+        tmp.write_bytes(blob)
     atomic_write_text(out / RECORD, _dumps(record))
     return [out / RECORD, predictions]
 
@@ -251,8 +249,8 @@ def read(path: str | Path) -> tuple[dict, dict[str, np.ndarray]]:
         raise RecordError(f"{where} is not a complete JSON file (truncated? {str(e).splitlines()[0][:80]}); "
                           "export the record again") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
-        raise RecordError(f"{where} is not a visionbench record (format {record.get('format') if isinstance(record, dict) else None!r}, "
-                          f"expected {FORMAT!r})")
+        found = record.get("format") if isinstance(record, dict) else None
+        raise RecordError(f"{where} is not a visionbench record (format {found!r}, expected {FORMAT!r})")
     if record.get("version") != VERSION:
         raise RecordError(f"{where} is a record of format version {record.get('version')!r}; this visionbench reads "
                           f"version {VERSION}: use the visionbench that wrote it, or export the runs again")
@@ -279,10 +277,9 @@ def materialize(path: str | Path, into: str | Path) -> Path:
     record, arrays = read(path)
     bases = record["bases"]
     root = Path(into) / record["root"]
-    for rel, content in (record.get("files") or {}).items():
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(content, indent=2) + "\n")
+    for rel, content in (record.get("files") or {}).items():  # the recipe-level sequential.json files
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        layout.write_sequential((root / rel).parent, content)
     for i, run in enumerate(record["runs"]):
         run_dir = root / run["path"]
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -43,7 +43,7 @@ def variables() -> dict[str, str]:
 
 
 def wanted(jobs) -> bool:
-    """Whether the sweep's runs ask for it (`trainer.portable` of the first run: a sweep-level key)."""
+    """Whether the sweep's runs ask for it (`trainer.portable` of any run: a sweep-level key, all runs alike)."""
     return any(bool((run.get("trainer") or {}).get("portable")) for run, _ in jobs)
 
 

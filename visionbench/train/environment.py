@@ -14,25 +14,14 @@ from __future__ import annotations
 
 import os
 import platform
-from importlib import metadata
 
 import torch
 
-from ..results.provenance import git_commit
-
-PACKAGES = ("torch", "torchvision", "timm", "lightning", "torchmetrics", "numpy", "scipy", "scikit-learn",
-            "visionbench")
+from ..results.provenance import git_commit, package_versions
 # set before torch is imported, they choose the CPU kernels (ATen, oneDNN), the BLAS code path, the threads and
 # cuBLAS's deterministic workspace
 ENV_VARS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
             "CUBLAS_WORKSPACE_CONFIG")
-
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def cpu_model() -> str:
@@ -73,7 +62,7 @@ def environment() -> dict:
     edits), device, torch threads, determinism switches and the environment variables of `ENV_VARS` (None: unset)."""
     return {
         "python": platform.python_version(),
-        "packages": {p: _version(p) for p in PACKAGES},
+        "packages": package_versions(),
         "git_commit": git_commit(),
         "device": device(),
         **switches(),
