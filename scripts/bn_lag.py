@@ -1,7 +1,7 @@
 """How much of a run's test accuracy is lost to BatchNorm running statistics that lag the weights.
 
-    python scripts/bn_lag.py results/fashion_mnist_zoo/fashion_mnist_slaf   # every completed run below
-    python scripts/bn_lag.py results/fashion_mnist_zoo/fashion_mnist_slaf/*/seed_0   # these runs
+    python scripts/bn_lag.py runs/fashion_mnist_zoo/fashion_mnist_slaf   # every completed run below (a run tree:
+    python scripts/bn_lag.py runs/fashion_mnist_zoo/fashion_mnist_slaf/*/seed_0   # a record has no checkpoints)
 
 For each completed run with a checkpoint, scores the test split (val when there is none) with the weights of
 `checkpoints/best.ckpt` (the epoch the report's `*_at_best_val` metrics read) twice: in eval mode, as

@@ -36,7 +36,8 @@ def run(root, act: str, seed: int, metrics: dict, n_classes: int | None = 10, cu
     if n_classes is not None:
         arrays = {"pred": np.zeros(4, int), "target": np.zeros(4, int), "p_true": np.ones(4), "confidence": np.ones(4),
                   "epoch": 3}
-        write_predictions(layout.files(path).predictions, {"raw": arrays}, meta={"n_classes": n_classes})
+        meta = {"n_classes": n_classes, "recipe": "toy", "act": act, "setting": {}, "seed": seed}  # the run's own
+        write_predictions(layout.files(path).predictions, {"raw": arrays}, meta=meta)
     if curve is not None:
         write_csv_rows(layout.files(path).metrics, [{"epoch": e + 1, "train_loss": 0.5, "val_top1": f"{v:.4f}"}
                                                     for e, v in enumerate(curve)])
@@ -153,6 +154,9 @@ def test_a_stalled_baseline_withholds_every_verdict_with_one_sentence(tmp_path, 
     assert line(md, "| relu |").startswith("| relu | 0 | NaN (2/2 stalled) |")
     assert csv.loc["gelu", "verdict"] == "" or pd.isna(csv.loc["gelu", "verdict"])
     assert "baseline n<2" in line(md, "| gelu |")
+    notes = (tmp_path / "toy" / "per_example.md").read_text()
+    assert "- the baseline relu has no completed run (each diverged, stalled or failed): no per-example comparisons" \
+        in notes
 
 
 # ---- the report: convergence -------------------------------------------------------------------------------------
@@ -205,6 +209,7 @@ def test_a_run_at_lr_1e_9_is_stalled_and_never_better(trained_tree, tmp_path, ca
     assert csv.loc["gelu", "verdict"] not in ("better", "equivalent") and csv.loc["gelu", "n_stalled"] == 2
     assert line(md, "| gelu |").startswith("| gelu | 0 | NaN (2/2 stalled) |")
     assert "- relu, the baseline, stalled in 2 of 2 runs" in md and "gelu stalled in 2 of 2 runs" in md
+    assert ("- no completed run (each diverged, stalled or failed): the per-example columns (") in md  # not "no file"
     # the sweep's resume is untouched: a stalled run is finished
     outcomes = run_sweep(load_config([f"results_dir={root}", *FAST, *STALLS]), progress=False)
     assert [o.status for o in outcomes] == ["skipped"] * 4

@@ -7,6 +7,7 @@ table, and one sentence, never a number, for a design that cannot give a varianc
 `pytest -s tests/test_noise.py` prints the measured figures (docs/report.md, "Where the noise comes from")."""
 from __future__ import annotations
 
+import json
 import re
 import zlib
 
@@ -104,6 +105,19 @@ def test_the_test_set_part_is_subtracted_per_arm_under_chaotic_training(n):
     report_rates("chaotic training, test-set part subtracted", n,
                  {**{f"{k} coverage": f"{v:.1f} %" for k, v in coverage.items()}, "sum inside": f"{inside:.1f} %",
                   "difference holds 0": f"{consistent:.1f} %", "excess without predictions": f"{excess:.2f}"})
+
+
+def test_an_arm_left_out_does_not_stop_the_subtraction_from_the_others():
+    # a recipe without augmentation runs noise=init,order: the aug arm has no runs and needs no test-set part
+    rng = np.random.default_rng(3)
+    values, tau = chaotic_design(rng, 5, np.clip(rng.beta(4, 1, 2000), 0.03, 0.97))
+    values.pop("aug"), tau.pop("aug")
+    parts = nz.decompose(values, tau)
+    assert parts["init"]["var"] == pytest.approx(parts["init"]["arm_var"] - tau["init"]["var"])
+    assert parts[nz.TEST]["var"] == tau[nz.ALL]["var"] and np.isnan(parts["aug"]["var"])
+    assert not parts["sum"]["complete"]  # the sum is still not checked without the aug arm
+    tau.pop("order")  # an arm with runs but no test-set part: nothing is subtracted anywhere
+    assert np.isnan(nz.decompose(values, tau)[nz.TEST]["var"])
 
 
 @pytest.mark.parametrize("n", [5, 10])
@@ -243,6 +257,23 @@ def test_missing_arms_and_single_seeds_are_named_and_the_sum_is_not_checked(tmp_
     assert "gelu: noise=init (1): fewer than 2 completed seeds, no variance without 2 seeds; left blank" in notes
     assert "the sum is not checked (an arm has fewer than 2 seeds or no runs)" in plain_lines(text)[0]
     assert "| relu | order | 0 |  |  |  |  |  |  |" in text and "| gelu | init | 1 |  |  |  |  |  |  |" in text
+
+
+def test_an_arm_whose_seeds_all_give_the_same_value_is_named_as_drawing_nothing(tmp_path, monkeypatch):
+    # a recipe without augmentation or dropout: the aug arm's runs are the same training, bit for bit
+    monkeypatch.setitem(SD, "relu", {**SD["relu"], "aug": 0.0})
+    recipe = write_design(tmp_path, seeds=3, predictions=False)
+    for k in (1, 2):  # chaotic draws aside, the same run gives the same value
+        path = recipe / "noise=aug" / "relu" / f"seed_{k}" / "summary.json"
+        summary = json.loads(path.read_text())
+        summary["metrics"] = json.loads((path.parent.parent / "seed_0" / "summary.json").read_text())["metrics"]
+        path.write_text(json.dumps(summary))
+    assert main([str(recipe), "--format", "md,csv"]) == 0
+    assert ("relu: noise=aug: every seed gave the same value, so nothing in these runs drew from that seed (e.g. aug "
+            "in a recipe without augmentation, dropout or Mixup): its component is 0 by construction, not measured"
+            ) in notes_of(recipe / "noise.md")
+    assert not any(n.startswith("gelu: noise=") for n in notes_of(recipe / "noise.md"))
+    assert pd.read_csv(recipe / "noise.csv").set_index(["act", "part"]).loc[("relu", "aug"), "var"] == 0
 
 
 def test_a_design_without_the_all_vary_arm_gives_no_section(tmp_path, capsys):

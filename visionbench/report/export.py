@@ -5,9 +5,9 @@
 
 Every scored run (completed, diverged, failed) goes in: its summary (environment, every metric), its
 config, its per-epoch curves and its per-example predictions; the activation snapshots only of the runs
-the report draws (one per activation: `collect.snapshot_runs`). Runs still running or interrupted are left out, with a note. Reporting a record writes the report's
-files into the folder that holds the record, at the places they have in the tree: a committed record and
-its tables sit together (docs/reproducing.md).
+the report draws (one per activation: `collect.snapshot_runs`). Runs still running or interrupted are left
+out, with a note. Reporting a record writes the report's files into the folder that holds the record, at the
+places they have in the tree: a committed record and its tables sit together (docs/reproducing.md).
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..results import layout, record
 from .collect import scan_runs, snapshot_runs
+
 
 def export(runs_dir: str | Path, out: str | Path) -> tuple[list[Path], list[str]]:
     """Write the record of the tree `runs_dir` into `out`; (files written, notes on runs left out).

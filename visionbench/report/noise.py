@@ -122,6 +122,11 @@ def _arm_notes(arms: dict, values: dict) -> list[str]:
         if few:
             out.append(f"{act}: {', '.join(few)}: fewer than 2 completed seeds, no variance without 2 seeds; "
                        "left blank")
+        same = [f"{KEY}={arm}" for arm in nz.SOURCES if len(by_arm.get(arm, ())) > 1 and len(set(by_arm[arm])) == 1]
+        if same:
+            out.append(f"{act}: {', '.join(same)}: every seed gave the same value, so nothing in these runs drew from "
+                       "that seed (e.g. aug in a recipe without augmentation, dropout or Mixup): its component is 0 by "
+                       "construction, not measured")
     return out
 
 

@@ -91,6 +91,9 @@ def section(runs: pd.DataFrame, metric: str, baseline: str | None, test: str = "
         return None, f"per-example columns ({LACKING}) not computed: {notes[0]}{more}"
     if not have and kinds.get(evidence.MISSING):
         return None, f"per-example columns ({LACKING}) not computed: {_lost_note(kinds[evidence.MISSING])}"
+    if not total:
+        return None, (f"no completed run (each diverged, stalled or failed): the per-example columns ({LACKING}) "
+                      "are not computed")
     if not have:
         return None, (f"no run has {FILE_NAME} (results from before per-example predictions): the per-example "
                       f"columns ({LACKING}) are not computed")
@@ -185,7 +188,8 @@ def _missing_notes(arms, counts, base, baseline, kinds) -> list[str]:
             text += f"{';' if none else ':'} {', '.join(some)} computed on the runs that have it"
         out.append(text)
     if baseline and base is None:
-        out.append(f"the baseline {baseline} has no predictions: no per-example comparisons")
+        why = "has no predictions" if counts.get(baseline) else "has no completed run (each diverged, stalled or failed)"
+        out.append(f"the baseline {baseline} {why}: no per-example comparisons")
     return out
 
 

@@ -110,7 +110,8 @@ def decompose(values: Mapping[str, Sequence[float]], tau: Mapping[str, dict] | N
 
     `values`: {arm: the metric over its seeds} (arms of `ARMS`; a missing one counts as no runs); `tau`:
     {arm: `test_set_part`} in the values' units². τ̂² is subtracted from the sources, and the all-vary arm's is
-    the `test` component, only when every arm has a finite one (else nothing is subtracted and `test` is NaN).
+    the `test` component, only when every arm with runs has a finite one (else nothing is subtracted and `test` is
+    NaN; an arm with no runs, e.g. `aug` left out of a recipe without augmentation, needs none).
 
     Returns {part: {...}}: `init`, `order`, `aug`, `test` (`n`, `arm_var` = the arm's s², `tau`, `var`, `low`,
     `high`, `share`: of the sum, a negative estimate counted as 0), `all` (`n`, `arm_var`, `tau`, `var` = s²_all,
@@ -121,7 +122,7 @@ def decompose(values: Mapping[str, Sequence[float]], tau: Mapping[str, dict] | N
     """
     arms = {arm: np.asarray(values.get(arm, ()), float) for arm in ARMS}
     taus = {arm: (tau or {}).get(arm, {}).get("var", math.nan) for arm in ARMS}
-    subtract = all(math.isfinite(t) for t in taus.values())
+    subtract = all(math.isfinite(taus[arm]) for arm in ARMS if arms[arm].size or arm == ALL)
     out = {}
     for arm in (*SOURCES, ALL):
         n, s2 = arms[arm].size, sample_var(arms[arm])
