@@ -284,7 +284,7 @@ def compare_act(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, margin: float |
     images, image_note = _paired_images(arms["A"], arms["B"])
     notes += [image_note] if image_note else []
     # a stalled run is a result here: a rerun that learns nothing did not reproduce a run that learned
-    va, vb = (scored_values(g, metric, ("completed", "stalled")) for g in (ga, gb))
+    va, vb = (scored_values(g, metric, (layout.COMPLETED, layout.STALLED)) for g in (ga, gb))
     why = ""
     if margin is None:
         margin, why = _default_margin(metric, pd.concat([va, vb]), images["n_images"], ga["val_split"].iloc[0])

@@ -20,8 +20,9 @@ from collections import Counter
 import pandas as pd
 
 from ..results import provenance
+from ..results.layout import COMPLETED, DIVERGED, STALLED
 
-TRAINED = ("completed", "stalled", "diverged")  # runs that trained (a stall ran to its end)
+TRAINED = (COMPLETED, STALLED, DIVERGED)  # runs that trained (a stall ran to its end)
 # not compared: code changes are the config hash's business (a changed recipe) or the user's (a fix); the
 # '+dirty' flag is part of the commit
 IGNORED = ("git_commit", "visionbench")

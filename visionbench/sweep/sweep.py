@@ -123,7 +123,8 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
         "report": report, "val_split": run["data"]["val_split"], "config_hash": config_hash(run),
         "threads": run["threads"], "act_options": (run.get("act_options") or {}).get(act, {}),
         "seeds": seeds.of(run)._asdict(),  # each source's seed: init, order, aug (train/seeds.py)
-        "metrics": {}, "versions": results.versions(env["packages"]), "git_commit": env["git_commit"], "environment": env,
+        "metrics": {}, "versions": results.versions(env["packages"]), "git_commit": env["git_commit"],
+        "environment": env,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
     if run.get("plugins"):  # the report reads them: two versions of one plugin in a table are flagged
