@@ -29,10 +29,10 @@ from ..results.io import RunStateError
 from ..results.predictions import read_meta
 from ..stats.convergence import stall_reason
 # per-run scalars that are not in summary["metrics"] but may still be asked for as --metric
-RUN_SCALARS = ("train_time_s", "throughput_img_s", "peak_mem_mb")
+RUN_SCALARS = ("train_time_s", "throughput_img_s", "peak_mem_mb", "gpu_busy_pct")
 BASE_COLUMNS = [
     "recipe", "act", "seed", "status", "setting", "baseline", "train_time_s", "throughput_img_s", "peak_mem_mb",
-    "params", "act_params", "diverged_epoch", "error", "act_family", "report_metric", "report_best_of", "val_split", "config_hash",
+    "gpu_busy_pct", "params", "act_params", "diverged_epoch", "error", "act_family", "report_metric", "report_best_of", "val_split", "config_hash",
     "plugins", "environment", "n_classes", "stalled", "run_dir", "recipe_dir", "recipe_root",
 ]
 # the best top-1 a run reached on held-out data, per weights and split: the stall rule takes the highest
@@ -195,7 +195,7 @@ def load_runs(path: str | Path) -> pd.DataFrame:
 
     Returns:
         DataFrame with columns `recipe, act, seed, status, setting, <metrics...>, baseline, train_time_s,
-        throughput_img_s, peak_mem_mb, params, act_params, diverged_epoch, error, act_family,
+        throughput_img_s, peak_mem_mb, gpu_busy_pct (CUDA), params, act_params, diverged_epoch, error, act_family,
         report_metric, report_best_of, val_split, n_classes, stalled, run_dir, recipe_dir, recipe_root` (`setting`:
         the factor setting's folder name, "" outside factor sweeps; `report_*`: the recipe's `report:`
         block as the run recorded it, None for runs written before it existed; `status`: the summary's, but

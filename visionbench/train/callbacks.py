@@ -1,5 +1,5 @@
 """Callbacks: the per-epoch metrics.csv, activation snapshots, checkpoints (atomic, movable), RNG state,
-per-epoch reseeding (so a resumed run repeats the uninterrupted one), and the progress bar."""
+per-epoch reseeding (so a resumed run repeats the uninterrupted one), the GPU's busy share, and the progress bar."""
 from __future__ import annotations
 
 import json
@@ -129,6 +129,42 @@ class MetricsWriter(L.Callback):
         self.rows = [r for r in self.rows if int(r["epoch"]) < row["epoch"]] + [row]
         if trainer.is_global_zero:
             write_csv_rows(self.path, self.rows)
+
+
+class GpuBusy(L.Callback):
+    """The share of training time the GPU was busy, in percent: NVML's utilization (the share of its last
+    sample period, 1/6 to 1 s, in which a kernel ran: what nvidia-smi prints as GPU-Util), read at most once
+    per `period_s` at the end of a training batch, from `period_s` after each training epoch starts (the
+    period before it holds validation and loader start-up). `percent` is the mean of the readings, None on a
+    CPU or where NVML cannot be read (the nvidia-ml-py package, torch.cuda.utilization). The sums are saved
+    in the checkpoint, so a resumed run reports all its epochs."""
+
+    def __init__(self, period_s: float = 1.0):
+        self.period_s, self.total, self.readings, self._next = period_s, 0.0, 0, None
+
+    @property
+    def percent(self) -> float | None:
+        return round(self.total / self.readings, 1) if self.readings else None
+
+    def state_dict(self) -> dict:
+        return {"total": self.total, "readings": self.readings}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.total, self.readings = float(state_dict["total"]), int(state_dict["readings"])
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._next = time.perf_counter() + self.period_s if pl_module.device.type == "cuda" else None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        now = time.perf_counter()
+        if self._next is None or now < self._next:
+            return
+        try:
+            value = torch.cuda.utilization(pl_module.device)
+        except (ImportError, RuntimeError, OSError):  # no NVML here: nothing is measured, the run goes on
+            self._next = None
+            return
+        self.total, self.readings, self._next = self.total + value, self.readings + 1, now + self.period_s
 
 
 class ActivationSnapshots(L.Callback):

@@ -19,6 +19,7 @@ from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from ..config.schema import LossConfig, OptimConfig, SchedConfig
+from .loss_watch import LossWatch
 from .optim import build_optimizer, scaled_lr
 
 
@@ -31,25 +32,12 @@ class Diverged(RuntimeError):
         self.epoch, self.step, self.loss = epoch, step, loss
 
 
-def finite_on_every_rank(loss: torch.Tensor) -> tuple[bool, bool]:
-    """(finite here, finite on every rank). Under DDP the ranks see different batches, so one rank
-    alone can get a non-finite loss; all must then stop together, or the others wait in the next
-    gradient all-reduce for a rank that left (one MIN all-reduce of a flag, on the loss's device)."""
-    here = torch.isfinite(loss.detach()).to(torch.float32).reshape(1)
-    everywhere = here
-    if torch.distributed.is_available() and torch.distributed.is_initialized() \
-            and torch.distributed.get_world_size() > 1:
-        everywhere = here.clone()
-        torch.distributed.all_reduce(everywhere, op=torch.distributed.ReduceOp.MIN)
-    if everywhere.item():  # one device sync per step, as the plain check had
-        return True, True
-    return bool(here.item()), False
-
-
 def _metrics(num_classes: int) -> MetricCollection:
-    metrics = {"top1": MulticlassAccuracy(num_classes, top_k=1, average="micro"), "loss": MeanMetric()}
+    # no per-batch input checks (each one a device sync): the inputs are the model's logits and the dataset's labels
+    metrics = {"top1": MulticlassAccuracy(num_classes, top_k=1, average="micro", validate_args=False),
+               "loss": MeanMetric(nan_strategy="disable")}
     if num_classes > 5:
-        metrics["top5"] = MulticlassAccuracy(num_classes, top_k=5, average="micro")
+        metrics["top5"] = MulticlassAccuracy(num_classes, top_k=5, average="micro", validate_args=False)
     return MetricCollection(metrics)
 
 
@@ -110,7 +98,8 @@ class ClassificationModule(L.LightningModule):
         self.eval_metrics = nn.ModuleDict(
             {f"{v}_{n}": _metrics(num_classes) for v in variants for n in self.eval_names}
         )
-        self.train_loss = MeanMetric()
+        self.train_loss = MeanMetric(nan_strategy="disable")  # finite: a non-finite loss ends the run (LossWatch)
+        self.loss_watch = LossWatch()
 
     # ---- training --------------------------------------------------------------------
     def _images(self, x: torch.Tensor) -> torch.Tensor:
@@ -131,10 +120,14 @@ class ClassificationModule(L.LightningModule):
         loss = self.train_criterion(logits, y)
         if self.act_l2 > 0:  # L2 penalty on activation coefficients (SLAF, paper 003 Sec 4 and 5)
             loss = loss + self.act_l2 * sum(m.penalty() for m in self.model.modules() if hasattr(m, "penalty"))
-        here, everywhere = finite_on_every_rank(loss)
-        if not everywhere:
-            raise Diverged(self.current_epoch + 1, self.global_step, float(loss.detach()), elsewhere=here)
-        self.train_loss.update(loss.detach(), weight=x.shape[0])
+        self.loss_watch.update(loss, self.global_step)
+        if self.loss_watch.due(batch_idx, self.trainer.num_training_batches):
+            bad = self.loss_watch.check()
+            if bad is not None:
+                step, value, here = bad
+                raise Diverged(self.current_epoch + 1, step, value, elsewhere=not here)
+        # the weight as a device tensor: a Python number would be copied to the device, a sync per step
+        self.train_loss.update(loss.detach(), weight=torch.full_like(loss.detach(), x.shape[0]))
         self.log("train/loss_step", loss.detach(), prog_bar=True, batch_size=x.shape[0])
         return loss
 

@@ -25,7 +25,8 @@ from ..models import finetune
 from ..config import RunConfig, typed
 from ..models.lsuv import lsuv_images
 from ..data import create_datamodule
-from .callbacks import ActivationSnapshots, AtomicCheckpointIO, EpochSeeder, MetricsWriter, RunCheckpoint, RunProgressBar
+from .callbacks import (ActivationSnapshots, AtomicCheckpointIO, EpochSeeder, GpuBusy, MetricsWriter, RunCheckpoint,
+                        RunProgressBar)
 from ..results.checkpoint import checkpoint_epoch
 from ..results.layout import COMPLETED, DIVERGED, FAILED, INTERRUPTED, files
 from . import seeds, trackers
@@ -43,6 +44,7 @@ class RunResult:
     train_time_s: float = 0.0
     throughput_img_s: float = float("nan")
     peak_mem_mb: float = float("nan")
+    gpu_busy_pct: float | None = None  # CUDA only (callbacks.GpuBusy)
     dataset: dict = field(default_factory=dict)  # the data module's `summary_facts()` (data.name=folder: its classes)
     data: dict = field(default_factory=dict)  # the digest of the data read (`data_digest()`: environment.data)
 
@@ -153,9 +155,9 @@ def train_run(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool 
         done = checkpoint_epoch(last)
         writer.load_existing(upto_epoch=done)
         resume_from = str(last)
-    throughput = _Throughput()
+    throughput, busy = _Throughput(), GpuBusy()
     callbacks = [  # MetricsWriter writes each epoch's row as its checkpoints are built (train/callbacks.py)
-        EpochSeeder(source.aug), writer, throughput,
+        EpochSeeder(source.aug), writer, throughput, busy,
         RunCheckpoint(dirpath=ckpt_dir, filename=paths.best.stem, monitor="val_top1", mode="max", save_top_k=1,
                       enable_version_counter=False, save_on_train_epoch_end=True),
         # every epoch, whatever val_top1 did: the final weights, and what a resume starts from
@@ -199,7 +201,7 @@ def train_run(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool 
         trainable_params=counts["trainable_params"],
         train_time_s=sum(float(r.get("epoch_time_s") or 0.0) for r in writer.rows) or elapsed,
         throughput_img_s=throughput.images / throughput.seconds if throughput.seconds else float("nan"),
-        peak_mem_mb=peak, dataset=getattr(dm, "summary_facts", dict)(), data=_data_digest(dm),
+        peak_mem_mb=peak, gpu_busy_pct=busy.percent, dataset=getattr(dm, "summary_facts", dict)(), data=_data_digest(dm),
     )
 
 

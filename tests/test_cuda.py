@@ -1,0 +1,111 @@
+"""On a CUDA device (skipped on a machine without one; run on the first GPU: docs/bench.md, "On the first GPU"):
+every registered activation gives the CPU's values and gradients there, passes float64 gradcheck there, and
+stays close to float32 under bf16 autocast; a training step under `trainer.precision=bf16-mixed` keeps float32
+weights; a whole run with `data.on_device=true` trains on the GPU and records its busy share."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from visionbench import activations as A
+from visionbench.config import run_config, typed
+from visionbench.sweep.preflight import load_config
+from visionbench.train.run import build_model
+
+from .fixtures import gradcheck_module
+from .helpers import sweep_small
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+CUDA = torch.device("cuda")
+ALL = A.names()
+LEARNABLE = [n for n in ALL if A.is_learnable(n)]
+
+
+def _forward_backward(act: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Output, input gradient and coefficient gradients of `act` at `x` (loss: a fixed weighting of y)."""
+    x = x.clone().requires_grad_(True)
+    y = act(x)
+    weights = torch.linspace(-1, 1, y.numel(), device=y.device, dtype=y.dtype).view_as(y)
+    (y * weights).sum().backward()
+    return (y.detach(), x.grad, *(p.grad for p in act.parameters() if p.requires_grad))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_cuda_gives_the_cpus_values_and_gradients(name):
+    # float64: in float32 the two devices' rounding can move a near-tie of a max (tropical) to another piece
+    torch.manual_seed(0)
+    cpu = A.create(name).double().train()
+    gpu = copy.deepcopy(cpu).to(CUDA)
+    x = 2 * torch.randn(4, 8, 6, 6, dtype=torch.float64)
+    want, got = _forward_backward(cpu, x), _forward_backward(gpu, x.to(CUDA))
+    assert len(want) == len(got)
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g.cpu(), w, rtol=1e-9, atol=1e-11)
+    for (n, b), (_, b_gpu) in zip(cpu.named_buffers(), gpu.named_buffers()):  # running statistics (SLAF)
+        torch.testing.assert_close(b_gpu.cpu(), b, rtol=1e-9, atol=1e-11, msg=f"buffer {n}")
+
+
+@pytest.mark.parametrize("name", LEARNABLE)
+def test_gradcheck_on_cuda_in_float64(name):
+    torch.manual_seed(0)
+    act = A.create(name).to(CUDA, torch.float64).eval()  # eval: SLAF's normalisation is fixed, as on CPU
+    x = torch.randn(2, 3, 4, 4, dtype=torch.float64, device=CUDA)
+    assert gradcheck_module(act, x)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_bf16_autocast_stays_close_to_float32(name):
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 8, 3, padding=1).to(CUDA)
+    act = A.create(name).to(CUDA).train()
+    act32 = copy.deepcopy(act)
+    x = torch.randn(8, 3, 16, 16, device=CUDA)
+    y32 = act32(conv(x))
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y16 = act(conv(x))
+    assert torch.isfinite(y16).all()
+    error = (y16.float() - y32).norm() / y32.norm().clamp_min(1e-6)
+    assert error < 0.03, f"{name}: relative error {error:.3g} under bf16 autocast"
+
+
+def test_a_bf16_mixed_step_on_cuda_keeps_float32_weights_and_finite_gradients():
+    from visionbench.bench.train_step import TrainStep
+
+    run = typed(run_config(load_config(["act=rational", "trainer.precision=bf16-mixed"]), "rational", 0))
+    torch.manual_seed(0)
+    model = build_model(run, 10, 1, 8).to(CUDA)
+    step = TrainStep(model, run, torch.randn(16, 1, 8, 8, device=CUDA), torch.randint(0, 10, (16,), device=CUDA))
+    step()
+    assert all(p.dtype == torch.float32 and p.is_cuda for p in step.model.parameters())
+    assert all(torch.isfinite(p.grad).all() for p in step.model.parameters() if p.grad is not None)
+
+
+def test_a_training_steps_bookkeeping_does_not_sync():
+    from torchmetrics import MeanMetric
+
+    from visionbench.train.loss_watch import LossWatch
+
+    watch, mean = LossWatch(), MeanMetric(nan_strategy="disable").to(CUDA)
+    loss = torch.ones((), device=CUDA)
+    watch.update(loss, 0)  # the first update allocates the watch's tensors
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for step in range(1, 5):  # what ClassificationModule.training_step does with each loss between checks
+            watch.update(loss * step, step)
+            mean.update(loss, weight=torch.full_like(loss, 64))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert watch.check() is None
+
+
+@pytest.mark.parametrize("act", ["relu", "rational", "slaf"])
+def test_a_run_with_data_on_the_device_trains_on_cuda(tmp_path, act):
+    outcome = sweep_small(tmp_path, f"act={act}", "data.on_device=true", "trainer.precision=bf16-mixed",
+                          "data.limit_train=null", "epochs=2")
+    assert outcome.status == "completed", outcome.summary.get("error")
+    assert outcome.summary["peak_mem_mb"] > 0
+    assert "cuda" in str(outcome.summary["environment"]).lower()
+    assert outcome.summary["metrics"]["val_top1_final"] > 0.2  # digits, 10 classes: it learned

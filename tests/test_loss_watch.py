@@ -1,0 +1,81 @@
+"""The divergence check without a device sync per step (train/loss_watch.py) and the GPU's busy share of a
+run (train/callbacks.GpuBusy), on CPU; tests/test_cuda.py checks on a GPU that neither syncs."""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from visionbench.train.callbacks import GpuBusy
+from visionbench.train.loss_watch import LossWatch
+
+from .helpers import sweep_small
+
+
+def test_the_first_non_finite_loss_and_its_step_are_kept_until_checked():
+    watch = LossWatch(every=4)
+    assert watch.check() is None  # nothing seen yet
+    for step, loss in enumerate([1.0, 0.5, math.nan, math.inf, 2.0]):
+        watch.update(torch.tensor(loss), step)
+    step, value, here = watch.check()
+    assert (step, here) == (2, True) and math.isnan(value)  # the first one, not the last
+
+
+def test_finite_losses_pass_the_check():
+    watch = LossWatch()
+    for step in range(100):
+        watch.update(torch.tensor(1.0 / (step + 1)), step)
+    assert watch.check() is None
+
+
+@pytest.mark.parametrize("batch_idx, num_batches, due", [(0, 10, False), (3, 10, True), (7, 10, True),
+                                                         (8, 10, False), (9, 10, True), (5, math.inf, False)])
+def test_checks_fall_every_n_batches_and_on_each_epochs_last(batch_idx, num_batches, due):
+    assert LossWatch(every=4).due(batch_idx, num_batches) is due
+
+
+def test_a_run_that_diverges_mid_epoch_reports_the_step_it_diverged_at(tmp_path):
+    outcome = sweep_small(tmp_path, "optim.lr=1e12", "epochs=1")
+    assert outcome.status == "diverged"
+    assert outcome.summary["diverged_epoch"] == 1
+    step = int(outcome.summary["error"].split("step ")[-1])
+    assert step < 5  # 320 images at batch 64: the check comes at the epoch's last batch, the step is the first bad one
+
+
+def _module(device: str):
+    return SimpleNamespace(device=torch.device(device))
+
+
+def test_gpu_busy_averages_nvml_readings_after_each_epochs_first_period(monkeypatch):
+    readings = iter([90, 70, 80])
+    monkeypatch.setattr(torch.cuda, "utilization", lambda device=None: next(readings))
+    busy = GpuBusy(period_s=0.0)
+    busy.on_train_epoch_start(None, _module("cuda"))
+    for i in range(3):
+        busy.on_train_batch_end(None, _module("cuda"), None, None, i)
+    assert busy.percent == 80.0
+    resumed = GpuBusy()
+    resumed.load_state_dict(busy.state_dict())  # saved in the checkpoint: a resumed run reports all its epochs
+    assert resumed.percent == 80.0
+
+
+def test_gpu_busy_is_none_on_a_cpu_and_without_nvml(monkeypatch):
+    busy = GpuBusy(period_s=0.0)
+    busy.on_train_epoch_start(None, _module("cpu"))
+    busy.on_train_batch_end(None, _module("cpu"), None, None, 0)
+    assert busy.percent is None
+
+    def no_nvml(device=None):
+        raise ModuleNotFoundError("pynvml does not seem to be installed")
+    monkeypatch.setattr(torch.cuda, "utilization", no_nvml)
+    busy.on_train_epoch_start(None, _module("cuda"))
+    busy.on_train_batch_end(None, _module("cuda"), None, None, 0)
+    busy.on_train_batch_end(None, _module("cuda"), None, None, 1)  # asked once: the run goes on, unmeasured
+    assert busy.percent is None
+
+
+def test_a_cpu_run_records_no_busy_share(tmp_path):
+    outcome = sweep_small(tmp_path, "epochs=1")
+    assert outcome.status == "completed" and outcome.summary["gpu_busy_pct"] is None
