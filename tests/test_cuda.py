@@ -1,7 +1,7 @@
 """On a CUDA device (skipped on a machine without one; run on the first GPU: docs/bench.md, "On the first GPU"):
-every registered activation gives the CPU's values and gradients there, passes float64 gradcheck there, and
-stays close to float32 under bf16 autocast; a training step under `trainer.precision=bf16-mixed` keeps float32
-weights; a whole run with `data.on_device=true` trains on the GPU and records its busy share."""
+every registered activation is as accurate in float32 there as on the CPU, passes float64 gradcheck there, and
+stays close to float32 under bf16 autocast; a training step's bookkeeping queues no device sync; a step under
+`trainer.precision=bf16-mixed` keeps float32 weights; whole runs with `data.on_device=true` train on the GPU."""
 from __future__ import annotations
 
 import copy
@@ -33,18 +33,24 @@ def _forward_backward(act: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tens
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_cuda_gives_the_cpus_values_and_gradients(name):
-    # float64: in float32 the two devices' rounding can move a near-tie of a max (tropical) to another piece
+def test_cuda_is_as_accurate_in_float32_as_the_cpu(name):
+    # against a float64 CPU reference, the float32 values and gradients on CUDA are as close as the CPU's own
+    # float32 ones: a plain tolerance fails for nothing where float32 itself is far off, as in the coefficient
+    # gradients of tropical_rational (sums of large terms: 1.9e-3 off on the CPU too, seen on an H100 the same)
     torch.manual_seed(0)
-    cpu = A.create(name).double().train()
-    gpu = copy.deepcopy(cpu).to(CUDA)
+    reference = A.create(name).double().train()
+    cpu, gpu = copy.deepcopy(reference).float(), copy.deepcopy(reference).float().to(CUDA)
     x = 2 * torch.randn(4, 8, 6, 6, dtype=torch.float64)
-    want, got = _forward_backward(cpu, x), _forward_backward(gpu, x.to(CUDA))
-    assert len(want) == len(got)
-    for w, g in zip(want, got):
-        torch.testing.assert_close(g.cpu(), w, rtol=1e-9, atol=1e-11)
+    want = _forward_backward(reference, x)
+    on_cpu, on_gpu = _forward_backward(cpu, x.float()), _forward_backward(gpu, x.float().to(CUDA))
+    assert len(want) == len(on_cpu) == len(on_gpu)
+    for i, (w, c, g) in enumerate(zip(want, on_cpu, on_gpu)):
+        cpu_error = (c.double() - w).abs().max().item()
+        gpu_error = (g.cpu().double() - w).abs().max().item()
+        bound = 4 * cpu_error + 1e-6 * w.abs().max().item()
+        assert gpu_error <= bound, f"output {i}: {gpu_error:.3g} off float64 on CUDA, {cpu_error:.3g} on the CPU"
     for (n, b), (_, b_gpu) in zip(cpu.named_buffers(), gpu.named_buffers()):  # running statistics (SLAF)
-        torch.testing.assert_close(b_gpu.cpu(), b, rtol=1e-9, atol=1e-11, msg=f"buffer {n}")
+        torch.testing.assert_close(b_gpu.cpu(), b, rtol=1e-4, atol=1e-6, msg=f"buffer {n}")
 
 
 @pytest.mark.parametrize("name", LEARNABLE)

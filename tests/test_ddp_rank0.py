@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -180,8 +181,9 @@ def _one_step_says(nan: bool) -> str:
     (False, True, "non-finite training loss on another DDP rank at epoch 1, step 0"),
     (False, False, "no divergence")])
 def test_a_non_finite_loss_on_another_rank_stops_this_one(monkeypatch, nan_here, nan_there, said):
-    """The default-suite sibling of the 2-process test below: the step's finiteness flag goes through one MIN
-    all-reduce (a stand-in here for the other rank's flag), so either rank's NaN stops this one at the same step."""
+    """The default-suite sibling of the 2-process test below: the check's non-finite flag goes through one MAX
+    all-reduce (a stand-in here for the other rank's flag), so either rank's NaN stops this one at the same step
+    (a lone training_step, outside a Trainer, is checked at once; in a run, every 32 steps and at each epoch's end)."""
     import torch
     import torch.distributed as dist
 
@@ -189,12 +191,13 @@ def test_a_non_finite_loss_on_another_rank_stops_this_one(monkeypatch, nan_here,
 
     def all_reduce(tensor, op=None):
         reduced.append(op)
-        tensor.copy_(torch.minimum(tensor, torch.tensor([0.0 if nan_there else 1.0])))
+        there = [1.0, -0.0] if nan_there else [0.0, -math.inf]  # the other rank's (flag, -step)
+        tensor.copy_(torch.maximum(tensor, torch.tensor(there, dtype=tensor.dtype)))
 
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: 2)
     monkeypatch.setattr(dist, "all_reduce", all_reduce)
-    assert _one_step_says(nan=nan_here) == said and reduced == [dist.ReduceOp.MIN]
+    assert _one_step_says(nan=nan_here) == said and reduced == [dist.ReduceOp.MAX]
 
 
 @pytest.mark.slow  # two spawned processes; the sibling above checks the same rule in-process

@@ -137,7 +137,8 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
         summary.update(status=layout.COMPLETED, params=r.params, act_params=r.act_params,
                        trainable_params=r.trainable_params,  # < params when fine-tuning (docs/finetune.md)
                        train_time_s=round(r.train_time_s, 3), throughput_img_s=r.throughput_img_s,
-                       peak_mem_mb=r.peak_mem_mb, gpu_busy_pct=r.gpu_busy_pct, metrics=layout.metrics_from_rows(r.rows),
+                       peak_mem_mb=r.peak_mem_mb, gpu_busy_pct=r.gpu_busy_pct,  # CUDA: NVML while training
+                       metrics=layout.metrics_from_rows(r.rows),
                        **({"dataset": r.dataset} if r.dataset else {}),  # data.name=folder: classes, size, stats
                        predictions=FILE_NAME if layout.files(out).predictions.exists() else None)
         env["data"] = r.data

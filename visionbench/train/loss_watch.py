@@ -13,6 +13,8 @@ the epoch it diverged in, before that epoch's checkpoint is written.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 
@@ -41,17 +43,19 @@ class LossWatch:
         return (batch_idx + 1) % self.every == 0 or batch_idx + 1 >= num_batches
 
     def check(self) -> tuple[int, float, bool] | None:
-        """None while every loss so far was finite on every rank; else (step, loss, here): the first non-finite
-        loss's step and value on this rank, and whether it was this rank's (under DDP the ranks see different
-        batches, so one rank alone can get one; all then stop together, or the others would wait in the next
-        gradient all-reduce for a rank that left: one MAX all-reduce of the flag)."""
+        """None while every loss so far was finite on every rank; else (step, loss, here): the step of the first
+        non-finite loss on any rank, this rank's first non-finite loss (NaN when it had none), and whether it
+        had one. Under DDP the ranks see different batches, so one rank alone can get one; all then stop
+        together, or the others would wait in the next gradient all-reduce for a rank that left: one MAX
+        all-reduce of (flag, −step), which gives every rank the flag and the earliest step."""
         if self.step is None:
             return None
-        bad_here = (self.step >= 0).to(torch.float32).reshape(1)
-        anywhere = bad_here
+        bad = self.step >= 0
+        flag_step = torch.stack([bad.double(), torch.where(bad, -self.step.double(), -math.inf)])
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            anywhere = bad_here.clone()
-            dist.all_reduce(anywhere, op=dist.ReduceOp.MAX)
-        if not anywhere.item():
+            dist.all_reduce(flag_step, op=dist.ReduceOp.MAX)
+        anywhere, minus_step = flag_step.tolist()
+        if not anywhere:
             return None
-        return int(self.step), float(self.loss), bool(bad_here.item())
+        here = bool(bad.item())
+        return int(-minus_step), float(self.loss) if here else math.nan, here

@@ -121,7 +121,7 @@ class ClassificationModule(L.LightningModule):
         if self.act_l2 > 0:  # L2 penalty on activation coefficients (SLAF, paper 003 Sec 4 and 5)
             loss = loss + self.act_l2 * sum(m.penalty() for m in self.model.modules() if hasattr(m, "penalty"))
         self.loss_watch.update(loss, self.global_step)
-        if self.loss_watch.due(batch_idx, self.trainer.num_training_batches):
+        if self.loss_watch.due(batch_idx, self._batches_per_epoch()):
             bad = self.loss_watch.check()
             if bad is not None:
                 step, value, here = bad
@@ -130,6 +130,13 @@ class ClassificationModule(L.LightningModule):
         self.train_loss.update(loss.detach(), weight=torch.full_like(loss.detach(), x.shape[0]))
         self.log("train/loss_step", loss.detach(), prog_bar=True, batch_size=x.shape[0])
         return loss
+
+    def _batches_per_epoch(self) -> float:
+        """The Trainer's training batches per epoch; 0 outside a Trainer (a lone training_step: checked at once)."""
+        try:
+            return self.trainer.num_training_batches
+        except RuntimeError:  # "not attached to a `Trainer`"
+            return 0
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         if self.ema is not None:

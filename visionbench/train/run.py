@@ -201,7 +201,8 @@ def train_run(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool 
         trainable_params=counts["trainable_params"],
         train_time_s=sum(float(r.get("epoch_time_s") or 0.0) for r in writer.rows) or elapsed,
         throughput_img_s=throughput.images / throughput.seconds if throughput.seconds else float("nan"),
-        peak_mem_mb=peak, gpu_busy_pct=busy.percent, dataset=getattr(dm, "summary_facts", dict)(), data=_data_digest(dm),
+        peak_mem_mb=peak, gpu_busy_pct=busy.percent, dataset=getattr(dm, "summary_facts", dict)(),
+        data=_data_digest(dm),
     )
 
 
