@@ -114,4 +114,4 @@ def test_a_run_with_data_on_the_device_trains_on_cuda(tmp_path, act):
     assert outcome.status == "completed", outcome.summary.get("error")
     assert outcome.summary["peak_mem_mb"] > 0
     assert "cuda" in str(outcome.summary["environment"]).lower()
-    assert outcome.summary["metrics"]["val_top1_final"] > 0.2  # digits, 10 classes: it learned
+    assert outcome.summary["metrics"]["val_top1_final"] > 30  # percent; digits, 10 classes: chance is 10
