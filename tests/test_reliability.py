@@ -301,17 +301,26 @@ def test_parallel_interrupted_while_its_workers_start_is_one_line(how, tmp_path)
     assert ("none recorded" in err) == (not statuses), err
 
 
-def test_parallel_workers_start_with_ctrl_c_ignored():
-    """The default-suite sibling of the test above: a process started inside `workers_ignore_ctrl_c` (as the pool
-    starts its workers) has SIGINT ignored, so Python installs no KeyboardInterrupt in it; the sweep's own Ctrl-C
-    handler is back afterwards."""
-    from visionbench.sweep.signals import workers_ignore_ctrl_c
+def test_parallel_workers_start_with_ctrl_c_ignored_and_sigterm_held():
+    """The default-suite sibling of the test above: a process started inside `starting_workers` (as the pool
+    starts its workers) has SIGINT ignored, so Python installs no KeyboardInterrupt in it, and SIGTERM blocked
+    (init_worker lifts it); a SIGTERM to the sweep meanwhile is held, not lost, and the sweep's own handlers are
+    back afterwards."""
+    from visionbench.sweep.signals import starting_workers
 
-    before = signal.getsignal(signal.SIGINT)
-    with workers_ignore_ctrl_c():
-        child = subprocess.run([sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)"],
-                               capture_output=True, text=True)
-    assert child.stdout.strip() == "True", child
+    before, received = signal.getsignal(signal.SIGINT), []
+    previous_term = signal.signal(signal.SIGTERM, lambda *a: received.append("SIGTERM"))
+    try:
+        with starting_workers():
+            child = subprocess.run([sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT) == "
+                                    "signal.SIG_IGN, signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []))"],
+                                   capture_output=True, text=True)
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert received == []  # held while the workers start
+        assert received == ["SIGTERM"]  # delivered once they have
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+    assert child.stdout.strip() == "True True", child
     assert signal.getsignal(signal.SIGINT) is before
 
 

@@ -158,18 +158,25 @@ def _on_sigterm_worker(signum, frame) -> None:
 
 
 @contextlib.contextmanager
-def workers_ignore_ctrl_c() -> Iterator[None]:
-    """While the sweep starts its parallel=K workers: SIGINT ignored, which they inherit and keep (Python
-    installs its KeyboardInterrupt handler only where SIGINT is not ignored). A Ctrl-C to the process group
-    then reaches the sweep alone, which stops the workers (SIGTERM) and says so in one line, instead of one
-    KeyboardInterrupt traceback per worker (from wherever each was: importing torch, unpickling a job)."""
+def starting_workers() -> Iterator[None]:
+    """While the sweep starts its parallel=K workers:
+    - SIGINT ignored, which they inherit and keep (Python installs its KeyboardInterrupt handler only where SIGINT
+      is not ignored). A Ctrl-C to the process group then reaches the sweep alone, which stops the workers
+      (SIGTERM) and says so in one line, instead of one KeyboardInterrupt traceback per worker (from wherever each
+      was: importing torch, unpickling a job).
+    - SIGTERM blocked (held, not lost): the sweep's own handler would otherwise raise in the middle of writing a
+      new worker's start-up data to it, and that worker would print an EOFError traceback. The signal arrives when
+      the workers have their data. The workers inherit the block and lift it in `init_worker`, once their quiet
+      SIGTERM handler is in place: a SIGTERM sent to one while it starts is held until then."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
         yield
     finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         signal.signal(signal.SIGINT, previous)
 
 
@@ -181,4 +188,5 @@ def init_worker(threads: int) -> None:
     install_sigterm(requeue=False)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm_worker)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked since `starting_workers`: held till here
     _die_with_parent()

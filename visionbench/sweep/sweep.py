@@ -33,7 +33,7 @@ from .locks import RunLock, RunLocked
 from .preflight import check_finetune_weights
 from .resultsdir import ResultsMoved, ResultsWatch, check_writable, quiet_writer_threads
 from .ranks import is_rank_zero
-from .signals import Interrupted, init_worker, received, worker_run, workers_ignore_ctrl_c
+from .signals import Interrupted, init_worker, received, starting_workers, worker_run
 
 
 class ConfigMismatch(ConfigError):
@@ -340,7 +340,7 @@ def execute_jobs(jobs: list[tuple[dict, Path]], parallel: int, progress: bool = 
         try:
             if watch:
                 watch.check()  # noted here, so that every worker compares with the same directory
-            with workers_ignore_ctrl_c(), portable.environment(isolated):  # submit() starts the workers
+            with starting_workers(), portable.environment(isolated):  # submit() starts the workers
                 futures = {pool.submit(_execute_in_subprocess, run, str(out), watch): i
                            for i, (run, out) in enumerate(jobs)}
             for fut in as_completed(futures):
