@@ -31,9 +31,8 @@ from ..stats.convergence import stall_reason
 # per-run scalars that are not in summary["metrics"] but may still be asked for as --metric
 RUN_SCALARS = ("train_time_s", "throughput_img_s", "peak_mem_mb", "gpu_busy_pct")
 BASE_COLUMNS = [
-    "recipe", "act", "seed", "status", "setting", "baseline", "train_time_s", "throughput_img_s", "peak_mem_mb",
-    "gpu_busy_pct", "params", "act_params", "diverged_epoch", "error", "act_family", "report_metric", "report_best_of",
-    "val_split", "config_hash",
+    "recipe", "act", "seed", "status", "setting", "baseline", *RUN_SCALARS, "params", "act_params", "diverged_epoch",
+    "error", "act_family", "report_metric", "report_best_of", "val_split", "config_hash",
     "plugins", "environment", "n_classes", "stalled", "run_dir", "recipe_dir", "recipe_root",
 ]
 # the best top-1 a run reached on held-out data, per weights and split: the stall rule takes the highest

@@ -172,12 +172,20 @@ def starting_workers() -> Iterator[None]:
         yield
         return
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    mask = _block_sigterm()
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        if mask is not None:  # as it was before: a SIGTERM held meanwhile arrives now
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         signal.signal(signal.SIGINT, previous)
+
+
+def _block_sigterm() -> set | None:
+    """Block SIGTERM in this thread; the mask as it was before, None where there are no signal masks (Windows)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 
 def init_worker(threads: int) -> None:
@@ -188,5 +196,6 @@ def init_worker(threads: int) -> None:
     install_sigterm(requeue=False)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm_worker)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked since `starting_workers`: held till here
+    if hasattr(signal, "pthread_sigmask"):  # blocked since `starting_workers`: a SIGTERM held till here arrives now
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     _die_with_parent()
