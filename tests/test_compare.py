@@ -50,7 +50,7 @@ def test_a_tree_its_copy_and_its_record_are_identical(trained_tree, tmp_path, ca
 
 
 def test_a_100x_lower_learning_rate_differs_and_the_config_difference_is_listed(trained_tree, capsys):
-    assert cli_main(["compare", str(trained_tree(*LEARNS)), str(trained_tree(*STALLS))]) == 0
+    assert cli_main(["compare", str(trained_tree(*LEARNS)), str(trained_tree(*STALLS))]) == 1  # as diff: differences
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("| digits_vgg4 | relu |"))
     assert line.endswith("| differs |")

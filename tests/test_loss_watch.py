@@ -67,13 +67,18 @@ def test_gpu_busy_is_none_on_a_cpu_and_without_nvml(monkeypatch):
     busy.on_train_batch_end(None, _module("cpu"), None, None, 0)
     assert busy.percent is None
 
+    asked = []
+
     def no_nvml(device=None):
+        asked.append(device)
         raise ModuleNotFoundError("pynvml does not seem to be installed")
     monkeypatch.setattr(torch.cuda, "utilization", no_nvml)
-    busy.on_train_epoch_start(None, _module("cuda"))
-    busy.on_train_batch_end(None, _module("cuda"), None, None, 0)
-    busy.on_train_batch_end(None, _module("cuda"), None, None, 1)  # asked once: the run goes on, unmeasured
+    for epoch in range(3):
+        busy.on_train_epoch_start(None, _module("cuda"))
+        busy.on_train_batch_end(None, _module("cuda"), None, None, 0)
+        busy.on_train_batch_end(None, _module("cuda"), None, None, 1)
     assert busy.percent is None
+    assert len(asked) == 1  # asked once in the run, not once per epoch: the run goes on, unmeasured
 
 
 def test_a_cpu_run_records_no_busy_share(tmp_path):

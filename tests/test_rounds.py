@@ -11,6 +11,7 @@ from visionbench.cli import main
 from visionbench.report import stopping
 from visionbench.report.main import main as report_main
 from visionbench.results import layout
+from visionbench.results.predictions import write_predictions
 from visionbench.sweep import rounds
 from visionbench.config import ConfigError
 from visionbench.sweep.preflight import load_config
@@ -97,6 +98,31 @@ def test_runs_without_the_metric_keep_the_comparison_open(tmp_path):
     rounds.run_rounds(cfg_for(tmp_path, "act=relu,gelu", "seeds_max=5"), plan, execute)
     entry = layout.read_sequential(tmp_path / "digits_vgg4")["acts"]["gelu"]
     assert entry["decision"] == "inconclusive" and "diverged" in entry["history"][-1]["why"]
+
+
+def test_a_stalled_baseline_decides_nothing(tmp_path):
+    """A baseline that completed at chance (training loss ≈ ln 10, top-1 ≈ chance) is counted like a divergence, as
+    in the report (stats/convergence.py `run_stall_reason`): gelu is never `better` than it, and the why says so."""
+    def execute(jobs):
+        out = []
+        for run, run_dir in jobs:
+            stalled = run["act_label"] == "relu"
+            metrics = {METRIC: 10.0 + run["seed"] if stalled else 90.0 + run["seed"], "val_top1_best": 11.0,
+                       "train_loss_final": 2.30 if stalled else 0.2}
+            if not stalled:
+                metrics["val_top1_best"] = 91.0
+            arrays = {"pred": np.zeros(4, int), "target": np.zeros(4, int), "p_true": np.ones(4),
+                      "confidence": np.ones(4), "epoch": 1}
+            run_dir.mkdir(parents=True, exist_ok=True)
+            write_predictions(layout.files(run_dir).predictions, {"raw": arrays}, meta={"n_classes": 10})
+            out.append(Outcome(run["act_label"], run["seed"], "completed", {"status": "completed", "metrics": metrics},
+                               run_dir))
+        return out
+    rounds.run_rounds(cfg_for(tmp_path, "act=relu,gelu", "seeds_max=5"), plan, execute)
+    entry = layout.read_sequential(tmp_path / "digits_vgg4")["acts"]["gelu"]
+    assert entry["decision"] == "inconclusive" and entry["seeds"] == 5
+    assert [h["decision"] for h in entry["history"]] == ["continue", "inconclusive"]
+    assert "5 run(s) without the metric (diverged, stalled or failed)" == entry["history"][-1]["why"]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -26,8 +26,8 @@ import pandas as pd
 
 from ..results import layout
 from ..results.io import RunStateError
-from ..results.predictions import read_meta
-from ..stats.convergence import stall_reason
+from ..results.predictions import n_classes as predictions_n_classes
+from ..stats.convergence import run_stall_reason
 # per-run scalars that are not in summary["metrics"] but may still be asked for as --metric
 RUN_SCALARS = ("train_time_s", "throughput_img_s", "peak_mem_mb", "gpu_busy_pct")
 BASE_COLUMNS = [
@@ -35,8 +35,6 @@ BASE_COLUMNS = [
     "error", "act_family", "report_metric", "report_best_of", "val_split", "config_hash",
     "plugins", "environment", "n_classes", "stalled", "run_dir", "recipe_dir", "recipe_root",
 ]
-# the best top-1 a run reached on held-out data, per weights and split: the stall rule takes the highest
-HELD_OUT_TOP1 = ("val_top1_best", "test_top1_best", "ema_val_top1_best", "ema_test_top1_best")
 
 
 def _plugins(records) -> str | None:
@@ -71,23 +69,7 @@ def _finite_or_nan(value) -> float:
 def n_classes(run_dir) -> int | None:
     """C, the number of classes, as the run's predictions.npz names it (its `meta`); None when unknown (no file,
     a file from before the meta, an unreadable one)."""
-    try:
-        meta = read_meta(layout.files(run_dir).predictions)
-    except RunStateError:
-        return None
-    n = (meta or {}).get("n_classes")
-    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 2 else None
-
-
-def _stall(row: dict) -> str | None:
-    """Why a completed run's row is stalled (stats/convergence.py `stall_reason`); None when it learned or C is
-    unknown."""
-    def top(keys):
-        found = [row[k] for k in keys if isinstance(row.get(k), float) and math.isfinite(row[k])]
-        return max(found) if found else None
-
-    return stall_reason(row.get("train_loss_final"), top(HELD_OUT_TOP1), row["n_classes"],
-                        final_top1=top([k.replace("_best", "_final") for k in HELD_OUT_TOP1]))
+    return predictions_n_classes(layout.files(run_dir).predictions)
 
 
 def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
@@ -144,7 +126,7 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
             if key not in row:  # a metric may never shadow a bookkeeping column
                 row[key] = _finite_or_nan(value)
     if status == layout.COMPLETED:
-        row["stalled"] = _stall(row)
+        row["stalled"] = run_stall_reason(row, row["n_classes"])
         row["status"] = layout.STALLED if row["stalled"] else status
     notes = []
     if summary.get("recipe") not in (None, row["recipe"]):

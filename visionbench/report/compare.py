@@ -11,9 +11,11 @@ reproduced, differs, undecided (stats/reproduction.py has the rule and the defau
 differs between the two: the configuration keys a rerun may change (any other difference is refused) and
 the recorded environment.
 
-`main` returns the exit code: 0 with the table printed (written to `--out FILE.md` and FILE.csv only when
-asked), 2 after one line on stderr for bad input: A or B missing or no results tree, a damaged record, no
-recipe or activation in common, configurations that differ in the data, the model or the recipe.
+`main` returns the exit code, as `diff` does: 0 with the table printed (written to `--out FILE.md` and FILE.csv
+only when asked) when no row's verdict is `differs`, 1 when one is (the table is printed and written all the
+same: a script or CI job can gate on it), 2 after one line on stderr for bad input: A or B missing or no results
+tree, a damaged record, no recipe or activation in common, configurations that differ in the data, the model or
+the recipe, an --out that cannot be written.
 """
 from __future__ import annotations
 
@@ -99,7 +101,8 @@ def _markdown_path(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`visionbench compare A B [...]`: print the comparison; with --out write FILE.md and FILE.csv."""
+    """`visionbench compare A B [...]`: print the comparison; with --out write FILE.md and FILE.csv. The exit code:
+    0, 1 when a verdict is `differs`, 2 for bad input (module docstring)."""
     try:
         args = compare_parser().parse_args(argv)
         with contextlib.ExitStack() as stack:
@@ -111,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"visionbench compare: error: {exc}", file=sys.stderr)
         return 2
     print(render.markdown(table))
-    return _write(table, args.out) if args.out else 0
+    written = _write(table, args.out) if args.out else 0
+    return written or (1 if (table.data["verdict"] == reproduction.DIFFERS).any() else 0)
 
 
 def _write(table: render.Table, out: str) -> int:

@@ -23,7 +23,8 @@ sits in (identity, epoch, accuracy, ranges): results/evidence.py.
     ...                   meta={"recipe": "digits_vgg4", "act": "relu", "setting": {}, "seed": 0, ...})
     >>> read_predictions(path)["raw"]["pred"]
     >>> variants, meta = read_evidence(path)
-    >>> read_meta(path)["n_classes"]          # the meta alone (the report's stall rule reads C here)
+    >>> read_meta(path)["n_classes"]          # the meta alone
+    >>> n_classes(path)                       # C, or None when unknown (the stall rule reads it here)
 """
 from __future__ import annotations
 
@@ -162,3 +163,14 @@ def read_meta(path: Path) -> dict | None:
     except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError, AttributeError, TypeError) as e:
         raise RunStateError(f"{path} is not a readable predictions file ({type(e).__name__})") from None
     return None if text is None else _meta(path, text)
+
+
+def n_classes(path: Path) -> int | None:
+    """C, the number of classes, as the predictions file at `path` names it (its `meta`); None when unknown (no
+    file, a file from before the meta, an unreadable one)."""
+    try:
+        meta = read_meta(path)
+    except RunStateError:
+        return None
+    n = (meta or {}).get("n_classes")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 2 else None

@@ -3,6 +3,7 @@ line (docs/report.md, "Did it learn, has it converged"). Plain numbers in, numbe
 
     >>> from visionbench.stats import convergence
     >>> convergence.stall_reason(train_loss=2.31, best_top1=11.0, n_classes=10)   # 'final training loss ...'
+    >>> convergence.run_stall_reason(summary["metrics"], n_classes=10)           # the same, from a run's metrics
     >>> convergence.tail_slope([1, 2, ..., 15], curve)                             # points per epoch, last 25 %
     >>> convergence.mean_interval([0.12, 0.31, 0.05])                             # (mean, low, high), t over seeds
     >>> convergence.ranking_tau([97.1, 96.8, 95.0], [98.7, 98.5, 97.3])           # Kendall τ of two rankings
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 from scipy import stats as sps
@@ -37,6 +39,8 @@ ACCURACY_POINTS = 5.0  # ... and at most 5 points above chance is at chance
 TAIL = 0.25  # the share of the last epochs the slope is fitted over
 MIN_POINTS = 3  # fewer epochs give no slope
 LEVEL = 0.95
+# the best top-1 a run reached on held-out data, per weights and split: the stall rule takes the highest
+HELD_OUT_TOP1 = ("val_top1_best", "test_top1_best", "ema_val_top1_best", "ema_test_top1_best")
 
 
 def chance_top1(n_classes: int) -> float:
@@ -81,6 +85,18 @@ def stall_reason(train_loss, best_top1, n_classes, final_top1=None) -> str | Non
         return (f"best held-out top-1 {best_top1:.2f} % ≤ {stalled_top1(n_classes):.2f} % "
                 f"(chance {chance_top1(n_classes):.2f} %)")
     return None
+
+
+def run_stall_reason(metrics: Mapping, n_classes) -> str | None:
+    """`stall_reason` of one run from its metrics (a summary's `metrics`, or a report row holding them): its
+    `train_loss_final`, the highest of its held-out best top-1s (`HELD_OUT_TOP1`) and the highest of their values
+    at the last epoch (`*_final`). The report's `stalled` status and `seeds=auto`'s decisions both judge by it."""
+    def highest(keys):
+        found = [float(metrics[k]) for k in keys if _finite(metrics.get(k))]
+        return max(found) if found else None
+
+    return stall_reason(metrics.get("train_loss_final"), highest(HELD_OUT_TOP1), n_classes,
+                        final_top1=highest([k.replace("_best", "_final") for k in HELD_OUT_TOP1]))
 
 
 def tail_window(n_epochs: int) -> int:

@@ -20,8 +20,10 @@ from typing import Callable
 from omegaconf import DictConfig
 
 from ..stats import sequential
+from ..stats.convergence import run_stall_reason
 from ..stats.metrics import higher_is_better
 from ..results import layout
+from ..results.predictions import n_classes
 from ..results import provenance as results
 from ..config import ConfigError, sweep_settings
 from ..results.layout import default_metric
@@ -82,7 +84,7 @@ def run_rounds(cfg: DictConfig, plan: Callable[..., list], execute_all: Callable
             jobs = plan(cfg, settings=[setting], acts=[baseline, *open_acts], seeds=range(done, n))
             for o in execute_all(jobs):
                 outcomes.append(o)
-                values[o.act][o.seed] = _value(o.summary, metric)
+                values[o.act][o.seed] = _value(o.summary, o.run_dir, metric)
             done, record["baseline_seeds"] = n, n
             for act in open_acts:
                 entry = record["acts"][act]
@@ -96,24 +98,28 @@ def run_rounds(cfg: DictConfig, plan: Callable[..., list], execute_all: Callable
     return outcomes
 
 
-def _value(summary: dict, metric: str) -> float:
-    """The run's metric; NaN for a diverged or failed run, as in the report's tables (a diverged run
-    keeps the metrics of the epochs before it diverged: they are not its result)."""
+def _value(summary: dict, run_dir, metric: str) -> float:
+    """The run's metric; NaN for a diverged, stalled or failed run, as in the report's tables (a diverged run
+    keeps the metrics of the epochs before it diverged: they are not its result; a stalled one, completed at
+    chance level, is counted like a divergence: stats/convergence.py `run_stall_reason`, as report/collect.py)."""
     if summary.get("status") in (layout.DIVERGED, layout.FAILED):
         return math.nan
-    v = (summary.get("metrics") or {}).get(metric, summary.get(metric))
+    metrics = summary.get("metrics") or {}
+    if run_stall_reason(metrics, n_classes(layout.files(run_dir).predictions)):
+        return math.nan
+    v = metrics.get(metric, summary.get(metric))
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
 
 
 def _decide(act: dict[int, float], base: dict[int, float], n: int, rounds, margin, up: bool, history: list) -> dict:
     """The look at n seeds: decision (+ its evidence appended to `history`); runs without the metric
-    (diverged, failed) leave the comparison open, then inconclusive at the last look."""
+    (diverged, stalled, failed) leave the comparison open, then inconclusive at the last look."""
     a, b = [act.get(s, math.nan) for s in range(n)], [base.get(s, math.nan) for s in range(n)]
     missing = sum(map(math.isnan, a)) + sum(map(math.isnan, b))
     if missing:
         last = n == rounds[-1]
         step = {"seeds": n, "decision": "inconclusive" if last else "continue",
-                "why": f"{missing} run(s) without the metric (diverged or failed)"}
+                "why": f"{missing} run(s) without the metric (diverged, stalled or failed)"}
     else:
         step = sequential.evidence(a, b, looks=rounds, margin=margin, higher_is_better=up)
     history.append(step)

@@ -137,10 +137,11 @@ class GpuBusy(L.Callback):
     per `period_s` at the end of a training batch, from `period_s` after each training epoch starts (the
     period before it holds validation and loader start-up). `percent` is the mean of the readings, None on a
     CPU or where NVML cannot be read (the nvidia-ml-py package, torch.cuda.utilization). The sums are saved
-    in the checkpoint, so a resumed run reports all its epochs."""
+    in the checkpoint, so a resumed run reports all its epochs. A failed read is not retried in that process."""
 
     def __init__(self, period_s: float = 1.0):
         self.period_s, self.total, self.readings, self._next = period_s, 0.0, 0, None
+        self._unreadable = False  # NVML failed once: no further reads (each would fail again, at a cost)
 
     @property
     def percent(self) -> float | None:
@@ -153,7 +154,8 @@ class GpuBusy(L.Callback):
         self.total, self.readings = float(state_dict["total"]), int(state_dict["readings"])
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self._next = time.perf_counter() + self.period_s if pl_module.device.type == "cuda" else None
+        cuda = pl_module.device.type == "cuda" and not self._unreadable
+        self._next = time.perf_counter() + self.period_s if cuda else None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         now = time.perf_counter()
@@ -162,7 +164,7 @@ class GpuBusy(L.Callback):
         try:
             value = torch.cuda.utilization(pl_module.device)
         except (ImportError, RuntimeError, OSError):  # no NVML here: nothing is measured, the run goes on
-            self._next = None
+            self._next, self._unreadable = None, True
             return
         self.total, self.readings, self._next = self.total + value, self.readings + 1, now + self.period_s
 
