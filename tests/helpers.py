@@ -57,6 +57,15 @@ def write_run(root, recipe: str, act: str, seed: int, value: float | None = None
     return run
 
 
+def write_class_count(run: Path, n_classes: int, **meta) -> None:
+    """A 4-image predictions.npz in `run` whose meta names `n_classes` (what the stall rule reads C from)."""
+    from visionbench.results.predictions import write_predictions
+
+    arrays = {"pred": np.zeros(4, int), "target": np.zeros(4, int), "p_true": np.ones(4), "confidence": np.ones(4),
+              "epoch": 3}
+    write_predictions(layout.files(run).predictions, {"raw": arrays}, meta={"n_classes": n_classes, **meta})
+
+
 def copy_tree(trained: Path, to: Path) -> Path:
     """A copy of a trained results tree (tests/conftest.py's `trained_tree`) at `to` (which may exist, e.g. a test's
     `tmp_path`), for a test to change."""

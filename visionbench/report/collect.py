@@ -26,7 +26,7 @@ import pandas as pd
 
 from ..results import layout
 from ..results.io import RunStateError
-from ..results.predictions import n_classes as predictions_n_classes
+from ..results.predictions import n_classes
 from ..stats.convergence import run_stall_reason
 # per-run scalars that are not in summary["metrics"] but may still be asked for as --metric
 RUN_SCALARS = ("train_time_s", "throughput_img_s", "peak_mem_mb", "gpu_busy_pct")
@@ -66,12 +66,6 @@ def _finite_or_nan(value) -> float:
     return out if math.isfinite(out) else math.nan
 
 
-def n_classes(run_dir) -> int | None:
-    """C, the number of classes, as the run's predictions.npz names it (its `meta`); None when unknown (no file,
-    a file from before the meta, an unreadable one)."""
-    return predictions_n_classes(layout.files(run_dir).predictions)
-
-
 def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
     """One run's row, or (None, note) when the run is skipped (missing, unreadable, running).
 
@@ -107,7 +101,7 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
         "config_hash": summary.get("config_hash"),
         "plugins": _plugins(summary.get("plugins")),
         "environment": _environment(summary),
-        "n_classes": n_classes(run_dir),
+        "n_classes": n_classes(layout.files(run_dir).predictions),  # C, None when unknown
         "stalled": None,
         "params": summary.get("params"),
         "act_params": summary.get("act_params"),
