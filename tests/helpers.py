@@ -1,8 +1,8 @@
 """Helpers shared by several test files (pytest collects no tests here):
 
 - results trees in the results layout, written by its own writers (visionbench/results/layout.py), for the
-  report tests (`write_run`, `write_recipe`, `write_snapshot`); `copy_tree` for the trained trees of
-  tests/conftest.py's `trained_tree` (copy, then damage or resume the copy);
+  report tests (`write_run`, `write_recipe`, `write_snapshot`, `write_class_count`); `copy_tree` for the trained
+  trees of tests/conftest.py's `trained_tree` (copy, then damage or resume the copy);
 - `visionbench run` in a subprocess, and waiting on its run dirs, for the reliability tests
   (`spawn`, `wait_for`, `seed_dir`, `summary`, `FAST`).
 """
@@ -20,6 +20,7 @@ import numpy as np
 
 from visionbench.results import layout
 from visionbench.results.io import atomic_write_text, write_csv_rows
+from visionbench.results.predictions import write_predictions
 
 
 # ---- results trees (report tests) -----------------------------------------------------------
@@ -59,8 +60,6 @@ def write_run(root, recipe: str, act: str, seed: int, value: float | None = None
 
 def write_class_count(run: Path, n_classes: int, **meta) -> None:
     """A 4-image predictions.npz in `run` whose meta names `n_classes` (what the stall rule reads C from)."""
-    from visionbench.results.predictions import write_predictions
-
     arrays = {"pred": np.zeros(4, int), "target": np.zeros(4, int), "p_true": np.ones(4), "confidence": np.ones(4),
               "epoch": 3}
     write_predictions(layout.files(run).predictions, {"raw": arrays}, meta={"n_classes": n_classes, **meta})

@@ -66,16 +66,17 @@ def test_ddp_on_cpu_writes_and_prints_once_and_ranks_agree_on_skips(tmp_path, fa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("margin, seeds", [(None, 5), (1000, 3)])
-def test_seeds_auto_under_ddp_runs_the_same_rounds_on_every_rank(tmp_path, margin, seeds):
+@pytest.mark.parametrize("margin, seeds, training", [(None, 5, ["epochs=1"]),
+                                                     (1000, 3, ["epochs=2", "optim.lr=0.002"])])
+def test_seeds_auto_under_ddp_runs_the_same_rounds_on_every_rank(tmp_path, margin, seeds, training):
     """seeds=auto under DDP: every rank must make the same decisions. Without a margin tiny runs stay
     inconclusive and both rounds run: a rank 1 that stopped after round 1 would leave rank 0's round 2
-    waiting for it. A margin wider than the metric's range decides equivalence at the first look:
-    rank 0 stops there."""
+    waiting for it. A margin wider than the metric's range decides equivalence at the first look, when the
+    runs learn (a stalled run decides nothing): rank 0 stops there."""
     env = {k: v for k, v in os.environ.items() if k not in ranks.RANK_ENV + ("NODE_RANK", "WORLD_SIZE")}
-    args = [a for a in TINY if a != "act=relu"] + ["act=relu,gelu", "seeds=auto", "seeds_max=5"]
+    args = [a for a in TINY if a != "act=relu"] + ["act=relu,gelu", "seeds=auto", "seeds_max=5", *training]
     args += [f"seeds_margin={margin}"] if margin else []
-    cmd = [sys.executable, "-m", "visionbench.cli", "run", *args, "epochs=1", *DDP, f"results_dir={tmp_path}"]
+    cmd = [sys.executable, "-m", "visionbench.cli", "run", *args, *DDP, f"results_dir={tmp_path}"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     log = done.stdout + done.stderr
     assert done.returncode == 0, log
