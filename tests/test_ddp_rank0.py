@@ -25,6 +25,7 @@ from visionbench.train import run as one_run
 TINY = ["recipe=digits_vgg4", "act=relu", "batch_size=64", "data.limit_train=128", "data.limit_val=64",
         "trainer.portable=false"]
 DDP = ["trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"]
+LEARNS = ["epochs=2", "optim.lr=0.002"]  # tiny runs that learn: a stalled run decides nothing, has no per-example part
 
 
 def _files(root: Path) -> list[Path]:
@@ -40,13 +41,11 @@ def _epochs(run_dir: Path) -> list[int]:
 def test_ddp_on_cpu_writes_and_prints_once_and_ranks_agree_on_skips(tmp_path, fake_training):
     """seed 0 completed before (a stand-in run); the DDP sweep of seeds 0-1 must skip it in both
     ranks and train seed 1 in both: a rank training seed 0 alone would hang or fail the job."""
-    learns = ["seeds=1", "epochs=2", "optim.lr=0.002"]  # runs that learn: a stalled run has no per-example section
-    (run, out), = plan(load_config([*TINY, *learns, *DDP, f"results_dir={tmp_path}"]))
+    (run, out), = plan(load_config([*TINY, "seeds=1", *LEARNS, *DDP, f"results_dir={tmp_path}"]))
     assert execute(run, out, progress=False).status == "completed"
     done_before = (tmp_path / "digits_vgg4/relu/seed_0/summary.json").read_text()
     env = {k: v for k, v in os.environ.items() if k not in ranks.RANK_ENV + ("NODE_RANK", "WORLD_SIZE")}
-    cmd = [sys.executable, "-m", "visionbench.cli", "run", *TINY, "seeds=2", "epochs=2", "optim.lr=0.002", *DDP,
-           f"results_dir={tmp_path}"]
+    cmd = [sys.executable, "-m", "visionbench.cli", "run", *TINY, "seeds=2", *LEARNS, *DDP, f"results_dir={tmp_path}"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     log = done.stdout + done.stderr
     assert done.returncode == 0, log
@@ -67,7 +66,7 @@ def test_ddp_on_cpu_writes_and_prints_once_and_ranks_agree_on_skips(tmp_path, fa
 
 @pytest.mark.slow
 @pytest.mark.parametrize("margin, seeds, training", [(None, 5, ["epochs=1"]),
-                                                     (1000, 3, ["epochs=2", "optim.lr=0.002"])])
+                                                     (1000, 3, LEARNS)])
 def test_seeds_auto_under_ddp_runs_the_same_rounds_on_every_rank(tmp_path, margin, seeds, training):
     """seeds=auto under DDP: every rank must make the same decisions. Without a margin tiny runs stay
     inconclusive and both rounds run: a rank 1 that stopped after round 1 would leave rank 0's round 2
