@@ -16,6 +16,14 @@ def _seed():
 
 
 @pytest.fixture(autouse=True)
+def _own_working_directory(tmp_path_factory, monkeypatch):
+    """Every test runs in a fresh empty working directory: a command that falls back on the default results_dir
+    (`runs/`), or writes lightning_logs/, writes there, never into the repository (where a user's `make run` keeps
+    its runs, and the committed results/ sit). Tests name the repository by its path (tests/helpers.ROOT)."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
+@pytest.fixture(autouse=True)
 def _no_plots(request, monkeypatch):
     """Reports draw no figures (curves, learned shapes, the suite's diagrams) in a test that does not look at
     them: a figure costs a second or more of matplotlib and is checked only where the test is marked `plots`."""

@@ -6,8 +6,10 @@ regenerates fails too: a number in the repository that cannot be regenerated is 
 the same commands (`make results`) but not compared (their bytes depend on matplotlib's version and fonts)."""
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -30,9 +32,16 @@ def commands() -> list[tuple[str, list[str]]]:
 
 
 def committed_tables() -> set[Path]:
-    """The committed md / csv / tex files a report writes (results/bench: benchmarks, not reports)."""
+    """The committed md / csv / tex files a report writes (results/bench: benchmarks, not reports): git's tracked
+    files where this is a checkout (a run tree someone wrote into results/ is not committed), else every file."""
     skip = {RESULTS / "README.md", RESULTS / "bench"}
-    return {p for p in RESULTS.rglob("*") if p.suffix in TEXT and p.is_file() and "record" not in p.parts
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "results"], cwd=REPO, capture_output=True, check=True,
+                                timeout=60).stdout.decode().split("\0")
+        files = [REPO / p for p in listed if p]
+    except (OSError, subprocess.SubprocessError):  # no git, or no checkout (an unpacked source archive)
+        files = [p for p in RESULTS.rglob("*") if p.is_file()]
+    return {p for p in files if p.suffix in TEXT and "record" not in p.relative_to(RESULTS).parts
             and not any(s == p or s in p.parents for s in skip)}
 
 
@@ -65,3 +74,15 @@ def test_every_committed_table_has_a_record_that_regenerates_it(regenerated):
     made = set().union(*regenerated[1].values())
     orphans = sorted(str(p.relative_to(REPO)) for p in committed_tables() - made)
     assert not orphans, f"committed tables no record regenerates: {orphans}"
+
+
+def test_no_other_test_names_the_repositorys_results_folder():
+    """Only this file (which regenerates tables from copies of the records) and the default run's self-check (which
+    reads the default's record) name the repository's results/; every test runs in its own empty working directory
+    (tests/conftest.py), so the default results_dir of a command it runs is not the repository's either."""
+    allowed = {"test_committed_results.py", "test_default_run.py"}
+    pattern = re.compile(r"""(ROOT|REPO)\s*/\s*["']results|["']results/(digits|noise|zoo|suite|sequential|fashion)""")
+    named = sorted(p.name for p in Path(__file__).parent.glob("*.py")
+                   if p.name not in allowed and pattern.search(p.read_text()))
+    assert not named, f"tests naming the repository's results/: {named}"
+    assert Path.cwd() != REPO and REPO not in Path.cwd().parents

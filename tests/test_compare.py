@@ -45,7 +45,7 @@ def test_a_tree_its_copy_and_its_record_are_identical(trained_tree, tmp_path, ca
         assert rc == 0
         row = read_rows(tmp_path / "cmp.csv").loc["relu"]
         assert row["verdict"] == "identical" and row["n_a"] == row["n_b"] == 3 and row["diff"] == 0
-        assert row["n_images"] == 100 and row["margin"] > 0  # the default margin: 100 test images' binomial sd
+        assert row["margin_sd"] == 1 and row["margin"] == pytest.approx(row["sd_a"])  # the default: one seed sd
         assert "| digits_vgg4 | relu |" in out and "identical" in out and "configured alike" in out
 
 
@@ -68,8 +68,9 @@ def test_trees_that_differ_by_seed_noise_are_reproduced_or_undecided(tmp_path, c
                      {act: list(98 + 0.3 * rng.standard_normal(5)) for act in ("relu", "gelu")})
     rc, out, _ = run_compare(capsys, str(a), str(b), "--out", str(tmp_path / "cmp.md"))
     assert rc == 0
-    assert set(read_rows(tmp_path / "cmp.csv")["verdict"]) <= {"undecided", "reproduced"}
-    assert "no default margin: no predictions.npz gives the number of test images; give --margin M" in out
+    rows = read_rows(tmp_path / "cmp.csv")
+    assert set(rows["verdict"]) <= {"undecided", "reproduced"}
+    assert (rows["seeds_needed"] == 18).all() and "undecided (≈ 18 seeds/tree)" in out  # ±1 seed sd at 80 %
     run_compare(capsys, str(a), str(b), "--margin", "1", "--out", str(tmp_path / "cmp.md"))
     assert set(read_rows(tmp_path / "cmp.csv")["verdict"]) == {"reproduced"}
 
@@ -94,22 +95,22 @@ def test_welch_interval_and_tost_p_are_scipys_and_statsmodels(tmp_path, capsys):
     welch = sps.ttest_ind(vb, va, equal_var=False)
     ci = welch.confidence_interval(0.95)
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((ci.low, ci.high), rel=1e-12)
-    assert row["welch_p"] == pytest.approx(welch.pvalue, rel=1e-12)
-    assert row["tost_p"] == pytest.approx(ttost_ind(np.array(vb), np.array(va), -0.8, 0.8, usevar="unequal")[0],
-                                          rel=1e-12)
+    assert row["welch_p"] == row["welch_p_holm"] == pytest.approx(welch.pvalue, rel=1e-12)  # a family of one
+    assert row["equivalence_test"] == "tost" and row["equivalence_p"] == pytest.approx(
+        ttost_ind(np.array(vb), np.array(va), -0.8, 0.8, usevar="unequal")[0], rel=1e-12)
     assert row["diff"] == pytest.approx(np.mean(vb) - np.mean(va))
-    expected = "reproduced" if row["tost_p"] < 0.05 else "differs" if row["welch_p"] < 0.05 else "undecided"
+    ci90 = welch.confidence_interval(0.90)
+    assert row["bound"] == pytest.approx(max(abs(ci90.low), abs(ci90.high)), rel=1e-12)
+    expected = "reproduced" if row["equivalence_p"] < 0.05 else "differs" if row["welch_p"] < 0.05 else "undecided"
     assert row["verdict"] == expected
-    assert f"[{ci.low:+.2f}, {ci.high:+.2f}]" in out
+    assert f"[{ci.low:+.2f}, {ci.high:+.2f}]" in out and f"±{row['bound']:.2f}" in out
 
 
-def test_verdict_rule_and_the_default_margin():
+def test_verdict_rule():
     assert reproduction.decide(True, math.nan, math.nan) == "identical"
     assert reproduction.decide(False, 0.001, 0.01) == "reproduced"  # equivalent within the margin wins
     assert reproduction.decide(False, 0.001, 0.2) == "differs"
     assert reproduction.decide(False, 0.3, 0.2) == "undecided"
-    assert reproduction.one_run_margin(98.7, 360) == pytest.approx(100 * math.sqrt(0.987 * 0.013 / 360))
-    assert math.isnan(reproduction.one_run_margin(98.7, 0))
 
 
 def one_line_error(capsys, *argv) -> str:

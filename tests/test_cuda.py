@@ -89,11 +89,10 @@ def test_a_bf16_mixed_step_on_cuda_keeps_float32_weights_and_finite_gradients():
 
 
 def test_a_training_steps_bookkeeping_does_not_sync():
-    from torchmetrics import MeanMetric
-
+    from visionbench.train.batch_mean import BatchMean
     from visionbench.train.loss_watch import LossWatch
 
-    watch, mean = LossWatch(), MeanMetric(nan_strategy="disable").to(CUDA)
+    watch, mean = LossWatch(), BatchMean().to(CUDA)
     loss = torch.ones((), device=CUDA)
     watch.update(loss, 0)  # the first update allocates the watch's tensors
     torch.cuda.synchronize()
@@ -101,7 +100,7 @@ def test_a_training_steps_bookkeeping_does_not_sync():
     try:
         for step in range(1, 5):  # what ClassificationModule.training_step does with each loss between checks
             watch.update(loss * step, step)
-            mean.update(loss, weight=torch.full_like(loss, 64))
+            mean.update(loss, weight=64)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert watch.check() is None

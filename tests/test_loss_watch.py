@@ -84,3 +84,42 @@ def test_gpu_busy_is_none_on_a_cpu_and_without_nvml(monkeypatch):
 def test_a_cpu_run_records_no_busy_share(tmp_path):
     outcome = sweep_small(tmp_path, "epochs=1")
     assert outcome.status == "completed" and outcome.summary["gpu_busy_pct"] is None
+
+
+# ---- the epoch's mean loss: weighted by batch size (train/batch_mean.py) ---------------------------
+
+def test_a_batch_mean_weighs_each_batch_by_its_images():
+    from visionbench.train.batch_mean import BatchMean
+
+    mean = BatchMean()
+    mean.update(torch.tensor(1.0), weight=64)
+    mean.update(torch.tensor(3.0), weight=32)  # a last, partial batch weighs what its images weigh
+    assert float(mean.compute()) == pytest.approx(5 / 3, rel=1e-6)
+    mean.reset()
+    mean.update(torch.tensor(2.0), weight=5)
+    assert float(mean.compute()) == pytest.approx(2.0)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # self.log outside a Trainer
+def test_the_eval_and_train_losses_are_the_mean_over_images_when_batches_differ_in_size():
+    """A 10-image set in batches of 8 and 2: the logged loss is the cross-entropy over the 10 images, not the mean
+    of the two batch means (which weighs the 2-image batch like the 8-image one)."""
+    import torch.nn.functional as F
+
+    from visionbench.config import block
+    from visionbench.train.module import ClassificationModule
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    module = ClassificationModule(model, 3, block("optim"), block("sched"), block("loss"), eval_names=("val",))
+    x, y = torch.randn(10, 4), torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 2, 0])
+    batches = [(x[:8], y[:8]), (x[8:], y[8:])]
+    with torch.no_grad():
+        for k, batch in enumerate(batches):
+            module.validation_step(batch, k)
+            module.train_loss.update(F.cross_entropy(model(batch[0]), batch[1]), weight=len(batch[1]))
+        whole = float(F.cross_entropy(model(x), y))
+        unweighted = sum(float(F.cross_entropy(model(b[0]), b[1])) for b in batches) / 2
+    eval_loss = float(module.eval_metrics["raw_val"]["loss"].compute())
+    assert eval_loss == pytest.approx(whole, rel=1e-5) and abs(eval_loss - unweighted) > 1e-3
+    assert float(module.train_loss.compute()) == pytest.approx(whole, rel=1e-5)

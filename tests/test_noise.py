@@ -1,14 +1,15 @@
 """Where the noise comes from (issue 31 item 2): the variance components of a noise design (stats/noise.py)
 validated by simulation — known per-source variances recovered, the χ² intervals at 95 % coverage at 5 and 10
 seeds, the test-set part subtracted per arm under chaotic training, the variance-ratio test at its size — and
-the report's noise section (report/noise.py) on written trees: noise.md/csv, the pointer in the recipe-level
-table, and one sentence, never a number, for a design that cannot give a variance.
+the report's noise section (report/noise.py) on written trees: noise.md/csv, the pointer in the
+recipe-level table, the outlier notes, and one sentence, never a number, for a design that cannot give a variance.
 
 `pytest -s tests/test_noise.py` prints the measured figures (docs/report.md, "Where the noise comes from")."""
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import zlib
 
 import numpy as np
@@ -104,7 +105,8 @@ def test_the_test_set_part_is_subtracted_per_arm_under_chaotic_training(n):
     assert excess == pytest.approx(2 * tau_true, rel=0.35) and np.isnan(raw[0][nz.TEST]["var"])
     report_rates("chaotic training, test-set part subtracted", n,
                  {**{f"{k} coverage": f"{v:.1f} %" for k, v in coverage.items()}, "sum inside": f"{inside:.1f} %",
-                  "difference holds 0": f"{consistent:.1f} %", "excess without predictions": f"{excess:.2f}"})
+                  "difference holds 0": f"{consistent:.1f} %", "excess without predictions": f"{excess:.2f}",
+                  "2τ²": f"{2 * tau_true:.2f}"})
 
 
 def test_an_arm_left_out_does_not_stop_the_subtraction_from_the_others():
@@ -152,11 +154,11 @@ def seed_of(arm: str, source: str, k: int) -> int:
     return k if arm in (nz.ALL, source) else FIXED
 
 
-def write_design_run(root, act: str, arm: str, k: int, *, predictions: bool = True) -> None:
-    """Run k of `act` in `arm`: accuracy 0.97 + the sources' effects (deterministic in the sources' seeds); every
-    image re-drawn for each distinct set of seeds (chaotic training)."""
+def write_design_run(root, act: str, arm: str, k: int, *, predictions: bool = True, off: float = 0.0) -> None:
+    """Run k of `act` in `arm`: accuracy 0.97 + the sources' effects (deterministic in the sources' seeds) + `off`
+    points; every image re-drawn for each distinct set of seeds (chaotic training)."""
     seeds = {s: seed_of(arm, s, k) for s in nz.SOURCES}
-    shift = sum(np.random.default_rng([zlib.crc32(f"{act}/{s}".encode()), seeds[s]]).normal(0, SD[act][s])
+    shift = off + sum(np.random.default_rng([zlib.crc32(f"{act}/{s}".encode()), seeds[s]]).normal(0, SD[act][s])
                 for s in nz.SOURCES)
     draws = np.random.default_rng([zlib.crc32(act.encode()), *seeds.values()])
     right = draws.random(N_IMG) < 0.97 + shift / 100
@@ -234,6 +236,26 @@ def test_the_report_writes_the_noise_section_of_a_noise_design(tmp_path, capsys)
     assert first == {name: (recipe / name).read_bytes() for name in ("noise.md", "noise.csv")}
     assert main([str(recipe), "--format", "md", "--effect", "1"]) == 0  # seeds needed for a Δ the user names
     assert "for 80 % power to detect Δ = 1.00 (--effect), d = " in plain_lines((recipe / "noise.md").read_text())[3]
+
+
+def test_an_arm_with_an_outlying_seed_is_named_with_what_it_makes_unreliable(tmp_path, capsys):
+    recipe = write_design(tmp_path)
+    for act, arm, k in (("gelu", nz.ALL, 2), ("relu", "order", 3)):  # runs that trained badly, as hermite's seed 2
+        shutil.rmtree(recipe / f"noise={arm}" / act / f"seed_{k}")
+        write_design_run(tmp_path, act, arm, k, off=-20.0)
+    assert main([str(recipe), "--format", "md,csv"]) == 0
+    text = (recipe / "noise.md").read_text()
+    assert "χ² intervals assume normal seeds: an arm with an outlying seed is named in the notes" in text
+    base_note, note = [n for n in notes_of(recipe / "noise.md") if "outlier" in n]
+    assert base_note.startswith("relu noise=order: seed 3 (") and base_note.endswith(
+        "the seeds are not normal there, so this arm's χ² interval is unreliable")  # the baseline: no F test
+    assert re.fullmatch(r"gelu noise=all: seed 2 \([78]\d\.\d\d\) lies far from the arm's other seeds \(outlier test at "
+                        r"α = 0\.01, docs/report\.md, \"Where the noise comes from\"\): the seeds are not normal there, so "
+                        r"this arm's χ² interval and its F test against relu are unreliable", note), note
+    assert plain_lines(text)[1].endswith("(an outlying seed in all-vary: its interval unreliable, see the notes)")
+    data = pd.read_csv(recipe / "noise.csv", dtype={"outliers": str}).set_index(["act", "part"])
+    assert data.loc[("gelu", "all-vary"), "outliers"] == "2" and data.loc[("relu", "order"), "outliers"] == "3"
+    assert data["outliers"].notna().sum() == 2
 
 
 def test_a_design_with_one_seed_per_arm_says_so_in_one_sentence(tmp_path, capsys):

@@ -218,7 +218,8 @@ def test_report_writes_the_per_example_section_with_a_plain_words_line(tmp_path,
     (line,) = plain_lines(text)
     assert re.match(r"rational vs relu: Δ = [+-]\d+\.\d\d \[two-level [+-]\d+\.\d\d, [+-]\d+\.\d\d\]; one run's "
                     r"accuracy varies by ±\d\.\d\d over test sets of this size \(share of seed variance \d+ %\), while "
-                    r"the test set's part of this Δ \(the same images scored by both\) is ±\d\.\d\d; churn "
+                    r"the test set's part of this Δ \(√E: its sd over new test sets, both arms on the same images\) is "
+                    r"±\d\.\d\d( \(E estimated at 0: lost in each image's seed noise\))?; churn "
                     r"between seeds \d+\.\d %, between activations \d+\.\d % \(permutation p = 0\.\d+\): too few runs "
                     r"to tell .* \(the smallest p at 3 vs 3 runs is 0\.10\); ensemble \d+\.\d\d vs \d+\.\d\d \(McNemar "
                     r"p = [\d.]+\); NLL \d\.\d{3} vs \d\.\d{3} \(Student p = [\d.]+\), ECE [\d.]+ % vs [\d.]+ % "
@@ -229,6 +230,29 @@ def test_report_writes_the_per_example_section_with_a_plain_words_line(tmp_path,
     assert csv.loc["rational", "diff"] == pytest.approx(table.loc["rational", "diff"])
     assert csv.loc["rational", "two_level_low"] <= csv.loc["rational", "two_level_seed_low"] + 1e-9
     assert list(csv.index) == ["relu", "rational"] and csv.loc["relu", "n_with_predictions"] == 3
+
+
+def test_the_test_sets_part_of_delta_is_root_e_in_the_sentence_the_table_and_the_csv(tmp_path, capsys):
+    # rational never gets 60 images right that relu mostly does: the images add to Δ beyond their seed noise
+    for seed in range(5):
+        write_predicted_run(tmp_path, "relu", seed, 0.95)
+        write_predicted_run(tmp_path, "rational", seed, 0.95, hard=np.arange(60))
+    recipe = tmp_path / "digits_vgg4"
+    assert main([str(recipe), "--format", "md,csv"]) == 0
+    csv = pd.read_csv(recipe / "per_example.csv").set_index("act").loc["rational"]
+    root_e = csv["two_level_example_sd"]  # points: √ of the two-level interval's example term (points²)
+    assert root_e == pytest.approx(np.sqrt(csv["two_level_example_var"])) and root_e > 0.1
+    # not the paired-over-images standard error, which also holds each image's seed noise
+    paired = abs(csv["images_diff"] / csv["images_t_stat"])
+    assert paired > root_e and f"{paired:.2f}" != f"{root_e:.2f}"
+    text = (recipe / "per_example.md").read_text()
+    (line,) = plain_lines(text)
+    assert f"the test set's part of this Δ (√E: its sd over new test sets, both arms on the same images) is ±{root_e:.2f};" \
+        in line, line
+    header = next(row for row in text.splitlines() if row.startswith("| Act."))
+    cells = next(row for row in text.splitlines() if row.startswith("| rational |"))
+    column = [h.strip() for h in header.split("|")].index("test set's part of Δ")
+    assert [c.strip() for c in cells.split("|")][column] == f"±{root_e:.2f}"
 
 
 def test_an_activation_that_changes_which_images_are_hard_is_said_so(tmp_path, capsys):

@@ -173,6 +173,8 @@ def test_hydra_multirun_entry_point_writes_the_same_tree_and_fails_with_a_failed
     import subprocess
     import sys
 
+    from visionbench.sweep import portable
+
     bad = tmp_path / "digits_vgg4" / "silu" / "seed_1"
     bad.mkdir(parents=True)
     (bad / "summary.json").write_text("[]")
@@ -185,6 +187,10 @@ def test_hydra_multirun_entry_point_writes_the_same_tree_and_fails_with_a_failed
     for act in ("relu", "gelu"):
         s = json.loads((tmp_path / "digits_vgg4" / act / "seed_1" / "summary.json").read_text())
         assert s["status"] == "completed" and s["seed"] == 1
+        # the default recipe is portable: each job trained in a pinned worker, as `visionbench run` trains it
+        assert s["environment"]["threads"] == 1 and s["environment"]["env"]["OMP_NUM_THREADS"] == "1"
+        if portable.is_x86():
+            assert s["environment"]["env"]["ATEN_CPU_CAPABILITY"] == "avx2"
 
 
 @pytest.mark.slow

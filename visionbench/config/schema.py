@@ -229,7 +229,7 @@ class RunConfig:
     noise: str = rule("all", choices=("all", "init", "order", "aug"))  # sources following seed; noise=init,order,aug: arms + all
     epochs: int = rule(10, ">= 1")
     batch_size: int = rule(128, check=at_most(integer(">= 1"), MAX_BATCH))
-    results_dir: str = rule("results", check=path)
+    results_dir: str = rule("runs", check=path)  # your runs: never the committed results/ (docs/reproducing.md)
     parallel: int = rule(1, ">= 1")  # run K seeds at once, in separate processes
     snapshot_epochs: List[int] = rule([0, 5, 30, -1], ">= -1")  # epochs whose activation shapes + input histograms are stored (-1 = last)
     report: ReportConfig = field(default_factory=ReportConfig)

@@ -1,7 +1,7 @@
 """Read the weights of a trained backbone from disk: a timm / PyTorch state dict or a visionbench run's checkpoint.
 
     >>> ckpt = read_checkpoint("convnext_tiny.pth")                                  # timm / torch file
-    >>> ckpt = read_checkpoint("results/digits_vgg4/gelu/seed_0/checkpoints/best.ckpt")
+    >>> ckpt = read_checkpoint("runs/digits_vgg4/gelu/seed_0/checkpoints/best.ckpt")
     >>> ckpt.state_dict, ckpt.kind, ckpt.trained_act                                 # "visionbench", "gelu"
 
 Accepted files: `.pth`, `.pt`, `.bin`, `.ckpt`, `.pth.tar` (torch files; the state dict may be the whole file or

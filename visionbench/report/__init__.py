@@ -1,6 +1,6 @@
 """Aggregate runs into significance tables and figures; reads only the results files.
 
-    visionbench report results/cifar10_vgg8 [--metric val_top1_best] [--baseline relu] [--test student]
+    visionbench report runs/cifar10_vgg8 [--metric val_top1_best] [--baseline relu] [--test student]
 
     >>> from visionbench.report import load_runs, summarize
     >>> runs = load_runs("results")                       # one row per run
@@ -14,8 +14,8 @@ statistic); it imports no torch and trains nothing. Modules:
 * `summary`: one row per (recipe, act): counts, mean ± std, the test against the baseline.
 * `verdict`, `stopping`, `published`, `curves`, `protocol`: what is added to a table — verdicts and
   power, where `seeds=auto` stopped, the papers' numbers, convergence metrics, what the recipe scores.
-* `convergence`: did the runs learn (the stall note), had the comparison converged (tail slopes, Kendall τ of the
-  ranking at half the epochs vs the last, the verdicts' clause while it still moved).
+* `convergence`: did the runs learn (the stall note), had the comparison converged (tail slopes, the pairs whose
+  order reversed between half the epochs and the last and whether beyond noise, the verdicts' clause while it did).
 * `tables` (per recipe), `best_of` (a factor sweep in its paper's layout), `suite` (across
   recipes), `papers` (`visionbench papers`): the tables, all written by `render` (md, csv, tex).
 * `figures`: curves, learned activation shapes, the improvement interval plot, the CD diagram.

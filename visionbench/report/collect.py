@@ -1,7 +1,7 @@
 """Find the runs under a results directory and read their `summary.json` files into a DataFrame.
 
     >>> from visionbench.report import load_runs
-    >>> runs = load_runs("results/cifar10_vgg8")      # or the parent `results/`
+    >>> runs = load_runs("runs/cifar10_vgg8")      # or the parent `runs/`
     >>> runs.groupby(["recipe", "act"]).val_top1_best.mean()
 
 Layout read (visionbench/results/layout.py): `<recipe_dir>/<act>/seed_<k>/summary.json`, and in
@@ -70,8 +70,9 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
     """One run's row, or (None, note) when the run is skipped (missing, unreadable, running).
 
     The summary is read and judged by `results.layout` (`read_summary`, `unscored_reason`): the
-    contract the runner writes by. A completed run that ended training at chance level gets the status `stalled`
-    here, in the report (its summary.json stays `completed`), with the reason in `stalled`."""
+    contract the runner writes by. A completed run that never learned gets the status `stalled` here, in the report
+    (its summary.json stays `completed`), with the reason in `stalled`: stats/convergence.py's rule, on its metrics
+    and its metrics.csv's training loss per epoch."""
     label = "/".join(run_dir.parts[-3:])
     try:
         summary = layout.read_summary(run_dir)
@@ -120,7 +121,7 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
             if key not in row:  # a metric may never shadow a bookkeeping column
                 row[key] = _finite_or_nan(value)
     if status == layout.COMPLETED:
-        row["stalled"] = run_stall_reason(row, row["n_classes"])
+        row["stalled"] = run_stall_reason(row, row["n_classes"], layout.train_losses(run_dir))
         row["status"] = layout.STALLED if row["stalled"] else status
     notes = []
     if summary.get("recipe") not in (None, row["recipe"]):
@@ -167,7 +168,7 @@ def load_runs(path: str | Path) -> pd.DataFrame:
     reasons are in `runs.attrs["notes"]`. Non-finite metric values are NaN.
 
     Args:
-        path: a recipe directory (`results/cifar10_vgg8`), a parent of several, or one run dir.
+        path: a recipe directory (`runs/cifar10_vgg8`), a parent of several, or one run dir.
 
     Returns:
         DataFrame with columns `recipe, act, seed, status, setting, <metrics...>, baseline, train_time_s,

@@ -1,21 +1,23 @@
-"""The command line `visionbench compare A B`: did B reproduce A? (docs/report.md, "Did I reproduce it?").
+"""The command line `visionbench compare A B`: did B reproduce A? (docs/reproducing.md, "Did my runs reproduce").
 
-    visionbench compare results/digits_vgg4/record results/digits_vgg4      # a committed record against a rerun
+    visionbench compare results/digits_vgg4/record runs/digits_vgg4      # the committed record against your rerun
     visionbench compare old/results new/results --margin 0.5 --out compare.md
+    visionbench compare A B --margin 1.5sd                                # a margin in seed standard deviations
 
 A and B are results trees (a recipe dir, or a parent of several) or records (`visionbench export`), read
 alike through results/record.py `opened`. For each (recipe, setting, activation) run in both: A's and B's
-mean ± sd (n), Δ = B − A with its Welch 95 % interval and p, the TOST p at ±margin, the paired test over
-the test images where both scored the same ones (stats/per_example.py), and the verdict — identical,
-reproduced, differs, undecided (stats/reproduction.py has the rule and the default margin). Then what
-differs between the two: the configuration keys a rerun may change (any other difference is refused) and
-the recorded environment.
+mean ± sd (n), Δ = B − A with its Welch 95 % interval, the Welch p Holm-adjusted over every activation
+compared, the equivalence p at ±margin (default: one seed sd, an exact test), the equivalence bound the data
+support (the largest |limit| of the 90 % Welch interval), and the verdict — identical, reproduced, differs,
+undecided (stats/reproduction.py has the rule, the tests and the margin); an undecided row says how many seeds
+per tree would decide it. Then what differs between the two: the configuration keys a rerun may change (any
+other difference is refused) and the recorded environment.
 
 `main` returns the exit code, as `diff` does: 0 with the table printed (written to `--out FILE.md` and FILE.csv
-only when asked) when no row's verdict is `differs`, 1 when one is (the table is printed and written all the
-same: a script or CI job can gate on it), 2 after one line on stderr for bad input: A or B missing or no results
-tree, a damaged record, no recipe or activation in common, configurations that differ in the data, the model or
-the recipe, an --out that cannot be written.
+only when asked) when no row's verdict is `differs`, 1 when one is (after the Holm adjustment; the table is
+printed and written all the same: a script or CI job can gate on it), 2 after one line on stderr for bad input:
+A or B missing or no results tree, a damaged record, no recipe or activation in common, configurations that
+differ in the data, the model or the recipe, an --out that cannot be written.
 """
 from __future__ import annotations
 
@@ -36,11 +38,10 @@ from ..results.identity import diff_configs, shared_part, upgrade
 from ..results.io import RunStateError
 from ..results.predictions import variant_of
 from ..results.record import RecordError, opened
-from ..stats import per_example as pex
 from ..stats import power, reproduction
 from . import environment, protocol, render
 from .collect import RUN_SCALARS, metric_names, scan_runs
-from .main import level_arg, positive_arg
+from .main import level_arg
 from .per_example import load_arms
 from .summary import scored_values
 from .tables import number, p_relation, p_text
@@ -52,8 +53,9 @@ ALLOWED = ("optim", "sched", "epochs", "batch_size", "trainer", "seeds", "seed",
            "threads", "act_options", "act_lr_mult", "model.lsuv", "model.lsuv_variant")
 DIGITS = 2
 VERDICT_RULE = ("identical: every run in both trees, with the same metric values and predicted classes; "
-                "reproduced: TOST p < α (Δ within ±margin); differs: Welch p < α and not reproduced; "
-                "undecided: neither (the sentence says how many seeds would decide it)")
+                "reproduced: equivalence p < α (|Δ| within ±margin); differs: not reproduced, and the Welch p, "
+                "Holm-adjusted over the activations compared, < α; undecided: neither (the cell says how many seeds "
+                "per tree would make `reproduced` 80 % likely were the two the same)")
 
 
 class UsageError(Exception):
@@ -81,17 +83,28 @@ def compare_parser() -> argparse.ArgumentParser:
     p.add_argument("b", metavar="B", help="the rerun, as A")
     p.add_argument("--metric", default=None,
                    help="summary metric to compare (default: each recipe's report.metric, as visionbench report)")
-    p.add_argument("--margin", type=positive_arg("--margin"), default=None, metavar="M",
-                   help="equivalence margin in the metric's units (default, for a top-1/top-5 accuracy in %%: the "
-                        "binomial sd of ONE run's accuracy on N test images, 100·√(p(1−p)/N), p the pooled "
-                        "accuracy, N from the runs' predictions.npz — a Δ smaller than re-scoring one model on "
-                        "another test set of that size is no failure to reproduce; without N, or for another "
-                        "metric, give it)")
+    p.add_argument("--margin", type=margin_arg, default=None, metavar="M",
+                   help="the equivalence margin, the smallest shift that would count as not reproducing: M in the "
+                        "metric's units (0.5: a Welch TOST), or K seed standard deviations (1.5sd: the exact "
+                        f"equivalence t-test in sd units); default {reproduction.DEFAULT_MARGIN_SD:g}sd")
     p.add_argument("--alpha", type=level_arg("--alpha"), default=power.ALPHA,
                    help=f"significance level of the Welch and TOST tests (default {power.ALPHA:g})")
     p.add_argument("--out", default=None, metavar="FILE.md", type=_markdown_path,
                    help="also write the table to FILE.md and FILE.csv (default: print only, write nothing)")
     return p
+
+
+def margin_arg(text: str) -> tuple[float, bool]:
+    """`--margin`: (value, in seed sd units?) from `0.5` or `1.5sd`."""
+    sd = text.strip().lower().endswith("sd")
+    try:
+        value = float(text.strip()[:-2] if sd else text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"--margin takes a number > 0 in the metric's units (0.5) or in seed "
+                                         f"standard deviations (1.5sd), got {text!r}")
+    return value, sd
 
 
 def _markdown_path(text: str) -> str:
@@ -142,14 +155,18 @@ def _side(stack: contextlib.ExitStack, label: str, path: str) -> Side:
         raise UsageError(f"{label}: {exc}") from None
     runs, notes = scan_runs(tree)
     if not len(runs):
+        kept = Path(path) / "record"  # a committed results folder: its runs are in its record
+        hint = (f"; it holds a record of runs ({kept}): `visionbench run` writes yours under runs/<recipe>, e.g. "
+                f"visionbench compare runs/{Path(path).name} {kept}") if (kept / "record.json").is_file() else ""
         raise UsageError(f"{label}: {path} is no results tree: no finished run (<recipe>/<act>/seed_<k>/summary.json) "
-                         "under it, and no record (record.json)")
+                         f"under it, and no record (record.json){hint}")
     return Side(label, path, runs, tuple(f"{label}: {n}" for n in notes))
 
 
-def compare_trees(a: Side, b: Side, metric: str | None = None, margin: float | None = None,
+def compare_trees(a: Side, b: Side, metric: str | None = None, margin: tuple[float, bool] | None = None,
                   alpha: float = power.ALPHA) -> render.Table:
-    """The comparison table of every (recipe, setting, act) of both trees; UsageError for what cannot be compared."""
+    """The comparison table of every (recipe, setting, act) of both trees; UsageError for what cannot be compared.
+    `margin`: (value, in seed sd units?) as `margin_arg` parses it; None: `reproduction.DEFAULT_MARGIN_SD` sd."""
     recipes = sorted(set(a.runs["recipe"]) & set(b.runs["recipe"]))
     if not recipes:
         raise UsageError(f"A and B share no recipe: A has {_names(a.runs['recipe'])}; B has {_names(b.runs['recipe'])}")
@@ -164,17 +181,16 @@ def compare_trees(a: Side, b: Side, metric: str | None = None, margin: float | N
             sa, sb = ra[ra["setting"] == setting], rb[rb["setting"] == setting]
             configs += [f"{where}: {d}" for d in config_differences(sa, sb, where)]
             for act in sorted(set(sa["act"]) & set(sb["act"])):
-                row, row_notes, margin_note = compare_act(sa[sa["act"] == act], sb[sb["act"] == act],
-                                                          metrics[recipe], margin, alpha)
+                row, row_notes = compare_act(sa[sa["act"] == act], sb[sb["act"] == act], metrics[recipe], margin,
+                                             alpha)
                 rows.append({"recipe": recipe, "setting": setting, "act": act, **row})
-                notes += [f"{where}: {margin_note}"] if margin_note else []
                 compared[0].append(sa[sa["act"] == act])
                 compared[1].append(sb[sb["act"] == act])
                 notes += [f"{where} {act}: {n}" for n in row_notes]
     if not rows:
         raise UsageError(f"A and B share no activation of {', '.join(recipes)} (in one setting): A has "
                          f"{_names(a.runs['act'])}; B has {_names(b.runs['act'])}")
-    data = pd.DataFrame(rows)
+    data = _verdicts(pd.DataFrame(rows), alpha)
     envs = environment_differences(*(pd.concat(groups) for groups in compared))
     return _table(data, a, b, metrics, configs, envs, list(dict.fromkeys(notes)), alpha)
 
@@ -275,27 +291,32 @@ def _environment_values(runs: pd.DataFrame) -> dict[str, set[str]]:
 
 # ---- one activation: A's runs against B's ---------------------------------------------------------
 
-def compare_act(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, margin: float | None,
-                alpha: float = power.ALPHA) -> tuple[dict, list[str], str]:
-    """(the numbers and verdict of one (recipe, setting, act): A's runs `ga` against B's `gb`; notes on its runs;
-    why it has no default margin, "" when it has one or `margin` is given)."""
+def compare_act(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, margin: tuple[float, bool] | None,
+                alpha: float = power.ALPHA) -> tuple[dict, list[str]]:
+    """(the numbers of one (recipe, setting, act), A's runs `ga` against B's `gb`, with `identical`; notes on its
+    runs). The verdict needs the whole family (`_verdicts`: Holm over the activations compared)."""
     act = str(ga["act"].iloc[0])
     arms, notes = {}, []
     for label, group in (("A", ga), ("B", gb)):
         found, _, arm_notes, _ = load_arms(group, variant_of(metric))
         arms[label] = found.get(act, [])
         notes += [f"{label}: {n}" for n in arm_notes]
-    images, image_note = _paired_images(arms["A"], arms["B"])
-    notes += [image_note] if image_note else []
     # a stalled run is a result here: a rerun that learns nothing did not reproduce a run that learned
     va, vb = (scored_values(g, metric, (layout.COMPLETED, layout.STALLED)) for g in (ga, gb))
-    why = ""
-    if margin is None:
-        margin, why = _default_margin(metric, pd.concat([va, vb]), images["n_images"], ga["val_split"].iloc[0])
-    res = reproduction.compare_runs(va, vb, margin, alpha=alpha)
+    value, in_sd = margin if margin is not None else (reproduction.DEFAULT_MARGIN_SD, True)
+    res = reproduction.compare_runs(va, vb, None if in_sd else value, alpha=alpha,
+                                    margin_sd=value if in_sd else reproduction.DEFAULT_MARGIN_SD)
     same = identical(ga, gb, arms["A"], arms["B"], _scored_metrics(ga, gb))
-    verdict = reproduction.decide(same, res["welch_p"], res["tost_p"], alpha)
-    return {"metric": metric, **res, "margin": margin, **images, "verdict": verdict}, notes, why
+    return {"metric": metric, **res, "identical": same}, notes
+
+
+def _verdicts(data: pd.DataFrame, alpha: float) -> pd.DataFrame:
+    """`data` with `welch_p_holm` (Holm over the rows whose verdict rests on a test: every row but the identical
+    ones) and `verdict`."""
+    out = data.copy()
+    out["welch_p_holm"], out["verdict"] = reproduction.family_verdicts(out.to_dict("records"),
+                                                                       list(out["identical"].astype(bool)), alpha)
+    return out
 
 
 def identical(ga: pd.DataFrame, gb: pd.DataFrame, arms_a: list, arms_b: list, metrics: list[str]) -> bool:
@@ -316,60 +337,39 @@ def _scored_metrics(ga: pd.DataFrame, gb: pd.DataFrame) -> list[str]:
     return sorted((set(metric_names(ga)) & set(metric_names(gb))) - set(RUN_SCALARS))
 
 
-def _paired_images(arms_a: list, arms_b: list) -> tuple[dict, str]:
-    """The paired t-test over images of B's seed-averaged correctness against A's (stats/per_example.py
-    `paired_over_images`; Δ in points) where both scored the same images, and `n_images`; a note when not."""
-    out = {"images_diff": math.nan, "images_p": math.nan,
-           "n_images": next((e[2]["target"].size for e in arms_a + arms_b), math.nan)}
-    if not arms_a or not arms_b:
-        return out, ""
-    try:
-        a, b = (pex.Arm.from_runs([e[2] for e in arms], labels=[e[1] for e in arms]) for arms in (arms_a, arms_b))
-        pex.check_same_images([a.target, b.target], ["A", "B"])
-    except ValueError as exc:
-        return out, f"no per-example test: {exc}"
-    res = pex.paired_over_images(b.correct, a.correct)
-    out["images_diff"], out["images_p"] = 100 * res["diff"], res["p_value"]
-    return out, ""
-
-
-def _default_margin(metric: str, values: pd.Series, n_images, val_split) -> tuple[float, str]:
-    """(the default margin of one act: `reproduction.one_run_margin` of the pooled accuracy on the N images the
-    predictions scored, or NaN; the note that says why there is none)."""
-    match = re.fullmatch(r"(?:ema_)?(val|test)_top\d+_(?:best|final|at_best_val)", metric)
-    ask = "; give --margin M (in the metric's units) to test equivalence"
-    if match is None:
-        return math.nan, f"no default margin for {metric}, which is no top-k accuracy in %{ask}"
-    if not isinstance(n_images, int):
-        return math.nan, f"no default margin: no predictions.npz gives the number of test images{ask}"
-    held_out = isinstance(val_split, (int, float)) and math.isfinite(val_split) and val_split > 0
-    if (match.group(1) == "test") != held_out:  # the predictions score the test set when there is one, else val
-        return math.nan, f"no default margin: the predictions score another split than {metric}{ask}"
-    return reproduction.one_run_margin(float(values.mean()), n_images), ""
-
-
 # ---- the table ---------------------------------------------------------------------------------------
 
 def _table(data: pd.DataFrame, a: Side, b: Side, metrics: dict, configs: list[str], envs: list[str],
            notes: list[str], alpha: float) -> render.Table:
-    header = ["Recipe", "Act.", "A: mean ± sd (n)", "B: mean ± sd (n)", "Δ B − A", "Welch 95% CI", "Welch p",
-              "TOST p (±margin)", "images p", "verdict"]
+    header = ["Recipe", "Act.", "A: mean ± sd (n)", "B: mean ± sd (n)", "Δ B − A", "Welch 95% CI", "Welch p (Holm)",
+              "equiv. p (±margin)", "supported ±", "verdict"]
     rows = [[_where(r), r["act"], _mean_sd(r, "a"), _mean_sd(r, "b"), number(r["diff"], DIGITS, True), _ci(r),
-             p_text(r["welch_p"]), _tost(r), p_text(r["images_p"]), _verdict_cell(r)] for _, r in data.iterrows()]
+             p_text(r["welch_p_holm"]), _equivalence(r), _bound(r), _verdict_cell(r)] for _, r in data.iterrows()]
     scored = "; ".join(f"{recipe}: `{m}`" for recipe, m in metrics.items())
+    tested = int((~data["identical"].astype(bool)).sum())
     intro = [f"A = `{a.path}`, B = `{b.path}`. Metric — {scored}. Per (recipe, setting, activation) run in both: "
-             "mean ± sample sd (n completed runs) of each tree, Δ = B − A with its 95 % Welch interval and two-tailed "
-             "Welch p; TOST p: two one-sided Welch tests that |Δ| < margin (default for accuracies: the binomial sd "
-             "of one run's accuracy on the N test images, 100·√(p(1−p)/N)); images p: paired t-test over the test "
-             "images of the seed-averaged correctness, B vs A (both trees scored the same images). "
+             "mean ± sample sd (n completed runs) of each tree; Δ = B − A with its 95 % Welch interval; Welch p: "
+             f"two-tailed, Holm-adjusted over the {tested} activation{'s' if tested != 1 else ''} tested; "
+             f"equiv. p: that |Δ| < margin ({_margin_rule(data)}); supported ±: the largest |limit| of the 90 % "
+             "Welch interval, the smallest margin these runs show equivalence within. "
              f"Verdict at α = {alpha:g} — {VERDICT_RULE}."]
-    outro = ["Verdicts:\n" + "\n".join(f"- {_sentence(r, alpha)}" for _, r in data.iterrows())]
+    outro = ["Verdicts:\n" + "\n".join(f"- {_sentence(r, alpha, tested)}" for _, r in data.iterrows())]
     outro.append("Configuration: " + ("A and B differ in keys a rerun may change — " + "; ".join(configs) if configs
                                       else "A and B are configured alike (but for act and seed)") + ".")
     outro.append("Environment (git commit and visionbench version not compared): "
                  + ("A and B differ in " + "; ".join(envs) if envs else "no difference recorded") + ".")
     return render.Table(header, rows, align="ll" + "r" * 8, title="Did B reproduce A?", intro=intro, outro=outro,
                         notes=notes, data=data)
+
+
+def _margin_rule(data: pd.DataFrame) -> str:
+    """How the margin was set: K seed sd (the exact test), or M metric units (Welch TOST)."""
+    in_sd = data["equivalence_test"].eq("sd").all()
+    if in_sd:
+        k = number(float(data["margin_sd"].iloc[0]), DIGITS).rstrip("0").rstrip(".")
+        return (f"±{k} seed sd, the pooled sd of both trees' runs; the exact equivalence t-test in sd units, "
+                "Wellek 2010")
+    return f"±{number(float(data['margin'].iloc[0]), DIGITS)} in the metric's units; Welch TOST"
 
 
 def _where(r) -> str:
@@ -390,35 +390,48 @@ def _ci(r) -> str:
     return f"[{number(r['ci_low'], DIGITS, True)}, {number(r['ci_high'], DIGITS, True)}]"
 
 
-def _tost(r) -> str:
-    text = p_text(r["tost_p"])
-    return f"{text} (±{number(r['margin'], DIGITS)})" if text else ""
+def _equivalence(r) -> str:
+    text = p_text(r["equivalence_p"])
+    return f"{text} (±{number(r['margin'], DIGITS)})" if text and math.isfinite(r["margin"]) else text
+
+
+def _bound(r) -> str:
+    return f"±{number(r['bound'], DIGITS)}" if math.isfinite(r["bound"]) else ""
+
+
+def _seeds(n: float) -> str:
+    return f"{int(n):,}" if math.isfinite(n) else "more than 10,000"
 
 
 def _verdict_cell(r) -> str:
     n = r["seeds_needed"]
-    if r["verdict"] == reproduction.UNDECIDED and math.isfinite(n):
-        return f"undecided (≈ {int(n)} seeds/tree)"
+    if r["verdict"] == reproduction.UNDECIDED and (math.isfinite(n) or n == math.inf):
+        return f"undecided (≈ {_seeds(n)} seeds/tree)"
     return r["verdict"]
 
 
-def _sentence(r, alpha: float) -> str:
+def _sentence(r, alpha: float, tested: int) -> str:
     """The plain-words line of one row."""
     head = f"{_where(r)} {r['act']}: {r['verdict']}"
     delta = f"Δ = {number(r['diff'], DIGITS, True)}" + (f" {_ci(r)}" if _ci(r) else "")
-    margin = f"±{number(r['margin'], DIGITS)}" if math.isfinite(r["margin"]) else ""
+    plain = f"±{number(r['margin'], DIGITS)}" if math.isfinite(r["margin"]) else ""
+    margin = plain + (f" = {number(r['margin_sd'], DIGITS).rstrip('0').rstrip('.')} seed sd"
+                      if plain and r["equivalence_test"] == "sd" else "")
     if r["verdict"] == reproduction.IDENTICAL:
         return f"{head} — the same {r['n_a']} runs, metric values and predicted classes run by run"
     if r["verdict"] == reproduction.REPRODUCED:
-        return f"{head} — {delta}, within {margin} (TOST p {p_relation(r['tost_p'])} < {alpha:g})"
-    welch = f"Welch p {p_relation(r['welch_p'])}" if math.isfinite(r["welch_p"]) else "no Welch test (n < 2 or no spread)"
-    tost = f"TOST p {p_relation(r['tost_p'])} at {margin}" if math.isfinite(r["tost_p"]) else \
-        f"not tested for equivalence ({'no spread or n < 2' if margin else 'no margin'})"
-    if r["verdict"] == reproduction.DIFFERS:
-        return f"{head} — {delta} ({welch} < {alpha:g}; {tost})"
+        return f"{head} — {delta}, within {margin} (equivalence p {p_relation(r['equivalence_p'])} < {alpha:g})"
+    differs = r["verdict"] == reproduction.DIFFERS
+    welch = (f"Welch p {p_relation(r['welch_p_holm'])}{f' < {alpha:g}' if differs else ''}, Holm over {tested} "
+             f"activation{'s' if tested != 1 else ''}" if math.isfinite(r["welch_p_holm"])
+             else "no Welch test (n < 2 or no spread)")
+    tost = (f"equivalence p {p_relation(r['equivalence_p'])} at {margin}" if math.isfinite(r["equivalence_p"])
+            else "not tested for equivalence (n < 2 or no spread)")
+    supported = (f"; these runs show equivalence only within {_bound(r)}" if math.isfinite(r["bound"]) else "")
+    if differs:
+        return f"{head} — {delta} ({welch}; {tost}){supported}"
     n = r["seeds_needed"]
-    decide = (f"≈ {int(n)} seeds per tree would detect a difference of {margin} with 80 % power" if math.isfinite(n)
-              else "more than 1,000,000 seeds per tree would be needed" if n == math.inf
-              else "give --margin M to test equivalence" if not margin
+    decide = (f"≈ {_seeds(n)} seeds per tree would call two trees that do not differ reproduced within "
+              f"{plain or 'the margin'} 80 % of the time" if math.isfinite(n) or n == math.inf
               else "at least 2 completed runs per tree, with some spread, are needed to decide")
-    return f"{head} — {delta} ({welch}; {tost}); {decide}"
+    return f"{head} — {delta} ({welch}; {tost}){supported}; {decide}"

@@ -1,33 +1,45 @@
 """Did the runs of a table learn, and had the comparison converged: the table's stall note, its convergence line,
 the clause a verdict gets while the ranking still moves, and the CSV columns behind them (docs/report.md, "Did it
-learn, has it converged"). The numbers are stats/convergence.py's; the stall itself is decided per run when the
-runs are read (collect.py: status `stalled`).
+learn, has it converged"). The numbers and the rules are stats/convergence.py's; the stall itself is decided per
+run when the runs are read (collect.py: status `stalled`).
 
     >>> from visionbench.report import convergence
-    >>> summary, notes = convergence.attach(summary, recipe_runs, "test_top1_at_best_val")
+    >>> summary, notes = convergence.attach(summary, recipe_runs, "test_top1_at_best_val", alpha=0.05)
 
 The line follows the per-epoch column of the table's metric (`test_top1` for `test_top1_at_best_val`; figures.py
 `curve_column`) in the completed runs' metrics.csv: per activation the mean slope over the last 25 % of the epochs
 (at least 3) with its t interval over seeds, `still rising` (`still falling` for a loss) when the interval excludes
-0 in the good direction; then Kendall's τ between the activations' mean at epoch ⌈E/2⌉ and at the last epoch E.
-A τ below 1 means the order changed in the second half: every verdict of the table then says that the ranking was
-still moving. Runs without a metrics.csv are left out; a table without any says `no curves`, and flags nothing.
+0 in the good direction and the window's epochs at that slope move the column by at least the activation's seed sd
+at the last epoch (`rising within seed noise` when only the first holds); then Kendall's τ between the activations'
+means at epoch ⌈E/2⌉ and at the last epoch E, the pairs whose order reversed, and whether any reversal is beyond
+noise (a Welch test of the pair's per-run gains, Holm over every pair, at the report's α). Only then does
+every verdict of the table say that the ranking was still moving, naming the pairs. Top-1 columns are compared in
+image counts when the runs' predictions.npz give the number of images N and every value is a count of N. Runs
+without a metrics.csv are left out; a table without any says `no curves`, and flags nothing.
+
+CSV columns: `slope`, `slope_low`, `slope_high`, `last_sd` (the seed sd at the last epoch), `still_improving`, and
+for the table `kendall_tau`, `reversed_pairs` (how many pairs reversed), `ranking_moving` (a reversal beyond noise).
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
+from ..results import layout
+from ..results.io import RunStateError
 from ..results.layout import COMPLETED, STALLED
+from ..results.predictions import read_meta
 from ..stats import convergence as conv
 from ..stats.metrics import higher_is_better
 from .collect import read_metrics
 from .curves import _curve, plot_metric
 from .figures import curve_column
-from .tables import number
+from .tables import number, p_relation
 
-COLUMNS = ("slope", "slope_low", "slope_high", "still_improving", "kendall_tau")
+COLUMNS = ("slope", "slope_low", "slope_high", "last_sd", "still_improving", "kendall_tau", "reversed_pairs",
+           "ranking_moving")
 
 
 def stall_notes(runs: pd.DataFrame) -> list[str]:
@@ -65,39 +77,105 @@ def _epoch(e: float) -> str:
     return f"{e:g}"
 
 
-def _mean_at(curves: list[pd.Series], epoch: float) -> float:
-    values = [c[epoch] for c in curves if epoch in c.index]
-    return float(sum(values) / len(values)) if values else math.nan
+def _last(curve: pd.Series) -> float:
+    return float(curve[curve.index.max()])
 
 
-def _slopes(curves: dict[str, list[pd.Series]], higher: bool) -> dict[str, tuple[float, float, float, bool]]:
-    """{act: (mean slope, low, high, still improving)} over its runs' tail slopes."""
+def _slopes(curves: dict[str, list[pd.Series]], higher: bool, window: int) -> dict[str, tuple]:
+    """{act: (mean slope, low, high, seed sd at the last epoch, still improving)} over its runs' tail slopes."""
     out = {}
     for act, runs in curves.items():
         mean, low, high = conv.mean_interval([conv.tail_slope(c.index, c.to_numpy()) for c in runs])
-        out[act] = (mean, low, high, conv.still_improving(low, high, higher))
+        sd = conv.seed_sd([_last(c) for c in runs])
+        out[act] = (mean, low, high, sd, conv.still_improving(mean, low, high, sd, window, higher))
     return out
 
 
-def _slope_text(act: str, numbers: tuple, digits: int, higher: bool) -> str:
-    mean, low, high, improving = numbers
+def _slope_text(act: str, numbers: tuple, digits: int, higher: bool, window: int) -> str:
+    mean, low, high, sd, improving = numbers
     if not math.isfinite(mean):
         return f"{act} no slope"
     if not math.isfinite(low):
         return f"{act} {number(mean, digits, sign=True)} (one run, no interval)"
-    flag = f" still {'rising' if higher else 'falling'}" if improving else ""
-    return f"{act} {number(mean, digits, sign=True)} [{number(low, digits, True)}, {number(high, digits, True)}]{flag}"
+    text = f"{act} {number(mean, digits, sign=True)} [{number(low, digits, True)}, {number(high, digits, True)}]"
+    direction = "rising" if higher else "falling"
+    if not (low > 0 if higher else high < 0):
+        return text
+    moved = f"{window} × slope = {number(mean * window, digits, True)}"
+    if improving:
+        return text + f" still {direction} ({moved}, seed sd {number(sd, digits)})"
+    return text + f" {direction} within seed noise ({moved}, seed sd {number(sd, digits)})"
 
 
-def _ranking(curves: dict[str, list[pd.Series]], epochs: list[float]) -> tuple[float, float, float]:
-    """(τ, epoch ⌈E/2⌉, epoch E) over the acts with a mean at both epochs; τ NaN when it is not defined."""
+def _resolution(runs: pd.DataFrame, values) -> float | None:
+    """The metric's units per image, 100 / N, when every value is a count of N images in % (N from the completed
+    runs' predictions.npz, one N for all); None otherwise (a val column scored on other images, a loss, no file)."""
+    sizes = set()
+    for run_dir in runs.loc[runs["status"] == COMPLETED, "run_dir"]:
+        try:
+            meta = read_meta(layout.files(run_dir).predictions) or {}
+        except RunStateError:
+            meta = {}
+        sizes.add(meta.get("n_images"))
+    if len(sizes) != 1 or not isinstance(n := sizes.pop(), int) or n < 1:
+        return None
+    counts = np.asarray(values, float) * n / 100
+    return 100 / n if len(counts) and np.all(np.abs(counts - np.rint(counts)) < 1e-3) else None
+
+
+def _ranking(runs: pd.DataFrame, curves: dict[str, list[pd.Series]], epochs: list[float], higher: bool) -> dict:
+    """The ranking numbers (module docstring): τ, the two epochs, the pairs compared and the reversals, over the acts
+    with runs at both epochs (each run's value at both)."""
     mid, last = epochs[math.ceil(len(epochs) / 2) - 1], epochs[-1]
-    pairs = [(_mean_at(c, mid), _mean_at(c, last)) for _, c in sorted(curves.items())]
-    pairs = [p for p in pairs if math.isfinite(p[0]) and math.isfinite(p[1])]
-    return conv.ranking_tau([p[0] for p in pairs], [p[1] for p in pairs]), mid, last
+    at_mid, at_last = {}, {}
+    for act, runs_of in sorted(curves.items()):
+        both = [c for c in runs_of if mid in c.index and last in c.index]
+        if both:
+            at_mid[act], at_last[act] = [float(c[mid]) for c in both], [float(c[last]) for c in both]
+    acts = sorted(at_mid)
+    means = [(float(np.mean(at_mid[a])), float(np.mean(at_last[a]))) for a in acts]
+    resolution = _resolution(runs, [v for a in acts for v in at_mid[a] + at_last[a]])
+    return {"tau": conv.ranking_tau([m for m, _ in means], [x for _, x in means]), "mid": mid, "last": last,
+            "resolution": resolution, "change": conv.ranking_change(at_mid, at_last, higher, resolution)}
 
 
-def _line(acts, column, epochs, curves, slopes, missing: int, higher: bool, tau, mid, last, digits: int) -> str:
+SHOWN = 3  # reversals within noise named in the line (the lowest p first); those beyond noise are all named
+
+
+def _overtook(rev: conv.Reversal) -> str:
+    return f"{rev.ahead} overtook {rev.behind} (gain test p {p_relation(rev.p) or '= nan'}, Holm p " \
+           f"{p_relation(rev.p_holm) or '= nan'})"
+
+
+def _ranking_text(column: str, ranking: dict, alpha: float) -> str:
+    """The ranking sentences of the convergence line."""
+    text = (f"The ranking of the activations' mean {column} at epoch {_epoch(ranking['mid'])} vs "
+            f"{_epoch(ranking['last'])}: Kendall τ ")
+    tau = ranking["tau"]
+    text += f"= {number(tau, 2)}" if math.isfinite(tau) else "undefined (tied means)"
+    change = ranking["change"]
+    found, pairs, tied = change.reversals, change.pairs, change.tied
+    if not found:
+        text += "; no pair reversed: unchanged."
+    else:
+        beyond = conv.moving(change, alpha)
+        text += (f"; {len(found)} of {pairs} pair{'s' if pairs > 1 else ''} reversed, "
+                 f"{len(beyond) if beyond else 'none'} beyond noise (Welch test of the per-run gains between the two "
+                 f"epochs{f', Holm over the {pairs} pairs' if pairs > 1 else ''}, α = {alpha:g})")
+        if beyond:
+            text += ": " + "; ".join(map(_overtook, beyond)) + " — still moving."
+        else:
+            shown = found[:SHOWN]
+            more = f"; {len(found) - len(shown)} more" if len(found) > len(shown) else ""
+            text += ": " + "; ".join(map(_overtook, shown)) + more + "."
+    if tied:
+        text += (f" {tied} pair{'s' if tied > 1 else ''} tied at one of the epochs"
+                 f"{' in image counts' if ranking['resolution'] else ''}: no reversal.")
+    return text
+
+
+def _line(acts, column, epochs, curves, slopes, missing: int, higher: bool, ranking, alpha: float,
+          digits: int) -> str:
     """The convergence line of one table (module docstring), the activations in the table's order `acts`."""
     left_out = f" ({missing} completed run{'s' if missing > 1 else ''} without metrics.csv left out)" if missing else ""
     head = f"Convergence of {column}{left_out}: "
@@ -105,40 +183,51 @@ def _line(acts, column, epochs, curves, slopes, missing: int, higher: bool, tau,
         plural = "s" if len(epochs) > 1 else ""
         text = head + f"{len(epochs)} epoch{plural}, too few for a slope (needs {conv.MIN_POINTS})"
     else:
-        text = head + (f"slope per epoch over the last {conv.tail_window(len(epochs))} of {len(epochs)} epochs, mean "
-                       f"[95 % t interval] over seeds: "
-                       + "; ".join(_slope_text(act, slopes[act], digits, higher) for act in acts if act in slopes))
-    if len(epochs) < 2 or len(curves) < 2:
+        window = conv.tail_window(len(epochs))
+        text = head + (f"slope per epoch over the last {window} of {len(epochs)} epochs, mean [95 % t interval] over "
+                       f"seeds (still {'rising' if higher else 'falling'}: the interval excludes 0 and {window} epochs "
+                       f"at the slope move it by ≥ the seed sd at epoch {_epoch(epochs[-1])}): "
+                       + "; ".join(_slope_text(act, slopes[act], digits, higher, window)
+                                   for act in acts if act in slopes))
+    if ranking is None:
         return text + "."
-    ranking = f"ranking of the activations' mean {column} at epoch {_epoch(mid)} vs {_epoch(last)}: Kendall τ "
-    if not math.isfinite(tau):
-        return text + f". The {ranking}undefined (tied means)."
-    return text + f". The {ranking}= {number(tau, 2)}{', still moving' if tau < 1 else ', unchanged'}."
+    return text + ". " + _ranking_text(column, ranking, alpha)
 
 
-def attach(summary: pd.DataFrame, runs: pd.DataFrame, metric: str, digits: int = 2) -> tuple[pd.DataFrame, list[str]]:
-    """`summary` (one table, after verdict.annotate) with the COLUMNS and, while the ranking still moved, the clause
-    in each verdict's sentence; and the table's notes: the stall notes, then the convergence line."""
+def _clause(ranking: dict, alpha: float) -> str:
+    """What a verdict's sentence gets while the ranking was still moving."""
+    beyond = conv.moving(ranking["change"], alpha)
+    pairs = "; ".join(f"{r.ahead} overtook {r.behind}, gain test Holm p {p_relation(r.p_holm)}" for r in beyond)
+    return (f"; the ranking was still moving between epoch {_epoch(ranking['mid'])} and {_epoch(ranking['last'])} "
+            f"({pairs}).")
+
+
+def attach(summary: pd.DataFrame, runs: pd.DataFrame, metric: str, digits: int = 2,
+           alpha: float = conv.ALPHA) -> tuple[pd.DataFrame, list[str]]:
+    """`summary` (one table, after verdict.annotate) with the COLUMNS and, while the ranking was still moving (a
+    reversal beyond noise at `alpha`), the clause in each verdict's sentence; and the table's notes: the stall
+    notes, then the convergence line."""
     notes = stall_notes(runs)
     out = summary.copy()
     for col in COLUMNS:
-        out[col] = False if col == "still_improving" else math.nan
+        out[col] = False if col in ("still_improving", "ranking_moving") else math.nan
     column, curves, missing = _curves(runs, metric)
     if not curves:
         done = int((runs["status"] == COMPLETED).sum())
         return out, notes + [f"Convergence: no curves ({'no metrics.csv' if done else 'no completed run'})."]
     higher = higher_is_better(column)
-    slopes = _slopes(curves, higher)
     epochs = sorted({e for c in curves.values() for curve in c for e in curve.index})
-    tau, mid, last = _ranking(curves, epochs) if len(epochs) >= 2 else (math.nan, math.nan, math.nan)
-    numbers = [slopes.get(act, (math.nan, math.nan, math.nan, False)) for act in out["act"]]
-    for k, col in enumerate(COLUMNS[:4]):
+    slopes = _slopes(curves, higher, conv.tail_window(len(epochs)))
+    ranking = _ranking(runs, curves, epochs, higher) if len(epochs) >= 2 and len(curves) >= 2 else None
+    numbers = [slopes.get(act, (math.nan,) * 4 + (False,)) for act in out["act"]]
+    for k, col in enumerate(COLUMNS[:5]):
         out[col] = [n[k] for n in numbers]
-    out["kendall_tau"] = tau
-    if math.isfinite(tau) and tau < 1 and "verdict" in out:
-        clause = (f"; the ranking was still moving (Kendall τ = {number(tau, 2)} between epoch {_epoch(mid)} and "
-                  f"{_epoch(last)}).")
+    if ranking is not None:
+        out["kendall_tau"] = ranking["tau"]
+        out["reversed_pairs"] = len(ranking["change"].reversals)
+        out["ranking_moving"] = bool(conv.moving(ranking["change"], alpha))
+    if ranking is not None and out["ranking_moving"].any() and "verdict" in out:
         moving = out["verdict"].astype(str).ne("") & out["verdict_text"].astype(str).str.endswith(".")
-        out.loc[moving, "verdict_text"] = out.loc[moving, "verdict_text"].str[:-1] + clause
-    return out, notes + [_line(list(out["act"]), column, epochs, curves, slopes, missing, higher, tau, mid, last,
+        out.loc[moving, "verdict_text"] = out.loc[moving, "verdict_text"].str[:-1] + _clause(ranking, alpha)
+    return out, notes + [_line(list(out["act"]), column, epochs, curves, slopes, missing, higher, ranking, alpha,
                                digits)]

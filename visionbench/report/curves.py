@@ -4,11 +4,11 @@ The summary metrics say where a run ends; these say how fast it gets there. On t
 default, rational is at 70 % after one epoch where ReLU is at 15 %: a best-over-epochs
 table cannot show that, `epochs_to_90` and `val_top1_auc` can.
 
-    visionbench report results/digits_vgg4 --metric epochs_to_90
-    visionbench report results/digits_vgg4 --metric val_top1_auc
+    visionbench report runs/digits_vgg4 --metric epochs_to_90
+    visionbench report runs/digits_vgg4 --metric val_top1_auc
 
     >>> from visionbench.report import curves, load_runs
-    >>> runs = curves.add_metric(load_runs("results/digits_vgg4"), "epochs_to_90")
+    >>> runs = curves.add_metric(load_runs("runs/digits_vgg4"), "epochs_to_90")
 
 The names a `--metric` may take, and their direction, are `visionbench.stats.metrics`'s (`parse`,
 `higher_is_better`): `[<column>_]epochs_to_<X>` (X % of the run's own best of the column, default

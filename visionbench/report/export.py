@@ -1,6 +1,6 @@
 """`visionbench export RUNS_DIR OUT`: the compact, committable record of a results tree (results/record.py).
 
-    visionbench export results/digits_vgg4 results/digits_vgg4/record     # then commit the record
+    visionbench export runs/digits_vgg4 results/digits_vgg4/record     # then commit the record
     visionbench report results/digits_vgg4/record      # the tables, per_example files and figures, from it
 
 Every scored run (completed, diverged, failed) goes in: its summary (environment, every metric), its

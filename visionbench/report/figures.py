@@ -1,7 +1,7 @@
 """The report's figures, drawn from the results files and the statistics already computed.
 
     >>> from visionbench.report import figures, load_runs
-    >>> figures.make_plots(load_runs("results/cifar10_vgg8"), "val_top1_best")   # curves + learned shapes
+    >>> figures.make_plots(load_runs("runs/cifar10_vgg8"), "val_top1_best")   # curves + learned shapes
     >>> figures.plot_improvement(pi_frame, "relu", "results/improvement.png")
     >>> figures.plot_cd(ranking.friedman(scores), "results/cd_diagram.png")
 

@@ -1,10 +1,10 @@
 """The command line `visionbench report` (the top-level CLI delegates here).
 
-    visionbench report results/cifar10_vgg8                       # one recipe
-    visionbench report results --metric ema_val_top1_best --test welch --extras
-    visionbench report results/digits_vgg4 --margin 0.5 --holm      # verdicts with equivalence (verdict.py)
-    visionbench report results/digits_vgg4 --metric epochs_to_90    # convergence (curves.py)
-    visionbench report results          # several recipes: + ranks.md/csv, cd_diagram.png in results/ (suite.py)
+    visionbench report runs/cifar10_vgg8                       # one recipe
+    visionbench report runs --metric ema_val_top1_best --test welch --extras
+    visionbench report runs/digits_vgg4 --margin 0.5 --holm      # verdicts with equivalence (verdict.py)
+    visionbench report runs/digits_vgg4 --metric epochs_to_90    # convergence (curves.py)
+    visionbench report runs          # several recipes: + ranks.md/csv, cd_diagram.png in runs/ (suite.py)
 
 `main` returns an exit code instead of exiting: 0 on success, 2 on a usage or data error
 (the message, printed to stderr, lists the valid choices). The report reads the results files
@@ -37,7 +37,7 @@ def report_parser() -> argparse.ArgumentParser:
         prog="visionbench report",
         description="Aggregate the runs under RESULTS_DIR into mean ± std tables with t-tests against a baseline.")
     p.add_argument("results_dir", metavar="RESULTS_DIR", type=_writable_tree,
-                   help="a recipe dir (results/cifar10_vgg8) or a parent of several")
+                   help="a recipe dir (runs/cifar10_vgg8) or a parent of several")
     p.add_argument("--metric", default=None,
                    help="summary metric to compare (default: each recipe's report.metric, the value its paper "
                         f"reports; else {protocol.HELD_OUT_METRIC} with a held-out val split, else "
@@ -244,7 +244,7 @@ def _report(args) -> list[Path]:
             summary = verdict.annotate(summary, recipe_runs, alpha=args.alpha, margin=args.margin, effect=args.effect,
                                        holm_adjust=args.holm, higher_better=higher_is_better(metric),
                                        digits=args.digits)
-            summary, learned_notes = convergence.attach(summary, recipe_runs, metric, args.digits)
+            summary, learned_notes = convergence.attach(summary, recipe_runs, metric, args.digits, alpha=args.alpha)
             recipe_notes += learned_notes
             if args.published:
                 summary, published_notes = published.attach(summary, setting=recipe_runs["setting"].iloc[0],

@@ -4,13 +4,15 @@ written to `<recipe>/noise.md` and `noise.csv` beside the recipe-level table (do
 noise comes from"; the statistics: stats/noise.py).
 
     >>> table, notes = section(per_setting_summaries, recipe_runs, alpha=0.05, digits=2)
-    >>> write(table, Path("results/digits_vgg4_aug"), ("md", "csv"))
+    >>> write(table, Path("runs/digits_vgg4_aug"), ("md", "csv"))
 
 The runs of arm `a` sit in the setting folder `noise=a` (settings `{"noise": a}`). Per activation: each
 component with its 95 % interval and share, the check of their sum against the all-vary arm, a one-sided
 F test per arm of "less stable than the baseline", and the seeds a t-test needs with the variance of the
-sources an ordinary run varies. A design that cannot give a variance (one seed per arm, no all-vary arm, no
-one-source arm) gets one sentence instead, never a number; missing arms are named.
+sources an ordinary run varies. The χ² intervals and F tests assume normal seeds: an arm with an outlying seed
+(`stats.noise.outlier_runs`) is named in a note with what it makes unreliable. A design that cannot give a
+variance (one seed per arm, no all-vary arm, no one-source arm) gets one sentence instead, never a number;
+missing arms are named.
 """
 from __future__ import annotations
 
@@ -65,18 +67,20 @@ def section(summaries: pd.DataFrame, runs: pd.DataFrame, *, alpha: float = power
     if all(len(v) < 2 for by_arm in values.values() for v in by_arm.values()):
         return None, [f"no noise section: every arm has one seed, and there is no variance without 2 seeds per "
                       f"arm; run more, e.g. `visionbench run recipe={recipe} noise={','.join(nz.SOURCES)} seeds=5`"]
-    taus, notes = _test_set_parts(arms, metric, runs)
+    taus, notes, n_images = _test_set_parts(arms, metric, runs)
     base = _baseline(summaries, values)
     acts = sorted(values, key=lambda act: (act != base, act))
     parts = {act: nz.decompose(values[act], taus.get(act)) for act in acts}
-    rows = [row for act in acts for row in _rows(act, parts, values, base, alpha, effect)]
+    outliers = _outliers(values, 100 / n_images if n_images else 0.0)
+    rows = [row for act in acts for row in _rows(act, parts, values, base, alpha, effect, outliers)]
     data = pd.DataFrame(rows)
-    notes = _arm_notes(arms, values) + notes
+    notes = _arm_notes(arms, values) + notes + _outlier_notes(acts, values, outliers, base, digits)
     unit = _unit(metric)
     table = render.Table(
         ["Act.", "part", "seeds", "arm s²", "component", "95% CI", "share", f"ratio vs {base or '—'}",
          "p (less stable)"], [_cells(r, digits) for r in rows], title=f"{recipe} — where the noise comes from",
-        intro=[_intro(summaries, unit, base)], outro=_outro(acts, parts, data, base, alpha, digits, unit, effect),
+        intro=[_intro(summaries, unit, base)],
+        outro=_outro(acts, parts, data, base, alpha, digits, unit, effect, outliers),
         notes=notes, data=data)
     return table, ["noise section (where the seed-to-seed variance comes from: init, data order, augmentation, "
                    "the test set): noise.md"]
@@ -144,22 +148,22 @@ def _scores_predictions(runs: pd.DataFrame, metric: str) -> bool:
     return metric == scored
 
 
-def _test_set_parts(arms: dict, metric: str, runs: pd.DataFrame) -> tuple[dict, list[str]]:
-    """({act: {arm: test_set_part in points²}}, notes): from the arms' predictions.npz, when the metric is the
-    top-1 they score and every run scored the same images; {} and a note saying why not otherwise."""
+def _test_set_parts(arms: dict, metric: str, runs: pd.DataFrame) -> tuple[dict, list[str], int | None]:
+    """({act: {arm: test_set_part in points²}}, notes, N): from the arms' predictions.npz, when the metric is the
+    top-1 they score and every run scored the same N images; {}, a note saying why not and None otherwise."""
     lacking = "the components keep the test-set part, there is no test-set component, and under chaotic " \
               "training the sources sum to more than the all-vary arm"
     if not _scores_predictions(runs, metric):
-        return {}, [f"no test-set component: {metric} is not the top-1 predictions.npz scores ({lacking})"]
+        return {}, [f"no test-set component: {metric} is not the top-1 predictions.npz scores ({lacking})"], None
     loaded = {arm: per_example.load_arms(group, variant_of(metric))[0] for arm, group in arms.items()}
     every = [(f"{KEY}={arm}/{label}", arrays) for arm, by_act in loaded.items() for entries in by_act.values()
              for _, label, arrays in entries]
     if not every:
-        return {}, [f"no test-set component: no run has usable predictions.npz ({lacking})"]
+        return {}, [f"no test-set component: no run has usable predictions.npz ({lacking})"], None
     try:
         check_same_images([a["target"] for _, a in every], [label for label, _ in every])
     except ValueError as exc:
-        return {}, [f"no test-set component: {exc}"]
+        return {}, [f"no test-set component: {exc}"], None
     out, short = {}, []
     for arm, by_act in loaded.items():
         for act, entries in by_act.items():
@@ -169,17 +173,49 @@ def _test_set_parts(arms: dict, metric: str, runs: pd.DataFrame) -> tuple[dict, 
             out.setdefault(act, {})[arm] = {k: v * 1e4 for k, v in part.items()}  # fractions² → points²
     notes = [f"no test-set component for {', '.join(short)}: fewer than 2 runs with usable predictions.npz "
              f"({lacking.replace('the components', 'their components')})"] if short else []
-    return out, notes
+    return out, notes, int(every[0][1]["target"].size)
+
+
+def _outliers(values: dict, resolution: float) -> dict[tuple[str, str], list]:
+    """{(act, arm): the seeds `nz.outlier_runs` names} for the arms that have one; `resolution`: one image of the
+    test set in points (0 when unknown)."""
+    out = {}
+    for act, by_arm in values.items():
+        for arm in nz.ARMS:
+            series = by_arm.get(arm)
+            found = nz.outlier_runs(series.to_numpy(), resolution=resolution) if series is not None else []
+            if found:
+                out[(act, arm)] = [series.index[k] for k in found]
+    return out
+
+
+def _outlier_notes(acts, values, outliers, base, digits) -> list[str]:
+    """One note per (act, arm) with an outlying seed: which, and what it makes unreliable."""
+    notes = []
+    for act in acts:
+        for arm in nz.ARMS:
+            seeds = outliers.get((act, arm))
+            if not seeds:
+                continue
+            named = ", ".join(f"seed {seed} ({number(values[act][arm][seed], digits)})" for seed in seeds)
+            what = f"χ² interval and its F test against {base} are" if base and act != base else "χ² interval is"
+            notes.append(f"{act} {KEY}={arm}: {named} lies far from the arm's other seeds (outlier test at α = "
+                         f"{nz.OUTLIER_ALPHA:g}, {METHOD}): the seeds are not normal there, so this arm's {what} "
+                         "unreliable")
+    return notes
 
 
 # ---- rows, cells and words -----------------------------------------------------------------------
 
-def _rows(act: str, parts: dict, values: dict, base: str | None, alpha: float, effect: float | None) -> list[dict]:
+def _rows(act: str, parts: dict, values: dict, base: str | None, alpha: float, effect: float | None,
+          outliers: dict) -> list[dict]:
     """The CSV rows of one act: its components, their sum (with the checks and the seeds needed), the all-vary
-    arm; `parts`: every act's `decompose`."""
+    arm; `parts`: every act's `decompose`, `outliers`: `_outliers`."""
     rows = []
     for part in (*nz.COMPONENTS, "sum", nz.ALL):
         row = {"act": act, "part": PART_NAMES[part], **parts[act][part]}
+        if part in nz.ARMS:
+            row["outliers"] = " ".join(str(seed) for seed in outliers.get((act, part), []))
         if part in nz.ARMS and base and act != base:
             row.update(nz.variance_ratio_test(values[act].get(part, []), values[base].get(part, [])))
         if part == "sum":
@@ -229,16 +265,20 @@ def _intro(summaries: pd.DataFrame, unit: str, base: str | None) -> str:
             "noise). test set: the part of the seed variance that comes only from which test images each run gets "
             "right, Σᵢ vᵢ/N² from predictions.npz (the all-vary arm's; it is in every arm's s²: subtracted from each "
             "source, counted once). 95% CI: the χ² interval of the arm's s² less its test-set part (taken as known), "
-            "floored at 0; test set: normal over the images; all-vary: the χ² interval its sum is checked against. "
+            "floored at 0 (χ² intervals assume normal seeds: an arm with an outlying seed is named in the notes); "
+            "test set: a jackknife over the arm's runs; all-vary: the χ² interval its sum is checked against. "
             "share: of the components, a negative one counted as 0. sum: the components', checked against the "
             f"all-vary arm's s². ratio, p: the arm's s² over {base}'s, one-sided F test of \"less stable than "
             f"{base}\". Method, assumptions and simulated coverage: {METHOD}.")
 
 
-def _outro(acts, parts, data, base, alpha, digits, unit, effect) -> list[str]:
+def _outro(acts, parts, data, base, alpha, digits, unit, effect, outliers) -> list[str]:
     lines = []
     for act in acts:
-        lines.append(_where(act, parts[act], digits, unit))
+        flagged = [PART_NAMES[arm] for arm in nz.ARMS if (act, arm) in outliers]
+        lines.append(_where(act, parts[act], digits, unit) + (
+            f" (an outlying seed in {', '.join(flagged)}: {'its' if len(flagged) == 1 else 'their'} interval"
+            f"{'' if len(flagged) == 1 else 's'} unreliable, see the notes)" if flagged else ""))
         if base and act != base:
             lines.append(_stability(act, data[data["act"] == act], base, alpha, digits))
             lines.append(_seeds_words(act, data[(data["act"] == act) & (data["part"] == "sum")].iloc[0], base, digits,

@@ -6,9 +6,10 @@ t-test (docs/per_example.md). Written as `per_example.md` and `per_example.csv` 
     >>> render.write(table, recipe_dir / "per_example", ("md", "csv"))   # table is None without predictions
 
 Per activation against the baseline (statistics: `visionbench.stats.per_example`): Δ of top-1 recomputed
-from the predictions with its two-level interval (seeds and test images) beside the seed-only Welch one;
-the binomial sd of one run's accuracy and the share of the seed-to-seed variance the finite test set
-explains; a paired test over images; churn within and between activations with its permutation p; the
+from the predictions with its two-level interval (seeds and test images) beside the seed-only Welch one, and
+the test set's part of Δ (√E, `two_level_interval`'s `example_sd`: the one definition of that phrase); the
+binomial sd of one run's accuracy and the share of the seed-to-seed variance the finite test set explains; a
+paired test over images; churn within and between activations with its permutation p; the
 seed ensemble's accuracy with McNemar's p; NLL and ECE with the table's seed-level test. Then one
 plain-words line each. `note` is the line `table.md` gets: where the section is, or which columns old
 results (no predictions.npz) lack.
@@ -33,7 +34,8 @@ from .tables import TEST_NAMES, number, p_relation, p_text
 LACKING = "two-level interval, variance share, churn, ensemble, NLL, ECE"
 TEST_WORD = {"student": "Student", "welch": "Welch", "paired": "paired"}
 # compare_arms' fractions shown and stored in points (× 100), and its variances in points² (× 10⁴)
-POINTS = ("diff", "two_level_low", "two_level_high", "two_level_seed_low", "two_level_seed_high", "images_diff",
+POINTS = ("diff", "two_level_low", "two_level_high", "two_level_seed_low", "two_level_seed_high",
+          "two_level_example_sd", "images_diff",
           "churn_between", "churn_within", "ensemble_a", "ensemble_b", "ece_a", "ece_b", "ece_sd_a", "ece_sd_b",
           "accuracy_a", "accuracy_b", "binomial_sd_a", "binomial_sd_b", "churn_within_a", "churn_within_b")
 SQUARED = ("two_level_seed_var", "two_level_example_var", "seed_var_a", "seed_var_b", "example_var_a",
@@ -145,7 +147,9 @@ def _intro(runs, metric, baseline, test, n_images) -> str:
             f"{scored_set(runs)} ({n_images:,} images). Accuracy and Δ (points) are top-1 recomputed from the "
             f"predictions, vs {baseline or '(no baseline)'}. Two-level 95 % CI: a t interval over seeds and test "
             "images (what another test set from the same distribution would give); seed-only: Welch's, this test "
-            "set fixed. Test-set sd: √(p(1 − p)/N), one run's accuracy over random test sets of N images; "
+            "set fixed. Test set's part of Δ: √E, the sd of Δ over new test sets of N images (the two-level "
+            "interval's example term E; both arms scored on the same images, most of one run's test-set sd cancels). "
+            "Run's test-set sd: √(p(1 − p)/N), one run's accuracy over random test sets of N images; "
             "share: the part of the seed-to-seed variance the finite test set alone explains. Images p: paired "
             "t-test over images of the seed-averaged correctness (these runs, these images). Churn: % of images "
             "whose predicted class differs between two runs (perm. p: exact permutation test of between > "
@@ -208,6 +212,11 @@ def _ci(r, lo, hi, digits) -> str:
     return f"[{number(r[lo], digits, True)}, {number(r[hi], digits, True)}]"
 
 
+def _pm(x, digits) -> str:
+    """±x, or blank when x is not a number."""
+    return "±" + number(x, digits) if x is not None and math.isfinite(x) else ""
+
+
 def _mean_sd(r, key, digits) -> str:
     mean, sd = r.get(f"{key}_a", math.nan), r.get(f"{key}_sd_a", math.nan)
     if not math.isfinite(mean):
@@ -217,8 +226,8 @@ def _mean_sd(r, key, digits) -> str:
 
 def _cells(data: pd.DataFrame, baseline, digits) -> tuple[list[str], list[list[str]]]:
     headers = ["Act.", "runs", "acc.", f"Δ vs {baseline}" if baseline else "Δ", "two-level 95% CI",
-               "seed-only 95% CI", "test-set sd", "share", "images p", "churn within %", "churn between %",
-               "perm. p", "ensemble", "McNemar p", "NLL", "NLL p", "ECE %", "ECE p"]
+               "seed-only 95% CI", "test set's part of Δ", "run's test-set sd", "share", "images p", "churn within %",
+               "churn between %", "perm. p", "ensemble", "McNemar p", "NLL", "NLL p", "ECE %", "ECE p"]
     rows = []
     for _, r in data.iterrows():
         r = r.to_dict()
@@ -229,7 +238,7 @@ def _cells(data: pd.DataFrame, baseline, digits) -> tuple[list[str], list[list[s
             r["act"], f"{r['n_with_predictions']}/{r['n_runs']}", _fmt(r.get("accuracy_a"), digits),
             dash or _fmt(r.get("diff"), digits, True), dash or _ci(r, "two_level_low", "two_level_high", digits),
             dash or _ci(r, "two_level_seed_low", "two_level_seed_high", digits),
-            ("±" + number(r["binomial_sd_a"], digits)) if math.isfinite(r.get("binomial_sd_a", math.nan)) else "",
+            dash or _pm(r.get("two_level_example_sd"), digits), _pm(r.get("binomial_sd_a"), digits),
             f"{share * 100:.0f} %" if math.isfinite(share) else "", dash or p_text(r.get("images_p_value")),
             _fmt(r.get("churn_within_a"), 1), dash or _fmt(r.get("churn_between"), 1),
             dash or p_text(r.get("churn_p_value")), _fmt(r.get("ensemble_a"), digits),
@@ -248,9 +257,11 @@ def _sentence(act, baseline, r, test, alpha, digits) -> str:
     text += f"; one run's accuracy varies by ±{d(r['binomial_sd_a'])} over test sets of this size"
     if math.isfinite(r["share_a"]):
         text += f" (share of seed variance {r['share_a'] * 100:.0f} %)"
-    se = abs(r["images_diff"] / r["images_t_stat"]) if r.get("images_t_stat") else math.nan
-    if math.isfinite(se):  # both arms scored the same images: most of the test set's sampling cancels in Δ
-        text += f", while the test set's part of this Δ (the same images scored by both) is ±{d(se)}"
+    part = r.get("two_level_example_sd", math.nan)
+    if math.isfinite(part):  # both arms scored the same images: most of the test set's sampling cancels in Δ
+        text += (f", while the test set's part of this Δ (√E: its sd over new test sets, both arms on the same "
+                 f"images) is ±{d(part)}")
+        text += " (E estimated at 0: lost in each image's seed noise)" if part == 0 else ""
     text += "; " + _churn_words(r, alpha)
     mcnemar = p_relation(r["ensemble_p"])
     text += f"; ensemble {d(r['ensemble_a'])} vs {d(r['ensemble_b'])} "

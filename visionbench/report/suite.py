@@ -1,6 +1,6 @@
 """The suite view: every activation over every recipe at once (docs/report.md, "Across recipes").
 
-    visionbench report results          # several recipes: + ranks.md/csv, cd_diagram.png, improvement.*
+    visionbench report runs          # several recipes: + ranks.md/csv, cd_diagram.png, improvement.*
 
     >>> from visionbench.report import suite
     >>> scores = suite.scores_frame(tasks)            # long: task, act, seed, value, metric, higher_better

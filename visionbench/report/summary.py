@@ -1,7 +1,7 @@
 """One row per (recipe, act): counts, mean ± std and the test against the baseline.
 
     >>> from visionbench.report import load_runs, summarize
-    >>> table = summarize(load_runs("results/cifar10_vgg8"), "val_top1_best", baseline="relu")
+    >>> table = summarize(load_runs("runs/cifar10_vgg8"), "val_top1_best", baseline="relu")
 
 The numbers come from `visionbench.stats`; this module only groups the runs of a results tree.
 """

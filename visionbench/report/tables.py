@@ -3,7 +3,7 @@ CSV and LaTeX (booktabs) by the one renderer, `render`.
 
     >>> from visionbench.report import tables
     >>> print(tables.markdown(summary))
-    >>> tables.write(summary, "results/cifar10_vgg8", formats=("md", "csv", "tex"))
+    >>> tables.write(summary, "runs/cifar10_vgg8", formats=("md", "csv", "tex"))
 
 Markdown and LaTeX are built from the same display cells (`table`), so they always show the same
 numbers; the CSV holds every column of `summarize` at full precision. As in the papers'

@@ -2,7 +2,7 @@
 unstable / inconclusive, with the power numbers behind it and one sentence a reader can quote
 (docs/report.md, "Power, equivalence, verdicts").
 
-    visionbench report results/digits_vgg4 --margin 0.5 --holm
+    visionbench report runs/digits_vgg4 --margin 0.5 --holm
 
     >>> from visionbench.report import verdict
     >>> summary = verdict.annotate(summary, recipe_runs, margin=0.5)   # adds the columns below

@@ -37,7 +37,7 @@ def is_run_checkpoint(obj: Any) -> bool:
 
 
 def _config_of(path: Path) -> tuple[dict | None, tuple[Path, Path]]:
-    # results/<recipe>/<act>/seed_<k>/checkpoints/last.ckpt -> seed_<k>/config.yaml (or a copy beside the file)
+    # runs/<recipe>/<act>/seed_<k>/checkpoints/last.ckpt -> seed_<k>/config.yaml (or a copy beside the file)
     where = (run_for_checkpoint(path), path.parent)
     for folder in where:
         if files(folder).config.is_file():

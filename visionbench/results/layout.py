@@ -241,6 +241,23 @@ def read_metrics(path: Path) -> list[dict]:
     return read_csv_rows(files(path).metrics)
 
 
+def train_losses(path: Path) -> list[float]:
+    """The run's training loss per epoch, in the order of metrics.csv's rows (one per epoch trained; NaN where a row
+    has none): what the stall rule reads the epochs trained and the first epoch's loss from
+    (stats/convergence.py). [] when there is no readable metrics.csv."""
+    try:
+        rows = read_metrics(path)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return []
+    out = []
+    for row in rows:
+        try:
+            out.append(float(row.get("train_loss") or "nan"))
+        except (TypeError, ValueError):
+            out.append(math.nan)
+    return out
+
+
 def check_unfinished(path: Path) -> None:
     """Refuse to resume a run whose files do not fit together (`RunStateError` naming what to do):
     a checkpoint without the config that trained it, or without a readable metrics.csv."""

@@ -4,8 +4,8 @@ The layout of a run directory and the contract of its files (summary schema, sta
 metrics.csv) are `visionbench.results.layout`'s; this module only adds the sweep's factor-sweep
 level (the factor axes of visionbench/config/):
 
-    results/<recipe>/<act>/seed_<k>/...
-    results/<recipe>/<setting>/<act>/seed_<k>/...       # factor sweeps: one level per setting
+    runs/<recipe>/<act>/seed_<k>/...
+    runs/<recipe>/<setting>/<act>/seed_<k>/...       # factor sweeps: one level per setting
 """
 from __future__ import annotations
 

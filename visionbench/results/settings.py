@@ -5,7 +5,7 @@
     format_value([0.6, 1.0])                                   # '[0.6,1.0]'
 
 Values are written as YAML reads them back, without spaces, so a label is one directory level
-(`results/<recipe>/<setting>/<act>/seed_<k>`) and round-trips to the values the runs used.
+(`runs/<recipe>/<setting>/<act>/seed_<k>`) and round-trips to the values the runs used.
 """
 from __future__ import annotations
 

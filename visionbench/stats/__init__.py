@@ -16,8 +16,9 @@ visionbench outside itself. Modules:
 * `improvement`: the probability of improvement P(X > Y) with stratified-bootstrap CIs (Agarwal et al. 2021).
 * `reproduction`: did a rerun reproduce a result (`visionbench compare`: Welch interval of Δ, TOST, the verdict
   identical / reproduced / differs / undecided, the one-run default margin) and the prediction interval of one run.
-* `convergence`: the stall rule of a run (final training loss or best top-1 at chance for C classes), the slope of a
-  curve's last epochs with its t interval over seeds, Kendall's τ between two rankings.
+* `convergence`: the stall rule of a run (a training loss that never came down from a guess over C classes, or a
+  best top-1 at chance), the slope of a curve's last epochs with its t interval over seeds and the seed sd it must
+  beat, the pairs whose order reversed between two epochs with the Welch test of their gains (Holm).
 * `ranking`: mean ranks across tasks, the Friedman test, the Nemenyi critical difference and its cliques
   (Demšar 2006).
 * `noise`: the variance components of a noise design (init, data order, augmentation, the test set) with their

@@ -5,6 +5,7 @@
     ...                   tau={arm: test_set_part(correct[arm]) for arm in ARMS})   # fractions² → scale first
     >>> parts["init"]["var"], parts["init"]["low"], parts["sum"]["var"], parts["sum"]["consistent"]
     >>> variance_ratio_test(v_act, v_base)["p"]     # one-sided F test: the act varies more than the baseline
+    >>> outlier_runs(v_all, resolution=100 / n_images)   # runs too far from the others for normal seeds
 
 A design runs, per activation, the arm `all` (ordinary runs: every source follows the seed) and one arm
 per source (`init`: weight and activation init; `order`: the sampler's order; `aug`: augmentation and
@@ -29,13 +30,15 @@ The decomposition, of one run's metric on that fixed test set, over seeds (s²: 
 
 Assumptions: the sources act additively on the true accuracy (no interaction: a one-source arm sees the
 other sources at their fixed seed only); the metric is normal over seeds (the χ² intervals and the F test are exact
-then; the F test is not robust to heavy tails). Drawing another test set would add Var_x(q_x)/N (q_x: an
+then; neither is robust to heavy tails: `outlier_runs` names the arms where a run lies too far from the others
+for that). Drawing another test set would add Var_x(q_x)/N (q_x: an
 image's chance of being right), which no arm's s² holds (the test set is fixed): it is not a component
 (per_example.two_level_interval's example term is that part of a Δ).
 
 Intervals (95 % by default): a source's, the χ² interval of its arm's s², [(n−1)s²/χ²(1−α/2), (n−1)s²/χ²(α/2)],
-minus τ̂²_k (treated as known: it rests on N images), floored at 0; the test-set part's, normal over the
-images, τ̂² ± z·sd_i(v_i)/(N√N), floored at 0; the all-vary arm's, its χ² interval. The check, both ways:
+minus τ̂²_k (treated as known: it rests on N images), floored at 0; the test-set part's, a jackknife over the
+arm's runs on the log scale (`test_set_part`: it holds when runs differ in overall quality, which makes the
+images' v_i move together); the all-vary arm's, its χ² interval. The check, both ways:
 `inside` (the sum lies in the all-vary arm's χ² interval, which ignores the sum's own noise) and
 `consistent` (the normal interval of sum − s²_all, se² = Σ_arms 2s⁴/(n + 1) — the unbiased estimate of
 each s²'s variance 2σ⁴/(n − 1) — holds 0; τ̂²'s own noise is left out, and so is the covariance of s²_all with a one-source arm's s²
@@ -58,6 +61,10 @@ ARMS = (ALL, *SOURCES)
 TEST = "test"  # the test-set component's key
 COMPONENTS = (*SOURCES, TEST)
 LEVEL = 0.95
+# the outlier flag: at 1 % per arm a noise table of 4 activations × 4 arms names some normal arm ≈ 15 % of the
+# time (at 5 %: 56 %); with 3 runs two of them make the spread the third is judged against, which says nothing
+OUTLIER_ALPHA = 0.01
+MIN_OUTLIER_RUNS = 4
 
 
 def sample_var(values: Sequence[float]) -> float:
@@ -83,15 +90,56 @@ def chi2_interval(var: float, n: int, level: float = LEVEL) -> tuple[float, floa
 
 
 def test_set_part(correct, level: float = LEVEL) -> dict:
-    """τ̂² of one arm from its (n_runs × N) correctness, in fractions²: `var` = Σ_i v_i / N², with a normal
-    interval over the images (`low` floored at 0, `high`); NaN below 2 runs."""
+    """τ̂² of one arm from its (n_runs × N) correctness, in fractions²: `var` = Σ_i v_i / N², with a jackknife
+    interval over the runs (`low`, `high`); NaN below 2 runs, no interval below 3.
+
+    τ̂²_(−r) is τ̂² without run r; on the log scale, se² = (n−1)/n · Σ_r (log τ̂²_(−r) − their mean)², and the
+    interval is τ̂²·exp(∓ t(n−1)·se). Resampling runs, not images: when runs differ in overall quality every
+    image's v_i moves with the runs drawn, and an interval over the images as independent draws (τ̂² ±
+    z·sd_i(v_i)/(N√N)) covers far less than 95 % (docs/report.md, "Validated by simulation"). Where a
+    τ̂²_(−r) is 0 (the other runs agree on every image) the log is undefined: the same jackknife on the linear
+    scale, floored at 0. No randomness: the same runs give the same interval."""
     correct = np.asarray(correct, float)
     n_runs, n_img = correct.shape
     if n_runs < 2:
         return {"var": math.nan, "low": math.nan, "high": math.nan}
     var = variance_share(correct)["example_var"]
-    half = sps.norm.ppf(0.5 + level / 2) * float(image_variances(correct).std(ddof=1)) / (n_img * math.sqrt(n_img))
-    return {"var": var, "low": max(0.0, var - half), "high": var + half}
+    if n_runs < 3:  # one pair of runs: nothing to tell the spread of τ̂² from
+        return {"var": var, "low": math.nan, "high": math.nan}
+    if var == 0:
+        return {"var": var, "low": 0.0, "high": 0.0}
+    loo = np.array([image_variances(np.delete(correct, r, axis=0)).sum() / n_img ** 2 for r in range(n_runs)])
+    t = sps.t.ppf(0.5 + level / 2, n_runs - 1)
+    if np.all(loo > 0):
+        log = np.log(loo)
+        se = math.sqrt((n_runs - 1) / n_runs * float(((log - log.mean()) ** 2).sum()))
+        return {"var": var, "low": var * math.exp(-t * se), "high": var * math.exp(t * se)}
+    se = math.sqrt((n_runs - 1) / n_runs * float(((loo - loo.mean()) ** 2).sum()))
+    return {"var": var, "low": max(0.0, var - t * se), "high": var + t * se}
+
+
+def outlier_runs(values: Sequence[float], alpha: float = OUTLIER_ALPHA, resolution: float = 0.0) -> list[int]:
+    """The positions of the runs that lie too far from the arm's others for normal seeds; [] below `MIN_OUTLIER_RUNS`.
+
+    Run k's distance from the mean of the others in units of their sd, T_k = |x_k − x̄_(−k)| /
+    (max(s_(−k), resolution)·√(1 + 1/(n−1))), is t-distributed with n − 2 df under normal seeds (an externally
+    studentized residual); a run is named when T_k > t(n−2, 1 − alpha/(2n)) (Bonferroni over the n runs: the
+    chance that a normal arm names any run is at most `alpha`; simulated: docs/report.md). `resolution`: the
+    metric's step (one image of N, in the metric's units), so that runs tied by a coarse metric are not read
+    as a spread of 0; the others all equal and no resolution given: a run that differs is named."""
+    x = np.asarray(values, float)
+    n = x.size
+    if n < MIN_OUTLIER_RUNS:
+        return []
+    limit = sps.t.ppf(1 - alpha / (2 * n), n - 2) * math.sqrt(1 + 1 / (n - 1))
+    out = []
+    for k in range(n):
+        others = np.delete(x, k)
+        spread = max(float(others.std(ddof=1)), resolution)
+        gap = abs(x[k] - others.mean())
+        if (gap > limit * spread) if spread > 0 else gap > 0:
+            out.append(k)
+    return out
 
 
 def variance_ratio_test(values_a: Sequence[float], values_b: Sequence[float]) -> dict:

@@ -7,7 +7,8 @@ An `Arm` holds one activation's runs as (n_runs × N) arrays over the same N ima
 in fractions (0.012, not 1.2 points); the report scales. What is computed, each against the baseline:
 
 * `two_level_interval`: Δ of the mean accuracies with a 95 % t interval whose variance has a seed term
-  (exactly Welch's) and a test-example term (what resampling the test set adds; Bouthillier et al. 2021);
+  (exactly Welch's) and a test-example term E (what resampling the test set adds; Bouthillier et al. 2021);
+  √E, `example_sd`, is the test set's part of Δ;
 * `variance_share`: the share of the seed-to-seed variance of accuracy that the finite test set alone
   explains (Jordan 2023), and the binomial sd √(p(1 − p)/N);
 * `paired_over_images`: a paired t-test over images of the seed-averaged correctness, and
@@ -101,7 +102,9 @@ def two_level_interval(ca, cb, level: float = LEVEL) -> dict:
     what drawing another test set of N images from the same distribution would add; the subtraction removes
     the seed noise already in d_i (it is in the seed term). As N → ∞ the interval is Welch's; for small N it
     is wider. Coverage by simulation: docs/per_example.md. Returns arrays (floats without batch axes) `diff`,
-    `low`, `high`, `df`, `seed_var`, `example_var`, `seed_low`, `seed_high`, `seed_df`; NaN with < 2 runs per arm.
+    `low`, `high`, `df`, `seed_var`, `example_var`, `example_sd`, `seed_low`, `seed_high`, `seed_df`; NaN with
+    < 2 runs per arm. `example_sd` = √example_var is *the test set's part of Δ*: the sd that drawing another N
+    images would give Δ, both arms scored on the same images (the report's one definition of that phrase).
     """
     ca, cb = np.asarray(ca, float), np.asarray(cb, float)
     (na, n_img), nb = ca.shape[-2:], cb.shape[-2]
@@ -110,8 +113,8 @@ def two_level_interval(ca, cb, level: float = LEVEL) -> dict:
     diff = ca.mean(axis=(-2, -1)) - cb.mean(axis=(-2, -1))
     if na < 2 or nb < 2:
         nan = np.full(np.shape(diff), np.nan)
-        return _squeeze(dict(diff=diff, low=nan, high=nan, df=nan, seed_var=nan, example_var=nan, seed_low=nan,
-                             seed_high=nan, seed_df=nan))
+        return _squeeze(dict(diff=diff, low=nan, high=nan, df=nan, seed_var=nan, example_var=nan, example_sd=nan,
+                             seed_low=nan, seed_high=nan, seed_df=nan))
     sa = ca.mean(axis=-1).var(axis=-1, ddof=1) / na
     sb = cb.mean(axis=-1).var(axis=-1, ddof=1) / nb
     d = ca.mean(axis=-2) - cb.mean(axis=-2)
@@ -127,7 +130,8 @@ def two_level_interval(ca, cb, level: float = LEVEL) -> dict:
     # never narrower than the seed-only interval: a larger df can lower t by more than the example term adds
     half = np.maximum(np.where(seed + example > 0, half, 0.0), seed_half)
     return _squeeze(dict(diff=diff, low=diff - half, high=diff + half, df=df, seed_var=seed, example_var=example,
-                         seed_low=diff - seed_half, seed_high=diff + seed_half, seed_df=seed_df))
+                         example_sd=np.sqrt(example), seed_low=diff - seed_half, seed_high=diff + seed_half,
+                         seed_df=seed_df))
 
 
 def _satterthwaite(terms) -> np.ndarray:

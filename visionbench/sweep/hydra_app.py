@@ -8,10 +8,12 @@ The arguments are `visionbench run`'s (visionbench/config/overrides.py: act=a,b[
 baseline=, KEY=v1,v2); Hydra's own (`-m`, `--config-name`, `hydra.*`, `hydra/launcher=...`) pass
 through. With `-m`, every comma list becomes Hydra jobs (one value each: `act=relu,gelu seed=0,1` is
 four jobs); each job composes exactly as `visionbench run` would for its values and writes into the
-same results tree (`results_dir`), so `visionbench report results/<recipe>` aggregates them. Without
+same results tree (`results_dir`), so `visionbench report runs/<recipe>` aggregates them. Without
 `-m` it trains one run locally (seed defaults to 0). A job's setting is its values of the recipe's
 factor keys.
 
+A `trainer.portable=true` job (the default recipe sets it) trains in a fresh worker process started with the pinned
+kernels and one thread, as `visionbench run` trains it, so its numbers are the same bits as `visionbench run`'s.
 A failed or diverged run fails its job (non-zero exit, the run's one-line error); SIGTERM records the run as
 `interrupted` and exits 143. Under SLURM, SIGUSR1 (`#SBATCH --signal=USR1@120` with `--requeue`) runs
 visionbench's own requeue (sweep/signals.py, which replaces Lightning's auto-requeue handler): the job is
@@ -34,7 +36,7 @@ from .acts import sweep_acts
 from .preflight import check_finetune_weights, load_config
 from .resultsdir import check_writable
 from .signals import Interrupted, install_sigterm
-from .sweep import check_data, execute
+from .sweep import check_data, execute_jobs
 
 CARRIER = "cli"  # Hydra carries our arguments untouched, as strings under this key: +cli.a0='act=relu'
 HYDRA_FLAGS = ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd", "--cfg", "-c", "--package",
@@ -118,7 +120,10 @@ def main(cfg: DictConfig) -> int:
         raise SystemExit(f"visionbench hydra_app: {e}") from None
     run = plugins.record(run_config(cfg, acts[0], seed, setting))
     try:
-        outcome = execute(run, results.run_dir(cfg.results_dir, cfg.recipe, acts[0], seed, setting), progress=False)
+        # execute_jobs, not execute: a `trainer.portable=true` run trains in a fresh worker started with the pinned
+        # kernels and one thread (sweep/portable.py), as under `visionbench run`; any other run, in this process
+        outcome, = execute_jobs([(run, results.run_dir(cfg.results_dir, cfg.recipe, acts[0], seed, setting))], 1,
+                                progress=False)
     except Interrupted as stop:  # recorded `interrupted`; a requeued job (SLURM) reruns this and resumes
         print(f"{cfg.recipe} {acts[0]} seed {seed}: interrupted by {stop.signal_name}; rerun the job to resume it",
               file=sys.stderr)

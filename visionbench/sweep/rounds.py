@@ -105,7 +105,7 @@ def _value(summary: dict, run_dir, metric: str) -> float:
     if summary.get("status") in (layout.DIVERGED, layout.FAILED):
         return math.nan
     metrics = summary.get("metrics") or {}
-    if run_stall_reason(metrics, n_classes(layout.files(run_dir).predictions)):
+    if run_stall_reason(metrics, n_classes(layout.files(run_dir).predictions), layout.train_losses(run_dir)):
         return math.nan
     v = metrics.get(metric, summary.get(metric))
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan

@@ -15,10 +15,11 @@ from timm.data import Mixup
 from timm.loss import SoftTargetCrossEntropy
 from timm.utils.model_ema import ModelEmaV3
 from torch import nn
-from torchmetrics import MeanMetric, MetricCollection
+from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from ..config.schema import LossConfig, OptimConfig, SchedConfig
+from .batch_mean import BatchMean
 from .loss_watch import LossWatch
 from .optim import build_optimizer, scaled_lr
 
@@ -35,7 +36,7 @@ class Diverged(RuntimeError):
 def _metrics(num_classes: int) -> MetricCollection:
     # no per-batch input checks (each one a device sync): the inputs are the model's logits and the dataset's labels
     metrics = {"top1": MulticlassAccuracy(num_classes, top_k=1, average="micro", validate_args=False),
-               "loss": MeanMetric(nan_strategy="disable")}
+               "loss": BatchMean()}
     if num_classes > 5:
         metrics["top5"] = MulticlassAccuracy(num_classes, top_k=5, average="micro", validate_args=False)
     return MetricCollection(metrics)
@@ -98,7 +99,7 @@ class ClassificationModule(L.LightningModule):
         self.eval_metrics = nn.ModuleDict(
             {f"{v}_{n}": _metrics(num_classes) for v in variants for n in self.eval_names}
         )
-        self.train_loss = MeanMetric(nan_strategy="disable")  # finite: a non-finite loss ends the run (LossWatch)
+        self.train_loss = BatchMean()  # finite: a non-finite loss ends the run (LossWatch)
         self.loss_watch = LossWatch()
 
     # ---- training --------------------------------------------------------------------
@@ -126,8 +127,7 @@ class ClassificationModule(L.LightningModule):
             if bad is not None:
                 step, value, here = bad
                 raise Diverged(self.current_epoch + 1, step, value, elsewhere=not here)
-        # the weight as a device tensor: a Python number would be copied to the device, a sync per step
-        self.train_loss.update(loss.detach(), weight=torch.full_like(loss.detach(), x.shape[0]))
+        self.train_loss.update(loss, weight=x.shape[0])
         self.log("train/loss_step", loss.detach(), prog_bar=True, batch_size=x.shape[0])
         return loss
 

@@ -1,6 +1,6 @@
 """Rewrite a completed run's `predictions.npz` from its checkpoint, identical to the one it wrote.
 
-    visionbench predictions results/digits_vgg4/relu/seed_0      # or rerun the sweep's `visionbench run ...`
+    visionbench predictions runs/digits_vgg4/relu/seed_0      # or rerun the sweep's `visionbench run ...`
 
 `PredictionsWriter` (train/predictions.py) keeps each variant's selected arrays in its checkpoint state,
 so `checkpoints/last.ckpt` (the final selection of every variant) and `checkpoints/best.ckpt` (the raw

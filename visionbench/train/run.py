@@ -1,7 +1,7 @@
 """Train one run — one recipe, one activation, one seed — from its resolved config.
 
     from visionbench.train.run import train_run
-    result = train_run(run_cfg, Path("results/digits_vgg4/relu/seed_0"))
+    result = train_run(run_cfg, Path("runs/digits_vgg4/relu/seed_0"))
 
 Takes the typed run config (`config.typed` of config.yaml's dict: the one conversion); builds data,
 model and trainer (train/trainer.py); resumes from checkpoints/last.ckpt when it exists.
