@@ -39,6 +39,11 @@ def test_the_default_run_reads_identical_to_the_committed_record(tmp_path):
     trained = subprocess.run([sys.executable, "-m", "visionbench.cli", "run", f"results_dir={runs}"],
                              capture_output=True, text=True, timeout=1800, cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr[-3000:]
+    assert "| relu |" in trained.stdout and "p-value" in trained.stdout  # the significance table, printed
+    assert (runs / "digits_vgg4" / "table.md").is_file()
+    for seed in range(3):  # whatever the CPU: every run completed and learned
+        summary = layout.read_summary(runs / "digits_vgg4" / "relu" / f"seed_{seed}")
+        assert summary["status"] == "completed" and summary["metrics"]["test_top1_at_best_val"] >= 90.0
     compared = subprocess.run([sys.executable, "-m", "visionbench.cli", "compare", str(RECORD),
                                str(runs / "digits_vgg4"), "--out", str(tmp_path / "compare.md")],
                               capture_output=True, text=True, timeout=600, cwd=tmp_path)

@@ -243,5 +243,6 @@ def test_a_researchers_module_in_a_temporary_directory_runs_in_parallel(tmp_path
                           "parallel=2"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "my_act             seed 0: completed" in out.stdout
-    summary = json.loads((tmp_path / "results" / "digits_vgg4" / "my_act" / "seed_0" / "summary.json").read_text())
+    # the default results_dir: runs/ in the working directory
+    summary = json.loads((tmp_path / "runs" / "digits_vgg4" / "my_act" / "seed_0" / "summary.json").read_text())
     assert summary["plugins"][0]["module"] == "my_acts"

@@ -191,15 +191,3 @@ def test_hydra_multirun_entry_point_writes_the_same_tree_and_fails_with_a_failed
         assert s["environment"]["threads"] == 1 and s["environment"]["env"]["OMP_NUM_THREADS"] == "1"
         if portable.is_x86():
             assert s["environment"]["env"]["ATEN_CPU_CAPABILITY"] == "avx2"
-
-
-@pytest.mark.slow
-def test_the_embedded_default_run(tmp_path, capsys):
-    """`visionbench run` with no arguments (digits, VGG4, 4 acts x 3 seeds): relu >= 90 % test accuracy."""
-    assert main(["run", f"results_dir={tmp_path}"]) == 0
-    out = capsys.readouterr().out
-    assert "| relu |" in out and "p-value" in out
-    for seed in range(3):
-        s = json.loads((tmp_path / "digits_vgg4" / "relu" / f"seed_{seed}" / "summary.json").read_text())
-        assert s["status"] == "completed" and s["metrics"]["test_top1_at_best_val"] >= 90.0
-    assert (tmp_path / "digits_vgg4" / "table.md").exists()
