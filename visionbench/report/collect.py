@@ -26,14 +26,14 @@ import pandas as pd
 
 from ..results import layout
 from ..results.io import RunStateError
-from ..results.predictions import n_classes
+from ..results.predictions import counts
 from ..stats.convergence import run_stall_reason
 # per-run scalars that are not in summary["metrics"] but may still be asked for as --metric
 RUN_SCALARS = ("train_time_s", "throughput_img_s", "peak_mem_mb", "gpu_busy_pct")
 BASE_COLUMNS = [
     "recipe", "act", "seed", "status", "setting", "baseline", *RUN_SCALARS, "params", "act_params", "diverged_epoch",
     "error", "act_family", "report_metric", "report_best_of", "val_split", "config_hash",
-    "plugins", "environment", "n_classes", "stalled", "run_dir", "recipe_dir", "recipe_root",
+    "plugins", "environment", "n_classes", "n_images", "stalled", "run_dir", "recipe_dir", "recipe_root",
 ]
 
 
@@ -89,6 +89,7 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
     setting = summary.get("setting") or {}
     root = run_dir.parents[2] if setting and len(run_dir.parts) > 3 else run_dir.parent.parent
     report = summary.get("report") if isinstance(summary.get("report"), dict) else {}
+    n_cls, n_img = counts(layout.files(run_dir).predictions)  # C and N images, None when unknown
     row = {
         "recipe": root.name,
         "act": run_dir.parent.name,
@@ -102,7 +103,7 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
         "config_hash": summary.get("config_hash"),
         "plugins": _plugins(summary.get("plugins")),
         "environment": _environment(summary),
-        "n_classes": n_classes(layout.files(run_dir).predictions),  # C, None when unknown
+        "n_classes": n_cls, "n_images": n_img,
         "stalled": None,
         "params": summary.get("params"),
         "act_params": summary.get("act_params"),
@@ -177,7 +178,7 @@ def load_runs(path: str | Path) -> pd.DataFrame:
         the factor setting's folder name, "" outside factor sweeps; `report_*`: the recipe's `report:`
         block as the run recorded it, None for runs written before it existed; `status`: the summary's, but
         `stalled` for a completed run that ended training at chance level, with the reason in `stalled`;
-        `n_classes`: from its predictions.npz, None when unknown).
+        `n_classes`, `n_images`: from its predictions.npz, None when unknown).
     """
     frame, notes = scan_runs(path)
     frame.attrs["notes"] = notes

@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import json
 import math
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path

@@ -27,10 +27,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..results import layout
-from ..results.io import RunStateError
 from ..results.layout import COMPLETED, STALLED
-from ..results.predictions import read_meta
 from ..stats import convergence as conv
 from ..stats.metrics import higher_is_better
 from .collect import read_metrics
@@ -109,16 +106,12 @@ def _slope_text(act: str, numbers: tuple, digits: int, higher: bool, window: int
 
 def _resolution(runs: pd.DataFrame, values) -> float | None:
     """The metric's units per image, 100 / N, when every value is a count of N images in % (N from the completed
-    runs' predictions.npz, one N for all); None otherwise (a val column scored on other images, a loss, no file)."""
-    sizes = set()
-    for run_dir in runs.loc[runs["status"] == COMPLETED, "run_dir"]:
-        try:
-            meta = read_meta(layout.files(run_dir).predictions) or {}
-        except RunStateError:
-            meta = {}
-        sizes.add(meta.get("n_images"))
-    if len(sizes) != 1 or not isinstance(n := sizes.pop(), int) or n < 1:
+    runs' predictions.npz, collect.py's `n_images`, one N for all); None otherwise (a val column scored on other
+    images, a loss, no file)."""
+    sizes = runs.loc[runs["status"] == COMPLETED, "n_images"]
+    if sizes.isna().any() or sizes.nunique() != 1:
         return None
+    n = int(sizes.iloc[0])
     counts = np.asarray(values, float) * n / 100
     return 100 / n if len(counts) and np.all(np.abs(counts - np.rint(counts)) < 1e-3) else None
 

@@ -25,6 +25,7 @@ sits in (identity, epoch, accuracy, ranges): results/evidence.py.
     >>> variants, meta = read_evidence(path)
     >>> read_meta(path)["n_classes"]          # the meta alone
     >>> n_classes(path)                       # C, or None when unknown (the stall rule reads it here)
+    >>> counts(path)                          # (C, N images), one read: what the report's runs table holds
 """
 from __future__ import annotations
 
@@ -165,12 +166,21 @@ def read_meta(path: Path) -> dict | None:
     return None if text is None else _meta(path, text)
 
 
-def n_classes(path: Path) -> int | None:
-    """C, the number of classes, as the predictions file at `path` names it (its `meta`); None when unknown (no
-    file, a file from before the meta, an unreadable one)."""
+def counts(path: Path) -> tuple[int | None, int | None]:
+    """(C, the number of classes, N, the number of images scored) as the predictions file at `path` names them (its
+    `meta`), one read of it; None for what is unknown (no file, a file from before the meta, an unreadable one)."""
     try:
-        meta = read_meta(path)
+        meta = read_meta(path) or {}
     except RunStateError:
-        return None
-    n = (meta or {}).get("n_classes")
-    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 2 else None
+        meta = {}
+
+    def count(key: str, least: int) -> int | None:
+        n = meta.get(key)
+        return n if isinstance(n, int) and not isinstance(n, bool) and n >= least else None
+
+    return count("n_classes", 2), count("n_images", 1)
+
+
+def n_classes(path: Path) -> int | None:
+    """C, the number of classes, as the predictions file at `path` names it (`counts`); None when unknown."""
+    return counts(path)[0]

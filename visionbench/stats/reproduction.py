@@ -83,10 +83,9 @@ def _scale(n_a: int, n_b: int) -> float:
 
 
 def equivalence_bound(k: float, n_a: int, n_b: int, alpha: float = power.ALPHA) -> float:
-    """C: the test rejects "|Δ| ≥ kσ" when |T| < C, with P(|T| < C) = α at |Δ| = kσ (0 when no C > 0 exists)."""
+    """C: the test rejects "|Δ| ≥ kσ" when |T| < C, with P(|T| < C) = α at |Δ| = kσ (P(|T| < 0) = 0 < α: a root
+    lies above 0)."""
     df, ncp = n_a + n_b - 2, k / _scale(n_a, n_b)
-    if _within(0.0, df, ncp) >= alpha:  # cannot happen for α < 1; kept for safety
-        return 0.0
     hi = max(1.0, ncp)
     while _within(hi, df, ncp) < alpha:
         hi *= 2
@@ -146,8 +145,7 @@ def compare_runs(a, b, margin: float | None = None, *, margin_sd: float = DEFAUL
     mean A, its Welch interval `ci_low`, `ci_high` (95 %), `welch_p` (unadjusted), `bound` (`supported_bound`),
     the equivalence margin in the metric's units (`margin`) and in pooled seed sd (`margin_sd`), the test
     (`equivalence_test`: `sd`, the exact sd-unit test, or `tost`, Welch's TOST in the metric's units), its p-value
-    `equivalence_p`,
-    and `seeds_needed` (per tree, for 80 % power of that test when the trees do not differ).
+    `equivalence_p`, and `seeds_needed` (per tree, for 80 % power of that test when the trees do not differ).
 
     `margin` (metric units) given: the Welch TOST at ±margin; else the exact sd-unit test at ±`margin_sd`·σ
     (module docstring). NaN where a number is undefined (fewer than two runs a side, no spread)."""
