@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test test-slow bench bench-gpu reference install lock clean results
+.PHONY: run test test-slow bench gpu-window gpu-carry reference install lock clean results
 
 # every package at the version requirements.lock names (the CPU reference environment), then visionbench itself,
 # editable and without dependencies: they all came from the lock, the extras' too (dev, slurm, mlflow, wandb)
@@ -51,13 +51,20 @@ bench: $(STAMP)  ## activation speed and fit time (docs/bench.md)
 	$(BIN)/visionbench bench activations
 	$(BIN)/visionbench bench fit
 
-# The first GPU's numbers (docs/bench.md), into results/bench/: the activation benchmark and the training-step
-# benchmark of VGG8/rational and ConvNeXt-T/hermite. `make bench-gpu DEVICE=cpu` tries it on a CPU.
-DEVICE  ?= cuda
-bench-gpu: $(STAMP)
-	$(BIN)/visionbench bench activations --device $(DEVICE) --name activations_$(DEVICE)
-	$(BIN)/visionbench bench train recipe=cifar10_vgg8 act=rational --device $(DEVICE) --name train_vgg8_rational_$(DEVICE)
-	$(BIN)/visionbench bench train recipe=cifar10_convnext_t act=hermite --device $(DEVICE) --name train_convnext_t_hermite_$(DEVICE)
+# One lent GPU's window (docs/bench.md#the-gpu-window): every GPU benchmark in at most 6 minutes, each stage in its own
+# subprocess under a timeout, each report into results/bench/ as soon as its stage ends, with gpu_window.md listing
+# them. No venv and no install: a lent GPU has no registry (python3 there holds torch; visionbench runs from the
+# checkout). `make gpu-window DEVICE=cpu` is the dry run (tiny sizes, into runs/gpu_window_dry/).
+DEVICE    ?= cuda
+WINDOW_PY := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY))
+gpu-window:
+	$(WINDOW_PY) scripts/gpu_window.py --device $(DEVICE) $(if $(wildcard .gpu-site),--site .gpu-site)
+
+# what `bench train` needs and the lent GPUs lack (hydra-core, omegaconf, antlr4: pure Python), copied from this venv
+# into .gpu-site/ (git-ignored; the device tool carries it: docs/bench.md#the-gpu-window)
+gpu-carry: $(STAMP)
+	rm -rf .gpu-site
+	$(BIN)/python scripts/pack_site.py .gpu-site hydra-core omegaconf antlr4-python3-runtime
 
 reference: $(STAMP)  ## the bench's reference implementations (rational-activations pins torch 1.7.1: no deps)
 	$(BIN)/pip install -q -e '.[reference]'

@@ -8,6 +8,10 @@ from .fixtures import write_cifar10, write_imagenet, write_tiny_imagenet
 # 2-core machines shared with other processes: one intra-op thread keeps tests predictable (two
 # threads contending with a busy core made an LSUV test go from 3 s to 87 s)
 torch.set_num_threads(int(os.environ.get("VISIONBENCH_TEST_THREADS", "1")))
+# without a GPU the Triton kernels run in Triton's CPU interpreter (tests/test_triton_kernels.py); it is chosen when a
+# kernel is defined, so before anything imports them. The default backend still picks them on CUDA tensors only.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True)

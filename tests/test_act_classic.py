@@ -74,7 +74,7 @@ def test_per_channel_matches_paper_formula(name, layout):
 @pytest.mark.parametrize("name", CLASSIC)
 def test_fused_values_and_gradients_equal_plain(name, per_channel, monkeypatch):
     """The hand-written backward against autograd through the plain formula (eager kernels)."""
-    monkeypatch.setattr(fused, "COMPILE", False)
+    monkeypatch.setattr(fused, "BACKEND", "eager")
     act, _ = _perturbed(name, channels=4 if per_channel else None)
     gen = torch.Generator().manual_seed(3)
     x = 2 * torch.randn(3, 4, 5, 6, generator=gen, dtype=torch.float64)

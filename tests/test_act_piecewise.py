@@ -105,7 +105,7 @@ IDS = [n + "".join(f"-{k}={v}" for k, v in kw.items()) for n, kw in CONFIGS]
 @pytest.mark.parametrize("layout", ["shared", "nchw", "channels_last_tokens"])
 @pytest.mark.parametrize("name,kwargs", CONFIGS, ids=IDS)
 def test_forward_matches_independent_reference(monkeypatch, name, kwargs, layout, fast):
-    monkeypatch.setattr(fused, "COMPILE", False)
+    monkeypatch.setattr(fused, "BACKEND", "eager")
     shape = (3, 4, 5, 6) if layout != "channels_last_tokens" else (6, 7, 4)
     extra = {} if layout == "shared" else {"per_channel": True, "num_channels": 4}
     act = perturbed(name, **kwargs, **extra)
@@ -125,7 +125,7 @@ def test_fast_path_equals_plain_formula(monkeypatch, name, kwargs, dtype, per_ch
     """Values, input and coefficient gradients of the fused kernels == autograd through the formula,
     on x that includes knots, atoms and far-out points (order-1 splines and APL are kinked at the
     knots / hinges, and both paths take the right derivative there)."""
-    monkeypatch.setattr(fused, "COMPILE", False)
+    monkeypatch.setattr(fused, "BACKEND", "eager")
     extra = {"per_channel": True, "num_channels": 4} if per_channel else {}
     act = perturbed(name, **kwargs, **extra).to(dtype)
     ref = copy.deepcopy(act)
@@ -144,7 +144,7 @@ def test_fast_path_equals_plain_formula(monkeypatch, name, kwargs, dtype, per_ch
 
 @pytest.mark.parametrize("name,kwargs", CONFIGS, ids=IDS)
 def test_gradcheck_fast_path_per_channel(monkeypatch, name, kwargs):
-    monkeypatch.setattr(fused, "COMPILE", False)
+    monkeypatch.setattr(fused, "BACKEND", "eager")
     act = perturbed(name, **kwargs, per_channel=True, num_channels=3)
     x = (torch.rand(2, 3, 3, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 8 - 4)
     names = [n for n, _ in act.named_parameters()]

@@ -225,6 +225,8 @@ BAD_INPUTS = [
         "argument --shape: takes comma-separated integers >= 1 (NCHW), got '2,x'"),
     bad(["bench", "activations", "--dtype", "int8", OUT], 2, "argument --dtype: invalid choice: 'int8'"),
     bad(["bench", "activations", "--repeats", "0", OUT], 2, "argument --repeats: must be an integer >= 1, got '0'"),
+    bad(["bench", "activations", "--event-rounds", "0", OUT], 2,
+        "argument --event-rounds: must be an integer >= 1, got '0'"),
     bad(["bench", "activations", "--device", "nope", OUT], 2, "argument --device: not a torch device, got 'nope'"),
     bad(["bench", "train", "recipe=nope", "act=relu", OUT], 2, "unknown recipe 'nope'; known: "),
     bad(["bench", "train", "act=relu,gelu", OUT], 2, "give one activation (act=NAME), got act=relu,gelu"),

@@ -3,6 +3,8 @@ reference implementations it compares against, loaded with visionbench's coeffic
 bad flags: test_bad_inputs.py."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -15,23 +17,29 @@ from visionbench.cli import main as cli_main
 
 @pytest.fixture(autouse=True)
 def _eager(monkeypatch):
-    monkeypatch.setattr(fused, "COMPILE", False)
+    monkeypatch.setattr(fused, "BACKEND", "eager")
 
 
-def table_rows(text: str) -> dict[str, list[str]]:
-    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
-    return {cells[0]: cells for cells in ([c.strip() for c in r.strip("|").split("|")] for r in rows[1:])}
+def table_rows(text: str) -> dict[str, dict[str, str]]:
+    """A benchmark table's rows by their first cell, each a dict of the cells by column header."""
+    rows = [[c.strip() for c in re.split(r"(?<!\\)\|", r.strip()[1:-1])] for r in text.splitlines()
+            if r.startswith("| ") and "---" not in r]  # a cell's own pipe is escaped: \|
+    return {cells[0]: dict(zip(rows[0], cells)) for cells in rows[1:]}
 
 
 def test_bench_activations_writes_a_table(tmp_path):
     args = ["activations", "--shape", "2,4,6,6", "--repeats", "2", "--families", "rational,hermite,slaf",
             "--out", str(tmp_path), "--name", "tiny"]
     assert cli_main(["bench", *args]) == 0
-    rows = table_rows((tmp_path / "tiny.md").read_text())
+    text = (tmp_path / "tiny.md").read_text()
+    rows = table_rows(text)
     assert set(rows) == {"gelu (baseline)", "rational A", "rational B", "rational C", "rational D", "hermite",
                          "hermite clamp", "slaf"}
-    assert all(float(r[2]) > 0 for r in rows.values())  # × GELU
-    assert float(rows["rational A"][4]) == pytest.approx(1.0, abs=0.1)  # saves its input (and 10 coefficients)
+    assert all(float(r["× GELU"]) > 0 for r in rows.values())
+    assert float(rows["rational A"]["saved (× input)"]) == pytest.approx(1.0, abs=0.1)  # its input, 10 coefficients
+    # CUDA events and kernel counts: none on a CPU, and the table says so instead of failing
+    assert {r[c] for r in rows.values() for c in ("GPU ms", "× GELU (GPU)", "kernels")} == {"—"}
+    assert "kernels eager (VISIONBENCH_KERNELS=eager)" in text
 
 
 def test_bench_train_smoke(tmp_path):
@@ -39,7 +47,8 @@ def test_bench_train_smoke(tmp_path):
             "--out", str(tmp_path), "--name", "train"]
     assert main(args) == 0
     rows = table_rows((tmp_path / "train.md").read_text())
-    assert set(rows) == {"relu", "rational"} and float(rows["rational"][3]) > 0
+    assert set(rows) == {"relu", "rational"} and float(rows["rational"]["× baseline step"]) > 0
+    assert rows["rational"]["GPU ms"] == rows["rational"]["× baseline (GPU)"] == "—"  # CUDA events: CUDA only
 
 
 def test_bench_train_refuses_baseline_which_is_the_reports_key(tmp_path, capsys):

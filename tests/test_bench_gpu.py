@@ -1,10 +1,6 @@
-"""`make bench-gpu` (docs/bench.md, "On the first GPU"): the benchmarks for the first GPU, and the speed levers `bench train`
-applies as a run does (trainer.precision, trainer.channels_last), tested on CPU."""
+"""The GPU benchmarks (docs/bench.md, "On the first GPU"; all of them run by `make gpu-window`: tests/test_gpu_window.py):
+the speed levers `bench train` applies as a run does (trainer.precision, trainer.channels_last), tested on CPU."""
 from __future__ import annotations
-
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,8 +10,6 @@ from visionbench.bench.train_step import TrainStep
 from visionbench.config import run_config, typed
 from visionbench.sweep.preflight import load_config
 from visionbench.train.run import build_model
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _step(*overrides: str, batch: int = 8) -> tuple[TrainStep, list[torch.dtype]]:
@@ -57,17 +51,3 @@ def test_bench_train_applies_the_levers_and_says_so(tmp_path):
     assert bench_main(args) == 0
     text = (tmp_path / "levers.md").read_text()
     assert "speed levers: trainer.precision=bf16-mixed, channels_last=true, compile=false" in text
-
-
-@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
-def test_make_bench_gpu_lists_the_three_benchmarks():
-    out = subprocess.run(["make", "-n", "bench-gpu", "DEVICE=cpu"], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout
-    commands = [line.split("visionbench ", 1)[1] for line in out.splitlines() if "bin/visionbench bench" in line]
-    assert commands == [
-        "bench activations --device cpu --name activations_cpu",
-        "bench train recipe=cifar10_vgg8 act=rational --device cpu --name train_vgg8_rational_cpu",
-        "bench train recipe=cifar10_convnext_t act=hermite --device cpu --name train_convnext_t_hermite_cpu",
-    ]
-    assert "--device cuda --name activations_cuda" in subprocess.run(
-        ["make", "-n", "bench-gpu"], cwd=ROOT, capture_output=True, text=True, check=True).stdout

@@ -54,6 +54,27 @@ def test_cuda_is_as_accurate_in_float32_as_the_cpu(name):
 
 
 @pytest.mark.parametrize("name", LEARNABLE)
+def test_triton_kernels_run_on_cuda_and_agree_with_the_compiled_ones(name, monkeypatch):
+    # the default backend picks a family's Triton kernels on CUDA (fused.backend_for); they agree with the
+    # torch.compile'd fused kernels (VISIONBENCH_KERNELS=compile) on a training-sized map, NCHW and channels_last
+    from visionbench.activations import fused
+    torch.manual_seed(0)
+    act = A.create(name).to(CUDA).train()
+    x = 2 * torch.randn(16, 32, 32, 32, device=CUDA)
+    assert fused.backend_for(x) == ("triton" if act.triton_kernels else "compile")
+    for memory_format in (torch.contiguous_format, torch.channels_last):
+        xm = x.contiguous(memory_format=memory_format)
+        monkeypatch.setattr(fused, "BACKEND", "compile")
+        torch.manual_seed(1)
+        want = _forward_backward(copy.deepcopy(act), xm)
+        monkeypatch.setattr(fused, "BACKEND", "auto")
+        torch.manual_seed(1)
+        got = _forward_backward(copy.deepcopy(act), xm)
+        for i, (w, g) in enumerate(zip(want, got)):
+            torch.testing.assert_close(g, w, rtol=2e-4, atol=2e-4 * w.abs().max().item(), msg=f"output {i}")
+
+
+@pytest.mark.parametrize("name", LEARNABLE)
 def test_gradcheck_on_cuda_in_float64(name):
     torch.manual_seed(0)
     act = A.create(name).to(CUDA, torch.float64).eval()  # eval: SLAF's normalisation is fixed, as on CPU

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from visionbench import data
+from visionbench.activations import fused
 from visionbench.data import digest
 from visionbench.report import main as report_main
 from visionbench.results import layout
@@ -41,7 +42,8 @@ def digits_file() -> Path:
 # ---- what a run records ------------------------------------------------------------------------------------
 def test_environment_names_every_key():
     env = environment()
-    assert set(env) == {"python", "packages", "git_commit", "device", "threads", "determinism", "env"}
+    assert set(env) == {"python", "packages", "git_commit", "device", "threads", "determinism", "kernels", "env"}
+    assert env["kernels"]["backend"] in fused.BACKENDS and env["kernels"]["triton"]  # the pinned torch brings Triton
     assert set(env["packages"]) == set(PACKAGES) and env["packages"]["torch"] and env["packages"]["scikit-learn"]
     assert set(env["device"]) == {"cpu", "cpu_capability", "machine", "gpu", "cuda", "cudnn"}
     assert env["device"]["cpu_capability"] and env["device"]["machine"]

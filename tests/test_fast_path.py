@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from visionbench import activations as A
-from visionbench.activations import fused
+from visionbench.activations import fused, triton_ops
 
 from .fixtures import gradcheck_module
 
@@ -68,13 +68,13 @@ def compare(name: str, kwargs: dict, dtype: torch.dtype, per_channel: bool, trai
 
 @pytest.fixture
 def eager(monkeypatch):
-    monkeypatch.setattr(fused, "COMPILE", False)
+    monkeypatch.setattr(fused, "BACKEND", "eager")
 
 
 @pytest.fixture
 def compiled(monkeypatch):
     """Compile every kernel call, however small, and fail if any compilation falls back to eager."""
-    monkeypatch.setattr(fused, "COMPILE", True)
+    monkeypatch.setattr(fused, "BACKEND", "compile")
     monkeypatch.setattr(fused, "COMPILE_MIN_NUMEL", 0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
@@ -113,7 +113,7 @@ def test_gradcheck_fast_path(eager, name, kwargs):
 
 
 def test_compile_switch_off_compiles_nothing(monkeypatch):
-    monkeypatch.setattr(fused, "COMPILE", False)
+    monkeypatch.setattr(fused, "BACKEND", "eager")
     monkeypatch.setattr(fused, "COMPILE_MIN_NUMEL", 0)
     monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("torch.compile called"))
     compare("rational", {"version": "A"}, torch.float32, False, True)
@@ -125,7 +125,7 @@ def test_failed_compilation_falls_back_to_eager(monkeypatch):
             raise RuntimeError("no C++ compiler")
         return run
 
-    monkeypatch.setattr(fused, "COMPILE", True)
+    monkeypatch.setattr(fused, "BACKEND", "compile")
     monkeypatch.setattr(fused, "COMPILE_MIN_NUMEL", 0)
     monkeypatch.setattr(fused, "_COMPILED", {})
     monkeypatch.setattr(torch, "compile", broken)
@@ -199,3 +199,28 @@ def test_compiled_gradcheck(compiled):
         return torch.func.functional_call(act, {"numerator": a, "denominator": b}, (x,))
 
     assert torch.autograd.gradcheck(f, (x, a, b), eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("env,backend", [({}, "auto"), ({"VISIONBENCH_KERNELS": "Triton"}, "triton"),
+                                         ({"VISIONBENCH_COMPILE": "0"}, "eager"), ({"VISIONBENCH_FAST": "0"}, "reference"),
+                                         ({"VISIONBENCH_KERNELS": "compile", "VISIONBENCH_FAST": "0"}, "compile")])
+def test_one_switch_picks_the_kernels(env, backend, monkeypatch):
+    for name in ("VISIONBENCH_KERNELS", "VISIONBENCH_COMPILE", "VISIONBENCH_FAST"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert fused._backend_from_env() == backend
+    monkeypatch.setattr(fused, "BACKEND", backend)
+    x = torch.randn(3)  # a CPU tensor: auto takes the compiled kernels; triton only under the interpreter
+    want = {"auto": "compile", "triton": "triton" if triton_ops.runs_on(x) else "compile"}.get(backend, backend)
+    assert fused.backend_for(x) == want
+
+
+def test_a_bad_kernels_switch_is_one_line(monkeypatch, capsys):
+    from visionbench import cli
+    monkeypatch.setenv("VISIONBENCH_KERNELS", "fast")
+    monkeypatch.setattr(fused, "BACKEND", "fast")
+    assert cli.main(["list"]) == 2
+    err = capsys.readouterr().err
+    assert "VISIONBENCH_KERNELS='fast' is not a kernel backend; accepted: auto, triton, compile" in err
+    assert "Traceback" not in err

@@ -41,7 +41,7 @@ def _eager(monkeypatch):
         from visionbench.activations import fused
     except ImportError:
         return
-    monkeypatch.setattr(fused, "COMPILE", False)
+    monkeypatch.setattr(fused, "BACKEND", "eager")
 
 
 def digits(train: bool, n: int | None = None):

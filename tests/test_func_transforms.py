@@ -26,7 +26,7 @@ COPIES = 3  # ensemble members / vmapped mini-batches
 
 @pytest.fixture(autouse=True)
 def eager(monkeypatch):
-    monkeypatch.setattr(fused, "COMPILE", False)
+    monkeypatch.setattr(fused, "BACKEND", "eager")
 
 
 def build(name: str, per_channel: bool, seed: int = 1) -> torch.nn.Module:
@@ -105,7 +105,7 @@ def test_vmap_ensemble_and_vmap_grad(name, per_channel, monkeypatch):
         return (functional_call(base, (params, buffers), (x,)) * g).sum()
 
     for reference in (False, True):
-        monkeypatch.setattr(fused, "FAST", not reference)  # what VISIONBENCH_FAST=0 sets
+        monkeypatch.setattr(fused, "BACKEND", "reference" if reference else "auto")  # what VISIONBENCH_KERNELS=reference sets
         what = "reference" if reference else "fast"
         params, buffers = stack_module_state(acts)
         xs = x.clone().requires_grad_(True)
@@ -185,7 +185,7 @@ def test_vmapped_rational_vgg4_ensemble(monkeypatch):
 
     grads = {}
     for reference in (False, True):
-        monkeypatch.setattr(fused, "FAST", not reference)  # what VISIONBENCH_FAST=0 sets
+        monkeypatch.setattr(fused, "BACKEND", "reference" if reference else "auto")  # what VISIONBENCH_KERNELS=reference sets
         params, buffers = stack_module_state(nets)
         vmap(loss)(params, buffers, x, labels).sum().backward()
         assert len(params) == 26
@@ -193,7 +193,7 @@ def test_vmapped_rational_vgg4_ensemble(monkeypatch):
         assert not missing, f"no gradient for {missing}"
         grads[reference] = {k: p.grad for k, p in params.items()}
 
-    monkeypatch.setattr(fused, "FAST", True)
+    monkeypatch.setattr(fused, "BACKEND", "auto")
     one_by_one = []
     for net, xi, yi in zip(nets, x, labels):
         net.zero_grad()

@@ -242,6 +242,13 @@ def _main(argv: list[str] | None) -> int:
         print(USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
+    if os.environ.get("VISIONBENCH_KERNELS"):  # a bad switch is one line here, not an error inside the first step
+        from .activations import fused
+        try:
+            fused.check_backend()
+        except ValueError as e:
+            print(f"visionbench {cmd}: {e}", file=sys.stderr)
+            return 2
     helps = {**{c: RUN_USAGE.format(cmd=c, what=w) for c, w in WHAT.items()},
              "list": "usage: visionbench list [imports=MODULE,...]\n\nThe recipes, the activations (by family) and the "
                      "models a config may name; each plugin's (imports=, or an installed `visionbench.plugins` entry "

@@ -90,6 +90,7 @@ class LearnableActivation(nn.Module):
     cache_fits: bool = False  # share fitted inits through _FIT_CACHE (key: `fit_cache_key`)
     refine_steps: int = 200  # L-BFGS iterations of `fit` after `fit_start` (families without a linear basis)
     fast: bool = True  # False: this module always uses `reference_forward`
+    triton_kernels: bool = False  # the fused path runs the family's Triton kernels on CUDA (`triton_ops.BODIES`)
 
     def __init__(
         self,
@@ -158,7 +159,7 @@ class LearnableActivation(nn.Module):
         return self._forward(x)
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.fast and fused.fast_enabled():
+        if self.fast and fused.fast_enabled(x, self.triton_kernels):
             return self.fast_forward(x)
         return self.reference_forward(x)
 
@@ -334,6 +335,7 @@ class LearnableActivation(nn.Module):
         if not (final <= best_loss):  # a diverged refinement must never make the start worse
             self.load_state_dict(best)
         for p, f in zip(params, flags):
+            p.grad = None  # the fit's gradients must not reach a training step's first update
             p.requires_grad_(f)
 
     def _fit_errors(self, x, y, dy) -> tuple[float, float]:

@@ -95,6 +95,8 @@ class PReLU(_Classic):
     coefficient), so `fit` starts from the closed-form least-squares a (`fit_start`).
     """
 
+    triton_kernels = True  # triton_gated.py
+
     # Sup-norm errors of fit(target) on [-3, 3] with derivative matching: measured 0.170 / 0.495
     # (gelu, a = 0.022: a piecewise-linear F cannot follow GELU's dip below 0) and 0 / 0 (relu, a = 0).
     fit_tolerance = {"gelu": (0.2, 0.55), "relu": (1e-6, 1e-6)}
@@ -149,6 +151,8 @@ class SwishBeta(_BoundedBeta):
 
     Parameter `beta` (..., 1).
     """
+
+    triton_kernels = True  # triton_gated.py
 
     # Sup-norm errors of fit(target) on [-3, 3] with derivative matching: measured gelu 0.0174 / 0.0294
     # (beta 1.73); relu 0.0174 / 0.500 (beta at BETA_MAX; the derivative error at x = 0 is exactly 1/2:
@@ -214,6 +218,8 @@ class AconC(_BoundedBeta):
 
     Parameters `p1`, `p2`, `beta`, each (..., 1).
     """
+
+    triton_kernels = True  # triton_gated.py
 
     # Sup-norm errors of fit(target) on [-3, 3] with derivative matching: measured gelu 0.0079 / 0.0218
     # (p1 1.008, p2 -0.008, beta 1.66); relu 0.0174 / 0.500 (p1 1, p2 0, beta at BETA_MAX, as Swish-beta).
@@ -293,6 +299,8 @@ class StarReLU(_Classic):
 
     Parameters `scale` and `bias`, each (..., 1). F is linear in (s, b): `fit` is one solve.
     """
+
+    triton_kernels = True  # triton_gated.py
 
     # Sup-norm errors of fit(target) on [-3, 3] with derivative matching: measured gelu 0.501 / 0.958
     # (s 0.33, b 0.17), relu 0.515 / 0.996: a parabola on x > 0 and a constant on x < 0 cannot follow

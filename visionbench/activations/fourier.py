@@ -83,6 +83,8 @@ class Fourier(LearnableActivation):
     `phase` (..., n) phi_1..phi_n.
     """
 
+    triton_kernels = True  # triton_basis.py
+
     family = "orthogonal"  # `visionbench list` group (registry.family)
 
     has_variance_preserving_init = True

@@ -1,9 +1,12 @@
 """Fast path of the learnable activations: one fused kernel forward, one backward, only x saved.
 
-    VISIONBENCH_COMPILE=0 visionbench run ...     # fused kernels run eagerly (no torch.compile)
-    VISIONBENCH_FAST=0 visionbench run ...        # the plain formulas, differentiated by autograd
-    with fused.reference_path(): y = act(x)       # the same, for a block of code
-    act.fast = False                              # the same, for one module
+    VISIONBENCH_KERNELS=auto visionbench run ...      # the default: Triton kernels on CUDA, compiled ones elsewhere
+    VISIONBENCH_KERNELS=triton visionbench run ...    # Triton wherever it runs (CUDA; any device if TRITON_INTERPRET=1)
+    VISIONBENCH_KERNELS=compile visionbench run ...   # torch.compile of the fused kernels (C++ on CPU, Triton on CUDA)
+    VISIONBENCH_KERNELS=eager visionbench run ...     # the fused kernels run eagerly (no compiler)
+    VISIONBENCH_KERNELS=reference visionbench run ... # the plain formulas, differentiated by autograd
+    with fused.reference_path(): y = act(x)           # the plain formulas for a block of code
+    act.fast = False                                  # the same, for one module
 
 Under a `torch.func` transform (vmap, grad, jvp, jacrev, functionalize, ...) modules take the plain
 formulas too (`fast_enabled`), so every transform sees autograd's own derivatives: seed ensembles
@@ -24,11 +27,12 @@ coefficients and aux, and recomputes everything else in backward, so autograd ho
 input-sized tensor where the plain formulas hold one per term. Elementwise families go through
 `elementwise`, which lays per-channel inputs out as rows (see `_rows_forward`).
 
-Both functions are compiled by torch.compile (C++/OpenMP on CPU, Triton on CUDA) once per
-(kernel configuration, function, dtype, device) and cached for the process; inductor's on-disk
-cache makes later processes fast. Compilation is skipped for inputs below `COMPILE_MIN_NUMEL`
-elements (seconds of compiling cannot pay back there), and a compilation that fails falls back to
-the same functions run eagerly, with one warning.
+With backend `compile`, both functions are compiled by torch.compile (C++/OpenMP on CPU, Triton
+on CUDA) once per (kernel configuration, function, dtype, device) and cached for the process;
+inductor's on-disk cache makes later processes fast. Compilation is skipped for inputs below
+`COMPILE_MIN_NUMEL` elements (seconds of compiling cannot pay back there), and a compilation that
+fails falls back to the same functions run eagerly, with one warning. On CUDA the default (`auto`)
+runs the families' hand-written Triton kernels instead (`triton_ops.py`, `backend_for`).
 """
 from __future__ import annotations
 
@@ -44,8 +48,27 @@ from typing import Callable, Sequence
 import torch
 from torch.autograd.function import once_differentiable
 
-COMPILE = os.environ.get("VISIONBENCH_COMPILE", "1") != "0"  # tests monkeypatch this switch
-FAST = os.environ.get("VISIONBENCH_FAST", "1") != "0"
+BACKENDS = ("auto", "triton", "compile", "eager", "reference")
+
+
+def _backend_from_env() -> str:
+    """VISIONBENCH_KERNELS, one of BACKENDS (default auto); the older VISIONBENCH_FAST=0 means reference and
+    VISIONBENCH_COMPILE=0 eager."""
+    name = os.environ.get("VISIONBENCH_KERNELS", "").strip().lower()
+    if not name:
+        if os.environ.get("VISIONBENCH_FAST", "1") == "0":
+            return "reference"
+        return "eager" if os.environ.get("VISIONBENCH_COMPILE", "1") == "0" else "auto"
+    return name
+
+
+def check_backend() -> None:
+    """ValueError naming the accepted values when VISIONBENCH_KERNELS is none of them (the CLI checks first)."""
+    if BACKEND not in BACKENDS:
+        raise ValueError(f"VISIONBENCH_KERNELS={BACKEND!r} is not a kernel backend; accepted: {', '.join(BACKENDS)}")
+
+
+BACKEND = _backend_from_env()  # the one switch (tests monkeypatch it)
 # 2^20 elements (VGG8's smallest map at CIFAR batch 128): below this a fused kernel saves well under
 # a millisecond per call on a CPU, while a first compilation costs seconds (and a new shape class
 # another), so digits-sized runs and tests stay eager.
@@ -70,13 +93,31 @@ def reference_path():
         _state.reference -= 1
 
 
-def fast_enabled() -> bool:
-    """Whether the fused path may run now. Inside an outer torch.compile the plain formulas are
-    traced instead: the outer compiler fuses them itself. Under a torch.func transform too: the
-    transforms differentiate (and batch) the plain formulas exactly, while the fused backward is
-    first-order only and has no forward-mode rule (issue 34, item 10)."""
-    compiling = getattr(torch.compiler, "is_compiling", lambda: False)()
-    return FAST and not getattr(_state, "reference", 0) and not compiling and not transforms_active()
+def fast_enabled(x: torch.Tensor | None = None, triton: bool = False) -> bool:
+    """Whether the fused path may run now (for input x of a family with Triton kernels if `triton`).
+    Inside an outer torch.compile the plain formulas are traced instead, and the outer compiler
+    fuses them itself, unless x takes the Triton kernels: those are registered ops that the
+    compiler and CUDA graphs trace through. Under a torch.func transform the plain formulas too: the
+    transforms differentiate (and batch) them exactly, while the fused backward is first-order only
+    and has no forward-mode rule."""
+    if BACKEND == "reference" or getattr(_state, "reference", 0) or transforms_active():
+        return False
+    if getattr(torch.compiler, "is_compiling", lambda: False)():
+        return triton and x is not None and backend_for(x) == "triton"
+    return True
+
+
+def backend_for(x: torch.Tensor) -> str:
+    """The kernels a learnable activation runs on x: "triton" (CUDA, or any device under the Triton
+    interpreter, with backend auto or triton), "compile" (torch.compile of the fused kernels), "eager"
+    (the fused kernels uncompiled) or "reference" (the plain formulas)."""
+    check_backend()
+    if BACKEND in ("auto", "triton"):
+        from . import triton_ops
+        if triton_ops.runs_on(x) and (BACKEND == "triton" or x.device.type == "cuda"):
+            return "triton"
+        return "compile"
+    return BACKEND
 
 
 def transforms_active() -> bool:
@@ -124,7 +165,7 @@ class Kernel:
         # Kernels never see autograd: detached inputs spare dynamo guards on requires_grad and its
         # warnings about reading .grad of non-leaf tensors (coefficient views are non-leaves).
         fn, x, tensors = self.functions[which], x.detach(), [t.detach() for t in tensors]
-        if COMPILE and x.numel() >= COMPILE_MIN_NUMEL and not transforms_active():  # vmap's tensors: eager
+        if BACKEND != "eager" and x.numel() >= COMPILE_MIN_NUMEL and not transforms_active():  # vmap's tensors: eager
             key = self.key + (which, x.dtype, str(x.device))
             compiled = self._compiled(key, fn)
             if compiled is not None:
@@ -252,9 +293,14 @@ def elementwise(name: str, forward: Callable, backward: Callable, x: torch.Tenso
                 *coefs: torch.Tensor, **config) -> torch.Tensor:
     """F(x) of a family that is elementwise given its coefficients, each (K,) shared or (C, K) per channel.
 
-    Per-channel coefficients on a contiguous x with channels before other dims (NCHW) go through
-    the row layout of `_rows_forward`; otherwise they broadcast along the channel axis.
+    On the Triton backend (`backend_for`) the family's Triton kernels run (`triton_ops`), where it has
+    them. Otherwise per-channel coefficients on a contiguous x with channels before other dims (NCHW)
+    go through the row layout of `_rows_forward`, or broadcast along the channel axis.
     """
+    if backend_for(x) == "triton":
+        from . import triton_ops
+        if triton_ops.has(name):
+            return triton_ops.elementwise(name, x, channel_axis, *coefs, **config)
     if any(c.dim() == 2 for c in coefs):
         post = math.prod(x.shape[channel_axis + 1:])
         if post > 1 and x.is_contiguous():

@@ -82,6 +82,8 @@ class Hermite(LearnableActivation):
     F is linear in a, so `fit` is one least-squares solve (with L held at its current value).
     """
 
+    triton_kernels = True  # triton_polynomial.py
+
     family = "orthogonal"  # `visionbench list` group (registry.family)
 
     has_variance_preserving_init = True

@@ -104,6 +104,8 @@ class KAF(LearnableActivation):
     (D - 1); the authors' code uses 1 / (8 spacing^2)). Parameter `weight` (..., D) holds alpha.
     """
 
+    triton_kernels = True  # triton_basis.py
+
     family = "piecewise"
     cache_fits = True
     # Sup-norm errors of fit(target) on [-3, 3] with derivative matching, D = 20 on [-3, 3]:

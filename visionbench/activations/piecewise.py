@@ -69,6 +69,8 @@ class APL(LearnableActivation):
     in every learnable family).
     """
 
+    triton_kernels = True  # triton_piecewise.py
+
     family = "piecewise"
     cache_fits = True  # fits refine b with L-BFGS: once per process and configuration
     refine_steps = REFINE_STEPS

@@ -97,6 +97,8 @@ class PolyReLU(LearnableActivation):
     Parameters: `weight` (..., r + 1) holds a_0..a_r (App D's `bias` is a_0 here).
     """
 
+    triton_kernels = True  # triton_polynomial.py
+
     family = "polynomial"  # `visionbench list` group (registry.family)
 
     # Sup-norm errors of `fit(target)` on [-3, 3] with derivative matching, r = 3: measured
@@ -157,6 +159,8 @@ class PolyNorm(SurrogateFit, LearnableActivation):
     N(x^i) = x^i / sqrt((2i - 1)!! + eps): the fitted coefficients make F ≈ g on standardised inputs.
     """
 
+    triton_kernels = True  # triton_normalized.py
+
     family = "polynomial"  # `visionbench list` group (registry.family)
 
     # Sup-norm errors of `fit(target)` (of the N(0, 1) surrogate above) on [-3, 3] with derivative
@@ -175,6 +179,9 @@ class PolyNorm(SurrogateFit, LearnableActivation):
         self.set_coefficients(weight=_default_coefficients(self.degree))
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
+        if fused.backend_for(x) == "triton":
+            from . import triton_normalized
+            return triton_normalized.polynorm(x, self.channel_axis(x), self.weight, self.eps)
         kernel = fused.Kernel("polynorm", _polynorm_forward, _polynorm_backward, degree=self.degree,
                               eps=self.eps, dim=self.channel_axis(x) - x.dim())  # negative: any rank alike
         return fused.apply(kernel, x, self.coef_view(self.weight, x))[0]

@@ -188,6 +188,8 @@ class Rational(LearnableActivation):
     Parameters `numerator` = (a_0..a_m) and `denominator` = (b_1..b_n), or (b_0..b_{n-1}) for C.
     """
 
+    triton_kernels = True  # triton_polynomial.py
+
     family = "rational"  # `visionbench list` group (registry.family)
 
     cache_fits = True

@@ -110,6 +110,8 @@ class SLAF(SurrogateFit, LearnableActivation):
     Parameters: `weight` (..., k + 1) holds a_0..a_k.
     """
 
+    triton_kernels = True  # triton_normalized.py
+
     family = "polynomial"  # `visionbench list` group (registry.family)
 
     # Sup-norm errors of `fit(target)` on [-3, 3] with derivative matching, k = 2: measured
@@ -205,9 +207,13 @@ class SLAF(SurrogateFit, LearnableActivation):
             c = torch.stack([t.reshape(-1).expand(coefs[0].numel()) for t in coefs], -1)
             return run_poly(self, x, c[0] if c.shape[0] == 1 else c, relu=False)
         n = self._check_batch(x, dim)
-        kernel = fused.Kernel("slaf", _train_forward, _train_backward, degree=self.degree, eps=self.eps,
-                              dim=dim - x.dim())
-        out, *stats = fused.apply(kernel, x, self.coef_view(self.weight, x))
+        if fused.backend_for(x) == "triton":
+            from . import triton_normalized
+            out, *stats = triton_normalized.slaf_train(x, dim, self.weight, self.eps)
+        else:
+            kernel = fused.Kernel("slaf", _train_forward, _train_backward, degree=self.degree, eps=self.eps,
+                                  dim=dim - x.dim())
+            out, *stats = fused.apply(kernel, x, self.coef_view(self.weight, x))
         self._update_running(stats[0::2], stats[1::2], n)
         return out
 

@@ -199,6 +199,8 @@ class BSpline(LearnableActivation):
     least-squares solve.
     """
 
+    triton_kernels = True  # triton_basis.py
+
     family = "piecewise"
     cache_fits = True
     # Sup-norm errors of fit(target) on [-3, 3] with derivative matching, G = 5, k = 3 on [-3, 3],

@@ -115,6 +115,8 @@ class Tropical(LearnableActivation):
     dip) and slopes between those values (ReLU's 1) can only be approximated (paper 001 Sec 3.5).
     """
 
+    triton_kernels = True  # triton_piecewise.py
+
     family = "tropical"  # `visionbench list` group (registry.family)
 
     has_variance_preserving_init = True
@@ -193,6 +195,8 @@ class TropicalRational(LearnableActivation):
     A difference of convex piecewise-linear functions can be any continuous piecewise-linear one,
     so unlike `tropical` it fits non-convex targets such as GELU (to ~0.015), and ReLU almost exactly.
     """
+
+    triton_kernels = True  # triton_piecewise.py
 
     family = "tropical"  # `visionbench list` group (registry.family)
 

@@ -1,9 +1,11 @@
 """`visionbench bench`: speed and memory benchmarks, printed as Markdown and written to results/bench/.
 
     visionbench bench activations [--shape 64,128,32,32] [--dtype float32] [--device cpu] [--repeats N] [--families ...]
+                                  [--event-rounds N]   # CUDA: GPU time by CUDA events, L2 flushed, and kernel counts
     visionbench bench train recipe=cifar10_vgg8 act=rational [--compare-to relu] [--steps N]
     visionbench bench fit [--families rational,hermite] [--repeats N]
     visionbench bench data recipe=digits_vgg4_aug [--rounds N] [--device cpu]   # loader path vs data.on_device
+    python -m visionbench.bench ...   # the same without installing (no plugins): scripts/gpu_window.py
 """
 from __future__ import annotations
 

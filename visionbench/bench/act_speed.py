@@ -5,11 +5,14 @@
     visionbench bench activations --shape 128,96,56,56 --device cuda --per-channel
 
 Per activation (train mode, shared coefficients unless --per-channel): the median fwd+bwd time
-(y = act(x), then the gradients of <y, g> for x and every coefficient), its median ratio to GELU's
-time in the same rounds, the bytes saved for backward in units of the input, the peak memory above
-the inputs (CUDA only), the compile time (first call; inductor's disk cache shortens later runs),
-and, with the `reference` extra installed, the same against the reference implementation: median
-time ratio and the largest output difference. Writes `results/bench/<name>.md`.
+(y = act(x), then the gradients of <y, g> for x and every coefficient) with a sync after each call, its
+median ratio to GELU's time in the same rounds; on CUDA also the GPU time by CUDA events, L2 flushed
+before each call (`gpu_timing`, as triton.testing.do_bench times kernels), its ratio to GELU's, and the
+kernels one forward + backward launches; the bytes saved for backward in units of the input, the peak
+memory above the inputs (CUDA only), the compile time (first call; inductor's disk cache shortens later
+runs), and, with the `reference` extra installed, the same against the reference implementation: median
+time ratio and the largest output difference. Writes `results/bench/<name>.md`, naming the kernel
+backend that ran (`fused.backend_for`).
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from torch import nn
 
 from .. import activations
 from ..activations import fused
-from . import timing
+from . import gpu_timing, timing
 from .references import reference_for
 
 # label -> (registry name, options): every family, every rational version, Hermite with its clamp
@@ -52,6 +55,7 @@ CASES: dict[str, tuple[str, dict]] = {
 TARGET = {"fourier": 3.0, "kaf": 3.0, "bspline": 3.0}
 DEFAULT_TARGET = 2.0
 REFERENCE_ROUNDS = 5  # references are 10-100x slower: fewer rounds keep the benchmark short
+EVENT_ROUNDS = 100  # CUDA-event rounds: a GELU call takes ~0.1 ms on an H100, so 100 rounds cost well under a second
 
 
 def input_shape(text: str) -> tuple[int, ...]:
@@ -73,6 +77,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--device", type=timing.device_name, default="cpu")
     p.add_argument("--repeats", type=timing.positive_int, default=15,
                    help="timing rounds (default 15; medians reported)")
+    p.add_argument("--event-rounds", type=timing.positive_int, default=EVENT_ROUNDS,
+                   help=f"CUDA-event timing rounds, L2 flushed before each call (default {EVENT_ROUNDS}; CUDA only)")
     p.add_argument("--families", default="all",
                    help="comma-separated family names or case labels (default: all): " + ", ".join(CASES))
     p.add_argument("--per-channel", action="store_true", help="one coefficient set per channel")
@@ -119,11 +125,14 @@ def bench_case(label: str, act: nn.Module, gelu: Step, x: torch.Tensor, g: torch
     step()  # a second warm-up: allocator and caches settle
     times = timing.rounds({"gelu": gelu, "act": step}, args.repeats, device)
     ratio = timing.median_ratio(times["act"], times["gelu"])
+    gpu = gpu_timing.event_rounds({"gelu": gelu, "act": step}, args.event_rounds, device)
+    gpu_cells = [None, None] if gpu is None else [statistics.median(gpu["act"]),
+                                                  timing.median_ratio(gpu["act"], gpu["gelu"])]
     saved = timing.saved_bytes(step) / input_bytes
     peak = timing.peak_bytes(step, device)
     target = TARGET.get(activations.get_class(CASES[label][0]).registry_name, DEFAULT_TARGET)
-    row = [label, 1e3 * statistics.median(times["act"]), ratio, f"≤ {target:g}", saved,
-           None if peak is None else peak / input_bytes, compiled or None]
+    row = [label, 1e3 * statistics.median(times["act"]), ratio, *gpu_cells, gpu_timing.kernel_count(step, device),
+           f"≤ {target:g}", saved, None if peak is None else peak / input_bytes, compiled or None]
     channel_dim = act.channel_axis(x)
     ref = None if args.no_reference or x.dtype != torch.float32 else reference_for(act, channel_dim, str(device))
     if ref is None:
@@ -142,6 +151,15 @@ def bench_case(label: str, act: nn.Module, gelu: Step, x: torch.Tensor, g: torch
     return row + [ref_name, 1e3 * statistics.median(ref_times["ref"]), speedup, diff]
 
 
+def kernel_backend(x: torch.Tensor) -> str:
+    """The kernels the learnable activations ran on x (`fused.backend_for`: triton, compile, eager, reference)
+    and the switch that chose them."""
+    name, switch = fused.backend_for(x), f"VISIONBENCH_KERNELS={fused.BACKEND}"
+    if name == "compile" and x.numel() < fused.COMPILE_MIN_NUMEL:  # fused's threshold: run eagerly
+        return f"{name} ({switch}; eager below {fused.COMPILE_MIN_NUMEL} elements)"
+    return f"{name} ({switch})"
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     try:
@@ -157,8 +175,11 @@ def main(argv: list[str]) -> int:
     gelu = Step(nn.GELU(), x, g)
     gelu()
     gelu_times = timing.rounds({"gelu": gelu}, args.repeats, device)["gelu"]
-    rows = [["gelu (baseline)", 1e3 * statistics.median(gelu_times), 1.0, None, timing.saved_bytes(gelu) /
-             (x.numel() * x.element_size()), None, None, None, None, None, None]]
+    gelu_gpu = gpu_timing.event_rounds({"gelu": gelu}, args.event_rounds, device)
+    rows = [["gelu (baseline)", 1e3 * statistics.median(gelu_times), 1.0,
+             None if gelu_gpu is None else statistics.median(gelu_gpu["gelu"]), None if gelu_gpu is None else 1.0,
+             gpu_timing.kernel_count(gelu, device), None, timing.saved_bytes(gelu) / (x.numel() * x.element_size()),
+             None, None, None, None, None, None]]
     for label in labels:
         name, kwargs = CASES[label]
         channels = shape[1] if len(shape) >= 4 else shape[-1]  # LearnableActivation.channel_axis's rule
@@ -166,13 +187,21 @@ def main(argv: list[str]) -> int:
         act = activations.create(name, **kwargs, **extra).to(device=device, dtype=dtype).train()
         rows.append(bench_case(label, act, gelu, x, g, args))
         print(f"  {label}: {rows[-1][2]:.2f}x GELU", file=sys.stderr, flush=True)
-    header = ["activation", "fwd+bwd ms", "× GELU", "target", "saved (× input)", "peak (× input)",
-              "compile s", "reference", "ref ms", "speed-up vs ref", "max |Δ| vs ref"]
-    mode = "compiled" if fused.COMPILE else "eager (VISIONBENCH_COMPILE=0)"
+    header = ["activation", "fwd+bwd ms", "× GELU", "GPU ms", "× GELU (GPU)", "kernels", "target",
+              "saved (× input)", "peak (× input)", "compile s", "reference", "ref ms", "speed-up vs ref",
+              "max |Δ| vs ref"]
     notes = [timing.environment(device),
              f"input {list(shape)} {args.dtype}, {'per-channel' if args.per_channel else 'shared'} coefficients, "
-             f"train mode, kernels {mode}, {args.repeats} rounds (reference: {min(args.repeats, REFERENCE_ROUNDS)})",
-             "× GELU and speed-up: medians of per-round ratios (each round times every contender once)",
+             f"train mode, kernels {kernel_backend(x)}, {args.repeats} rounds (reference: "
+             f"{min(args.repeats, REFERENCE_ROUNDS)})",
+             "fwd+bwd ms: wall time of one call with the device synced before and after; × GELU and speed-up: "
+             "medians of per-round ratios (each round times every contender once)",
+             (f"GPU ms: CUDA events around each call, L2 flushed before each (256 MB of zeros, as "
+              f"triton.testing.do_bench), median of {args.event_rounds} rounds alternating with GELU; × GELU (GPU): "
+              "median of per-round ratios; kernels: GPU kernels one forward + backward launches (torch.profiler, "
+              "copies and memsets not counted)" if device.type == "cuda" else
+              f"GPU ms, × GELU (GPU), kernels: CUDA only (CUDA events, torch.profiler's kernels), — on {device.type}: "
+              "no ATen op count is given instead"),
              "saved: bytes autograd keeps for backward / input bytes (GELU keeps its input: 1.0); "
              "peak: CUDA max allocated above the inputs during the step, incl. output and input grad"]
     command = "visionbench bench activations " + " ".join(argv)

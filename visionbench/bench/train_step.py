@@ -12,8 +12,9 @@ batch of the recipe's size, on `--device`, with the recipe's `trainer.precision`
 and `compile` applied as a run applies them (`TrainStep`). Both models are built as the sweep
 builds them (`build_model`), warmed up (the first steps compile the fused kernels: reported as
 warm-up time), then timed in alternating steps: img/s are medians, the ratio is the median of
-per-step ratios. Memory: bytes autograd saves for backward in one step (any device) and peak
-allocated (CUDA).
+per-step ratios. On CUDA also the GPU time of a step by CUDA events, L2 flushed before each
+(`gpu_timing`: another `--steps` alternating steps each). Memory: bytes autograd saves for backward in
+one step (any device) and peak allocated (CUDA).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import torch
 from ..config import RunConfig
 
 from ..train.step import classification_step
-from . import timing
+from . import gpu_timing, timing
 
 DEFAULT_STEPS = 10
 
@@ -152,6 +153,7 @@ def main(argv: list[str]) -> int:
 
     warm = {role: sum(timing.timed(s, device) for _ in range(args.warmup)) for role, s in steps.items()}
     times = timing.rounds(steps, args.steps, device)
+    gpu = gpu_timing.event_rounds(steps, args.steps, device)
     saved = {role: timing.saved_bytes(s) for role, s in steps.items()}
     peak = {role: timing.peak_bytes(s, device) for role, s in steps.items()}
     ratio = timing.median_ratio(times["act"], times["baseline"])
@@ -159,16 +161,21 @@ def main(argv: list[str]) -> int:
     rows = []
     for role, label in (("baseline", own), ("act", act)):
         t = statistics.median(times[role])
-        rows.append([label, 1e3 * t, batch / t, ratio if role == "act" else 1.0, saved[role] / 2**20,
+        gpu_cells = [None, None] if gpu is None else [
+            statistics.median(gpu[role]), timing.median_ratio(gpu["act"], gpu["baseline"]) if role == "act" else 1.0]
+        rows.append([label, 1e3 * t, batch / t, ratio if role == "act" else 1.0, *gpu_cells, saved[role] / 2**20,
                      None if peak[role] is None else peak[role] / 2**20, warm[role]])
-    header = ["activation", "step ms", "img/s", "× baseline step", "saved for backward MB", "peak MB (CUDA)",
-              f"warm-up s ({args.warmup} steps, incl. compile)"]
+    header = ["activation", "step ms", "img/s", "× baseline step", "GPU ms", "× baseline (GPU)",
+              "saved for backward MB", "peak MB (CUDA)", f"warm-up s ({args.warmup} steps, incl. compile)"]
     notes = [timing.environment(device),
              f"recipe {cfg.recipe}: model {cfg.model.name}, batch {batch} x {in_chans}x{img_size}x{img_size} "
              f"synthetic, optimizer {cfg.optim.name}, {args.steps} timed steps per model, alternating",
              f"{len(report) if report else 0} activation modules swapped for {act}",
              "speed levers: " + levers(cfg.trainer),
-             "× baseline: median of per-step ratios; img/s: batch / median step time"]
+             "× baseline: median of per-step ratios; img/s: batch / median step time",
+             ("GPU ms: CUDA events around each step, L2 flushed before each (as triton.testing.do_bench), median of "
+              f"{args.steps} alternating steps; × baseline (GPU): median of per-step ratios" if device.type == "cuda"
+              else f"GPU ms, × baseline (GPU): CUDA events, CUDA only: — on {device.type}")]
     name = args.name or f"train_{cfg.recipe}_{act}"
     timing.write_report(name, f"Training step: {cfg.model.name} with {act} vs {own}",
                         "visionbench bench train " + " ".join(argv), notes, timing.markdown(header, rows), args.out)

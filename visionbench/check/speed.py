@@ -47,7 +47,9 @@ def speed(subject, device: torch.device, quick: bool = False, max_ratio: float |
         memory, kind = timing.peak_bytes(act, device) / max(timing.peak_bytes(gelu, device), 1), "peak memory"
     else:
         memory, kind = timing.saved_bytes(act) / max(timing.saved_bytes(gelu), 1), "memory saved for backward"
-    kernels = "compiled" if fused.COMPILE and x.numel() >= fused.COMPILE_MIN_NUMEL else "eager"
+    kernels = fused.backend_for(x)
+    kernels = "compiled" if kernels == "compile" and x.numel() >= fused.COMPILE_MIN_NUMEL else \
+        ("eager" if kernels == "compile" else kernels)
     figure = (f"{ratio:.2f}x GELU time, {memory:.2f}x GELU {kind} (forward + backward, "
               f"{'x'.join(map(str, shape))} float32 on {device}, {kernels} kernels, median of {repeats} rounds)")
     if max_ratio is None:

@@ -21,7 +21,7 @@ from ..results.provenance import git_commit, package_versions
 # set before torch is imported, they choose the CPU kernels (ATen, oneDNN), the BLAS code path, the threads and
 # cuBLAS's deterministic workspace
 ENV_VARS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-            "CUBLAS_WORKSPACE_CONFIG")
+            "CUBLAS_WORKSPACE_CONFIG", "VISIONBENCH_KERNELS", "TRITON_INTERPRET")
 
 
 def cpu_model() -> str:
@@ -48,6 +48,18 @@ def device() -> dict:
     }
 
 
+def kernels() -> dict:
+    """The learnable activations' kernel backend (`fused.BACKEND`, VISIONBENCH_KERNELS: on CUDA "auto" means the
+    Triton kernels) and the Triton version (None: not installed)."""
+    from ..activations import fused, triton_ops
+    return {"backend": fused.BACKEND, "triton": _triton_version() if triton_ops.HAVE_TRITON else None}
+
+
+def _triton_version() -> str:
+    import triton
+    return triton.__version__
+
+
 def switches() -> dict:
     """What building the Trainer may change, taken again when the run ends (sweep.py): torch's thread count (DDP
     shares out the cores) and the determinism switches (Lightning's `deterministic=`, cuDNN's)."""
@@ -66,5 +78,6 @@ def environment() -> dict:
         "git_commit": git_commit(),
         "device": device(),
         **switches(),
+        "kernels": kernels(),
         "env": {name: os.environ.get(name) for name in ENV_VARS},
     }

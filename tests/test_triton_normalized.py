@@ -1,0 +1,255 @@
+"""The Triton kernels of PolyNorm and SLAF's training mode (`triton_normalized.py`), beyond the shared checks of
+tests/test_triton_kernels.py: shapes that take several channel chunks and tile blocks, half-precision inputs,
+the same bits every run, SLAF's running statistics as the reference path updates them, `torch.library.opcheck`
+of the four ops, torch.compile tracing them, and every kernel compiling to sm_90 machine code."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from visionbench import activations
+from visionbench.activations import fused, triton_ops
+
+pytestmark = pytest.mark.skipif(not triton_ops.HAVE_TRITON or not (triton_ops.interpreting() or
+                                                                   torch.cuda.is_available()),
+                                reason="needs Triton and a GPU or TRITON_INTERPRET=1")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+# (shape, memory format, channel_dim): several channel chunks (PolyNorm), several tiles per channel (SLAF),
+# partly masked blocks, channels on dim 1 of a 3-D input (post > 1), channels_last with channels elsewhere
+SHAPES = {
+    "nchw_many_chunks": ((2, 20, 15, 20), torch.contiguous_format, None),  # post 300: 2 blocks of 256, BC 8
+    "nchw_wide_map": ((2, 3, 45, 50), torch.contiguous_format, None),  # SLAF: 2 column blocks per row
+    "tokens_wide": ((5, 13, 70), torch.contiguous_format, -1),  # C 70: 3 chunks of 32
+    "tokens_300": ((41, 300), torch.contiguous_format, -1),  # SLAF MODE 2: 2 column blocks, 6 row blocks
+    "channels_last": ((3, 40, 5, 7), torch.channels_last, None),
+    "dim1_of_3d": ((4, 6, 33), torch.contiguous_format, 1),
+    "channels_last_dim3": ((2, 3, 4, 6), torch.channels_last, -1),
+}
+FAMILIES = [("polynorm", {}), ("polynorm", {"degree": 4}), ("slaf", {}), ("slaf", {"degree": 3}),
+            ("slaf", {"degree": 1})]
+FAMILY_IDS = [name + "".join(f"-{v}" for v in kw.values()) for name, kw in FAMILIES]
+
+
+def _pair(name: str, kwargs: dict, per_channel: bool, channels: int, channel_dim):
+    extra = {"per_channel": True, "num_channels": channels} if per_channel else {}
+    act = activations.create(name, **kwargs, **extra, channel_dim=channel_dim)
+    with torch.no_grad():
+        for p in act.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    twin = activations.create(name, **kwargs, **extra, channel_dim=channel_dim).double()
+    twin.load_state_dict(act.state_dict())
+    return act.to(DEVICE), twin
+
+
+def _grads(act, x, g):
+    x = x.detach().requires_grad_(True)
+    y = act(x)
+    y.backward(g)
+    return [y, x.grad] + [p.grad for p in act.parameters()]
+
+
+def _channels(shape, channel_dim):
+    return shape[channel_dim] if channel_dim is not None else shape[1]
+
+
+def _check(got, want, tol):
+    for label, a, b in zip(["y", "grad_x", "weight"], got, want):
+        assert a.shape == b.shape, label
+        a, b = a.detach(), b.detach()
+        err = float((a.double().cpu() - b).abs().max()) / (float(b.abs().max()) + 1e-6)
+        assert err < tol, f"{label}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("layout", list(SHAPES))
+@pytest.mark.parametrize("per_channel", [False, True], ids=["shared", "per_channel"])
+@pytest.mark.parametrize("name,kwargs", FAMILIES, ids=FAMILY_IDS)
+def test_matches_float64(name, kwargs, per_channel, layout, monkeypatch):
+    shape, memory_format, channel_dim = SHAPES[layout]
+    act, twin = _pair(name, kwargs, per_channel, _channels(shape, channel_dim), channel_dim)
+    x = (1.5 * torch.randn(shape) + 0.3).contiguous(memory_format=memory_format)
+    g = torch.randn(shape)
+    with fused.reference_path():
+        want = _grads(twin, x.double(), g.double())
+    monkeypatch.setattr(fused, "BACKEND", "triton")
+    got = _grads(act, x.to(DEVICE), g.to(DEVICE))
+    _check(got, want, 2e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["polynorm", "slaf"])
+def test_half_inputs_run_in_float32(name, dtype, monkeypatch):
+    act, twin = _pair(name, {}, True, 6, None)
+    x = torch.randn(3, 6, 7, 5).to(dtype)
+    with fused.reference_path():
+        want = twin(x.double())
+    monkeypatch.setattr(fused, "BACKEND", "triton")
+    xd = x.to(DEVICE).requires_grad_(True)
+    y = act(xd)
+    assert y.dtype == dtype
+    y.float().sum().backward()
+    assert xd.grad.dtype == dtype and act.weight.grad.dtype == torch.float32
+    assert float((y.double().cpu() - want).abs().max()) <= 2e-2 * (float(want.abs().max()) + 1)
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["shared", "per_channel"])
+@pytest.mark.parametrize("name", ["polynorm", "slaf"])
+def test_same_bits_every_run(name, per_channel, monkeypatch):
+    # no atomics: per-program partial sums, added on the host in a fixed order
+    monkeypatch.setattr(fused, "BACKEND", "triton")
+    act, _ = _pair(name, {}, per_channel, 20, None)
+    x, g = torch.randn(2, 20, 15, 20, device=DEVICE), torch.randn(2, 20, 15, 20, device=DEVICE)
+    first = _grads(act, x, g)
+    act.zero_grad()
+    second = _grads(act, x, g)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("shape,channel_dim,memory_format", [
+    ((8, 3, 4, 4), None, torch.contiguous_format), ((8, 5, 4, 4), None, torch.channels_last),
+    ((4, 6, 3), None, torch.contiguous_format), ((4, 3, 3, 5), -1, torch.contiguous_format)])
+def test_slaf_running_statistics_as_reference(shape, channel_dim, memory_format, monkeypatch):
+    # the batch statistics the kernels return update the running averages as the reference path's do (also for an
+    # input with an offset, where raw power sums would lose the variances in fp32), and eval then agrees too
+    mods = [activations.create("slaf", degree=3, momentum=0.25, channel_dim=channel_dim).to(DEVICE)
+            for _ in range(2)]
+    for step in range(2):
+        x = (torch.randn(shape) * 1.5 + 4.0 * step).contiguous(memory_format=memory_format).to(DEVICE)
+        with fused.reference_path():
+            mods[0](x)
+        with monkeypatch.context() as mp:
+            mp.setattr(fused, "BACKEND", "triton")
+            mods[1](x)
+    torch.testing.assert_close(mods[1].running_mean, mods[0].running_mean, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mods[1].running_var, mods[0].running_var, rtol=1e-5, atol=1e-5)
+    for m in mods:
+        m.eval()
+    x = torch.randn(shape, device=DEVICE)
+    with fused.reference_path():
+        want = mods[0](x)
+    monkeypatch.setattr(fused, "BACKEND", "triton")
+    torch.testing.assert_close(mods[1](x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_slaf_returns_train_forward_stats():
+    from visionbench.activations import slaf, triton_normalized
+    x = torch.randn(4, 6, 5, 3, device=DEVICE) + 1.0
+    w = torch.randn(6, 4, device=DEVICE)
+    got = triton_normalized.slaf_train(x, 1, w, 1e-5)
+    want = slaf._train_forward(x.double(), fused.broadcast(w.double(), x, 1), degree=3, eps=1e-5, dim=-3)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["shared", "per_channel"])
+@pytest.mark.parametrize("channel_axis,shape", [(1, (2, 3, 4, 5)), (2, (3, 4, 6))], ids=["nchw", "tokens"])
+def test_ops_pass_opcheck(per_channel, channel_axis, shape):
+    from visionbench.activations import triton_normalized  # noqa: F401 - defines the ops
+    ops = torch.ops.visionbench
+    x = torch.randn(*shape, device=DEVICE, requires_grad=True)
+    g = torch.randn(*shape, device=DEVICE)
+    c = torch.randn(*((shape[channel_axis],) if per_channel else ()), 4, device=DEVICE, requires_grad=True)
+    torch.library.opcheck(ops.polynorm_forward, (x, c, channel_axis, 1e-6))
+    torch.library.opcheck(ops.polynorm_backward, (x.detach(), g, c.detach(), channel_axis, 1e-6))
+    torch.library.opcheck(ops.slaf_forward, (x, c, channel_axis, 1e-5))
+    _, mean, var = ops.slaf_forward(x.detach(), c.detach(), channel_axis, 1e-5)
+    torch.library.opcheck(ops.slaf_backward, (x.detach(), g, c.detach(), mean, var, channel_axis, 1e-5))
+
+
+@pytest.mark.parametrize("name", ["polynorm", "slaf"])
+def test_torch_compile_traces_the_ops(name, monkeypatch):
+    monkeypatch.setattr(fused, "BACKEND", "triton")
+    act = activations.create(name, per_channel=True, num_channels=4).to(DEVICE)
+    x = torch.randn(2, 4, 5, 5, device=DEVICE)
+    before = [b.clone() for b in act.buffers()]
+    eager = _grads(act, x, torch.ones_like(x))
+    after_eager = [b.clone() for b in act.buffers()]
+    act.zero_grad()
+    calls = []
+    monkeypatch.setattr(act, "reference_forward", lambda t: calls.append(t) or t)
+    compiled = torch.compile(act, fullgraph=True, backend="aot_eager")
+    got = _grads(compiled, x, torch.ones_like(x))
+    assert not calls
+    for a, b in zip(got, eager):
+        torch.testing.assert_close(a, b)
+    # SLAF: the compiled step updated the running averages with the same batch statistics b once more:
+    # r1 = (1 - m) r0 + m b, r2 = (1 - m) r1 + m b = (2 - m) r1 - (1 - m) r0
+    m = getattr(act, "momentum", 0.0)
+    for r0, r1, r2 in zip(before, after_eager, act.buffers()):
+        torch.testing.assert_close(r2, (2 - m) * r1 - (1 - m) * r0)
+
+
+# ---- sm_90 machine code --------------------------------------------------------------------------------------
+# The interpreter runs what a GPU would reject (no register limits, no type rules of the compiler), so every
+# kernel is also compiled for a Hopper GPU. Under TRITON_INTERPRET=1 the kernels are interpreter objects, which
+# triton.compile cannot take: the compiling runs in a child Python with the interpreter off.
+_COMPILE = textwrap.dedent("""
+    import itertools, sys
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from visionbench.activations import triton_normalized as tn, triton_polynomial as poly, triton_template as tt
+
+    FULL = sys.argv[1] == "full"
+    def build(kernel, sig, const):
+        sig = dict(sig, **{k: "constexpr" for k in const})
+        out = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32))
+        assert out.asm["cubin"], kernel
+    def ptr(dtype, *names, f32=()):
+        return {n: "*fp32" if n in f32 else f"*{dtype}" for n in names}
+    ints = {"M": "i32", "N": "i32", "CH": "i32"}
+    dtypes = ("fp32", "bf16", "fp16") if FULL else ("fp32", "bf16")
+    count = 0
+    for k, mode, dtype in itertools.product((1, 3) if FULL else (3,), (1, 2), dtypes):
+        if not FULL and (mode == 1) != (dtype == "bf16"):
+            continue
+        tiles = dict(MODE=mode, BM=2 if mode == 1 else 8, BN=1024 if mode == 1 else 256)
+        build(tn._slaf_moments_kernel, {**ptr(dtype, "X"), "PART": "*fp32", **ints}, dict(K=k, KT=1 + 2 * k, **tiles))
+        build(tn._slaf_sums_kernel, {**ptr(dtype, "X", "G"), "S": "*fp32", "PART": "*fp32", **ints},
+              dict(K=k, KT=k + 1, **tiles))
+        build(tn._slaf_grad_x_kernel, {**ptr(dtype, "X", "G", "GX"), "D": "*fp32", **ints},
+              dict(K=k, KT=1 + 3 * k, **tiles))
+        build(tt.forward_kernel, {**ptr(dtype, "X", "Y"), "C": "*fp32", **ints},
+              dict(BODY=poly.poly_forward, KT=k + 1, P0=k, P1=0, P2=0, P3=0, **tiles))
+        count += 4
+    geo = {"P": "i32", "C": "i32", "POST": "i32", "NQB": "i32", "eps": "fp32"}
+    for k, cl, per_channel, dtype in itertools.product((1, 3, 4) if FULL else (3,), (True, False), (True, False),
+                                                       dtypes):
+        if not FULL and (cl == per_channel or (dtype == "bf16") != cl):
+            continue
+        const = dict(K=k, KT=k + 1, KP=triton.next_power_of_2(k + 1), PER_CHANNEL=per_channel, CL=cl,
+                     BC=32 if cl else 8, BP=64 if cl else 256)
+        build(tn._polynorm_forward_kernel, {**ptr(dtype, "X", "Y"), "A": "*fp32", **geo}, const)
+        build(tn._polynorm_backward_kernel, {**ptr(dtype, "X", "G", "GX"), "A": "*fp32", "PART": "*fp32", **geo},
+              const)
+        count += 2
+    print("compiled", count)
+""")
+
+
+def _compile_for_hopper(which: str) -> None:
+    pytest.importorskip("triton.backends.nvidia")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", _COMPILE, which], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "compiled" in done.stdout
+
+
+def test_kernels_compile_for_hopper():
+    # each kernel in every layout, per channel and shared, the forwards in bf16 (every degree and dtype: the slow one)
+    _compile_for_hopper("some")
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_hopper_every_variant():
+    _compile_for_hopper("full")

@@ -1,0 +1,142 @@
+"""Triton bodies (`triton_template.py`) of the piecewise-linear families: APL (`piecewise.py`), the
+tropical polynomial and the tropical rational function (`tropical.py`).
+
+Each pair evaluates the same expressions as the family's fused kernel in fp32. APL's derivatives
+at the kinks are torch.relu's (0); the tropical bodies pick the active line of every element with
+the strict comparison of `tropical._select` (ties go to the lowest k), in the forward and again in
+the backward, which writes dF/dx and g dF/dc_k per coefficient.
+"""
+from __future__ import annotations
+
+import math
+
+import triton
+import triton.language as tl
+
+from .triton_ops import Body
+from .triton_template import coef, emit
+
+SQRT2 = tl.constexpr(math.sqrt(2.0))
+
+
+# ---- APL: relu(x) + sum_s a_s relu(b_s - x); coefficients a_0..a_(S-1), then b_0..b_(S-1) ----------
+@triton.jit
+def apl_forward(x, C, cb, KT: tl.constexpr, S: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
+                P3: tl.constexpr):
+    out = tl.maximum(x, 0.0)
+    for s in tl.static_range(S):
+        out = out + coef(C, cb, s, KT) * tl.maximum(coef(C, cb, S + s, KT) - x, 0.0)
+    return out
+
+
+@triton.jit
+def apl_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.constexpr, S: tl.constexpr,
+                 P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+    """dF/dx = [x > 0] - sum_s a_s [x < b_s], dF/da_s = max(0, b_s - x), dF/db_s = a_s [x < b_s]."""
+    slope = tl.where(x > 0, 1.0, 0.0)
+    for s in tl.static_range(S):
+        a = coef(C, cb, s, KT)
+        t = coef(C, cb, S + s, KT) - x
+        active = tl.where(t > 0, 1.0, 0.0)
+        slope = slope - a * active
+        emit(PART, s, g * tl.maximum(t, 0.0), pofs, pmask, KT, MODE)
+        emit(PART, S + s, a * (g * active), pofs, pmask, KT, MODE)
+    return g * slope
+
+
+# ---- the active line of max_k (c_k + s_k x) ------------------------------------------------------
+@triton.jit
+def _select(x, C, cb, KT: tl.constexpr, I0: tl.constexpr, S0: tl.constexpr, COUNT: tl.constexpr,
+            SLOPES: tl.constexpr):
+    """Index (fp32), intercept and slope of the line c_k + s_k x (c_k = C[I0 + k]; s_k = C[S0 + k], or k
+    when not SLOPES) that attains the max, the lowest k on ties (`tropical._select`)."""
+    icp = coef(C, cb, I0, KT) + 0.0 * x
+    if SLOPES:
+        slp = coef(C, cb, S0, KT) + 0.0 * x
+        best = icp + slp * x
+    else:
+        slp = 0.0 * x
+        best = icp
+    idx = 0.0 * x
+    for k in tl.static_range(1, COUNT):
+        c = coef(C, cb, I0 + k, KT)
+        if SLOPES:
+            s = coef(C, cb, S0 + k, KT)
+            cand = c + s * x
+        else:
+            cand = c + k * x
+        higher = cand > best
+        best = tl.where(higher, cand, best)
+        idx = tl.where(higher, k, idx)
+        icp = tl.where(higher, c, icp)
+        if SLOPES:
+            slp = tl.where(higher, s, slp)
+    if not SLOPES:
+        slp = idx
+    return idx, icp, slp
+
+
+# ---- tropical: (sqrt(2) / n) max_{k=0..n} (a_k + k x); coefficients a_0..a_n ---------------------
+@triton.jit
+def tropical_forward(x, C, cb, KT: tl.constexpr, DEGREE: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
+                     P3: tl.constexpr):
+    idx, icp, slp = _select(x, C, cb, KT, 0, 0, DEGREE + 1, False)
+    return (SQRT2 / DEGREE) * (icp + slp * x)
+
+
+@triton.jit
+def tropical_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.constexpr, DEGREE: tl.constexpr,
+                      P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+    """dF/dx = (sqrt(2) / n) k*, dF/da_k = (sqrt(2) / n) [k = k*] (k* the active line)."""
+    idx, icp, slp = _select(x, C, cb, KT, 0, 0, DEGREE + 1, False)
+    gs = g * (SQRT2 / DEGREE)
+    for k in tl.static_range(DEGREE + 1):
+        emit(PART, k, tl.where(idx == k, gs, 0.0), pofs, pmask, KT, MODE)
+    return gs * idx
+
+
+# ---- tropical rational: max_k (c_k + p_k x) - max_k (d_k + q_k x); coefficients c, p (m + 1 each),
+# then d, q (n + 1 each) --------------------------------------------------------------------------------
+@triton.jit
+def tropical_rational_forward(x, C, cb, KT: tl.constexpr, M: tl.constexpr, N: tl.constexpr, P2: tl.constexpr,
+                              P3: tl.constexpr):
+    i, c_sel, p_sel = _select(x, C, cb, KT, 0, M + 1, M + 1, True)
+    j, d_sel, q_sel = _select(x, C, cb, KT, 2 * (M + 1), 2 * (M + 1) + N + 1, N + 1, True)
+    return (c_sel + p_sel * x) - (d_sel + q_sel * x)
+
+
+@triton.jit
+def tropical_rational_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.constexpr,
+                               M: tl.constexpr, N: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+    """dF/dx = p_i - q_j; dF/dc_k = [k = i], dF/dp_k = x [k = i], dF/dd_k = -[k = j], dF/dq_k = -x [k = j]."""
+    i, c_sel, p_sel = _select(x, C, cb, KT, 0, M + 1, M + 1, True)
+    j, d_sel, q_sel = _select(x, C, cb, KT, 2 * (M + 1), 2 * (M + 1) + N + 1, N + 1, True)
+    gx = g * x
+    for k in tl.static_range(M + 1):
+        on = i == k
+        emit(PART, k, tl.where(on, g, 0.0), pofs, pmask, KT, MODE)
+        emit(PART, M + 1 + k, tl.where(on, gx, 0.0), pofs, pmask, KT, MODE)
+    for k in tl.static_range(N + 1):
+        on = j == k
+        emit(PART, 2 * (M + 1) + k, tl.where(on, -g, 0.0), pofs, pmask, KT, MODE)
+        emit(PART, 2 * (M + 1) + N + 1 + k, tl.where(on, -gx, 0.0), pofs, pmask, KT, MODE)
+    return g * (p_sel - q_sel)
+
+
+def apl_params(hinges: int) -> tuple:
+    return hinges, 0, 0, 0
+
+
+def tropical_params(degree: int) -> tuple:
+    return degree, 0, 0, 0
+
+
+def tropical_rational_params(m: int, n: int) -> tuple:
+    return m, n, 0, 0
+
+
+BODIES = {
+    "apl": Body(apl_forward, apl_backward, apl_params),
+    "tropical": Body(tropical_forward, tropical_backward, tropical_params),
+    "tropical_rational": Body(tropical_rational_forward, tropical_rational_backward, tropical_rational_params),
+}
