@@ -154,6 +154,7 @@ def main(argv: list[str]) -> int:
     warm = {role: sum(timing.timed(s, device) for _ in range(args.warmup)) for role, s in steps.items()}
     times = timing.rounds(steps, args.steps, device)
     gpu = gpu_timing.event_rounds(steps, args.steps, device)
+    kernels = {role: gpu_timing.kernel_count(s, device) for role, s in steps.items()}
     saved = {role: timing.saved_bytes(s) for role, s in steps.items()}
     peak = {role: timing.peak_bytes(s, device) for role, s in steps.items()}
     ratio = timing.median_ratio(times["act"], times["baseline"])
@@ -163,9 +164,10 @@ def main(argv: list[str]) -> int:
         t = statistics.median(times[role])
         gpu_cells = [None, None] if gpu is None else [
             statistics.median(gpu[role]), timing.median_ratio(gpu["act"], gpu["baseline"]) if role == "act" else 1.0]
-        rows.append([label, 1e3 * t, batch / t, ratio if role == "act" else 1.0, *gpu_cells, saved[role] / 2**20,
+        rows.append([label, 1e3 * t, batch / t, ratio if role == "act" else 1.0, *gpu_cells, kernels[role],
+                     saved[role] / 2**20,
                      None if peak[role] is None else peak[role] / 2**20, warm[role]])
-    header = ["activation", "step ms", "img/s", "× baseline step", "GPU ms", "× baseline (GPU)",
+    header = ["activation", "step ms", "img/s", "× baseline step", "GPU ms", "× baseline (GPU)", "kernels",
               "saved for backward MB", "peak MB (CUDA)", f"warm-up s ({args.warmup} steps, incl. compile)"]
     notes = [timing.environment(device),
              f"recipe {cfg.recipe}: model {cfg.model.name}, batch {batch} x {in_chans}x{img_size}x{img_size} "
@@ -174,8 +176,9 @@ def main(argv: list[str]) -> int:
              "speed levers: " + levers(cfg.trainer),
              "× baseline: median of per-step ratios; img/s: batch / median step time",
              ("GPU ms: CUDA events around each step, L2 flushed before each (as triton.testing.do_bench), median of "
-              f"{args.steps} alternating steps; × baseline (GPU): median of per-step ratios" if device.type == "cuda"
-              else f"GPU ms, × baseline (GPU): CUDA events, CUDA only: — on {device.type}")]
+              f"{args.steps} alternating steps; × baseline (GPU): median of per-step ratios; kernels: CUDA kernels "
+              "one step launches (torch.profiler)" if device.type == "cuda"
+              else f"GPU ms, × baseline (GPU), kernels: CUDA events and the profiler, CUDA only: — on {device.type}")]
     name = args.name or f"train_{cfg.recipe}_{act}"
     timing.write_report(name, f"Training step: {cfg.model.name} with {act} vs {own}",
                         "visionbench bench train " + " ".join(argv), notes, timing.markdown(header, rows), args.out)
