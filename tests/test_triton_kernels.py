@@ -184,10 +184,10 @@ def compile_for_hopper(configs: list, modes=(1,), dtypes=("fp32",)) -> None:
                     names = ["X", "G", "GX", "C", "PART"] if backward else ["X", "Y", "C"]
                     signature = {n: "*fp32" if n in ("C", "PART") else f"*{dtype}" for n in names}
                     signature.update({"M": "i32", "N": "i32", "CH": "i32"})
-                    constants = dict(BODY=body.backward if backward else body.forward, KT=kt, P0=params[0],
-                                     P1=params[1], P2=params[2], P3=params[3], MODE=mode, BM=2, BN=1024)
+                    constants = dict(KT=kt, P0=params[0], P1=params[1], P2=params[2], P3=params[3], MODE=mode,
+                                     BM=2, BN=1024)
                     signature.update({k: "constexpr" for k in constants})
-                    kernel = template.backward_kernel if backward else template.forward_kernel
+                    kernel = template.kernels(body.forward, body.backward)[int(backward)]
                     compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constants),
                                               target=GPUTarget("cuda", 90, 32))
                     assert compiled.asm["cubin"], (family, config, mode, dtype, backward)

@@ -217,8 +217,8 @@ _COMPILE = textwrap.dedent("""
               dict(K=k, KT=k + 1, **tiles))
         build(tn._slaf_grad_x_kernel, {**ptr(dtype, "X", "G", "GX"), "D": "*fp32", **ints},
               dict(K=k, KT=1 + 3 * k, **tiles))
-        build(tt.forward_kernel, {**ptr(dtype, "X", "Y"), "C": "*fp32", **ints},
-              dict(BODY=poly.poly_forward, KT=k + 1, P0=k, P1=0, P2=0, P3=0, **tiles))
+        build(tt.kernels(poly.poly_forward, poly.poly_backward)[0], {**ptr(dtype, "X", "Y"), "C": "*fp32", **ints},
+              dict(KT=k + 1, P0=k, P1=0, P2=0, P3=0, **tiles))
         count += 4
     geo = {"P": "i32", "C": "i32", "POST": "i32", "NQB": "i32", "eps": "fp32"}
     for k, cl, per_channel, dtype in itertools.product((1, 3, 4) if FULL else (3,), (True, False), (True, False),

@@ -178,7 +178,7 @@ def _slaf_forward(x, a, channel_axis: int, eps: float, launch=None):
     scale = a64[:, 1:] * r
     c = torch.cat([a64[:, :1] - (scale * mean).sum(1, keepdim=True), scale], 1).float().contiguous()
     body, params = _poly_spec(k)
-    y = launch_forward(body.forward, params, xd, c, lay, launch)
+    y = launch_forward((body.forward, body.backward), params, xd, c, lay, launch)
     return y, mean.float(), var.float()
 
 

@@ -112,14 +112,14 @@ def _forward(x, c, spec: int, channel_axis: int, launch=None) -> torch.Tensor:
     from .triton_template import launch_forward, layout
     body, params = _SPECS[spec]
     lay, xd = layout(x, channel_axis, c.dim() == 2)
-    return launch_forward(body.forward, params, xd, c, lay, launch)
+    return launch_forward((body.forward, body.backward), params, xd, c, lay, launch)
 
 
 def _backward(x, g, c, spec: int, channel_axis: int, launch=None) -> tuple[torch.Tensor, torch.Tensor]:
     from .triton_template import launch_backward, layout
     body, params = _SPECS[spec]
     lay, xd = layout(x, channel_axis, c.dim() == 2)
-    return launch_backward(body.backward, params, xd, g, c, lay, launch)
+    return launch_backward((body.forward, body.backward), params, xd, g, c, lay, launch)
 
 
 class _Eager(torch.autograd.Function):

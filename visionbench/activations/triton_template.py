@@ -26,7 +26,9 @@ Each program takes one [BM, BN] tile (programs on a 1-D grid, so any size fits t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import types
 
 import torch
 import triton
@@ -81,9 +83,8 @@ def _tile(M, N, CH, MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
 
 
 @triton.jit
-def forward_kernel(X, Y, C, M, N, CH, BODY: tl.constexpr, KT: tl.constexpr, P0: tl.constexpr,
-                   P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr, MODE: tl.constexpr,
-                   BM: tl.constexpr, BN: tl.constexpr):
+def forward_kernel(X, Y, C, M, N, CH, KT: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
+                   P3: tl.constexpr, MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
     offs, mask, cb, pofs, pmask = _tile(M, N, CH, MODE, BM, BN)
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
     y = BODY(x, C, cb, KT, P0, P1, P2, P3)
@@ -91,14 +92,33 @@ def forward_kernel(X, Y, C, M, N, CH, BODY: tl.constexpr, KT: tl.constexpr, P0: 
 
 
 @triton.jit
-def backward_kernel(X, G, GX, C, PART, M, N, CH, BODY: tl.constexpr, KT: tl.constexpr, P0: tl.constexpr,
-                    P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr, MODE: tl.constexpr,
-                    BM: tl.constexpr, BN: tl.constexpr):
+def backward_kernel(X, G, GX, C, PART, M, N, CH, KT: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr,
+                    P2: tl.constexpr, P3: tl.constexpr, MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
     offs, mask, cb, pofs, pmask = _tile(M, N, CH, MODE, BM, BN)
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
     g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
     gx = BODY(x, g, C, cb, PART, pofs, pmask, KT, MODE, P0, P1, P2, P3)
     tl.store(GX + offs, gx.to(GX.dtype.element_ty), mask=mask)
+
+
+BODY = None  # the template kernels' body: each family's copy binds its own (`kernels`)
+
+
+@functools.cache
+def kernels(forward_body, backward_body) -> tuple:
+    """The template's forward and backward kernels with this family's bodies: copies of them whose global
+    `BODY` is the body, compiled (and cached by Triton) apart. A body is a global the kernel calls, as in
+    any Triton code, not a kernel argument: torch.compile's code generation for `wrap_triton` kernels
+    takes plain constants as arguments and finds called functions among the kernel's globals."""
+    return _bound(forward_kernel, forward_body), _bound(backward_kernel, backward_body)
+
+
+def _bound(kernel, body):
+    fn = kernel.fn
+    copy = types.FunctionType(fn.__code__, {**fn.__globals__, "BODY": body}, fn.__name__, fn.__defaults__,
+                              fn.__closure__)
+    copy.__qualname__ = f"{fn.__qualname__}__{body.__name__}"  # the GPU kernel's name: an identifier
+    return triton.jit(copy)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,17 +176,19 @@ def _channels_last(x: torch.Tensor) -> bool:
     return x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
 
 
-def launch_forward(body, params: tuple, x: torch.Tensor, c: torch.Tensor, lay: Layout, launch=None) -> torch.Tensor:
-    """y = body(x) on the layout; c the coefficient block (KT,) or (C, KT), float32, contiguous.
+def launch_forward(body: tuple, params: tuple, x: torch.Tensor, c: torch.Tensor, lay: Layout,
+                   launch=None) -> torch.Tensor:
+    """y = F(x) on the layout; body the family's (forward, backward) bodies, c the coefficient block (KT,) or
+    (C, KT), float32, contiguous.
     `launch` wraps the kernel for `torch.library.triton_op` (`wrap_triton`); None: a plain launch."""
     y = torch.empty_like(x)
-    kernel = (launch or _plain)(forward_kernel)
-    kernel[(lay.programs,)](x, y, c, lay.m, lay.n, lay.channels, body, c.shape[-1], *params, lay.mode, lay.bm,
-                            lay.bn, num_warps=WARPS)
+    kernel = (launch or _plain)(kernels(*body)[0])
+    kernel[(lay.programs,)](x, y, c, lay.m, lay.n, lay.channels, c.shape[-1], *params, lay.mode, lay.bm, lay.bn,
+                            num_warps=WARPS)
     return y
 
 
-def launch_backward(body, params: tuple, x: torch.Tensor, g: torch.Tensor, c: torch.Tensor, lay: Layout,
+def launch_backward(body: tuple, params: tuple, x: torch.Tensor, g: torch.Tensor, c: torch.Tensor, lay: Layout,
                     launch=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(grad_x, coefficient gradients shaped like c, float32) in one pass over x and g."""
     kt = c.shape[-1]
@@ -174,9 +196,9 @@ def launch_backward(body, params: tuple, x: torch.Tensor, g: torch.Tensor, c: to
         g = g.contiguous(memory_format=_format(x))
     grad_x = torch.empty_like(x)
     part = torch.empty((lay.partial_rows(), kt), device=x.device, dtype=torch.float32)
-    kernel = (launch or _plain)(backward_kernel)
-    kernel[(lay.programs,)](x, g, grad_x, c, part, lay.m, lay.n, lay.channels, body, kt, *params, lay.mode,
-                            lay.bm, lay.bn, num_warps=WARPS)
+    kernel = (launch or _plain)(kernels(*body)[1])
+    kernel[(lay.programs,)](x, g, grad_x, c, part, lay.m, lay.n, lay.channels, kt, *params, lay.mode, lay.bm,
+                            lay.bn, num_warps=WARPS)
     return grad_x, lay.reduce(part, kt)
 
 
