@@ -40,13 +40,14 @@ LAYOUTS = {"nchw": ((3, 5, 7, 6), torch.contiguous_format, None),
            "channels_last_dim3": ((3, 5, 7, 6), torch.channels_last, 3)}  # memory NHWC, channels a spatial-like dim
 
 
-def _pair(name: str, kwargs: dict, per_channel: bool, channels: int, channel_dim):
-    """The module under test (float32, coefficients moved off their init) and its float64 twin."""
+def twins(name: str, kwargs: dict, per_channel: bool, channels: int, channel_dim, nudge: float = 0.05):
+    """The module under test (float32, coefficients moved off their init by `nudge` sd) and its float64 twin
+    (tests/test_triton_normalized.py too)."""
     extra = {"per_channel": True, "num_channels": channels} if per_channel else {}
     act = activations.create(name, **kwargs, **extra, channel_dim=channel_dim)
     with torch.no_grad():
         for p in act.parameters():
-            p.add_(0.05 * torch.randn_like(p))
+            p.add_(nudge * torch.randn_like(p))
     if name == "rational" and kwargs.get("version") == "D":
         act.eval()  # no noise: the twin would draw other numbers
     twin = activations.create(name, **kwargs, **extra, channel_dim=channel_dim).double()
@@ -55,7 +56,8 @@ def _pair(name: str, kwargs: dict, per_channel: bool, channels: int, channel_dim
     return act.to(DEVICE), twin
 
 
-def _grads(act, x, g):
+def forward_backward(act, x, g):
+    """y, grad_x and every coefficient gradient of act at x, for the output gradient g."""
     x = x.detach().requires_grad_(True)
     y = act(x)
     y.backward(g)
@@ -74,17 +76,17 @@ def test_every_learnable_family_has_triton_kernels_and_a_case_here():
 def test_triton_matches_float64(name, kwargs, per_channel, layout, monkeypatch):
     shape, memory_format, channel_dim = LAYOUTS[layout]
     channels = shape[1] if channel_dim is None else shape[channel_dim]
-    act, twin = _pair(name, kwargs, per_channel, channels, channel_dim)
+    act, twin = twins(name, kwargs, per_channel, channels, channel_dim)
     x = (2.0 * torch.randn(shape)).contiguous(memory_format=memory_format)
     g = torch.randn(shape)
     with fused.reference_path():
-        want = _grads(twin, x.double(), g.double())
+        want = forward_backward(twin, x.double(), g.double())
         act.zero_grad()
-        float32 = _grads(act, x.to(DEVICE), g.to(DEVICE))  # the plain formulas' own float32 rounding
+        float32 = forward_backward(act, x.to(DEVICE), g.to(DEVICE))  # the plain formulas' own float32 rounding
     act.zero_grad()
     monkeypatch.setattr(fused, "BACKEND", "triton")
     assert fused.backend_for(x.to(DEVICE)) == "triton"
-    got = _grads(act, x.to(DEVICE), g.to(DEVICE))
+    got = forward_backward(act, x.to(DEVICE), g.to(DEVICE))
     labels = ["y", "grad_x"] + [n for n, p in act.named_parameters() if p.requires_grad]
     for label, a, b, f in zip(labels, got, want, float32):
         assert a.shape == b.shape, label
@@ -98,7 +100,7 @@ def test_triton_matches_float64(name, kwargs, per_channel, layout, monkeypatch):
 @pytest.mark.parametrize("name", ["rational", "hermite", "kaf"])
 def test_half_inputs_run_in_float32(name, dtype, monkeypatch):
     # a half-precision input comes back in its dtype, from fp32 math: within the input's rounding of the float64 values
-    act, twin = _pair(name, {}, False, 5, None)
+    act, twin = twins(name, {}, False, 5, None)
     x = torch.randn(3, 5, 7, 6).to(dtype)
     with fused.reference_path():
         want = twin(x.double())
@@ -113,11 +115,11 @@ def test_half_inputs_run_in_float32(name, dtype, monkeypatch):
 def test_same_bits_every_run(name, kwargs, monkeypatch):
     # no atomics: the coefficient gradients are per-program partial sums added in a fixed order
     monkeypatch.setattr(fused, "BACKEND", "triton")
-    act, _ = _pair(name, kwargs, True, 5, None)
+    act, _ = twins(name, kwargs, True, 5, None)
     x, g = torch.randn(4, 5, 9, 9, device=DEVICE), torch.randn(4, 5, 9, 9, device=DEVICE)
-    first = _grads(act, x, g)
+    first = forward_backward(act, x, g)
     act.zero_grad()
-    second = _grads(act, x, g)
+    second = forward_backward(act, x, g)
     for a, b in zip(first, second):
         assert torch.equal(a, b)
 
@@ -136,12 +138,12 @@ def test_torch_compile_traces_the_op(monkeypatch):
     monkeypatch.setattr(fused, "BACKEND", "triton")
     act = activations.create("hermite").to(DEVICE)
     x = torch.randn(2, 4, 5, 5, device=DEVICE)
-    eager = _grads(act, x, torch.ones_like(x))
+    eager = forward_backward(act, x, torch.ones_like(x))
     act.zero_grad()
     calls = []
     monkeypatch.setattr(act, "reference_forward", lambda t: calls.append(t) or t)
     compiled = torch.compile(act, fullgraph=True, backend="aot_eager")
-    got = _grads(compiled, x, torch.ones_like(x))
+    got = forward_backward(compiled, x, torch.ones_like(x))
     assert not calls
     for a, b in zip(got, eager):
         torch.testing.assert_close(a, b)
@@ -156,7 +158,7 @@ def _configs(name: str, kwargs: dict) -> list[tuple[str, dict]]:
         seen.append((family, config))
         return real(family, config)
 
-    act, _ = _pair(name, kwargs, False, 5, None)
+    act, _ = twins(name, kwargs, False, 5, None)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(fused, "BACKEND", "triton")
         mp.setattr(triton_ops, "spec_id", spy)

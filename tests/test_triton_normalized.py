@@ -15,10 +15,11 @@ import torch
 from visionbench import activations
 from visionbench.activations import fused, triton_ops
 
+from .test_triton_kernels import DEVICE, forward_backward, twins
+
 pytestmark = pytest.mark.skipif(not triton_ops.HAVE_TRITON or not (triton_ops.interpreting() or
                                                                    torch.cuda.is_available()),
                                 reason="needs Triton and a GPU or TRITON_INTERPRET=1")
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 # (shape, memory format, channel_dim): several channel chunks (PolyNorm), several tiles per channel (SLAF),
 # partly masked blocks, channels on dim 1 of a 3-D input (post > 1), channels_last with channels elsewhere
@@ -34,24 +35,6 @@ SHAPES = {
 FAMILIES = [("polynorm", {}), ("polynorm", {"degree": 4}), ("slaf", {}), ("slaf", {"degree": 3}),
             ("slaf", {"degree": 1})]
 FAMILY_IDS = [name + "".join(f"-{v}" for v in kw.values()) for name, kw in FAMILIES]
-
-
-def _pair(name: str, kwargs: dict, per_channel: bool, channels: int, channel_dim):
-    extra = {"per_channel": True, "num_channels": channels} if per_channel else {}
-    act = activations.create(name, **kwargs, **extra, channel_dim=channel_dim)
-    with torch.no_grad():
-        for p in act.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    twin = activations.create(name, **kwargs, **extra, channel_dim=channel_dim).double()
-    twin.load_state_dict(act.state_dict())
-    return act.to(DEVICE), twin
-
-
-def _grads(act, x, g):
-    x = x.detach().requires_grad_(True)
-    y = act(x)
-    y.backward(g)
-    return [y, x.grad] + [p.grad for p in act.parameters()]
 
 
 def _channels(shape, channel_dim):
@@ -71,20 +54,20 @@ def _check(got, want, tol):
 @pytest.mark.parametrize("name,kwargs", FAMILIES, ids=FAMILY_IDS)
 def test_matches_float64(name, kwargs, per_channel, layout, monkeypatch):
     shape, memory_format, channel_dim = SHAPES[layout]
-    act, twin = _pair(name, kwargs, per_channel, _channels(shape, channel_dim), channel_dim)
+    act, twin = twins(name, kwargs, per_channel, _channels(shape, channel_dim), channel_dim, nudge=0.1)
     x = (1.5 * torch.randn(shape) + 0.3).contiguous(memory_format=memory_format)
     g = torch.randn(shape)
     with fused.reference_path():
-        want = _grads(twin, x.double(), g.double())
+        want = forward_backward(twin, x.double(), g.double())
     monkeypatch.setattr(fused, "BACKEND", "triton")
-    got = _grads(act, x.to(DEVICE), g.to(DEVICE))
+    got = forward_backward(act, x.to(DEVICE), g.to(DEVICE))
     _check(got, want, 2e-5)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("name", ["polynorm", "slaf"])
 def test_half_inputs_run_in_float32(name, dtype, monkeypatch):
-    act, twin = _pair(name, {}, True, 6, None)
+    act, twin = twins(name, {}, True, 6, None, nudge=0.1)
     x = torch.randn(3, 6, 7, 5).to(dtype)
     with fused.reference_path():
         want = twin(x.double())
@@ -102,11 +85,11 @@ def test_half_inputs_run_in_float32(name, dtype, monkeypatch):
 def test_same_bits_every_run(name, per_channel, monkeypatch):
     # no atomics: per-program partial sums, added on the host in a fixed order
     monkeypatch.setattr(fused, "BACKEND", "triton")
-    act, _ = _pair(name, {}, per_channel, 20, None)
+    act, _ = twins(name, {}, per_channel, 20, None, nudge=0.1)
     x, g = torch.randn(2, 20, 15, 20, device=DEVICE), torch.randn(2, 20, 15, 20, device=DEVICE)
-    first = _grads(act, x, g)
+    first = forward_backward(act, x, g)
     act.zero_grad()
-    second = _grads(act, x, g)
+    second = forward_backward(act, x, g)
     for a, b in zip(first, second):
         assert torch.equal(a, b)
 
@@ -170,13 +153,13 @@ def test_torch_compile_traces_the_ops(name, monkeypatch):
     act = activations.create(name, per_channel=True, num_channels=4).to(DEVICE)
     x = torch.randn(2, 4, 5, 5, device=DEVICE)
     before = [b.clone() for b in act.buffers()]
-    eager = _grads(act, x, torch.ones_like(x))
+    eager = forward_backward(act, x, torch.ones_like(x))
     after_eager = [b.clone() for b in act.buffers()]
     act.zero_grad()
     calls = []
     monkeypatch.setattr(act, "reference_forward", lambda t: calls.append(t) or t)
     compiled = torch.compile(act, fullgraph=True, backend="aot_eager")
-    got = _grads(compiled, x, torch.ones_like(x))
+    got = forward_backward(compiled, x, torch.ones_like(x))
     assert not calls
     for a, b in zip(got, eager):
         torch.testing.assert_close(a, b)

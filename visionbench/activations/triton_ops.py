@@ -59,20 +59,12 @@ def has(name: str) -> bool:
 
 
 def _register() -> None:
+    """Fill BODIES from the families' body modules (each has its own `BODIES`), on first use."""
     if BODIES or not HAVE_TRITON:
         return
-    from . import triton_polynomial as poly
-    BODIES.update({
-        "rational": Body(poly.rational_forward, poly.rational_backward, poly.rational_params),
-        "poly": Body(poly.poly_forward, poly.poly_backward, poly.poly_params),
-        "hermite": Body(poly.hermite_forward, poly.hermite_backward, poly.hermite_params),
-    })
-    import importlib
-    for module in ("triton_gated", "triton_piecewise", "triton_basis"):
-        try:
-            BODIES.update(importlib.import_module(f".{module}", __package__).BODIES)
-        except ModuleNotFoundError:
-            pass
+    from . import triton_basis, triton_gated, triton_piecewise, triton_polynomial
+    for module in (triton_polynomial, triton_gated, triton_piecewise, triton_basis):
+        BODIES.update(module.BODIES)
 
 
 def spec_id(name: str, config: dict) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .triton_ops import Body
 from .triton_template import coef, emit
 
 RATIONAL_FORMS = {"A": 0, "B": 1, "C": 2}  # D is B with noisy numerator coefficients, drawn before the kernel
@@ -198,3 +199,10 @@ def poly_params(degree: int, relu: bool) -> tuple:
 
 def hermite_params(degree: int, clamp: bool) -> tuple:
     return degree, int(clamp), 0, 0
+
+
+BODIES = {
+    "rational": Body(rational_forward, rational_backward, rational_params),
+    "poly": Body(poly_forward, poly_backward, poly_params),
+    "hermite": Body(hermite_forward, hermite_backward, hermite_params),
+}

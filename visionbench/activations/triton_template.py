@@ -1,6 +1,7 @@
 """The one-pass Triton template that every elementwise family's GPU kernels are written in.
 
-A family supplies two `@triton.jit` bodies (`triton_families.py`), elementwise given its coefficients:
+A family supplies two `@triton.jit` bodies (`triton_polynomial.py`, `triton_gated.py`, `triton_piecewise.py`,
+`triton_basis.py`), elementwise given its coefficients:
 
     forward(x, C, cb, KT, P0, P1, P2, P3) -> y
     backward(x, g, C, cb, PART, pofs, pmask, KT, MODE, P0, P1, P2, P3) -> grad_x
