@@ -95,6 +95,26 @@ bench_stage("train_vgg8_rational", "a VGG8 training step (cifar10_vgg8, batch 12
 bench_stage("train_convnext_t_hermite", "a ConvNeXt-T training step (cifar10_convnext_t, batch 512) with hermite vs "
             "its own GELU", ["train", "recipe=cifar10_convnext_t", "act=hermite"],
             ["--steps", "1", "--warmup", "0", "batch_size=1"], seconds=90, least=40)
+# issue 43: K training processes on one GPU (16 workers on the lent 16 cores; their start is most of the cost), under a
+# private MPS daemon, the whole step in one CUDA graph at K=1 and 8, the bit check; `--budget` skips the last cases
+# (torch.compile's first) rather than run into the timeout, and the report is rewritten after every case. The dry run
+# trains ReLU alone: rational's Triton kernels in the interpreter take seconds a step (train_vgg8_rational runs them).
+bench_stage("fill_vgg8", "K training processes of cifar10_vgg8 (batch 128) on the GPU at once, relu and rational: "
+            "img/s and GPU busy % vs one, under MPS, a captured step, the bit check",
+            ["fill", "recipe=cifar10_vgg8", "act=relu,rational", "--k", "1,4,8,16", "--seconds", "2", "--mps",
+             "--capture", "--bits", "8", "--budget", "150"],
+            ["--k", "1,2", "--seconds", "0.3", "--bits", "2", "--bit-steps", "2", "act=relu", "batch_size=2"],
+            seconds=170, least=60)
+# issue 43: the same through `visionbench run`'s own sweep (Lightning, checkpoints, predictions) on synthetic CIFAR-shaped
+# data: 8 seeds at parallel=8 against 2 of them alone, the bits of each seed compared (predictions and final weights),
+# and `visionbench estimate`'s projection of 20 seeds x 60 epochs at parallel=auto (the target: <= 20 min on one H100)
+bench_stage("sweep_vgg8", "a real cifar10_vgg8 sweep (synthetic data, 1 epoch) at parallel=8 vs alone: aggregate img/s, "
+            "GPU busy, the bits of each seed; the projected 20 seeds x 60 epochs",
+            ["sweep", "recipe=cifar10_vgg8", "act=relu", "data.name=synthetic", "data.synthetic.num_train=20480",
+             "data.synthetic.num_val=2048", "epochs=1", "--k", "1,8", "--seeds", "8", "--solo-seeds", "2",
+             "--project", "20x60"],
+            ["recipe=digits_vgg4", "data.name=digits", "data.limit_train=128", "data.limit_val=64", "--k", "1,2",
+             "--seeds", "2", "--solo-seeds", "1", "--project", "2x1"], seconds=150, least=60)
 
 stage("kernel_tests", "the Triton kernels against float64 (tests/test_triton_kernels.py) and the CUDA tests' "
       "activation checks (tests/test_cuda.py -k accurate)",

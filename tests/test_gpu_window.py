@@ -63,7 +63,7 @@ def test_a_budget_too_small_skips_each_stage_with_its_reason(tmp_path):
     assert done.returncode == 0, done.stderr
     status = statuses(tmp_path)
     assert list(status) == ["activations", "activations_per_channel", "train_vgg8_rational", "train_convnext_t_hermite",
-                            "kernel_tests"]
+                            "fill_vgg8", "sweep_vgg8", "kernel_tests"]
     assert status["activations"].startswith("skipped: ") and "of the 5 s budget left, the stage needs 60 s" in \
         status["activations"]
     assert all(s.startswith("skipped: ") for s in status.values())
@@ -108,15 +108,18 @@ def test_make_gpu_window_runs_the_script_on_its_device():
 
 @pytest.mark.slow
 def test_the_whole_dry_window(tmp_path):
-    """Every stage of the window, dry: each report says what ran (about a minute on 2 cores: the ConvNeXt-T step)."""
+    """Every stage of the window, dry: each report says what ran (about two minutes on 2 cores: the ConvNeXt-T
+    step, the fill stage's worker processes, the sweep stage's runs)."""
     done = window(tmp_path)
     assert done.returncode == 0, done.stderr
     assert set(statuses(tmp_path).values()) == {"ok"}
     expect = {"activations_cpu.md": "shared coefficients", "activations_per_channel_cpu.md": "per-channel coefficients",
               "train_vgg8_rational_cpu.md": "vgg8 with rational vs ReLU",
               "train_convnext_t_hermite_cpu.md": "convnext_t with hermite vs GELU",
+              "fill_vgg8_cpu.md": "bit check: the same",
+              "sweep_vgg8_cpu.md": "bit check: every seed gave the same bits at every K",
               "kernel_tests_cpu.xml": 'failures="0"'}
     for name, says in expect.items():
         assert says in (tmp_path / name).read_text(), name
     assert "kernels triton (VISIONBENCH_KERNELS=triton)" in (tmp_path / "activations_cpu.md").read_text()
-    assert len(list(tmp_path.glob("gpu_window_*.log"))) == 5
+    assert len(list(tmp_path.glob("gpu_window_*.log"))) == 7

@@ -85,7 +85,7 @@ def test_step_batch_divides_by_processes_and_accumulation():
     (["trainer.accumulate_grad_batches=64", "trainer.devices=2"], "must divide the per-device batch 32"),
     (["trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches must be an integer >= 1"),
     (["trainer.channels_last=1"], "trainer.channels_last must be true or false"),
-    (["trainer.compile=yes"], "trainer.compile must be true or false"),
+    (["trainer.compile=yes"], "trainer.compile must be true, false or reduce-overhead"),
     (["trainer.sync_batchnorm=2"], "trainer.sync_batchnorm must be true or false"),
 ])
 def test_bad_levers_fail_before_the_sweep(overrides, message):
@@ -118,20 +118,23 @@ def test_levers_are_passed_to_lightning(tmp_path, monkeypatch):
     assert captured["accumulate"] == 4 and captured["batch"] == 16 and captured["sync_batchnorm"] is True
 
 
-def test_compile_lever_compiles_the_network_once(tmp_path, monkeypatch):
-    """The default-suite sibling of the slow test below: trainer.compile=true reaches the network (one
-    `Module.compile` call, here a stand-in that does not compile) and the run trains."""
+@pytest.mark.parametrize("value, kwargs", [("true", {}), ("reduce-overhead", {"mode": "reduce-overhead"})])
+def test_compile_lever_compiles_the_network_once(value, kwargs, tmp_path, monkeypatch):
+    """The default-suite sibling of the slow test below: trainer.compile=true (or the captured step, reduce-overhead)
+    reaches the network (one `Module.compile` call with its mode, here a stand-in that does not compile) and the run
+    trains."""
     import torch
 
     compiled = []
-    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, *args, **kwargs: compiled.append(type(self).__name__))
-    losses = _losses(tmp_path, "trainer.compile=true", epochs=1)
-    assert len(compiled) == 1 and len(losses) == 1 and losses[0] == losses[0]
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, *args, **kw: compiled.append((type(self).__name__, kw)))
+    losses = _losses(tmp_path, f"trainer.compile={value}", epochs=1)
+    assert [kw for _, kw in compiled] == [kwargs] and len(losses) == 1 and losses[0] == losses[0]
 
 
 @pytest.mark.slow  # 15-30 s of compilation on a 2-core CPU
 def test_compile_matches_plain_run(plain, tmp_path, monkeypatch):
-    """torch.compile (14-17 s of compilation on this CPU): the network is compiled, the losses kept."""
+    """torch.compile (14-17 s of compilation on this CPU) in the captured step's mode (on the CPU no CUDA graph is
+    taken: the compile path the GPU window's capture builds on): the network is compiled, the losses kept."""
     import torch
 
     compiled = []
@@ -142,7 +145,7 @@ def test_compile_matches_plain_run(plain, tmp_path, monkeypatch):
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(torch.nn.Module, "compile", record)
-    _close(_losses(tmp_path, "trainer.compile=true"), plain)
+    _close(_losses(tmp_path, "trainer.compile=reduce-overhead"), plain)
     assert len(compiled) == 1
 
 

@@ -84,6 +84,16 @@ def _run(args: list[str]) -> int:
     cfg = _load("run", args)
     if cfg is None:
         return 2
+    if cfg.parallel == "auto":  # measured first (bench/estimate.py): the line says what was picked and why
+        from .bench.estimate import choose_parallel
+
+        try:
+            cfg.parallel, why = choose_parallel(cfg)
+        except ConfigError as e:
+            print(f"visionbench run: {e}", file=sys.stderr)
+            return 2
+        if is_rank_zero():
+            print(why, flush=True)
     recipe_dir = Path(cfg.results_dir) / cfg.recipe
     # under DDP every rank runs this command and trains; rank 0 alone prints and reports (sweep/ranks.py)
     lead = is_rank_zero()

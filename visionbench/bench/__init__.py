@@ -5,6 +5,10 @@
     visionbench bench train recipe=cifar10_vgg8 act=rational [--compare-to relu] [--steps N]
     visionbench bench fit [--families rational,hermite] [--repeats N]
     visionbench bench data recipe=digits_vgg4_aug [--rounds N] [--device cpu]   # loader path vs data.on_device
+    visionbench bench fill recipe=cifar10_vgg8 act=relu,rational [--k 1,4,8,16] [--seconds 4] [--device cuda]
+                           [--mps] [--capture] [--bits 8]   # K training processes at once: img/s, GPU busy %
+    visionbench bench sweep recipe=digits_vgg4 epochs=1 [--k 1,8] [--seeds 8] [--project 20x60] [--device cuda]
+                                                            # a real sweep at parallel=K vs alone: img/s, same bits
     python -m visionbench.bench ...   # the same without installing (no plugins): scripts/gpu_window.py
 """
 from __future__ import annotations
@@ -31,7 +35,11 @@ def main(argv: list[str]) -> int:
         from .fit_speed import main as run
     elif what == "data":
         from .data_speed import main as run
+    elif what == "fill":
+        from .fill_gpu import main as run
+    elif what == "sweep":
+        from .sweep_speed import main as run
     else:
-        print(f"visionbench bench: unknown benchmark {what!r}; known: activations, train, fit, data\n{USAGE}", file=sys.stderr)
+        print(f"visionbench bench: unknown benchmark {what!r}; known: activations, train, fit, data, fill, sweep\n{USAGE}", file=sys.stderr)
         return 2
     return run(rest)

@@ -41,7 +41,9 @@ from ..results import layout
 from ..results.io import RunStateError
 from ..config import typed
 from ..results.settings import setting_label
+from ..sweep.placement import CONTEXT_BYTES, GPU_MEMORY_SHARE, choose, choose_cpu, visible_gpus
 from ..sweep.sweep import plan, worker_threads
+from ..train.trainer import trains_on_cuda
 from .measure import DoesNotFit, loaders, measure  # noqa: F401 - DoesNotFit: what estimate raises
 
 @dataclass
@@ -62,6 +64,17 @@ class Row:
     epochs_left: int  # summed over the runs left
     loader_img_s: float = float("nan")  # the training loader alone (no model), images per second per device
     batch: int = 0  # per device per step, for the model rate
+    gpu_s: float | None = None  # CUDA: the GPU's busy time in one train step (its kernels), None elsewhere
+
+    @property
+    def busy(self) -> float | None:
+        """The share of a train step one run keeps the GPU busy (0-1), None off CUDA."""
+        return None if self.gpu_s is None or not self.step_s > 0 else min(1.0, self.gpu_s / self.step_s)
+
+    def shared_s(self, k: int) -> float:
+        """The seconds left of this row's runs when K of them share one GPU, per run: a run's GPU work still takes
+        its time; the GPU is full once K x busy >= 1 (unmeasured busy counts as full)."""
+        return self.left_s * max(1.0, k * (self.busy if self.busy is not None else 1.0))
 
     @property
     def model_img_s(self) -> float:
@@ -97,8 +110,10 @@ class Estimate:
     world_size: int
     batch: int  # per device per step (the first setting's)
     notes: list[str] = field(default_factory=list)
-    parallel: int = 1  # CPU worker processes the sweep will run at once (1 on CUDA: they share the device)
-    threads: int = 1  # torch threads the steps were timed with (each worker's share with parallel > 1)
+    parallel: int = 1  # worker processes at once: in all on the CPU, per GPU on CUDA
+    threads: int = 1  # torch threads the steps were timed with (each worker's share with parallel > 1 on the CPU)
+    gpus: int = 0  # CUDA: the visible GPUs the workers are placed on (sweep/placement.py)
+    choice: str = ""  # what parallel=auto picks, and why
 
     @property
     def total_s(self) -> float:
@@ -107,8 +122,11 @@ class Estimate:
 
     @property
     def wall_s(self) -> float:
-        """Wall time: on CPU, parallel=K workers run K runs at once, each on its share of the cores."""
-        return self.total_s / self.parallel
+        """Wall time: on the CPU, parallel=K workers run K runs at once, each on its share of the cores; on CUDA K per
+        GPU on N GPUs, each run as slow as its share of a full GPU makes it (`Row.shared_s`)."""
+        if not self.gpus:
+            return self.total_s / self.parallel
+        return sum(r.shared_s(self.parallel) for r in self.rows) / (self.parallel * self.gpus)
 
 
 def estimate(cfg: DictConfig) -> Estimate:
@@ -120,9 +138,12 @@ def estimate(cfg: DictConfig) -> Estimate:
     groups: dict[tuple[str, str], list[tuple[dict, Path]]] = {}
     for run, out in jobs:
         groups.setdefault((setting_label(run["setting"]), run["act_label"]), []).append((run, out))
-    parallel = max(1, min(int(cfg.parallel), len(jobs)))
+    cuda = trains_on_cuda(cfg.trainer)
+    cpu_k, cpu_why = choose_cpu(os.cpu_count() or 1, len(jobs))
+    asked = cpu_k if cfg.parallel == "auto" and not cuda else int(cfg.parallel) if cfg.parallel != "auto" else 1
+    parallel = max(1, min(asked, len(jobs)))
     own_threads = torch.get_num_threads()
-    threads = worker_threads(parallel) if parallel > 1 else own_threads  # each worker's (sweep/sweep.py)
+    threads = worker_threads(parallel) if parallel > 1 and not cuda else own_threads  # each worker's (sweep/sweep.py)
     torch.set_num_threads(threads)
     try:
         rows, unreadable, unfinished, first = _measure_groups(groups)
@@ -138,10 +159,49 @@ def estimate(cfg: DictConfig) -> Estimate:
     load = _busy()
     if load:
         notes.append(load)
-    if parallel > 1 and device.type == "cuda":
-        notes.append(f"parallel={parallel}: the runs share the GPU; the total is serial time")
-        parallel = 1
-    return Estimate(rows, device, world, batch, notes, parallel, threads)
+    if device.type != "cuda":
+        return Estimate(rows, device, world, batch, notes, parallel, threads, choice=cpu_why)
+    gpus = len(visible_gpus()) if world == 1 else 0  # a DDP run takes its GPUs itself: one run at a time
+    if not gpus:
+        notes.append(f"trainer.devices={cfg.trainer.devices}: each run takes {world} GPUs (DDP); one run at a time")
+        return Estimate(rows, device, world, batch, notes, 1, threads)
+    k, why = choose_gpu(rows, device, gpus, len(jobs), int(cfg.data.num_workers))
+    if cfg.parallel != "auto" and parallel > k:
+        free = torch.cuda.mem_get_info(device)[0]
+        notes.insert(0, over_auto(parallel, k, why, max((r.memory_bytes or 0 for r in rows), default=0), free))
+    parallel = k if cfg.parallel == "auto" else parallel
+    return Estimate(rows, device, world, batch, notes, parallel, threads, gpus, why)
+
+
+def over_auto(parallel: int, k: int, why: str, run_bytes: int, free_bytes: int) -> str:
+    """The note for an explicit parallel=K above what parallel=auto picks: which limit it passes, and when the K runs
+    will not fit in the GPU's free memory, that those which run out are run again with K halved."""
+    need = parallel * (run_bytes + CONTEXT_BYTES)
+    memory = (f"; {parallel} runs need ≈ {need / 2**30:.1f} GB of the {free_bytes / 2**30:.1f} GB free: the runs that "
+              "run out of memory will be run again with K halved" if need > free_bytes * GPU_MEMORY_SHARE else "")
+    return f"parallel={parallel} per GPU is more than parallel=auto's {k} ({why.split('bound by ', 1)[-1]}){memory}"
+
+
+def choose_gpu(rows: list[Row], device: torch.device, gpus: int, jobs: int, loader_workers: int) -> tuple[int, str]:
+    """What parallel=auto picks per GPU for the measured `rows` (placement.choose): the busiest run's share and the
+    largest run's memory decide."""
+    busy = [r.busy for r in rows if r.busy is not None]
+    memory = [r.memory_bytes for r in rows if r.memory_bytes]
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
+    return choose(busy=max(busy) if busy else None, run_bytes=max(memory) if memory else None, free_bytes=free,
+                  cores=os.cpu_count() or 1, gpus=gpus, jobs=jobs, loader_workers=loader_workers)
+
+
+def choose_parallel(cfg: DictConfig) -> tuple[int, str]:
+    """`parallel=auto` for `visionbench run`: K (per GPU on CUDA) and the line saying why. On the CPU the CPU rule
+    (one run per core), without timing anything; on CUDA from the estimate's measurements of every (setting, act)."""
+    if not trains_on_cuda(cfg.trainer):
+        n = int(getattr(cfg, "seeds_max", 10)) if str(cfg.seeds) == "auto" else int(cfg.seeds)
+        k, why = choose_cpu(os.cpu_count() or 1, len(plan(cfg, seeds=range(n))))
+        return k, why + (f" (trainer.accelerator={cfg.trainer.accelerator})" if torch.cuda.is_available()
+                         else " (no GPU here: the CPU rule)")
+    est = estimate(cfg)
+    return est.parallel, est.choice or "parallel=auto: 1 (each run takes several GPUs)"
 
 
 def epochs_left(out: Path, epochs: int) -> int:
@@ -182,8 +242,8 @@ def _measure_groups(groups: dict):
             measured[label] = loaders(run)
         device, world, batch, train_steps, eval_batches, data, loader_img_s = measured[label]
         first = first or (device, world, batch)
-        params, step_s, eval_s, memory = measure(run, data, device, batch, f"{run.model.name}/{act}"
-                                                 + (f" ({label})" if label else ""))
+        params, step_s, eval_s, memory, gpu_s = measure(run, data, device, batch, f"{run.model.name}/{act}"
+                                                        + (f" ({label})" if label else ""))
         epochs, left = run.epochs, []
         for _, out in group:
             try:
@@ -193,7 +253,7 @@ def _measure_groups(groups: dict):
                 left.append(epochs)
         unfinished += sum(0 < e < epochs for e in left)
         rows.append(Row(label, act, params, train_steps, eval_batches, step_s, eval_s, memory, epochs,
-                        len(group), sum(e > 0 for e in left), sum(left), loader_img_s, batch))
+                        len(group), sum(e > 0 for e in left), sum(left), loader_img_s, batch, gpu_s))
     return rows, unreadable, unfinished, first
 
 
@@ -218,11 +278,12 @@ def format_estimate(est: Estimate, recipe: str = "", results: str = "") -> str:
     cuda = est.device.type == "cuda"
     header = (["setting"] if setting else []) + [
         "act", "params", "steps/epoch", "s/step", "eval s/epoch", "per run", "runs left", "projected",
-        "peak MB (CUDA)" if cuda else "saved for backward MB", "model img/s", "loader img/s", "bound"]
+        "peak MB (CUDA)" if cuda else "saved for backward MB", "model img/s", "loader img/s", "bound",
+        *(["GPU busy"] if cuda else [])]
     rows = [([r.setting] if setting else []) + [
         r.act, f"{r.params:,}", r.train_steps, r.step_s, r.eval_batches * r.eval_batch_s, duration(r.run_s),
         f"{r.runs_left}/{r.runs}", duration(r.left_s), None if r.memory_bytes is None else r.memory_bytes / 2**20,
-        rate(r.model_img_s), rate(r.loader_img_s), r.bound]
+        rate(r.model_img_s), rate(r.loader_img_s), r.bound, *([_percent(r.busy)] if cuda else [])]
         for r in est.rows]
     left, runs = sum(r.runs_left for r in est.rows), sum(r.runs for r in est.rows)
     where = torch.cuda.get_device_name(est.device) if cuda else f"{est.threads} thread{'s' * (est.threads > 1)}"
@@ -231,11 +292,28 @@ def format_estimate(est: Estimate, recipe: str = "", results: str = "") -> str:
             f"(steps x s/step + eval)")
     total = (f"projected total: {duration(est.total_s)} for {left} of {runs} runs"
              + (f" ({runs - left} completed in {results})" if results and left < runs else "")
-             + (f"; ≈ {duration(est.wall_s)} wall with parallel={est.parallel} (runs timed at {where} each, "
-                "as the workers have)" if est.parallel > 1 else ""))
+             + _wall(est, where))
     notes = [*est.notes, "model img/s: the timed steps (batch / s per step); loader img/s: the training loader "
              "alone, no model; bound: loader (Kx) when the loader delivers K times fewer images/s than the model "
              "takes in, and the run is slower than projected (with data.num_workers=0 loading adds to each step)",
              "not measured in the projection: data loading/augmentation, mixup, EMA updates, checkpoints, "
              "Lightning's per-step overhead (synthetic batches); nothing was written"]
+    if est.choice:  # what parallel=auto picks (and picked, with parallel=auto), and why
+        notes.insert(0, est.choice)
     return "\n".join([head, timing.markdown(header, rows), total, *[f"note: {n}" for n in notes]])
+
+
+def _percent(share: float | None) -> str:
+    return "-" if share is None else f"{share:.0%}"
+
+
+def _wall(est: Estimate, where: str) -> str:
+    """`; ≈ 20 min wall with parallel=4 per GPU x 1 GPU (...)`, "" for one run at a time."""
+    if est.gpus and est.parallel * est.gpus > 1:
+        return (f"; ≈ {duration(est.wall_s)} wall with parallel={est.parallel} per GPU x {est.gpus} GPU"
+                f"{'s' * (est.gpus > 1)} (K runs share a GPU: each as slow as its share of a full GPU makes it, from "
+                "the GPU busy column; projected, not measured)")
+    if not est.gpus and est.parallel > 1:
+        return (f"; ≈ {duration(est.wall_s)} wall with parallel={est.parallel} (runs timed at {where} each, as the "
+                "workers have)")
+    return ""

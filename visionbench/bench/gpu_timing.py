@@ -47,6 +47,14 @@ def event_rounds(steps: Mapping[str, Callable[[], object]], rounds: int,
 def kernel_count(step: Callable[[], object], device: torch.device) -> int | None:
     """The GPU kernels one call of `step` launches (torch.profiler's CUDA activity; copies and memsets are
     not kernels and are not counted); None off CUDA. Call it after a warm-up: a first call also compiles."""
+    stats = kernel_stats(step, device)
+    return None if stats is None else stats[0]
+
+
+def kernel_stats(step: Callable[[], object], device: torch.device) -> tuple[int, float] | None:
+    """(kernels, seconds the GPU spent in kernels, copies and memsets) of one call of `step`, by torch.profiler's
+    CUDA activity; None off CUDA. The seconds over the call's wall time are the share of it the GPU was busy (one
+    stream: its kernels do not overlap)."""
     if device.type != "cuda":
         return None
     from torch.autograd import DeviceType
@@ -56,5 +64,6 @@ def kernel_count(step: Callable[[], object], device: torch.device) -> int | None
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize(device)
-    return sum(1 for e in prof.events()
-               if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset")))
+    gpu = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    kernels = sum(1 for e in gpu if not e.name.startswith(("Memcpy", "Memset")))
+    return kernels, sum(e.time_range.elapsed_us() for e in gpu) / 1e6

@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 
 from ..config import ConfigError, RunConfig
-from . import timing
+from . import gpu_timing, timing
 
 WARMUP_STEPS = 2  # untimed: the first steps allocate, autotune and compile the fused kernels
 WARMUP_MIN_S = 0.5  # ... and warm-up goes on (up to 50 steps) until this long: a process's first steps are slow
@@ -153,10 +153,12 @@ def loaders(run: RunConfig):
 
 
 def measure(run: RunConfig, data, device: torch.device, batch: int, what: str
-             ) -> tuple[int, float, float, int | None]:
-    """(parameters, seconds per train step, seconds per eval batch, memory bytes) of the run's model
-    on a synthetic batch of `batch` images; `DoesNotFit` when that batch does not fit on `device`.
-    Memory: CUDA peak allocated in one step; elsewhere the bytes autograd saves for backward."""
+             ) -> tuple[int, float, float, int | None, float | None]:
+    """(parameters, seconds per train step, seconds per eval batch, memory bytes, GPU seconds per train step) of the
+    run's model on a synthetic batch of `batch` images; `DoesNotFit` when that batch does not fit on `device`.
+    Memory: CUDA peak allocated in one step; elsewhere the bytes autograd saves for backward. GPU seconds: the
+    step's kernels, copies and memsets by torch.profiler (gpu_timing.kernel_stats; None off CUDA): over the step's
+    time, the share of it one run keeps the GPU busy (what `parallel=auto` fills)."""
     from .. import models
     from .train_step import TrainStep
     from ..train.run import build_model
@@ -184,6 +186,7 @@ def measure(run: RunConfig, data, device: torch.device, batch: int, what: str
         step.evaluate()  # warm: eval mode runs other kernels
         eval_s = _median_time(step.evaluate, device)
         memory = timing.peak_bytes(step, device, total=True) if device.type == "cuda" else timing.saved_bytes(step)
+        kernels = gpu_timing.kernel_stats(step, device)
     except (torch.OutOfMemoryError, RuntimeError) as e:
         why = out_of_memory(e)
         if why is None:
@@ -196,4 +199,4 @@ def measure(run: RunConfig, data, device: torch.device, batch: int, what: str
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    return params, step_s, eval_s, memory
+    return params, step_s, eval_s, memory, None if kernels is None else kernels[1]

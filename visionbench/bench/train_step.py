@@ -78,6 +78,7 @@ class TrainStep:
 
     def __init__(self, model: torch.nn.Module, run: RunConfig, x: torch.Tensor, y: torch.Tensor):
         from ..train.optim import build_optimizer
+        from ..train.run import compile_model
 
         t = run.trainer
         self.autocast_dtype = MIXED_DTYPES.get(t.precision)
@@ -88,8 +89,7 @@ class TrainStep:
         self.model, self.x, self.y = model.train(), x, y
         self.opt = build_optimizer(model, run.optim, len(x))  # the lr does not change a step's cost
         self.smoothing = run.loss.label_smoothing
-        if t.compile:  # in place, after the optimizer took the parameters (as train_run)
-            model.compile()
+        compile_model(model, t)  # in place, after the optimizer took the parameters (as train_run)
 
     def __call__(self) -> None:
         classification_step(self.model, self.opt, self.x, self.y, self.smoothing, autocast_dtype=self.autocast_dtype)

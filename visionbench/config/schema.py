@@ -27,6 +27,11 @@ def _seeds(v: Any) -> str | None:
     return f"{wanted} or auto (seeds in rounds)" if wanted else None
 
 
+def _compile(v: Any) -> str | None:
+    ok = isinstance(v, bool) or v == "reduce-overhead"
+    return None if ok else "true, false or reduce-overhead (the captured step)"
+
+
 def _multipliers(v: Any) -> str | None:
     ok = isinstance(v, dict) and all(is_number(x) and x > 0 for x in v.values())
     return None if ok else "a mapping {act: multiplier > 0}"
@@ -189,7 +194,15 @@ class TrainerConfig:
     limit_train_batches: Any = rule(None, "> 0", kind=Optional[float])  # Lightning's: an int counts batches, a float is a fraction
     limit_val_batches: Any = rule(None, ">= 0", kind=Optional[float])
     channels_last: bool = False  # model and image batches in NHWC (timm --channels-last; docs/running.md#speed-levers)
-    compile: bool = False  # torch.compile the model (timm --torchcompile; checkpoints keep their keys)
+    # torch.compile the model (timm --torchcompile; checkpoints keep their keys); reduce-overhead: the captured step,
+    # CUDA graphs of forward and backward on CUDA (docs/running.md#the-captured-step)
+    compile: Any = rule(False, check=_compile)
+    # on CUDA: deterministic algorithms (a warning where an op has none) and cuDNN's benchmark off, so that a seed gives
+    # the same bits alone or among parallel=K others; false: a speed lever that gives that up (recorded per run)
+    deterministic: bool = True
+    # NVIDIA MPS for parallel=K on CUDA: a running daemon serves the workers whatever this says; true: refuse to run
+    # without one (visionbench starts none); recorded per run, not in the config hash
+    mps: Optional[bool] = None
     accumulate_grad_batches: int = rule(1, ">= 1")  # steps per optimizer update; the global batch_size is kept
     sync_batchnorm: bool = False  # under DDP, BatchNorm statistics over all processes (timm --sync-bn)
     portable: bool = False  # the same bits on any x86-64 CPU with AVX2: ISA, BLAS path, 1 thread pinned (sweep/portable.py)
@@ -230,7 +243,10 @@ class RunConfig:
     epochs: int = rule(10, ">= 1")
     batch_size: int = rule(128, check=at_most(integer(">= 1"), MAX_BATCH))
     results_dir: str = rule("runs", check=path)  # your runs: never the committed results/ (docs/reproducing.md)
-    parallel: int = rule(1, ">= 1")  # run K seeds at once, in separate processes
+    # K runs at once in worker processes: on the CPU K in all, on CUDA K per visible GPU (each worker pinned to one);
+    # auto: chosen from a measured run (`visionbench estimate` says why; sweep/placement.py,
+    # docs/running.md#parallel-many-runs-per-device)
+    parallel: Any = rule(1, check=any_of(integer(">= 1"), choice("auto")))
     snapshot_epochs: List[int] = rule([0, 5, 30, -1], ">= -1")  # epochs whose activation shapes + input histograms are stored (-1 = last)
     report: ReportConfig = field(default_factory=ReportConfig)
     data: DataConfig = field(default_factory=DataConfig)

@@ -23,9 +23,12 @@ from ..results import provenance
 from ..results.layout import COMPLETED, DIVERGED, STALLED
 
 TRAINED = (COMPLETED, STALLED, DIVERGED)  # runs that trained (a stall ran to its end)
+# where a run trained among others (environment `placement`, sweep/placement.py): named in the footer, never a
+# difference (a seed gives the same bits alone or among K: docs/running.md#parallel-many-runs-per-device)
+PLACEMENT = ("parallel", "workers", "visible_gpu", "mps")
 # not compared: code changes are the config hash's business (a changed recipe) or the user's (a fix); the
 # '+dirty' flag is part of the commit
-IGNORED = ("git_commit", "visionbench")
+IGNORED = ("git_commit", "visionbench", *PLACEMENT)
 PACKAGES = tuple(p for p in provenance.PACKAGES if p != "visionbench")  # the footer names visionbench with its commit
 
 
@@ -186,4 +189,20 @@ def footer(runs: pd.DataFrame) -> str:
     commits = [c for c, _ in Counter(e["git_commit"] for e in members if e.get("git_commit")).most_common()]
     n = len(groups) - 1
     others = f" · + {_plural(n, 'other environment')}, see above" if n else ""
-    return "Environment: " + " · ".join(_described(env, commits)) + others
+    placed = _placement([e.get("placement") for _, e in recorded])
+    return "Environment: " + " · ".join(_described(env, commits) + placed) + others
+
+
+def _placement(records: list) -> list[str]:
+    """`parallel=4 per GPU (8 workers), MPS on`, `parallel=1/2`: K per device over the table's runs, the most workers
+    and the MPS state; [] where no run records it (runs from before it was recorded)."""
+    records = [r for r in records if isinstance(r, dict) and isinstance(r.get("parallel"), int)]
+    if not records:
+        return []
+    ks = "/".join(str(k) for k in sorted({r["parallel"] for r in records}))
+    gpu = " per GPU" if any(r.get("visible_gpu") is not None for r in records) else ""
+    workers = max(int(r.get("workers") or 1) for r in records)
+    mps = sorted({r["mps"] for r in records if isinstance(r.get("mps"), bool)}, reverse=True)
+    states = "/".join("on" if m else "off" for m in mps)
+    return [f"parallel={ks}{gpu}" + (f" ({workers} workers)" if gpu and workers > 1 else "")
+            + (f", MPS {states}" if mps else "")]

@@ -19,7 +19,8 @@ import json
 NOT_FINGERPRINTED = ("seeds", "seeds_max", "seeds_margin", "parallel", "results_dir", "baseline", "report", "act_label",
                      "setting", "factors", "estimate",
                      "threads", "data.root", "data.num_workers", "data.download", "snapshot_epochs",
-                     "trainer.loggers", "trainer.portable", "imports")  # imports: what counts is the run's `plugins` record
+                     "trainer.loggers", "trainer.portable", "trainer.mps",
+                     "imports")  # imports: what counts is the run's `plugins` record
 # what differs between the rows of one table ("plugins": module, version and sha256 of the plugin owning the row's
 # activation, visionbench/plugins.py: compared on resume; the report flags a table pooling two versions of one)
 PER_RUN = ("act", "act_label", "act_options", "act_lr_mult", "seed", "plugins")
@@ -28,6 +29,9 @@ SPLIT_DEFAULTS = (("seed_init", None), ("seed_order", None), ("seed_aug", None),
 # keys added to the schema after runs were written without them, with the value that reproduces what
 # those runs did where it is not the new default (the DeiT epoch was the only repeated-aug rule before)
 LEGACY_VALUES = {"data.augment.repeated_aug_epoch": "deit"}
+# keys added to a block at a default that keeps what runs did before (trainer.deterministic: on the CPU nothing
+# changes), left out of the hash at that default, so that runs from before them keep their hashes
+ADDED_AT_DEFAULT = (("trainer", "deterministic", True),)
 
 
 def fingerprint(run: dict) -> dict:
@@ -72,7 +76,11 @@ def upgrade(stored: dict, defaults: dict) -> dict:
 def shared_part(run: dict) -> dict:
     """The fingerprint without what may differ between the runs of one table (act and seed), and without the seed
     split's keys where they keep their defaults (train/seeds.py; hashes of runs from before the split unchanged)."""
-    return {k: v for k, v in fingerprint(run).items() if k not in PER_RUN and (k, v) not in SPLIT_DEFAULTS}
+    out = {k: v for k, v in fingerprint(run).items() if k not in PER_RUN and (k, v) not in SPLIT_DEFAULTS}
+    for block, key, default in ADDED_AT_DEFAULT:
+        if isinstance(out.get(block), dict) and out[block].get(key, default) == default:
+            out[block] = {k: v for k, v in out[block].items() if k != key}
+    return out
 
 
 def config_hash(run: dict) -> str:

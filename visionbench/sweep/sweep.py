@@ -13,6 +13,7 @@ import sys
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -28,7 +29,8 @@ from ..results import provenance as results
 from ..results.identity import config_hash, diff_configs, fingerprint, upgrade
 from ..config import ConfigError, apply_setting, defaults, run_config, sweep_settings
 from .acts import sweep_acts
-from . import portable
+from . import placement, portable
+from .placement import Placement
 from .locks import RunLock, RunLocked
 from .preflight import check_finetune_weights
 from .resultsdir import ResultsMoved, ResultsWatch, check_writable, quiet_writer_threads
@@ -117,6 +119,7 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
               "on CPU its numbers will differ slightly from an uninterrupted run", file=sys.stderr)
     report = run.get("report") or {}
     env = environment()  # this process's: a parallel=K worker's, a DDP rank 0's (data: its digest once trained)
+    env["placement"] = placement.recorded()  # K per device, the worker's GPU, MPS: a run's speed is evidence too
     summary = {
         "schema": layout.SCHEMA, "recipe": run["recipe"], "act": act, "act_label": label, "seed": seed,
         "status": layout.RUNNING, "setting": run.get("setting") or {}, "baseline": report.get("baseline"),
@@ -161,6 +164,10 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
                 with contextlib.suppress(OSError):  # the traceback is a bonus; the summary holds the line
                     layout.files(out).error.write_text(traceback.format_exc())
             summary.update(status=layout.FAILED, error=one_line(e), metrics=_metrics_so_far(out))
+            if isinstance(e, torch.OutOfMemoryError):  # the sweep runs it again with fewer runs per device
+                where = placement.recorded()
+                summary.update(out_of_memory=True, error=f"out of memory with {where['parallel']} run(s) per device "
+                                                         f"({where['workers']} workers): {summary['error']}")
     if watch:  # a run that failed because its directory went away: say that, and write nothing
         watch.check()
     _finish(out, summary)
@@ -297,14 +304,23 @@ def plan(cfg: DictConfig, *, settings: list[dict] | None = None, acts: list[str]
 
 def run_sweep(cfg: DictConfig, progress: bool = True, on_outcome: Callable[[Outcome], None] | None = None,
               on_note: Callable[[str], None] | None = None) -> list[Outcome]:
-    """Run every job of the sweep, `cfg.parallel` at a time; returns the outcomes in plan order.
-    With `seeds=auto`, in rounds (sweep/rounds.py; `on_note` gets a line per round). ConfigError when
-    the results tree is not writable; `ResultsMoved` when it is moved or deleted while the sweep runs."""
+    """Run every job of the sweep, `cfg.parallel` at a time (per visible GPU on CUDA: sweep/placement.py); returns
+    the outcomes in plan order. With `seeds=auto`, in rounds (sweep/rounds.py; `on_note` gets a line per round).
+    ConfigError when the results tree is not writable or the runs cannot be placed as asked; `ResultsMoved` when it
+    is moved or deleted while the sweep runs."""
     check_writable(cfg)
     watch = ResultsWatch(Path(cfg.results_dir) / cfg.recipe)
+    note = on_note or (lambda line: print(line, file=sys.stderr, flush=True))
+    said: set[str] = set()
 
     def execute_all(jobs):
-        return execute_jobs(jobs, int(cfg.parallel), progress, on_outcome, watch)
+        where = placement.resolve(cfg, len(jobs))
+        if where.gpus and where.workers > 1 and where.mps is False and "mps" not in said:
+            said.add("mps")
+            note(f"note: {where.describe()} without MPS: the workers' kernels take turns on each GPU (time-slicing); "
+                 "an MPS daemon (`nvidia-cuda-mps-control -d`, docs/running.md#parallel-many-runs-per-device) lets "
+                 "them run at once")
+        return execute_jobs(jobs, where, progress, on_outcome, watch, note)
 
     with quiet_writer_threads(watch):
         if cfg.seeds == "auto":
@@ -319,23 +335,62 @@ def worker_threads(parallel: int) -> int:
     return max(1, (os.cpu_count() or 1) // parallel)
 
 
-def execute_jobs(jobs: list[tuple[dict, Path]], parallel: int, progress: bool = True,
+def _init_worker(threads: int, slots, per_device: int, workers: int, mps: bool | None) -> None:
+    """A parallel=K worker's initializer: its GPU first (before anything starts CUDA), then threads and signals."""
+    placement.take_slot(slots, per_device, workers, mps)
+    init_worker(threads)
+
+
+def execute_jobs(jobs: list[tuple[dict, Path]], where: Placement | int, progress: bool = True,
                  on_outcome: Callable[[Outcome], None] | None = None,
-                 watch: ResultsWatch | None = None) -> list[Outcome]:
-    """Run `jobs`, `parallel` at a time (in worker processes when > 1); the outcomes in job order.
-    With `watch`, the results directory is checked before each run (`ResultsMoved` stops them all)."""
-    parallel = min(parallel, len(jobs))
+                 watch: ResultsWatch | None = None, note: Callable[[str], None] | None = None) -> list[Outcome]:
+    """Run `jobs` on `where`'s workers (an int: that many on the CPU), in worker processes when more than one; the
+    outcomes in job order. With `watch`, the results directory is checked before each run (`ResultsMoved` stops them
+    all). Runs that ran out of memory among K per device are run again with K halved, down to 1 (`note` says so)."""
+    where = Placement(where) if isinstance(where, int) else where
+    outcomes = _execute_placed(jobs, where, progress, on_outcome, watch)
+    while (lower := where.lowered()) is not None:
+        again = [i for i, o in enumerate(outcomes) if o.status == layout.FAILED and _retried(o)]
+        if not again:
+            break
+        why = sorted({_retried(outcomes[i]) for i in again})
+        (note or print)(f"note: {len(again)} run{'s' * (len(again) > 1)} {' or '.join(why)} with {where.describe()}: "
+                        f"running {'them' if len(again) > 1 else 'it'} again with {lower.describe()}")
+        retried = _execute_placed([jobs[i] for i in again], lower, progress, on_outcome, watch)
+        for i, outcome in zip(again, retried):
+            outcomes[i] = outcome
+        where = lower
+    return outcomes
+
+
+def _retried(outcome: Outcome) -> str | None:
+    """Why a failed run among K is run again with fewer (None: it is not): out of memory, or its worker died (the
+    kernel's OOM killer, a crash; the pool then fails the runs its other workers were training too)."""
+    if outcome.summary.get("out_of_memory"):
+        return "ran out of memory"
+    return "lost their worker process" if outcome.summary.get("worker_died") else None
+
+
+def _execute_placed(jobs: list[tuple[dict, Path]], where: Placement, progress: bool,
+                    on_outcome: Callable[[Outcome], None] | None, watch: ResultsWatch | None) -> list[Outcome]:
     outcomes: dict[int, Outcome] = {}
     isolated = portable.wanted(jobs)  # its variables are read when torch loads: a fresh worker process
-    if parallel <= 1 and not isolated:
+    workers = min(where.workers, len(jobs))
+    if workers <= 1 and not isolated:
+        placement.set_current(1, 1, None, where.mps)
         for i, (run, out) in enumerate(jobs):
             outcomes[i] = execute(run, out, progress=progress, watch=watch)
             if on_outcome:
                 on_outcome(outcomes[i])
     else:
+        ctx = get_context("spawn")
+        slots = ctx.Queue() if where.gpus else None  # each worker takes its GPU from here as it starts
+        for gpu in where.slots()[:workers] if slots is not None else ():
+            slots.put(gpu)
+        threads = portable.THREADS if isolated else worker_threads(max(workers, 1))
         # workers die with this process
-        pool = ProcessPoolExecutor(max_workers=max(parallel, 1), mp_context=get_context("spawn"), initializer=init_worker,
-                                   initargs=(portable.THREADS if isolated else worker_threads(parallel),))
+        pool = ProcessPoolExecutor(max_workers=max(workers, 1), mp_context=ctx, initializer=_init_worker,
+                                   initargs=(threads, slots, where.per_device, workers, where.mps))
         started = time.time()
         try:
             if watch:
@@ -353,7 +408,8 @@ def execute_jobs(jobs: list[tuple[dict, Path]], parallel: int, progress: bool = 
                     run, out = jobs[i]
                     summary = {"schema": layout.SCHEMA, "recipe": run["recipe"], "act": run["act"],
                                "act_label": run["act_label"], "seed": run["seed"], "setting": run["setting"],
-                               "status": layout.FAILED, "error": f"worker crashed: {e!r}"}
+                               "status": layout.FAILED, "error": f"worker crashed: {e!r}",
+                               "worker_died": isinstance(e, BrokenProcessPool)}
                     layout.write_summary(out, summary)
                     outcomes[i] = Outcome(run["act_label"], run["seed"], layout.FAILED, summary, out)
                 if on_outcome:

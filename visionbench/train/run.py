@@ -118,6 +118,15 @@ def step_batch(batch_size: int, world_size: int, accumulate: int) -> int:
     return per_device // accumulate
 
 
+def compile_model(model: torch.nn.Module, t) -> None:
+    """`trainer.compile`: true compiles `model` in place (nn.Module.compile: state-dict keys and checkpoints
+    unchanged); reduce-overhead also captures its forward and backward in CUDA graphs on CUDA (the captured step,
+    docs/running.md#the-captured-step; on the CPU the same as true). Lightning's loop keeps the optimizer step and its
+    own per-step work outside the graphs."""
+    if t.compile:
+        model.compile(**({"mode": "reduce-overhead"} if t.compile == "reduce-overhead" else {}))
+
+
 def train_run(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool = True) -> RunResult:
     """Train (or resume) the run described by `cfg` (typed, or config.yaml's dict: `config.typed`) into `run_dir`."""
     extra = {k: cfg[k] for k in ("act_label", "setting") if k in cfg} if isinstance(cfg, Mapping) else {}
@@ -144,8 +153,7 @@ def train_run(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool 
         ema_decay=cfg.ema.decay, act_lr_mult=cfg.lr_mult, batch_size=cfg.batch_size, eval_names=eval_names,
         channels_last=t.channels_last,
     )
-    if t.compile:  # in place (nn.Module.compile): state-dict keys and checkpoints unchanged; EMA copy stays eager
-        model.compile()
+    compile_model(model, t)  # EMA copy stays eager
 
     paths = files(run_dir)
     ckpt_dir, last = paths.checkpoints, paths.last

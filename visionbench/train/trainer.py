@@ -49,5 +49,29 @@ def build_trainer(t: Any, *, epochs: int | None = None, callbacks: Sequence[L.Ca
                     accumulate_grad_batches=t.accumulate_grad_batches, sync_batchnorm=t.sync_batchnorm,
                     callbacks=list(callbacks), plugins=list(plugins), num_sanity_val_steps=0,
                     default_root_dir=root_dir, log_every_n_steps=10,
-                    deterministic="warn" if getattr(t, "portable", False) else None)  # sweep/portable.py
+                    **determinism(t))
     return L.Trainer(**args)
+
+
+def trains_on_cuda(t: Any) -> bool:
+    """Whether a run with the `trainer:` block `t` trains on CUDA (Lightning's `auto` picks a GPU where there is
+    one)."""
+    import torch
+
+    return str(t.accelerator) in ("gpu", "cuda") or (str(t.accelerator) == "auto" and torch.cuda.is_available())
+
+
+def determinism(t: Any) -> dict:
+    """Lightning's `deterministic` and `benchmark` for the block `t`: "warn" (deterministic algorithms, a warning where
+    an op has none; cuDNN's benchmark off) under trainer.portable (sweep/portable.py) and, with trainer.deterministic
+    (the default), on CUDA: a seed then gives the same bits alone or among parallel=K others, since no kernel choice
+    depends on timing (docs/running.md#parallel-many-runs-per-device). trainer.deterministic=false on CUDA: cuDNN
+    benchmarks its kernels (faster convolutions, bits that may differ from run to run). On the CPU the kernels are
+    chosen without timing."""
+    if getattr(t, "portable", False):
+        return {"deterministic": "warn"}
+    if not trains_on_cuda(t):
+        return {"deterministic": None}
+    if getattr(t, "deterministic", True):
+        return {"deterministic": "warn"}
+    return {"deterministic": False, "benchmark": True}
