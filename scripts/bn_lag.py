@@ -55,7 +55,7 @@ def run_lag(run_dir: Path, cache: dict) -> tuple[float, float]:
     """(eval-mode top-1, batch-statistics top-1) of one run's best.ckpt on its test split."""
     cfg = read_config(run_dir)
     dm, loader = test_loader(cfg, cache)
-    state = torch.load(files(run_dir).best, map_location="cpu", weights_only=False)["state_dict"]
+    state = torch.load(files(run_dir).best, map_location="cpu", weights_only=True)["state_dict"]
     weights = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
     scores = []
     for batch_stats in (False, True):

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from visionbench.results import layout
 from visionbench.results.io import atomic_write_text, write_csv_rows
@@ -179,3 +180,16 @@ def sweep_small(results: Path, *args: str):
 
     (outcome,) = run_sweep(load_config([f"results_dir={results}", *SMALL_RUN, *args]), progress=False)
     return outcome
+
+
+# ---- the trackers' extras (tests of train/trackers.py) ----------------------------------------------------
+def installed(name: str) -> bool:
+    from visionbench.train.trackers import available
+
+    return available(name)
+
+
+needs_mlflow = pytest.mark.skipif(not installed("mlflow"), reason="the mlflow extra is not installed: "
+                                  "pip install 'visionbench[mlflow]'")
+needs_wandb = pytest.mark.skipif(not installed("wandb"), reason="the wandb extra is not installed: "
+                                 "pip install 'visionbench[wandb]'")

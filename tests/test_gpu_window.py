@@ -92,7 +92,8 @@ def test_pack_site_copies_a_pure_python_package_importable_from_pythonpath(tmp_p
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     where = subprocess.run([sys.executable, "-c", "import omegaconf; print(omegaconf.__file__)"], text=True,
-                           capture_output=True, env=dict(os.environ, PYTHONPATH=str(tmp_path)), check=True).stdout
+                           capture_output=True, env=dict(os.environ, PYTHONPATH=str(tmp_path)), check=True,
+                           timeout=60).stdout
     assert Path(where.strip()).is_relative_to(tmp_path)
     refused = subprocess.run([sys.executable, str(ROOT / "scripts" / "pack_site.py"), str(tmp_path / "t"), "torch"],
                              capture_output=True, text=True, timeout=60)
@@ -102,7 +103,7 @@ def test_pack_site_copies_a_pure_python_package_importable_from_pythonpath(tmp_p
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_make_gpu_window_runs_the_script_on_its_device():
     out = subprocess.run(["make", "-n", "gpu-window", "DEVICE=cpu"], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout
+                         check=True, timeout=60).stdout
     assert "scripts/gpu_window.py --device cpu" in out
 
 

@@ -17,22 +17,12 @@ from visionbench.config import ConfigError, compose, parse
 from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import run_sweep
 
-from .helpers import metric_rows
+from .helpers import metric_rows, needs_mlflow, needs_wandb
 
 FAST = ["batch_size=64", "data.limit_train=200", "data.limit_val=100", "snapshot_epochs=[0,-1]", "act=relu",
         "trainer.portable=false"]
 
 
-def installed(name: str) -> bool:
-    from visionbench.train.trackers import available
-
-    return available(name)
-
-
-needs_mlflow = pytest.mark.skipif(not installed("mlflow"), reason="the mlflow extra is not installed: "
-                                  "pip install 'visionbench[mlflow]'")
-needs_wandb = pytest.mark.skipif(not installed("wandb"), reason="the wandb extra is not installed: "
-                                 "pip install 'visionbench[wandb]'")
 
 
 @pytest.fixture

@@ -161,7 +161,7 @@ def test_the_command_refuses_what_it_cannot_rewrite(tmp_path, capsys):
     from .helpers import write_run
 
     run = write_run(tmp_path, "digits_vgg4", "relu", 0, 90.0)
-    assert cli(["predictions", str(run), str(tmp_path / "nothing")]) == 1
+    assert cli(["predictions", str(run), str(tmp_path / "nothing")]) == 2  # bad input (issue 44): one line each, exit 2
     err = capsys.readouterr().err
     assert "hold no per-example predictions" in err or "no config.yaml" in err or "checkpoints" in err, err
     assert "is no run directory" in err

@@ -66,7 +66,7 @@ def test_export_of_a_materialised_record_is_the_same_record(tree, tmp_path):
     again = tmp_path / "again"
     assert cli(["export", str(record.materialize(out, tmp_path / "m")), str(again)]) == 0
     assert (again / record.RECORD).read_text() == (out / record.RECORD).read_text()
-    assert (again / record.PREDICTIONS).read_bytes() == (out / record.PREDICTIONS).read_bytes()
+    assert record.predictions_path(again).read_bytes() == record.predictions_path(out).read_bytes()
 
 
 def test_packed_predictions_of_10000_images_are_exact_and_about_30_kB():
@@ -97,10 +97,11 @@ def test_changes_are_undone_by_apply():
 
 @pytest.mark.parametrize("damage, says", [
     (lambda out: (out / "record.json").write_text((out / "record.json").read_text()[:500]), "truncated"),
-    (lambda out: (out / "predictions.npz").write_bytes((out / "predictions.npz").read_bytes()[:1000]), "truncated or edited"),
-    (lambda out: (out / "record.json").write_text((out / "record.json").read_text().replace('"version": 1', '"version": 99')),
+    (lambda out: record.predictions_path(out).write_bytes(record.predictions_path(out).read_bytes()[:1000]),
+     "truncated or edited"),
+    (lambda out: (out / "record.json").write_text((out / "record.json").read_text().replace('"version": 2', '"version": 99')),
      "format version 99"),
-    (lambda out: (out / "predictions.npz").unlink(), "missing"),
+    (lambda out: record.predictions_path(out).unlink(), "missing"),
 ])
 def test_a_damaged_record_is_refused_in_one_line_and_nothing_is_written(tree, capsys, damage, says):
     _, out = tree

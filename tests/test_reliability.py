@@ -208,6 +208,19 @@ def _column(path: Path, name: str) -> list[str]:
         return [r[name] for r in csv.DictReader(f)]
 
 
+# the command `cmd` started with SIGINT at its default disposition, whatever ours is: under nohup, as a background
+# job or in CI, the test process may ignore SIGINT, and a child inherits that (Python then installs no
+# KeyboardInterrupt and a Ctrl-C a test sends is lost: the default sweep ran 25 min). A tiny exec trampoline (-S: no
+# site, so no test hook runs in it) sets it in the child, before the real command starts; no preexec_fn (not safe
+# with the threads a test process may hold).
+SIGINT_DEFAULT = [sys.executable, "-S", "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                  "os.execv(sys.argv[1], sys.argv[1:])"]
+
+
+def with_default_sigint(cmd: list[str]) -> list[str]:
+    return [*SIGINT_DEFAULT, *cmd]
+
+
 # a sitecustomize that sends SIGINT to its own process when torch is first imported: Ctrl-C during start-up
 SIGINT_AT_IMPORT = '''
 import os, signal, sys
@@ -227,9 +240,11 @@ def test_ctrl_c_during_the_start_up_imports_is_one_line_and_exit_130(tmp_path):
     (hook / "sitecustomize.py").write_text(SIGINT_AT_IMPORT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
     # trainer.portable=false: the imports of this process are the subject (a portable run imports torch in its worker)
-    done = subprocess.run([sys.executable, "-m", "visionbench.cli", "run", f"results_dir={tmp_path / 'r'}",
-                           "trainer.portable=false"],
-                          capture_output=True, text=True, env=env, cwd=ROOT)
+    # SIGINT at its default in the child (with_default_sigint), and a timeout: were the signal lost, this would train
+    # the whole default sweep
+    done = subprocess.run(with_default_sigint([sys.executable, "-m", "visionbench.cli", "run",
+                                               f"results_dir={tmp_path / 'r'}", "trainer.portable=false"]),
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert done.returncode == 130, done.stderr
     assert done.stderr.strip() == "visionbench run: interrupted by Ctrl-C; rerun the same command", done.stderr
     assert not (tmp_path / "r").exists()
@@ -283,9 +298,10 @@ def test_parallel_interrupted_while_its_workers_start_is_one_line(how, tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
            "VB_TEST_EPOCH_PAUSE": "30"}  # no run gets past its first epoch's start before the signal
     results = tmp_path / "r"
-    proc = subprocess.Popen([sys.executable, "-m", "visionbench.cli", "run", f"results_dir={results}", *FAST,
-                             "act=relu,gelu", "seeds=1", "parallel=2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=ROOT, start_new_session=True)  # its own group: ours is not hit
+    proc = subprocess.Popen(with_default_sigint([sys.executable, "-m", "visionbench.cli", "run", f"results_dir={results}",
+                                                 *FAST, "act=relu,gelu", "seeds=1", "parallel=2"]),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                            start_new_session=True)  # its own group: ours is not hit; Ctrl-C at its default there
     wait_for(lambda: len(_workers(proc.pid)) == 2, what="both workers started")
     workers = _workers(proc.pid)
     if how == "ctrl-c to the group":
@@ -315,7 +331,7 @@ def test_parallel_workers_start_with_ctrl_c_ignored_and_sigterm_held():
         with starting_workers():
             child = subprocess.run([sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT) == "
                                     "signal.SIG_IGN, signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []))"],
-                                   capture_output=True, text=True)
+                                   capture_output=True, text=True, timeout=60)
             # to the main thread, the one `starting_workers` blocks it in: a signal sent to the process goes to any
             # thread that has it unblocked (here, threads earlier tests in this worker left), and Python runs the
             # handler in the main thread anyway

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _grep(pattern: str) -> list[str]:
     out = subprocess.run(["grep", "-rnE", pattern, "visionbench", "--include=*.py"], cwd=ROOT,
-                         capture_output=True, text=True).stdout
+                         capture_output=True, text=True, timeout=60).stdout
     return out.splitlines()
 
 

@@ -103,7 +103,7 @@ def test_levers_are_passed_to_lightning(tmp_path, monkeypatch):
     real = L.Trainer
 
     class Spy(real):
-        def fit(self, module, datamodule=None, ckpt_path=None):
+        def fit(self, module, datamodule=None, ckpt_path=None, **kwargs):
             captured.update(accumulate=self.accumulate_grad_batches, batch=datamodule.batch_size,
                             sync=type(self.strategy).__name__)
             raise KeyboardInterrupt  # stop before training: only the wiring is under test

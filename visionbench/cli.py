@@ -172,7 +172,9 @@ def _exit_status(outcomes) -> int:
 
 def _predictions(args: list[str]) -> int:
     """`visionbench predictions RUN_DIR ...`: rewrite each completed run's predictions.npz from its checkpoint
-    (train/rewrite.py), holding the run's lock; 1 when one could not be rewritten (why, on stderr)."""
+    (train/rewrite.py, data only: a checkpoint that pickles code is refused), holding the run's lock; one line on
+    stderr for each run that could not be rewritten: 2 when one was bad input (no run directory, not completed,
+    no usable checkpoint), else 1 when one is locked by a live process training it."""
     if not args or any(a.startswith("-") for a in args):
         print("usage: visionbench predictions RUN_DIR [RUN_DIR ...]\n\nRewrite each completed run's "
               "predictions.npz from its checkpoints (the arrays it wrote, identical).", file=sys.stderr)
@@ -181,7 +183,7 @@ def _predictions(args: list[str]) -> int:
     from .sweep.locks import RunLock, RunLocked
     from .train.rewrite import rewrite_predictions
 
-    bad = 0
+    bad = locked = 0
     for run_dir in args:
         if not Path(run_dir, "summary.json").is_file():
             print(f"visionbench predictions: {run_dir} is no run directory (no summary.json)", file=sys.stderr)
@@ -190,10 +192,13 @@ def _predictions(args: list[str]) -> int:
         try:
             with RunLock(Path(run_dir)):
                 print(f"wrote {rewrite_predictions(run_dir)}")
-        except (RunStateError, RunLocked) as e:
+        except RunLocked as e:  # not the input's fault: another process is training it now
             print(f"visionbench predictions: {e}", file=sys.stderr)
+            locked += 1
+        except RunStateError as e:  # the run directory cannot give the file: bad input (exit 2, as documented)
+            print(f"visionbench predictions: {' '.join(str(e).split())}", file=sys.stderr)
             bad += 1
-    return 1 if bad else 0
+    return 2 if bad else 1 if locked else 0
 
 
 def _list(args: list[str]) -> int:

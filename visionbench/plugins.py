@@ -8,7 +8,10 @@ for a learnable one) and models with timm's `register_model`; importing it is al
 wherever a config is loaded (sweep/preflight.py `load_config`: run, estimate, check, bench, the Hydra app and its
 jobs, every DDP rank), in each run's process (sweep/sweep.py: parallel=K workers) and by `visionbench list`.
 Each run records the plugin that owns its activation or model (module, version, sha256 of its source: `record`),
-so a changed plugin file never resumes or pools silently with runs of the old one.
+so a changed plugin never resumes or pools silently with runs of the old one. The sha256 covers the plugin's own
+file (or package) and its helpers: every module it brings in from outside the installed packages, the standard
+library and visionbench (`helpers`: the modules first imported while it was imported, and those its names come
+from), so an edited helper module is a new version of the plugin too.
 """
 from __future__ import annotations
 
@@ -16,8 +19,12 @@ import hashlib
 import importlib
 import importlib.metadata
 import os
+import site
 import sys
+import sysconfig
+import types
 import warnings
+from functools import lru_cache
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -42,10 +49,15 @@ class Plugin:
     version: str | None
     activations: list[str] = field(default_factory=list)
     models: list[str] = field(default_factory=list)
+    helpers: dict[str, str] = field(default_factory=dict)  # module name -> file of each helper in its sha256
 
     def provenance(self) -> dict:
-        """What a run records of it (config.yaml's `plugins`): the file's path is left out (it moves)."""
-        return {"module": self.module, "version": self.version, "sha256": self.sha256}
+        """What a run records of it (config.yaml's `plugins`): the file's path is left out (it moves); the names of
+        the helper modules its sha256 covers, when it has any."""
+        record = {"module": self.module, "version": self.version, "sha256": self.sha256}
+        if self.helpers:
+            record["helpers"] = sorted(self.helpers)
+        return record
 
 
 _LOADED: dict[str, Plugin] = {}  # module name -> its record, in load order
@@ -87,14 +99,38 @@ def _registries() -> tuple[dict, dict]:
     return dict(registry._REGISTRY), dict(getattr(timm_registry, "_model_entrypoints", {}))
 
 
+def _module_name_hint(name: str) -> str | None:
+    """For an `imports=` value that is a file path or a relative name (`./p_ok.py`, `plugins/p_ok.py`, `.p_ok`,
+    `/abs/p_ok.py`), what to give instead (`imports=p_ok`, `imports=plugins.p_ok`, `imports=p_ok with
+    PYTHONPATH=/abs`); None for a module name."""
+    if not (name.endswith(".py") or "/" in name or os.sep in name or name.startswith(".")):
+        return None
+    stem = name[:-3] if name.endswith(".py") else name
+    path = Path(stem)
+    parts = [p for p in path.parts if p not in (".", "")]
+    if path.is_absolute() or ".." in parts:
+        real = Path(os.path.abspath(stem))
+        return f"imports={real.name} with PYTHONPATH={real.parent} (the folder that holds it)"
+    module = ".".join(parts).lstrip(".")
+    return f"imports={module} (a module in the current directory or on PYTHONPATH)" if module else None
+
+
 def _import(name: str, where: str, version: str | None = None) -> Plugin:
     if name in _LOADED:
         return _LOADED[name]
+    hint = _module_name_hint(name)
+    if hint:
+        raise PluginError(f"{where}: {name!r} is a file path or a relative name, not a module name; give the "
+                          f"module's name: {hint}", "imports")
     acts_before, models_before = _registries()
+    modules_before = set(sys.modules)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             module = importlib.import_module(name)
+    except SystemExit as e:  # sys.exit() or exit() at its top level: not visionbench's exit, and no silent one
+        raise PluginError(f"{where}: plugin module {name!r} called sys.exit({e.code!r}) while being imported; a "
+                          f"plugin module must only define and register (no exit at import time)", "imports") from None
     except ModuleNotFoundError as e:
         if e.name and (name == e.name or name.startswith(e.name + ".")):
             raise PluginError(f"{where}: no module named {name!r} in the current directory or on sys.path "
@@ -116,9 +152,11 @@ def _import(name: str, where: str, version: str | None = None) -> Plugin:
         raise PluginError(f"{where}: plugin module {name!r} registers model {clash[0]!r}, which {old} already "
                           f"registers; give it another name", "imports")
     file = getattr(module, "__file__", None)
-    plugin = Plugin(name, where, file, _digest(file), version or _version(module),
+    found = helpers(module, set(sys.modules) - modules_before)
+    plugin = Plugin(name, where, file, _digest(file, found), version or _version(module),
                     sorted(a for a in acts_after if a not in acts_before or _owned(acts_after[a], name)),
-                    sorted(m for m in models_after if m not in models_before or _owned(models_after[m], name)))
+                    sorted(m for m in models_after if m not in models_before or _owned(models_after[m], name)),
+                    found)
     _LOADED[name] = plugin
     if not plugin.activations and not plugin.models:
         print(f"warning: plugin module {name!r} ({where}) registered no activation and no model "
@@ -138,18 +176,102 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-def _digest(file: str | None) -> str | None:
-    """sha256 of the module's source: its file, or every .py file of its package (relative paths included)."""
+def _own_files(file: str | None) -> list[Path]:
+    """The plugin's own source files: its file, or every .py file of its package."""
+    if not file:
+        return []
+    path = Path(file)
+    files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+    return [f for f in files if "__pycache__" not in f.parts]
+
+
+def _digest(file: str | None, helpers: dict[str, str] | None = None) -> str | None:
+    """sha256 of the module's source: its file, or every .py file of its package (relative paths included); with
+    `helpers` (module name -> file), the sha256 of that and of each helper's name and content. Without helpers it is
+    the plain source digest, as recorded before helpers were counted."""
     if not file:
         return None
     path = Path(file)
     h = hashlib.sha256()
-    files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
-    for f in files:
-        if "__pycache__" in f.parts:
-            continue
+    for f in _own_files(file):
         h.update(str(f.relative_to(path.parent)).encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()
+    if not helpers:
+        return h.hexdigest()
+    combined = hashlib.sha256(b"plugin+helpers\0" + h.hexdigest().encode() + b"\0")
+    for mod, helper in sorted(helpers.items()):
+        try:
+            content = Path(helper).read_bytes()
+        except OSError:  # deleted since it was imported: what runs is what was read
+            content = b"<unreadable>"
+        combined.update(mod.encode() + b"\0" + hashlib.sha256(content).hexdigest().encode() + b"\0")
+    return combined.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def _installed_roots() -> tuple[str, ...]:
+    """The folders whose modules are not a plugin's helpers: the standard library, site-packages (the
+    environment's and the user's) and visionbench itself."""
+    paths = sysconfig.get_paths()
+    roots = [paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    try:
+        roots += site.getsitepackages()
+    except AttributeError:  # a virtualenv's old site.py
+        pass
+    roots += [site.getusersitepackages(), str(Path(__file__).resolve().parent)]
+    return tuple(sorted({os.path.realpath(r) for r in roots if r}))
+
+
+def _local_file(module: types.ModuleType) -> str | None:
+    """The real path of `module`'s file when it is a helper candidate, a file outside `_installed_roots`; else None
+    (built-in, frozen, namespace, installed, visionbench's own)."""
+    file = getattr(module, "__file__", None)
+    if not isinstance(file, str) or not os.path.isfile(file):
+        return None
+    real = os.path.realpath(file)
+    if any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in _installed_roots()):
+        return None
+    return real
+
+
+def _referenced(module: types.ModuleType) -> set[str]:
+    """The names of the modules `module`'s globals are or come from (`import h`, `from h import f`)."""
+    out = set()
+    for value in list(vars(module).values()):
+        if isinstance(value, types.ModuleType):
+            out.add(value.__name__)
+            continue
+        try:
+            owner = getattr(value, "__module__", None) if isinstance(value, (type, types.FunctionType)) else None
+        except Exception:  # noqa: BLE001 - a lazy object's attribute: not a helper
+            owner = None
+        if isinstance(owner, str):
+            out.add(owner)
+    return out
+
+
+def helpers(module: types.ModuleType, new: set[str] = frozenset()) -> dict[str, str]:
+    """{module name: file} of the plugin `module`'s helpers: of the modules first imported while it was imported
+    (`new`) and those its globals come from, followed through the helpers' own globals, the ones whose file is
+    outside the installed packages, the standard library and visionbench (`_local_file`), less the plugin's own
+    files (its `_digest` covers them). A module imported only later, inside a function, is not seen."""
+    own = {os.path.realpath(f) for f in _own_files(getattr(module, "__file__", None))}
+    found: dict[str, str] = {}
+    queue, seen = [*sorted(new), *sorted(_referenced(module))], {module.__name__}
+    while queue:
+        name = queue.pop(0)
+        if name in seen:
+            continue
+        seen.add(name)
+        mod = sys.modules.get(name)
+        if not isinstance(mod, types.ModuleType):
+            continue
+        real = _local_file(mod)
+        if real is None:
+            continue
+        if real not in own:
+            found[name] = real
+        queue += sorted(_referenced(mod) - seen)
+    return found
 
 
 def _version(module) -> str | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from typing import Any, Callable
 
 from torch import nn
@@ -17,6 +18,9 @@ _ALIASES: dict[str, str] = {}
 
 
 RESERVED = ("all",)  # words of the sweep syntax, never activation names
+# a registered name is a run's folder (runs/<recipe>/<act>/seed_<k>) and a word of `act=NAME[key=value,...]`: a letter,
+# digit or '_' first, then those, '.', '+' and '-' (no '/', '\\', '..', space, bracket, comma, '=' or control character)
+NAME = re.compile(r"[^\W][\w.+-]*")
 
 
 def register(name: str | None = None, *, aliases: tuple[str, ...] = ()):
@@ -24,6 +28,11 @@ def register(name: str | None = None, *, aliases: tuple[str, ...] = ()):
 
     def decorator(cls):
         key = (name or cls.__name__).lower()
+        bad = next((n for n in (key, *aliases) if not isinstance(n, str) or not NAME.fullmatch(n) or ".." in n), None)
+        if bad is not None:
+            raise ValueError(f"activation name {bad!r} of {cls.__module__}.{cls.__name__} cannot name a folder "
+                             "(runs/<recipe>/<act>/seed_<k>): use letters, digits and '_' (then also '.', '+', '-'); "
+                             "no '/', '\\', '..', spaces, brackets, commas or '='")
         reserved = [n for n in (key, *aliases) if n in RESERVED]
         if reserved:
             raise ValueError(f"activation name {reserved[0]!r} is reserved: act=all sweeps every activation")

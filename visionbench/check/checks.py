@@ -217,11 +217,29 @@ def _trained(s: Subject, device) -> nn.Module:
     return module.eval()
 
 
+def equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise-equal values, NaN equal to NaN at the same place (torch.equal says NaN != NaN: a module that
+    returns NaN would fail every reproduction check, though its copy returns the same NaN)."""
+    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
+        return False
+    if not (a.is_floating_point() or a.is_complex()):
+        return torch.equal(a, b)
+    nan_a, nan_b = torch.isnan(a), torch.isnan(b)
+    return torch.equal(nan_a, nan_b) and torch.equal(a.masked_fill(nan_a, 0), b.masked_fill(nan_b, 0))
+
+
 def _same(a: nn.Module, b: nn.Module, device) -> str | None:
     x = randn((2, CHANNELS, 3, 3), device, seed=3)
     with torch.no_grad():
         ya, yb = a.eval()(x), b.eval()(x)
-    return None if torch.equal(ya, yb) else f"outputs differ by up to {float((ya - yb).abs().max()):.3g}"
+    if equal(ya, yb):
+        return None
+    if ya.shape != yb.shape:
+        return f"outputs of shapes {tuple(ya.shape)} and {tuple(yb.shape)}"
+    nan_a, nan_b = torch.isnan(ya), torch.isnan(yb)
+    if not torch.equal(nan_a, nan_b):
+        return f"outputs are NaN at {int((nan_a ^ nan_b).sum())} different place(s)"
+    return f"outputs differ by up to {float((ya - yb).masked_fill(nan_a, 0).abs().max()):.3g}"
 
 
 def state_dict(s: Subject, device: torch.device) -> tuple[bool, str]:
@@ -276,12 +294,13 @@ def meta_device(s: Subject, device: torch.device) -> tuple[bool, str]:
 
 def deterministic(s: Subject, device: torch.device) -> tuple[bool, str]:
     """Two builds under one seed are identical; two forwards + backwards of one module under one seed give
-    bitwise-equal outputs and gradients (train mode, so random draws are seeded; eval mode)."""
+    bitwise-equal outputs and gradients (train mode, so random draws are seeded; eval mode). NaN equals NaN in
+    every comparison here (`equal`): a NaN is the `finite` check's to report."""
     states = []
     for _ in range(2):
         torch.manual_seed(0)
         states.append(s.make().state_dict())
-    differ = [k for k in states[0] if not torch.equal(states[0][k], states[1][k])]
+    differ = [k for k in states[0] if k not in states[1] or not equal(states[0][k], states[1][k])]
     if differ or list(states[0]) != list(states[1]):
         return False, f"two builds under torch.manual_seed(0) differ in {', '.join(differ) or 'their keys'}"
     x0 = randn((4, CHANNELS, 3, 3), device)
@@ -295,7 +314,7 @@ def deterministic(s: Subject, device: torch.device) -> tuple[bool, str]:
             y = module(x)
             runs.append([y, *torch.autograd.grad(y.square().sum(), [x, *(p for _, p in named)], allow_unused=True)])
         for what, a, b in zip(["output", "input gradient", *(f"gradient of {n!r}" for n, _ in named)], *runs):
-            if (a is None) != (b is None) or (a is not None and not torch.equal(a, b)):
+            if (a is None) != (b is None) or (a is not None and not equal(a, b)):
                 return False, f"{mode} mode: two calls on the same input under one seed give different {what}s"
     return True, "same build under one seed; bitwise-equal outputs and gradients on repeated calls (train, eval)"
 

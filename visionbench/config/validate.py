@@ -94,6 +94,17 @@ def _seeds_margin(c: dict) -> list[tuple[str, str]]:
              "after a fixed number of seeds)")]
 
 
+def _seeds_max(c: dict) -> list[tuple[str, str]]:
+    """`seeds_max` is a rule of `seeds=auto` only (its last round): set away from its default with a fixed number of
+    seeds, it would be ignored without a word."""
+    default = _fields(RunConfig)["seeds_max"][0].default
+    if c.get("seeds_max") in (None, default) or c.get("seeds") == "auto":
+        return []
+    return [("seeds_max", f"seeds_max applies only with seeds=auto (the most seeds its rounds may train), got "
+             f"seeds={c.get('seeds')!r} with seeds_max={c.get('seeds_max')!r}; add seeds=auto, or drop seeds_max "
+             f"(seeds=N trains seeds 0..N-1)")]
+
+
 def snapshot_epochs_beyond(c: dict) -> list[tuple[str, str]]:
     """Entries of `snapshot_epochs` past the sweep's last epoch (the largest `epochs` of its settings); checked
     only for a list given on the command line (a recipe's, kept under a shorter `epochs=`, skips them)."""
@@ -108,7 +119,7 @@ def snapshot_epochs_beyond(c: dict) -> list[tuple[str, str]]:
 
 # the rules that need several keys of one block, by the block's class
 CROSS: dict[type, Callable[[dict], list[tuple[str, str]]]] = {
-    AugmentConfig: _augment, RunConfig: lambda c: _accumulate(c) + _seeds_margin(c)}
+    AugmentConfig: _augment, RunConfig: lambda c: _accumulate(c) + _seeds_margin(c) + _seeds_max(c)}
 
 
 def errors(values: Mapping, cls: type = RunConfig, prefix: str = "") -> list[tuple[str, str]]:

@@ -26,12 +26,30 @@ NUM_CLASSES = 10
 LAYOUT = f"    {FOLDER}/data_batch_1 .. data_batch_5, {TEST_BATCH}, batches.meta (python pickles)"
 
 
+# what the CIFAR-10 python pickles hold: dicts of bytes, lists and numpy arrays; anything else a received file pickles
+# (a call such as os.system) is refused before it runs
+NUMPY_GLOBALS = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+                 ("numpy", "ndarray"), ("numpy", "dtype"),
+                 ("_codecs", "encode")}  # how protocol 2 written by Python 3 spells bytes
+
+
+class _DataOnly(pickle.Unpickler):
+    """An unpickler that builds only plain containers and numpy arrays (docs/reproducing.md, files from someone
+    else): a global outside NUMPY_GLOBALS is refused, never imported or called."""
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in NUMPY_GLOBALS:
+            raise pickle.UnpicklingError(f"it pickles {module}.{name}, code rather than data; refused, not run")
+        return super().find_class(module, name)
+
+
 def _unpickle(path: Path) -> dict:
-    """A batch file's dict; `CorruptDataError` naming the file for a truncated or foreign file."""
+    """A batch file's dict; `CorruptDataError` naming the file for a truncated or foreign file, or one that pickles
+    anything but containers and numpy arrays (never run)."""
     try:
         with open(path, "rb") as f:
             # latin1 decodes the python-2 pickles' numpy payload correctly (as torchvision does)
-            entry = pickle.load(f, encoding="latin1")
+            entry = _DataOnly(f, encoding="latin1").load()
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError, IndexError,
             KeyError, MemoryError) as e:  # pickle reports a torn file in many ways ("Ran out of input", ...)
         raise corrupt(path, f"not a readable CIFAR-10 pickle ({type(e).__name__}: {str(e)[:80]})") from None

@@ -11,36 +11,48 @@ set is test/, else val/, else a fixed stratified 20 % of train/ (random_state 0,
 carves the model-selection set from train (stratified, fixed) and tests on the official set; with both val/
 and test/, val/ selects and test/ tests.
 
-Scanned at construction (`scan`), before any training, with torchvision's `find_classes`/`make_dataset`; a bad
-layout is one line naming the path and the fix (`FolderLayoutError`). Every image is decoded once; the facts
-found (image size, grayscale or RGB, per-channel mean/std of the training images) are cached in
-DIR/.visionbench_stats.json (else, DIR not writable, in $XDG_CACHE_HOME/visionbench/folder_stats/), keyed by
-a digest of every image file's path, size and mtime: a changed folder is scanned again.
+Scanned at construction (`scan`), before any training: the class folders as torchvision's `find_classes`, the
+files in `make_dataset`'s order, but by a walk that follows no folder symlink and reads only regular files inside
+DIR (`_walk`: a symlinked folder, a link leading out of DIR, a dangling link, a FIFO or device named *.png is
+refused in one line, never opened); a bad layout is one line naming the path and the fix (`FolderLayoutError`),
+and so is a split that the recipe's `data.val_split` cannot carve (`check_splits`). Every image is decoded once;
+the facts found (image size, grayscale or RGB, per-channel mean/std of the training images, the value range of
+16-bit and float images) are cached in DIR/.visionbench_stats.json (else, DIR not writable, in
+$XDG_CACHE_HOME/visionbench/folder_stats/), keyed by a digest of every image file's path, size and mtime: a
+changed folder is scanned again.
+
+Bit depth (`open_image`): 8-bit images are read as they are; 16-bit (PIL I;16), 32-bit integer (I) and float (F)
+grayscale images are scaled linearly by the folder's value range (`FolderFacts.value_range`: integer images
+[0, 2^k - 1] with k the bits their largest value needs, at least 8; float images [0, 1] when they lie in it, else
+their [min, max]) to 8 bits, never clipped at 255 as PIL's convert("L") clips them.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import stat
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
-from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
+from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes
 
 from ..config import DataConfig
 from ..results.io import atomic_write_text
+from ..results.safe_paths import UnsafePath, within
 from .base import VisionDataModule
 from .datasets import ArrayDataset, CorruptDataError, DatasetNotFoundError, FileDataset, root_dir, root_source
 from .splits import stratified_split
 
 SPLITS = ("train", "val", "test")
 STATS_FILE = ".visionbench_stats.json"
-STATS_VERSION = 1
+STATS_VERSION = 2  # 2: value_range (16-bit and float images scaled, not clipped); the walk that follows no folder link
 TEST_FRACTION = 0.2  # train/ alone: the fixed stratified part that is the official test set (as digits)
-GRAY_MODES = ("1", "L", "LA", "I", "I;16", "F")
+GRAY_MODES = ("1", "L", "LA", "I", "I;16", "I;16L", "I;16B", "I;16N", "F")
+DEEP_MODES = ("I", "I;16", "I;16L", "I;16B", "I;16N", "F")  # more than 8 bits: scaled by the folder's value range
 DOC = "docs/data.md#your-own-images-datanamefolder"
 
 
@@ -61,10 +73,88 @@ class FolderFacts:
     img_size: int  # native_size, else the median shorter side of the training images
     mean: list[float] = field(default_factory=list)
     std: list[float] = field(default_factory=list)
+    value_range: list[float] | None = None  # [lo, hi] of the 16-bit / float images (DEEP_MODES), None without any
 
 
-def _samples(split_dir: Path, class_to_idx: dict[str, int]) -> list[tuple[str, int]]:
-    return make_dataset(str(split_dir), class_to_idx, extensions=IMG_EXTENSIONS, allow_empty=True)
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _no_folder_link(path: Path) -> None:
+    """FolderLayoutError when the folder `path` is a symlink: the walk follows no folder link (a loop such as
+    train/cat/loop -> .. would read train/ again under `cat`; a link out of data.root reads files from elsewhere)."""
+    if os.path.islink(path):
+        raise FolderLayoutError(f"{path}: a symlink to a folder ({os.readlink(path)}); refused: visionbench follows no "
+                                f"folder link inside data.root (a loop, or another folder's images read under this "
+                                f"name); replace the link by the folder itself or delete it")
+
+
+def _image_file(path: str, root: Path, entry: os.DirEntry) -> None:
+    """FolderLayoutError unless `path` is a regular file, or a symlink to a regular file inside `root`: a dangling
+    or looping link, a link out of data.root, a FIFO, device or socket named like an image is refused, never opened."""
+    if entry.is_symlink():
+        try:
+            st = os.stat(path)
+        except OSError as e:  # dangling (ENOENT) or a loop of links (ELOOP)
+            dangling = not os.path.lexists(os.path.realpath(path))
+            what = "a dangling symlink" if dangling else "a symlink that cannot be followed"
+            raise FolderLayoutError(f"{path}: {what} (to {os.readlink(path)}: {e.strerror}); point it at the image or "
+                                    f"delete it") from None
+        try:
+            within(root, path, path)
+        except UnsafePath:
+            raise FolderLayoutError(f"{path}: a symlink leading outside data.root {root} (to "
+                                    f"{os.path.realpath(path)}); refused: an image must lie inside data.root; copy the "
+                                    f"file in (or hard-link it)") from None
+    elif entry.is_file(follow_symlinks=False):  # a regular file (the directory entry's type: no system call)
+        return
+    else:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError as e:
+            raise FolderLayoutError(f"{path}: cannot be read ({e.strerror}); fix its permissions or delete it"
+                                    ) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise FolderLayoutError(f"{path}: {_kind(st.st_mode)}, not a regular file; refused (never opened): visionbench "
+                                f"reads only regular image files; delete it or replace it with the image")
+
+
+def _walk(top: Path, root: Path) -> list[tuple[str, list[str]]]:
+    """(folder, its image files) under `top`, without following a folder link (refused: `_no_folder_link`), every
+    image file checked by `_image_file`; sorted as torchvision's `make_dataset` sorts `os.walk`'s folders."""
+    found, stack = [], [str(top)]
+    while stack:
+        folder = stack.pop()
+        files = []
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    path = os.path.join(folder, entry.name)
+                    if entry.is_symlink() and os.path.isdir(path):
+                        _no_folder_link(Path(path))
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(path)
+                    elif entry.name.lower().endswith(IMG_EXTENSIONS):
+                        _image_file(path, root, entry)
+                        files.append(entry.name)
+        except OSError as e:
+            raise FolderLayoutError(f"{folder}: cannot be listed ({e.strerror}); fix its permissions") from None
+        found.append((folder, sorted(files)))
+    return sorted(found)
+
+
+def _samples(split_dir: Path, classes: list[str], root: Path) -> list[tuple[str, int]]:
+    """[(path, class index)] of every image file of the split, in torchvision's `make_dataset` order."""
+    samples = []
+    for index, name in enumerate(classes):
+        top = split_dir / name
+        _no_folder_link(top)
+        samples += [(os.path.join(folder, f), index) for folder, files in _walk(top, root) for f in files]
+    return samples
 
 
 def layout(root: Path, source: str) -> tuple[list[str], dict[str, list[tuple[str, int]]]]:
@@ -82,6 +172,7 @@ def layout(root: Path, source: str) -> tuple[list[str], dict[str, list[tuple[str
         folder = root / split
         if not folder.is_dir():
             continue
+        _no_folder_link(folder)
         try:
             found = find_classes(str(folder))[0]
         except FileNotFoundError:
@@ -96,7 +187,7 @@ def layout(root: Path, source: str) -> tuple[list[str], dict[str, list[tuple[str
             what = "; ".join(f"{k} {', '.join(v)}" for k, v in (("missing", missing), ("extra", extra)) if v)
             raise FolderLayoutError(f"{folder}: its classes differ from {root}/train's ({what}); give {split}/ "
                                     f"the same class folders as train/")
-        samples = _samples(folder, {c: i for i, c in enumerate(classes)})
+        samples = _samples(folder, classes, root)
         counts = Counter(t for _, t in samples)
         empty = [c for i, c in enumerate(classes) if not counts[i]]
         if empty:
@@ -123,15 +214,82 @@ def _unreadable(path: str, e: Exception) -> FolderLayoutError:
     return FolderLayoutError(f"{path}: unreadable image ({first}); replace or delete the file")
 
 
-def open_image(path: str, mode: str | None = None) -> Image.Image:
-    """The decoded image (converted to `mode` if given); `FolderLayoutError` naming the file when it cannot be read."""
+def _read(path: str):
+    """The file opened for reading, refused (FolderLayoutError) unless it is a regular file: opened non-blocking, so
+    a FIFO that replaced an image since the scan cannot hang the run, and checked before a byte is read."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
-        with open(path, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise FolderLayoutError(f"{path}: {_kind(mode)}, not a regular file; refused (not read): visionbench reads "
+                                    f"only regular image files; delete it or replace it with the image")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _int_range(lo: float, hi: float) -> list[float]:
+    """[min(0, lo), 2^k - 1]: k the bits the largest value needs, at least 8 (12-bit data in 16-bit PNGs: 4095)."""
+    return [float(min(0, lo)), float(2 ** max(8, int(hi).bit_length()) - 1)]
+
+
+def deep_range(extrema: list[tuple[str, float, float]]) -> list[float] | None:
+    """The [lo, hi] that 16-bit, integer and float images (DEEP_MODES) are scaled to 8 bits by, from every such
+    image's (mode, min, max): integers `_int_range`, floats [0, 1] when they lie in it, else their [min, max];
+    None when there is none."""
+    parts = []
+    ints = [(lo, hi) for m, lo, hi in extrema if m != "F"]
+    if ints:
+        parts.append(_int_range(min(lo for lo, _ in ints), max(hi for _, hi in ints)))
+    floats = [(lo, hi) for m, lo, hi in extrema if m == "F"]
+    if floats:
+        lo, hi = min(lo for lo, _ in floats), max(hi for _, hi in floats)
+        parts.append([0.0, 1.0] if lo >= 0 and hi <= 1 else [float(lo), float(hi)])
+    if not parts:
+        return None
+    lo, hi = min(p[0] for p in parts), max(p[1] for p in parts)
+    return [lo, hi if hi > lo else lo + 1.0]
+
+
+def to_8bit(img: Image.Image, value_range: list[float] | None = None) -> Image.Image:
+    """A 16-bit / integer / float grayscale image as 8-bit L, scaled linearly from `value_range` (the folder's;
+    without one, the image's own by the same rule) to [0, 255] and rounded: never PIL's convert("L"), which clips
+    every value above 255 to white."""
+    a = np.asarray(img, dtype=np.float64)
+    if value_range is None:
+        value_range = deep_range([(img.mode, float(a.min()), float(a.max()))])
+    lo, hi = value_range
+    scaled = np.rint((a - lo) * (255.0 / (hi - lo)))
+    return Image.fromarray(np.clip(scaled, 0, 255).astype(np.uint8), mode="L")
+
+
+def open_image(path: str, mode: str | None = None, value_range: list[float] | None = None) -> Image.Image:
+    """The decoded image (converted to `mode` if given; a 16-bit or float one scaled by `value_range`: `to_8bit`);
+    `FolderLayoutError` naming the file when it cannot be read or is not a regular file."""
+    try:
+        with _read(path) as f:
             img = Image.open(f)
             img.load()
-            return img.convert(mode) if mode else img
+            if mode and img.mode in DEEP_MODES:
+                img = to_8bit(img, value_range)
+            return img.convert(mode) if mode and img.mode != mode else img
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:  # UnidentifiedImageError: OSError
+        if isinstance(e, FolderLayoutError):
+            raise
         raise _unreadable(path, e) from None
+
+
+class FolderImages(FileDataset):
+    """The folder's image files, decoded lazily by `open_image` (16-bit and float images scaled by the folder's
+    value range, only regular files read)."""
+
+    def __init__(self, samples, mode: str, value_range: list[float] | None = None):
+        super().__init__(samples, mode=mode)
+        self.value_range = value_range
+
+    def __getitem__(self, index: int) -> tuple[Image.Image, int]:
+        return open_image(self.paths[index], self.mode, self.value_range), int(self.targets[index])
 
 
 def train_test_parts(splits: dict[str, list[tuple[str, int]]]) -> tuple[list, list]:
@@ -152,21 +310,29 @@ def compute_facts(classes: list[str], splits: dict[str, list[tuple[str, int]]], 
     """Decode every image once: channels, sizes and per-channel mean/std of the training source; every other
     image is decoded too, so an unreadable one fails here, before training."""
     train, _ = train_test_parts(splits)
-    modes, sizes = set(), Counter()
-    for path, _ in train:  # headers only: the mode decides the channels the statistics are taken in
-        try:
-            with Image.open(path) as img:
-                modes.add(img.mode)
-                sizes[img.size] += 1
-        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
-            raise _unreadable(path, e) from None
+    modes, sizes, extrema = set(), Counter(), []
+    train_paths = {p for p, _ in train}
+    for samples in splits.values():  # headers (the training images' mode decides the channels the statistics are
+        for path, _ in samples:      # taken in); 16-bit and float images decoded for their value range
+            try:
+                with _read(path) as f, Image.open(f) as img:
+                    if path in train_paths:
+                        modes.add(img.mode)
+                        sizes[img.size] += 1
+                    if img.mode in DEEP_MODES:
+                        lo, hi = img.getextrema()
+                        extrema.append((img.mode, float(lo), float(hi)))
+            except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+                if isinstance(e, FolderLayoutError):
+                    raise
+                raise _unreadable(path, e) from None
     mode = "L" if modes <= set(GRAY_MODES) else "RGB"
     in_chans = 1 if mode == "L" else 3
+    deep = deep_range(extrema)
     total, total_sq, n = np.zeros(in_chans), np.zeros(in_chans), 0
-    train_paths = {p for p, _ in train}
     for samples in splits.values():
         for path, _ in samples:
-            img = open_image(path, mode)
+            img = open_image(path, mode, deep)
             if path in train_paths:
                 x = np.asarray(img, dtype=np.float64).reshape(-1, in_chans) / 255.0
                 total += x.sum(0)
@@ -181,7 +347,7 @@ def compute_facts(classes: list[str], splits: dict[str, list[tuple[str, int]]], 
     return FolderFacts(digest=key, classes=list(classes), counts={s: len(v) for s, v in splits.items()},
                        sizes={f"{w}x{h}": k for (w, h), k in sizes.most_common()}, in_chans=in_chans,
                        native_size=native, img_size=img_size, mean=[round(float(m), 6) for m in mean],
-                       std=[round(float(s), 6) if s > 1e-6 else 1.0 for s in std])
+                       std=[round(float(s), 6) if s > 1e-6 else 1.0 for s in std], value_range=deep)
 
 
 def stats_paths(root: Path) -> list[Path]:
@@ -245,21 +411,45 @@ class FolderDataModule(VisionDataModule):
         self._train, self._official = train_test_parts(self.splits)
         super().__init__(cfg, batch_size=batch_size, seed=seed, test_in_val=test_in_val, aug_seed=aug_seed)
         self.has_test = cfg.val_split > 0 or ("val" in self.splits and "test" in self.splits)
+        self.check_splits()
+
+    def check_splits(self) -> None:
+        """Refuse, before any run, a training source that `setup` cannot split: with `data.val_split > 0` and no
+        val/ beside test/, the model-selection set is a stratified part of it, which needs 2 images of every class
+        (one on each side) and at least one image per class in each part (FolderLayoutError, one line)."""
+        if not self.has_test or ("val" in self.splits and "test" in self.splits):
+            return
+        fraction = self.cfg.val_split
+        targets = np.array([t for _, t in self._train])
+        try:
+            stratified_split(targets, fraction)
+        except ValueError:
+            counts = np.bincount(targets, minlength=self.num_classes)
+            fewest = int(np.argmin(counts))
+            source = "train/" if len(self._train) == len(self.splits["train"]) else \
+                f"train/ less the official {TEST_FRACTION:g} test part"
+            raise FolderLayoutError(
+                f"{self.root / 'train'}: data.val_split={fraction:g} holds out a stratified {fraction:g} of {source} "
+                f"for model selection, which needs at least 2 images of every class and at least {self.num_classes} "
+                f"images ({self.num_classes} classes) on each side; it has {len(targets)} images, class "
+                f"{self.classes[fewest]!r} only {int(counts[fewest])}; add training images, give a val/ folder (it "
+                f"then selects), or set data.val_split=0 (the official set then selects as well)") from None
 
     def load_source(self, train: bool):
         samples = self._train if train else self._official
+        deep = self.facts.value_range
         if train and self.cfg.on_device:  # the uint8 array on_device.py gathers from (one size: refusal checked it)
-            images = np.stack([np.asarray(open_image(p, self._mode)) for p, _ in samples])
+            images = np.stack([np.asarray(open_image(p, self._mode, deep)) for p, _ in samples])
             dataset = ArrayDataset(images.reshape(*images.shape[:3], self.in_chans), [t for _, t in samples])
         else:
-            dataset = FileDataset(samples, mode=self._mode)
+            dataset = FolderImages(samples, self._mode, deep)
         dataset.classes = list(self.classes)
         return dataset
 
     def own_val_source(self):
         """val/ when test/ is there too: it selects, test/ tests (else val/ is the official set)."""
         if "val" in self.splits and "test" in self.splits:
-            dataset = FileDataset(self.splits["val"], mode=self._mode)
+            dataset = FolderImages(self.splits["val"], self._mode, self.facts.value_range)
             dataset.classes = list(self.classes)
             return dataset
         return None
@@ -269,7 +459,9 @@ class FolderDataModule(VisionDataModule):
         return [sample for samples in self.splits.values() for sample in samples]
 
     def summary_facts(self) -> dict:
-        """What a run records of its data (summary.json `dataset`): classes in label order, size, channels, statistics."""
+        """What a run records of its data (summary.json `dataset`): classes in label order, size, channels, statistics
+        (and `value_range`, what 16-bit or float images were scaled to 8 bits by, when there are any)."""
+        deep = {"value_range": list(self.facts.value_range)} if self.facts.value_range else {}
         return {"name": self.name, "root": str(self.root), "classes": list(self.classes), "img_size": self.img_size,
                 "in_chans": self.in_chans, "mean": list(self.mean), "std": list(self.std),
-                "images": dict(self.facts.counts)}
+                "images": dict(self.facts.counts), **deep}

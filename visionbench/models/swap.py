@@ -34,6 +34,7 @@ out of the activation's options before the activation sees them.
 from __future__ import annotations
 
 import copy
+import itertools
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -253,6 +254,32 @@ def fit_target(module: nn.Module) -> tuple[Any, Any]:
 # name models/ callers already use.
 check_act = activations.check
 
+PROBE_CHANNELS = 4  # the channels of `probe_shape`'s input when neither the site nor the module gives them
+
+
+def probe_shape(module: nn.Module, act: str, channels: int | None = None, features_last: bool = False,
+                check: str | None = None) -> None:
+    """One forward of a tiny input, (2, C, 3, 3) (or (2, 3, C) after a Linear), through a copy of the activation
+    `module` (the module itself, its state and the random generators untouched): ValueError, one line naming `act`,
+    both shapes and `check` (default `visionbench check act=ACT`), when the output is not a tensor of the input's
+    shape, as an elementwise activation's is. A forward that raises is left to the model's own forward to report."""
+    c = channels or getattr(module, "num_channels", None) or PROBE_CHANNELS
+    shape = (2, 3, c) if features_last else (2, c, 3, 3)
+    ref = next(itertools.chain(module.parameters(), module.buffers()), None)
+    device = ref.device if ref is not None else torch.device("cpu")
+    dtype = ref.dtype if ref is not None and ref.is_floating_point() else torch.get_default_dtype()
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
+            x = torch.linspace(-3.0, 3.0, int(torch.Size(shape).numel()), device=device, dtype=dtype).reshape(shape)
+            y = copy.deepcopy(module)(x)
+    except Exception:  # noqa: BLE001 - not this check's to judge: the model's forward raises it with its own words
+        return
+    got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+    if got != shape:
+        raise ValueError(f"activation {act!r} returns {'shape ' if isinstance(y, torch.Tensor) else 'a '}{got} for "
+                         f"an input of shape {shape}; an activation must return a tensor of its input's shape "
+                         f"(elementwise), or the layer after it fails; run `{check or f'visionbench check act={act}'}`")
+
 
 def swap_activations(
     model: nn.Module,
@@ -318,6 +345,7 @@ def swap_activations(
     report = SwapReport(act=name, sites=all_paths, layers=layers)
     cache: dict[Any, tuple[dict[str, torch.Tensor], FitResult]] = {}
     replacements: list[tuple[str, nn.Module]] = []
+    probed: set[bool] = set()
     for path, old, channels, linear_before in sites:
         kwargs = dict(act_kwargs)
         if "num_channels" in accepted and channels is not None:
@@ -327,6 +355,9 @@ def swap_activations(
         if "inplace" in accepted and not learnable and getattr(old, "inplace", False):
             kwargs.setdefault("inplace", True)  # keep the memory behaviour of the baseline it replaces
         new = activations.create(name, **kwargs)
+        if linear_before not in probed:  # one tiny forward per site kind: a wrong shape named here, not in a conv
+            probed.add(linear_before)
+            probe_shape(new, act, channels, features_last=kwargs.get("channel_dim") == -1 or linear_before)
         fit = None
         if fit_to_replaced and isinstance(new, LearnableActivation):
             key, target = fit_target(old)

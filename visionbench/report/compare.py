@@ -10,14 +10,16 @@ mean ± sd (n), Δ = B − A with its Welch 95 % interval, the Welch p Holm-adju
 compared, the equivalence p at ±margin (default: one seed sd, an exact test), the equivalence bound the data
 support (the largest |limit| of the 90 % Welch interval), and the verdict — identical, reproduced, differs,
 undecided (stats/reproduction.py has the rule, the tests and the margin); an undecided row says how many seeds
-per tree would decide it. Then what differs between the two: the configuration keys a rerun may change (any
-other difference is refused) and the recorded environment.
+per tree would decide it. Runs that stalled (a completed run at chance level, report/collect.py), diverged or failed
+are left out of the scoring, as they are in a report, and named in the notes. Then what differs between the two:
+the configuration keys a rerun may change (any other difference is refused) and the recorded environment.
 
 `main` returns the exit code, as `diff` does: 0 with the table printed (written to `--out FILE.md` and FILE.csv
 only when asked) when no row's verdict is `differs`, 1 when one is (after the Holm adjustment; the table is
 printed and written all the same: a script or CI job can gate on it), 2 after one line on stderr for bad input:
-A or B missing or no results tree, a damaged record, no recipe or activation in common, configurations that
-differ in the data, the model or the recipe, an --out that cannot be written.
+A or B missing or no results tree, a damaged, changed or malformed record, no recipe or activation (in one
+setting) in common, configurations that differ in the data, the model or the recipe, an --out that cannot be
+written.
 """
 from __future__ import annotations
 
@@ -187,8 +189,8 @@ def compare_trees(a: Side, b: Side, metric: str | None = None, margin: tuple[flo
                 compared[1].append(sb[sb["act"] == act])
                 notes += [f"{where} {act}: {n}" for n in row_notes]
     if not rows:
-        raise UsageError(f"A and B share no activation of {', '.join(recipes)} (in one setting): A has "
-                         f"{_names(a.runs['act'])}; B has {_names(b.runs['act'])}")
+        raise UsageError(f"A and B share no activation of {', '.join(recipes)} in one setting: A has "
+                         f"{_acts_at(a.runs, recipes)}; B has {_acts_at(b.runs, recipes)}")
     data = _verdicts(pd.DataFrame(rows), alpha)
     envs = environment_differences(*(pd.concat(groups) for groups in compared))
     return _table(data, a, b, metrics, configs, envs, list(dict.fromkeys(notes)), alpha)
@@ -196,6 +198,17 @@ def compare_trees(a: Side, b: Side, metric: str | None = None, margin: tuple[flo
 
 def _names(values) -> str:
     return ", ".join(sorted(set(values)))
+
+
+def _acts_at(runs: pd.DataFrame, recipes: list[str], most: int = 12) -> str:
+    """The activations of `recipes` in `runs`, each with its setting (`relu at lr=0.1`; a recipe without factors:
+    `relu`), the recipe named when there are several; `most` of them, then how many more."""
+    runs = runs[runs["recipe"].isin(recipes)]
+    pairs = sorted({(r, s, act) for r, s, act in runs[["recipe", "setting", "act"]].itertuples(index=False)})
+    names = [(f"{r}/" if len(recipes) > 1 else "") + act + (f" at {s}" if s else " (no setting)")
+             for r, s, act in pairs]
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
 
 
 def _only_in_one(ra: pd.DataFrame, rb: pd.DataFrame) -> list[str]:
@@ -300,13 +313,37 @@ def compare_act(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, margin: tuple[f
         found, _, arm_notes, _ = load_arms(group, variant_of(metric))
         arms[label] = found.get(act, [])
         notes += [f"{label}: {n}" for n in arm_notes]
-    # a stalled run is a result here: a rerun that learns nothing did not reproduce a run that learned
-    va, vb = (scored_values(g, metric, (layout.COMPLETED, layout.STALLED)) for g in (ga, gb))
+    # stalled runs (trained to chance level), like diverged and failed ones, have no accuracy to compare: left out,
+    # and named
+    va, vb = (scored_values(g, metric) for g in (ga, gb))
+    notes += [n for label, group in (("A", ga), ("B", gb)) for n in _left_out(label, group)]
     value, in_sd = margin if margin is not None else (reproduction.DEFAULT_MARGIN_SD, True)
     res = reproduction.compare_runs(va, vb, None if in_sd else value, alpha=alpha,
                                     margin_sd=value if in_sd else reproduction.DEFAULT_MARGIN_SD)
     same = identical(ga, gb, arms["A"], arms["B"], _scored_metrics(ga, gb))
-    return {"metric": metric, **res, "identical": same}, notes
+    lost = {f"left_out_{side}": int(g["status"].isin(LEFT_OUT).sum()) for side, g in (("a", ga), ("b", gb))}
+    return {"metric": metric, **res, "identical": same, **lost}, notes
+
+
+LEFT_OUT = (layout.STALLED, layout.DIVERGED, layout.FAILED)  # runs compare does not score (collect.py's statuses)
+
+
+def _left_out(label: str, group: pd.DataFrame) -> list[str]:
+    """Notes naming the runs of one side of one act that are not scored: stalled (with the stall rule's reason),
+    diverged, failed."""
+    out = []
+    for status in LEFT_OUT:
+        runs = group[group["status"] == status].sort_values("seed")
+        if not len(runs):
+            continue
+        seeds = ", ".join(str(s) for s in runs["seed"])
+        text = f"{label}: {len(runs)} {status} run{'s' if len(runs) > 1 else ''} (seed {seeds}) left out of the scoring"
+        if status == layout.STALLED:
+            reason = next((str(r) for r in runs.get("stalled", pd.Series(dtype=object)).dropna()), "")
+            text += (f" ({reason})" if reason else "") + ", as diverged runs are: a run that ended training at " \
+                                                         "chance level has no accuracy to compare"
+        out.append(text)
+    return out
 
 
 def _verdicts(data: pd.DataFrame, alpha: float) -> pd.DataFrame:
@@ -315,7 +352,19 @@ def _verdicts(data: pd.DataFrame, alpha: float) -> pd.DataFrame:
     out = data.copy()
     out["welch_p_holm"], out["verdict"] = reproduction.family_verdicts(out.to_dict("records"),
                                                                        list(out["identical"].astype(bool)), alpha)
+    # one side's runs all stalled, diverged or failed where the other's learned: no number to test, but no
+    # reproduction either (a gate on compare's exit status must catch it)
+    out.loc[[bool(_failed_side(r)) for r in out.to_dict("records")], "verdict"] = reproduction.DIFFERS
     return out
+
+
+def _failed_side(r) -> str:
+    """`B` (or `A`) when every run of that side was left out of the scoring (stalled, diverged, failed) while the
+    other side has scored runs; '' otherwise."""
+    for side, other in (("a", "b"), ("b", "a")):
+        if not int(r[f"n_{side}"]) and int(r.get(f"left_out_{side}", 0) or 0) and int(r[f"n_{other}"]):
+            return side.upper()
+    return ""
 
 
 def identical(ga: pd.DataFrame, gb: pd.DataFrame, arms_a: list, arms_b: list, metrics: list[str]) -> bool:
@@ -347,7 +396,8 @@ def _table(data: pd.DataFrame, a: Side, b: Side, metrics: dict, configs: list[st
     scored = "; ".join(f"{recipe}: `{m}`" for recipe, m in metrics.items())
     tested = int((~data["identical"].astype(bool)).sum())
     intro = [f"A = `{a.path}`, B = `{b.path}`. Metric — {scored}. Per (recipe, setting, activation) run in both: "
-             "mean ± sample sd (n completed runs) of each tree; Δ = B − A with its 95 % Welch interval; Welch p: "
+             "mean ± sample sd (n completed runs; stalled, diverged and failed runs are left out, named in the "
+             "notes) of each tree; Δ = B − A with its 95 % Welch interval; Welch p: "
              f"two-tailed, Holm-adjusted over the {tested} activation{'s' if tested != 1 else ''} tested; "
              f"equiv. p: that |Δ| < margin ({_margin_rule(data)}); supported ±: the largest |limit| of the 90 % "
              "Welch interval, the smallest margin these runs show equivalence within. "
@@ -402,8 +452,17 @@ def _seeds(n: float) -> str:
     return f"{int(n):,}" if math.isfinite(n) else "more than 10,000"
 
 
+def _unscored(r) -> str:
+    """`A`, `B` or `A or B`: the side(s) of a row without a scored run ('' when both have one)."""
+    return " or ".join(side.upper() for side in ("a", "b") if not int(r[f"n_{side}"]))
+
+
 def _verdict_cell(r) -> str:
     n = r["seeds_needed"]
+    if r["verdict"] == reproduction.UNDECIDED and _unscored(r):
+        return f"undecided (no scored run in {_unscored(r)})"
+    if _failed_side(r):
+        return f"differs (no run of {_failed_side(r)} learned)"
     if r["verdict"] == reproduction.UNDECIDED and (math.isfinite(n) or n == math.inf):
         return f"undecided (≈ {_seeds(n)} seeds/tree)"
     return r["verdict"]
@@ -420,6 +479,12 @@ def _sentence(r, alpha: float, tested: int) -> str:
         return f"{head} — the same {r['n_a']} runs, metric values and predicted classes run by run"
     if r["verdict"] == reproduction.REPRODUCED:
         return f"{head} — {delta}, within {margin} (equivalence p {p_relation(r['equivalence_p'])} < {alpha:g})"
+    if r["verdict"] == reproduction.UNDECIDED and _unscored(r):
+        return (f"{head} — no scored run in {_unscored(r)} (every one stalled, diverged or failed: named in the "
+                "notes), nothing to compare")
+    if _failed_side(r):
+        return (f"{head} — every run of {_failed_side(r)} stalled, diverged or failed (named in the notes) where "
+                f"{'B' if _failed_side(r) == 'A' else 'A'}'s learned: not reproduced")
     differs = r["verdict"] == reproduction.DIFFERS
     welch = (f"Welch p {p_relation(r['welch_p_holm'])}{f' < {alpha:g}' if differs else ''}, Holm over {tested} "
              f"activation{'s' if tested != 1 else ''}" if math.isfinite(r["welch_p_holm"])

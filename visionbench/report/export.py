@@ -6,8 +6,11 @@
 Every scored run (completed, diverged, failed) goes in: its summary (environment, every metric), its
 config, its per-epoch curves and its per-example predictions; the activation snapshots only of the runs
 the report draws (one per activation: `collect.snapshot_runs`). Runs still running or interrupted are left
-out, with a note. Reporting a record writes the report's files into the folder that holds the record, at the
-places they have in the tree: a committed record and its tables sit together (docs/reproducing.md).
+out, with a note. A predictions.npz that cannot go into the record as it is (unreadable, arrays that are no
+classifier's predictions, or that would not come back exactly from the packed form) stops the export with one
+line naming it. A record already in OUT is replaced in one step (results/record.py `write`: a kill at any instant
+leaves the old record or the new one). Reporting a record writes the report's files into the folder that holds the
+record, at the places they have in the tree: a committed record and its tables sit together (docs/reproducing.md).
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import sys
 from pathlib import Path
 
 from ..results import layout, record
+from ..results.io import RunStateError
 from .collect import scan_runs, snapshot_runs
 
 
@@ -24,7 +28,9 @@ def export(runs_dir: str | Path, out: str | Path) -> tuple[list[Path], list[str]
 
     Raises:
         FileNotFoundError: `runs_dir` does not exist.
-        ValueError: no scored run under it.
+        ValueError: no scored run under it; record.RecordError (a ValueError): a predictions.npz that cannot go
+            into a record as it is.
+        RunStateError: a run's summary.json or config.yaml that cannot be read.
     """
     root = Path(runs_dir)
     runs, notes = scan_runs(root)
@@ -49,20 +55,24 @@ def main(argv: list[str] | None = None) -> int:
                                             "summary, config, curves and per-example predictions "
                                             "(docs/reproducing.md). `visionbench report OUT` reads it.")
     p.add_argument("runs_dir", metavar="RUNS_DIR", help="a results tree: a recipe dir or a parent of several")
-    p.add_argument("out", metavar="OUT", help="the record's folder (record.json, predictions.npz)")
+    p.add_argument("out", metavar="OUT", help="the record's folder (record.json, predictions.<sha256>.npz)")
     args = p.parse_args(argv)
     if record.is_record(args.runs_dir):
         print(f"visionbench export: error: {args.runs_dir} is a record already; export a results tree", file=sys.stderr)
         return 2
     out = Path(args.out)
-    if out.exists() and not out.is_dir() or (out.is_dir() and any(out.iterdir()) and not record.is_record(out)):
+    if out.exists() and not out.is_dir() or (out.is_dir() and not record.is_record(out)
+                                             and not all(record.is_record_file(p.name) for p in out.iterdir())):
         print(f"visionbench export: error: {out} exists and is not a record; give a new or empty folder (an "
               "existing record there is replaced)", file=sys.stderr)
         return 2
     try:
         written, notes = export(args.runs_dir, out)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, RunStateError) as e:
         print(f"visionbench export: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"visionbench export: error: {e.filename or out}: {e.strerror or e}", file=sys.stderr)
         return 2
     for note in notes:
         print(f"note: {note}; not in the record", file=sys.stderr)

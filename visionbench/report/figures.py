@@ -23,6 +23,7 @@ Figures are drawn with `matplotlib.figure.Figure` (Agg canvas), never pyplot, so
 """
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
@@ -30,6 +31,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..results.io import atomic_write_bytes
 from ..stats import ranking
 from .collect import read_metrics, read_snapshots, snapshot_runs
 
@@ -81,9 +83,7 @@ def plot_curves(runs: pd.DataFrame, metric: str, out_dir, baseline: str | None =
     ax.set(xlabel="epoch", ylabel=column, title=f"{recipe}: {column}, mean ± std over seeds")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    out = Path(out_dir) / f"curves_{column}.png"
-    fig.savefig(out, dpi=120)
-    return out
+    return save(fig, Path(out_dir) / f"curves_{column}.png", dpi=120)
 
 
 def plot_act_shapes(run_dir, out_path, title: str | None = None) -> Path | None:
@@ -112,9 +112,7 @@ def plot_act_shapes(run_dir, out_path, title: str | None = None) -> Path | None:
         if i == 0:
             ax.legend(fontsize=6)
     fig.suptitle(title or f"{snaps[-1].get('act', '')}: learned activation per layer", fontsize=10)
-    out = Path(out_path)
-    fig.savefig(out, dpi=100)
-    return out
+    return save(fig, out_path, dpi=100)
 
 
 def _histogram(ax, layer: dict) -> None:
@@ -185,9 +183,7 @@ def plot_improvement(frame: pd.DataFrame, baseline: str, out_path) -> Path | Non
     if blocks:
         ax.legend(fontsize=7, loc="lower right", frameon=False)
     ax.set_title(f"Probability of improvement over {baseline} (n recipes in brackets)", fontsize=9)
-    out_path = Path(out_path)
-    fig.savefig(out_path, dpi=120, bbox_inches="tight")
-    return out_path
+    return save(fig, out_path, dpi=120, bbox_inches="tight")
 
 
 def plot_cd(test: dict, out_path) -> Path | None:
@@ -224,6 +220,13 @@ def plot_cd(test: dict, out_path) -> Path | None:
         ax.hlines(y, ranks_[g[0]] - 0.04, ranks_[g[-1]] + 0.04, color="black", lw=3)
     ax.set_title(f"Friedman p = {test['p_value']:.3g}, Nemenyi α = {test['alpha']:g} "
                  f"({test['k']} acts × {test['n']} recipes)", fontsize=9)
-    out_path = Path(out_path)
-    fig.savefig(out_path, dpi=120, bbox_inches="tight")
-    return out_path
+    return save(fig, out_path, dpi=120, bbox_inches="tight")
+
+
+def save(fig: Figure, path, **savefig) -> Path:
+    """`fig` as the PNG (or the format of `path`'s suffix) `path`, written atomically: rendered in memory, then
+    `results.io.atomic_write_bytes`, so a symlink planted at `path` is replaced, never written through."""
+    path = Path(path)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=path.suffix.lstrip(".") or "png", **savefig)
+    return atomic_write_bytes(path, buffer.getvalue())

@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS_DIR may be a record (`visionbench export`): its runs are read from it and the files are written into
     the folder that holds it, at their places in the tree."""
     from ..results.record import RecordError, is_record, opened, record_dir
+    from ..results.safe_paths import UnsafePath
 
     try:
         args = report_parser().parse_args(argv)
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                                      tree, record_dir(args.results_dir).parent)
     except SystemExit as exc:  # argparse's --help and usage errors
         return exc.code if isinstance(exc.code, int) else 2
-    except (UsageError, RecordError) as exc:
+    except (UsageError, RecordError, UnsafePath) as exc:
         print(f"visionbench report: error: {exc}", file=sys.stderr)
         return 2
     for path in written:
@@ -172,16 +173,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _copy_back(written: list[Path], tree: Path, into: Path) -> list[Path]:
-    """The report's files of a materialised record, copied to `into` at their places below the tree's root."""
-    import shutil
+    """The report's files of a materialised record, copied to `into` at their places below the tree's root. Every
+    place is checked before the first is written (UnsafePath: a folder on the way is a symlink out of `into`), and
+    each is written atomically (a symlink planted at a file's name is replaced, never written through)."""
+    from ..results.io import atomic_write_bytes
+    from ..results.safe_paths import component, inside
 
-    out = []
+    places = []
     for path in map(Path, written):
-        target = into / path.relative_to(tree)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
-        out.append(target)
-    return out
+        relative = path.relative_to(tree)
+        folder = inside(into, relative.parent.as_posix(), "the folder of a report file") \
+            if relative.parent != Path(".") else Path(into)
+        places.append((path, folder / component(relative.name, "a report file")))
+    return [atomic_write_bytes(target, path.read_bytes()) for path, target in places]
 
 
 def _report(args) -> list[Path]:

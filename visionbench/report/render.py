@@ -29,6 +29,8 @@ from typing import Sequence
 
 import pandas as pd
 
+from ..results.io import atomic_write_bytes
+
 FORMATS = ("md", "csv", "tex")
 MARKS = {"": ("{}", "{}"), "bold": ("**{}**", r"\textbf{{{}}}"), "underline": ("<ins>{}</ins>", r"\underline{{{}}}")}
 # Markdown column rules: left, right, centred, and the renderer's default (no colon, padded)
@@ -165,6 +167,8 @@ RENDERERS = {"md": markdown, "csv": csv_text, "tex": latex}
 
 def write(table: Table, stem, formats: Sequence[str] = FORMATS) -> list[Path]:
     """Write `<stem>.md`, `<stem>.csv`, `<stem>.tex` (those in `formats`); returns the paths in that order.
+    Each file is written atomically (`results.io.atomic_write_bytes`): a symlink planted at its name in a tree from
+    someone else is replaced, never written through.
 
     Raises:
         ValueError: a format that is none of md, csv, tex (before anything is written).
@@ -176,6 +180,5 @@ def write(table: Table, stem, formats: Sequence[str] = FORMATS) -> list[Path]:
     written = []
     for fmt in formats:
         path = stem.with_name(f"{stem.name}.{fmt}")
-        path.write_text(RENDERERS[fmt](table), encoding="utf-8")
-        written.append(path)
+        written.append(atomic_write_bytes(path, RENDERERS[fmt](table)))
     return written

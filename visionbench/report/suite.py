@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..results.io import atomic_write_bytes
 from ..stats import improvement, ranking
 from ..stats.improvement import LEVEL
 from . import figures, render
@@ -144,18 +145,15 @@ def write(scores: pd.DataFrame, out_dir, *, alpha: float = ranking.ALPHA, digits
     out_dir = Path(out_dir)
     if scores.empty:  # every run of every recipe diverged or failed: nothing to rank
         text = f"### {TITLE}\n\nNo recipe has a scored run: nothing to rank.\n"
-        (out_dir / "ranks.md").write_text(text, encoding="utf-8")
-        return text, [out_dir / "ranks.md"]
+        return text, [atomic_write_bytes(out_dir / "ranks.md", text)]
     table, test = ranking.rank_table(scores), ranking.friedman(scores, alpha)
     table["rank_friedman"] = table["act"].map(test["mean_ranks"])
     pi, baseline = improvement_table(scores)
     text = markdown(table, test, ranking.task_metrics(scores), pi, baseline, digits)
-    written = [out_dir / "ranks.csv", out_dir / "ranks.md"]
-    written[0].write_text(table.to_csv(index=False), encoding="utf-8")
-    written[1].write_text(text, encoding="utf-8")
+    written = [atomic_write_bytes(out_dir / "ranks.csv", table.to_csv(index=False)),
+               atomic_write_bytes(out_dir / "ranks.md", text)]
     if baseline is not None:
-        written.append(out_dir / "improvement.csv")
-        written[-1].write_text(pi.to_csv(index=False), encoding="utf-8")
+        written.append(atomic_write_bytes(out_dir / "improvement.csv", pi.to_csv(index=False)))
         pi_path = figures.plot_improvement(pi, baseline, out_dir / "improvement.png")
         if pi_path is not None:
             written.append(pi_path)

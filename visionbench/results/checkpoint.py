@@ -2,14 +2,20 @@
 `train.module.ClassificationModule`, with the run's config.yaml one folder up.
 
 The one place that knows Lightning's checkpoint markers and the module's attribute names, so that
-`models/` reads a run's weights without knowing either (models/pretrained.py asks `run_weights`).
-Depends on nothing of visionbench (torch is imported only to read an epoch).
+`models/` reads a run's weights without knowing either (models/pretrained.py asks `run_weights`), and the
+one way a run's checkpoint is read: `load`, tensors and plain values only (`weights_only=True`). A checkpoint
+is data from wherever the run directory came from; one that pickles anything else (a class, a call such as
+`os.system`) is refused in one line naming the file, and nothing in it is run. Depends on nothing of
+visionbench but results/ (torch is imported only to read a file).
 """
 from __future__ import annotations
 
+import contextlib
+import pickle
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
@@ -19,6 +25,63 @@ from .layout import files, run_for_checkpoint, trained_with
 LIGHTNING_MARKER = "pytorch-lightning_version"  # a key of every checkpoint Lightning saves
 # ClassificationModule's attributes: `model` (the network) and `ema` (timm ModelEmaV3, the copy in `.module`)
 MODEL_PREFIX, EMA_PREFIX = "model.", "ema.module."
+# What a weights_only load of our own checkpoints needs beyond torch's own allow-list (tensors, dicts, lists,
+# tuples, numbers, strings, OrderedDict, dtypes): nothing. Lightning's checkpoint of ClassificationModule — the
+# state dict, loops, each callback's state (ModelCheckpoint, PredictionsWriter's arrays, ...), the optimizer's
+# and LambdaLR's states, the data module's epoch — holds only those (tests/test_safe_checkpoints.py reads a real
+# run's checkpoints with torch's scanner). A global added here is one more thing a planted checkpoint may build.
+SAFE_GLOBALS: tuple = ()
+
+
+class UnsafeCheckpoint(RunStateError):
+    """A checkpoint that pickles more than tensors and plain values: refused before anything in it is built."""
+
+
+@contextlib.contextmanager
+def allowed() -> Iterator[None]:
+    """`SAFE_GLOBALS` allowed to a weights_only load in this block (Lightning's own resume load runs in one)."""
+    import torch
+
+    with torch.serialization.safe_globals(list(SAFE_GLOBALS)):
+        yield
+
+
+def load(path: Path, fix: str = "delete it if it is not yours") -> Any:
+    """A run checkpoint's content, read with `weights_only=True` (mmap: tensors are read when used).
+
+    Raises:
+        UnsafeCheckpoint: it pickles a global torch does not allow, e.g. `posix.system` (one line: the file, the
+            global, `fix`); the unpickler refuses at the global, so nothing is called.
+        RunStateError: it is no readable torch file (torn, truncated, another format), naming it and `fix`.
+    """
+    import torch
+
+    try:
+        with allowed():
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as e:
+        text = str(e)
+        if "weights only" in text.lower() or "weights_only" in text:
+            found = re.search(r"GLOBAL ([\w.]+)", text)  # "Trying to load unsupported GLOBAL posix.system ..."
+            what = f"pickles {found.group(1)}" if found else f"pickles more than tensors ({_why_refused(text)})"
+            raise UnsafeCheckpoint(f"{path} is refused, not loaded: it {what}, code rather than data (a visionbench "
+                                   f"checkpoint holds tensors and plain values only); {fix}") from None
+        raise RunStateError(f"{path} is unreadable ({type(e).__name__}: {_first_line(text)}); {fix}") from None
+    except Exception as e:  # noqa: BLE001 - torch reports a torn file in many ways
+        raise RunStateError(f"{path} is unreadable ({type(e).__name__}: {_first_line(str(e))}); {fix}") from None
+
+
+def _why_refused(text: str) -> str:
+    """torch's reason among its weights_only message's boilerplate (the PyTorch 2.6 note, the docs link)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    why = [ln for ln in lines if not ln.startswith(("Weights only load failed", "Check the documentation",
+                                                      "Please file an issue"))]
+    return _first_line(why[0] if why else text)
+
+
+def _first_line(text: str) -> str:
+    text = text.strip()
+    return text.splitlines()[0][:120] if text else "no message"
 
 
 @dataclass
@@ -66,11 +129,12 @@ def run_weights(obj: Any, path: Path, ema: bool = False) -> RunWeights | None:
 
 
 def checkpoint_epoch(path: Path) -> int:
-    """The number of epochs a checkpoint has completed; `RunStateError` naming the file if it is unreadable."""
-    import torch
-
-    try:  # mmap: only the header and the epoch are read
-        return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["epoch"]) + 1
-    except Exception as e:  # noqa: BLE001 - torch reports a torn file in many ways
-        raise RunStateError(f"{path} is unreadable ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
-                            "delete it to retrain this run from its first epoch") from None
+    """The number of epochs a checkpoint has completed, read as data only (`load`): before Lightning resumes from
+    it, so that a checkpoint pickling code is refused here; `RunStateError` naming the file if it is unreadable,
+    `UnsafeCheckpoint` if it pickles more than data."""
+    fix = "delete it to retrain this run from its first epoch"
+    obj = load(path, fix)
+    try:
+        return int(obj["epoch"]) + 1
+    except (TypeError, KeyError, ValueError, IndexError) as e:
+        raise RunStateError(f"{path} is unreadable (no epoch in it: {type(e).__name__}); {fix}") from None

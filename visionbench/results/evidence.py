@@ -48,7 +48,9 @@ class Evidence:
 
 
 def fix_command(run_dir) -> str:
-    return FIX.format(run_dir=run_dir)
+    from .record import fix_command as of_record  # a run read from a record: its temporary folder is no place to fix
+
+    return of_record(str(run_dir)) or FIX.format(run_dir=run_dir)
 
 
 def range_problem(v: str, arrays: dict, meta: dict | None) -> str | None:

@@ -13,6 +13,7 @@ import csv
 import errno
 import io
 import os
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -44,7 +45,13 @@ def atomic_path(path: Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    # created here, exclusively (O_EXCL: never through a link planted under a guessable name); the rename then
+    # replaces whatever stands at `path`, a symlink included, and never writes through it
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{os.getpid()}", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    with contextlib.suppress(OSError):  # mkstemp's 0600 -> what open() would give (0666 less the umask)
+        os.chmod(tmp, 0o666 & ~_umask())
     try:
         yield tmp
         os.replace(tmp, path)
@@ -61,6 +68,27 @@ def atomic_write_text(path: Path, text: str) -> None:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
+
+
+def atomic_write_bytes(path: Path, data: bytes | str) -> Path:
+    """`data` (a str is written as UTF-8) into `path` through `atomic_path`: a symlink or hard link planted at `path`
+    is replaced, never written through. Returns `path`. What the report and `visionbench compare --out` write."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
+    return Path(path)
+
+
+def _umask() -> int:
+    """This process's umask (read from /proc where it can be, without changing it; else set and put back)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
 
 
 def unwritable(directory: Path) -> str | None:

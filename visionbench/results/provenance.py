@@ -15,12 +15,33 @@ from importlib import metadata
 from pathlib import Path
 
 from .layout import run_path
+from .safe_paths import UnsafePath, component
 from .settings import setting_label
 
 
 def run_dir(results_dir: str | Path, recipe: str, act: str, seed: int, setting: dict | None = None) -> Path:
-    """`<results_dir>/<recipe>/[<setting>/]<act label>/seed_<k>`; the setting level only in factor sweeps."""
-    return run_path(results_dir, recipe, act, seed, setting_label(setting) if setting else None)
+    """`<results_dir>/<recipe>/[<setting>/]<act label>/seed_<k>`; the setting level only in factor sweeps.
+
+    Each level must be one plain folder name (safe_paths.component): an activation label, recipe or setting holding a
+    '/', a '..', a backslash or a NUL (`act=gelu[approximate=../../x]`, a plugin's string option) is refused with
+    `UnsafePath` — the sweep says so in one line before any run starts — instead of leaving `results_dir`."""
+    label = setting_label(setting) if setting else None
+    for what, name in (("recipe", recipe), ("factor setting", label), ("activation label", act),
+                       ("seed folder", f"seed_{seed}")):
+        if name is not None:
+            _folder(str(name), what)
+    return run_path(results_dir, recipe, act, seed, label)
+
+
+def _folder(name: str, what: str) -> str:
+    """`name` when it can be a run folder's level; UnsafePath (one line, what to do) otherwise."""
+    try:
+        return component(name, what)
+    except UnsafePath as e:
+        why = f"{what} {name!r} cannot name a folder: it holds a '/'" if "/" in name else str(e)
+        fix = " (an option value that is a path cannot be part of a run's folder name)" if what.startswith("act") \
+            else ""
+        raise UnsafePath(f"{why}{fix}; refused before any run, nothing written") from None
 
 
 # the packages whose versions decide a run's numbers (summary.json `versions` and `environment.packages`)

@@ -2,22 +2,37 @@
 
 A record is a folder of two files (`visionbench export RUNS_DIR OUT` writes it, report/export.py):
 
-    record.json       FORMAT, VERSION, the tree's folder name (`root`), its recipe-level files
-                      (sequential.json), and per run (one line each): its path in the tree, summary.json
-                      (environment, every metric), config.yaml (both as changes to a shared base), metrics.csv
-                      (the per-epoch curves, verbatim), the activation snapshots the report's figures draw
-    predictions.npz   every run's per-example predictions, packed (`pack`): ≈ 3 bytes per image; the
-                      snapshots' arrays (float32)
+    record.json                 FORMAT, VERSION, the tree's folder name (`root`), its recipe-level files
+                                (sequential.json), and per run (one line each): its path in the tree, summary.json
+                                (environment, every metric), config.yaml (both as changes to a shared base),
+                                metrics.csv (the per-epoch curves, verbatim), the activation snapshots the report's
+                                figures draw; the name of the predictions file, and `sha256`: the SHA-256 of that
+                                file and of record.json's own content (`content_sha256`)
+    predictions.<sha256>.npz    every run's per-example predictions, packed (`pack`): ≈ 3 bytes per image; the
+                                snapshots' arrays (float32); named by the first 16 hex digits of its SHA-256
 
 `opened(path)` gives a run tree for a record (materialised in a temporary folder) or for a tree (itself),
 so the report, `compare` and every other reader read a record exactly as they read the runs it came from.
-A record is checked whole before use: its format and version, and the SHA-256 of predictions.npz that
-record.json holds (a truncated or edited file is refused with one line, `RecordError`).
+A record is checked whole before use (`read`): its format and version, record.json's content against its own
+SHA-256 (an edited metric, a deleted run, an edited path: "has been changed since it was exported"), the
+predictions file against the SHA-256 record.json holds, the shape of every field, and every path it names
+(results/safe_paths.py: `root` one folder name, run paths and `files` keys inside the tree, the predictions file
+inside the record): one line (`RecordError`) for anything wrong, before anything is written. The hashes catch a
+record changed after export (by hand, a merge, a truncated copy); they are no signature — whoever rewrites a record
+can rewrite its hashes, and the path checks are what keep such a record from writing outside its tree.
+A record of format 1 (before the self-hash) is refused: its content cannot be checked (re-export it from its runs,
+or seal it as it is with scripts/upgrade_records.py).
+
+Writing replaces a record in one step: the predictions file goes under its own, new name; record.json, renamed
+over the old one, is the single commit point; the file the old record named is removed afterwards. A kill at any
+instant leaves the old record or the new one, whole (at worst with an unnamed predictions file beside it, which
+the next export removes).
 
 Packing keeps every number the statistics use, exactly: the predicted class (stored as its distance to the
 true class, mostly 0: it compresses to almost nothing), the true class once per test set, p(true) as float32
 byte planes, the confidence only where it is not p(true) (wrong predictions): ≈ 31 kB for 10,000 images of
-noisy probabilities (the low mantissa bytes of a float32 do not compress), less for saturated ones.
+noisy probabilities (the low mantissa bytes of a float32 do not compress), less for saturated ones; export checks
+that what it packs comes back exactly (`read_run`).
 A record's report is the report of its runs, byte for byte (tests/test_record.py).
 """
 from __future__ import annotations
@@ -26,25 +41,35 @@ import contextlib
 import hashlib
 import io
 import json
+import os
+import re
+import stat
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
-from . import layout
+from . import evidence, layout
 from .io import RunStateError, atomic_path, atomic_write_text
-from .predictions import read_evidence, write_predictions
+from .predictions import FIX as FIX_RUNS, VARIANTS, read_evidence, write_predictions
+from .safe_paths import UnsafePath, component, inside
 
 FORMAT = "visionbench-record"
-VERSION = 1
+VERSION = 2  # 2: record.json holds the SHA-256 of its own content; the predictions file is named by its hash
 RECORD = "record.json"
-PREDICTIONS = "predictions.npz"
+PREDICTIONS = "predictions.npz"  # format 1's predictions file (format 2: `blob_name`)
+_BLOB = re.compile(r"predictions\.[0-9a-f]{16}\.npz")
+_ANY_BLOB = re.compile(r"predictions(\.[0-9a-f]{16})?\.npz")  # format 2's, or format 1's
+REEXPORT = "re-export it from its runs (visionbench export RUNS_DIR {folder})"
 
 
 class RecordError(ValueError):
     """A record that cannot be read as it is; the message (one line) names the file and why."""
+
+
+class _Unusable(Exception):
+    """A predictions file whose arrays are not what record.json says (materialize names the file and run)."""
 
 
 def is_record(path: str | Path) -> bool:
@@ -57,6 +82,38 @@ def record_dir(path: str | Path) -> Path:
     """The record folder of `path` (the folder itself or the folder of its record.json)."""
     path = Path(path)
     return path.parent if path.name == RECORD and path.is_file() else path
+
+
+def blob_name(sha256: str) -> str:
+    """The name of the predictions file whose SHA-256 is `sha256` (hex)."""
+    return f"predictions.{sha256[:16]}.npz"
+
+
+def is_record_file(name: str) -> bool:
+    """Whether a file name in a record folder is the export's: record.json, a predictions file, or the temporary
+    file of an interrupted write (what may stand in a folder an export was killed in)."""
+    return (name == RECORD or bool(_ANY_BLOB.fullmatch(name))
+            or (name.startswith((f".{RECORD}.", ".predictions.")) and ".tmp" in name))
+
+
+def predictions_path(path: str | Path) -> Path:
+    """The predictions file the record at `path` names (without checking it)."""
+    folder = record_dir(path)
+    try:
+        name = json.loads((folder / RECORD).read_text(encoding="utf-8")).get("predictions")
+    except (OSError, ValueError, AttributeError):
+        name = None
+    return folder / (name if isinstance(name, str) and _BLOB.fullmatch(name) else PREDICTIONS)
+
+
+def content_sha256(record: dict) -> str:
+    """The SHA-256 of record.json's content: its canonical JSON (sorted keys, no spaces, ASCII) without the hash
+    of itself (`sha256["record.json"]`), so that only what it says counts, not how it is laid out."""
+    hashes = record.get("sha256")
+    content = {**record, "sha256": {k: v for k, v in hashes.items() if k != RECORD}} if isinstance(hashes, dict) \
+        else record
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 # --- packing the per-example predictions -------------------------------------------------------
@@ -91,7 +148,7 @@ def unpack(arrays: dict, target: np.ndarray, n_classes: int) -> dict[str, np.nda
     wrong = pred != target
     conf = _floats(arrays["conf"])
     if int(wrong.sum()) != len(conf):
-        raise RecordError(f"{PREDICTIONS}: {len(conf)} confidences for {int(wrong.sum())} wrong predictions")
+        raise RecordError(f"{len(conf)} confidences for {int(wrong.sum())} wrong predictions")
     confidence[wrong] = conf
     return {"pred": pred, "p_true": p_true, "confidence": confidence, "target": target}
 
@@ -135,13 +192,15 @@ def apply(base: dict, delta: dict) -> dict:
 # --- writing -------------------------------------------------------------------------------------
 
 def write(out: str | Path, root_name: str, runs: list[dict], tree_files: dict[str, dict]) -> list[Path]:
-    """Write the record of `runs` into the folder `out` (created; both files replaced atomically).
+    """Write the record of `runs` into the folder `out` (created), replacing a record there in one step.
 
     `runs`: dicts with `path` (in the tree, '/'-joined), `summary`, `config` (dicts or None), `metrics_csv`
     (text or None), `snapshots` (list of snapshot dicts) and `predictions` ((variants, meta) of
-    results/predictions.py `read_evidence`, or None). Returns the two paths written."""
+    results/predictions.py `read_evidence`, or None). Returns the two paths written.
+
+    The order is the atomicity (module docstring): the predictions file under its hash's name, then record.json
+    renamed over the old one (the commit point), then the old predictions file removed."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     arrays, targets, bases, entries = {}, [], [], []
     for i, run in enumerate(runs):
         snapshots = [_pack_snapshot(f"r{i}_s{j}", s, arrays) for j, s in enumerate(run.get("snapshots") or [])]
@@ -154,13 +213,37 @@ def write(out: str | Path, root_name: str, runs: list[dict], tree_files: dict[st
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays, **{f"target_{k}": t for k, t in enumerate(targets)})
     blob = buffer.getvalue()
+    digest = hashlib.sha256(blob).hexdigest()
+    name = blob_name(digest)
     record = {"format": FORMAT, "version": VERSION, "root": root_name, "files": tree_files, "bases": bases,
-              "runs": entries, "sha256": {PREDICTIONS: hashlib.sha256(blob).hexdigest()}}
-    predictions = out / PREDICTIONS
-    with atomic_path(predictions) as tmp:
-        tmp.write_bytes(blob)
-    atomic_write_text(out / RECORD, _dumps(record))
-    return [out / RECORD, predictions]
+              "runs": entries, "predictions": name, "sha256": {name: digest}}
+    record["sha256"][RECORD] = content_sha256(record)
+    text = _dumps(record)
+    if content_sha256(json.loads(text)) != record["sha256"][RECORD]:  # a value JSON does not give back as it is
+        raise RecordError(f"the record of {root_name} would not read back as it is written (a value JSON cannot "
+                          "hold exactly); nothing was written")
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / name) as tmp, open(tmp, "wb") as f:
+        f.write(blob)
+        f.flush()
+        os.fsync(f.fileno())
+    atomic_write_text(out / RECORD, text)  # the commit point: before it the old record reads, after it the new one
+    _sync(out)
+    for stale in sorted(out.iterdir()):  # the old record's predictions file, and any an interrupted export left
+        if stale.name != name and _ANY_BLOB.fullmatch(stale.name):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+    return [out / RECORD, out / name]
+
+
+def _sync(folder: Path) -> None:
+    """Flush a folder's entries (the renames in it) to disk, where the system allows it."""
+    with contextlib.suppress(OSError, AttributeError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _dumps(record: dict) -> str:
@@ -190,7 +273,12 @@ def _pack_snapshot(prefix: str, snap: dict, arrays: dict) -> dict:
 def _unpack_snapshot(prefix: str, snap: dict, arrays: dict) -> dict:
     layers = []
     for k, layer in enumerate(snap["layers"]):
-        flat, start, out = arrays[f"{prefix}_l{k}"].astype(float), 0, {}
+        key = f"{prefix}_l{k}"
+        if key not in arrays:
+            raise _Unusable(f"it lacks {key}")
+        flat, start, out = np.asarray(arrays[key]).astype(float), 0, {}
+        if flat.ndim != 1 or flat.size != sum(layer["lengths"]):
+            raise _Unusable(f"{key} holds {flat.size} values, the snapshot's layer {sum(layer['lengths'])}")
         for name, n in zip(SNAPSHOT_ARRAYS, layer["lengths"]):
             values = flat[start:start + n]
             out[name] = [int(v) for v in values] if name == "hist_counts" else [float(v) for v in values]
@@ -213,10 +301,15 @@ def _as_changes(d: dict, bases: list[dict]) -> dict:
     return {"base": best, **changes(bases[best], d)}
 
 
-def _pack_run(i: int, variants: dict, meta: dict | None, arrays: dict, targets: list) -> dict:
+def _classes(variants: dict, meta: dict | None) -> int:
+    """C for packing: meta's n_classes, or more when a class in the arrays says so."""
     n_classes = int((meta or {}).get("n_classes") or 0)
-    n_classes = max([n_classes] + [int(max(v["pred"].max(initial=0), v["target"].max(initial=0))) + 1
-                                   for v in variants.values()])
+    return max([n_classes] + [int(max(np.max(v["pred"], initial=0), np.max(v["target"], initial=0))) + 1
+                              for v in variants.values()])
+
+
+def _pack_run(i: int, variants: dict, meta: dict | None, arrays: dict, targets: list) -> dict:
+    n_classes = _classes(variants, meta)
     out = {"meta": meta, "n_classes": n_classes, "variants": {}}
     for name, v in variants.items():
         target = np.asarray(v["target"])
@@ -230,88 +323,263 @@ def _pack_run(i: int, variants: dict, meta: dict | None, arrays: dict, targets: 
     return out
 
 
+def packing_problem(variants: dict, meta: dict | None) -> str | None:
+    """Why a run's predictions cannot go into a record as they are (None: they can): arrays that are no classifier's
+    predictions (results/evidence.py `range_problem`: shapes, classes, probabilities), or arrays that would not come
+    back exactly from the packed form (e.g. a confidence other than p(true) where the prediction is right)."""
+    for v, arrays in variants.items():
+        problem = evidence.range_problem(v, arrays, meta)
+        if problem:
+            return problem
+    n_classes = _classes(variants, meta)
+    for v, arrays in variants.items():
+        back = unpack(pack(arrays, n_classes), arrays["target"], n_classes)
+        exact = {"pred": np.asarray(arrays["pred"], np.int64), "target": np.asarray(arrays["target"], np.int64),
+                 "p_true": np.asarray(arrays["p_true"], np.float32),
+                 "confidence": np.asarray(arrays["confidence"], np.float32)}
+        for key, value in exact.items():
+            if not np.array_equal(back[key], value, equal_nan=True):
+                return (f"its {v}_{key} would not come back exactly from the record"
+                        + (f" ({v}_confidence differs from {v}_p_true where the prediction is right)"
+                           if key == "confidence" else ""))
+    return None
+
+
 # --- reading -------------------------------------------------------------------------------------
 
-def read(path: str | Path) -> tuple[dict, dict[str, np.ndarray]]:
-    """(record.json's content, predictions.npz's arrays) of the record at `path`, checked whole.
+def read(path: str | Path, *, format_1: bool = False) -> tuple[dict, dict[str, np.ndarray]]:
+    """(record.json's content, the predictions file's arrays) of the record at `path`, checked whole.
+    `format_1`: read a format-1 record (no hash of its own content: unchecked) — for scripts/upgrade_records.py.
 
     Raises:
-        RecordError: no record there, not JSON (truncated?), another format or version, or a
-            predictions.npz whose SHA-256 is not the one record.json holds (truncated or edited).
+        RecordError: no record there, not JSON (truncated?), another format or version, content that is not the
+            content its SHA-256 was taken of (changed since export), a malformed field, a path that would leave
+            its folder, or a predictions file whose SHA-256 is not the one record.json holds (truncated or edited).
     """
     folder = record_dir(path)
     where = folder / RECORD
+    again = REEXPORT.format(folder=folder)
     if not where.is_file():
         raise RecordError(f"{folder} is no record: it has no {RECORD} (visionbench export RUNS_DIR OUT writes one)")
     try:
         record = json.loads(where.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise RecordError(f"{where} is not a complete JSON file (truncated? {str(e).splitlines()[0][:80]}); "
-                          "export the record again") from None
+    except OSError as e:
+        raise RecordError(f"{where} is unreadable ({e.strerror or e})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        why = str(e).splitlines()[0][:80] if str(e) else type(e).__name__
+        raise RecordError(f"{where} is not a complete JSON file (truncated? {why}); export the record again") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         found = record.get("format") if isinstance(record, dict) else None
         raise RecordError(f"{where} is not a visionbench record (format {found!r}, expected {FORMAT!r})")
-    if record.get("version") != VERSION:
-        raise RecordError(f"{where} is a record of format version {record.get('version')!r}; this visionbench reads "
+    version = record.get("version")
+    if version == 1 and not format_1:
+        raise RecordError(f"{where} is a record of format version 1, written before a record held the SHA-256 of its "
+                          f"own content: what it says cannot be checked, so it is not read; {again}, or, if you "
+                          f"trust it as it is, seal it with scripts/upgrade_records.py {folder}")
+    if version != VERSION and not (version == 1 and format_1):
+        raise RecordError(f"{where} is a record of format version {version!r}; this visionbench reads "
                           f"version {VERSION}: use the visionbench that wrote it, or export the runs again")
-    blob_path = folder / PREDICTIONS
+    hashes = record.get("sha256")
+    if version == VERSION:
+        recorded = hashes.get(RECORD) if isinstance(hashes, dict) else None
+        actual = content_sha256(record)
+        if recorded != actual:
+            said = f"{recorded[:12]}… recorded" if isinstance(recorded, str) else "none recorded"
+            raise RecordError(f"{where} has been changed since it was exported (sha256 {actual[:12]}… of its "
+                              f"content, {said}); {again}")
+    problem = _malformed(record, version)
+    if problem:
+        raise RecordError(f"{where} is malformed: {problem}; {again}")
+    name = record["predictions"] if version == VERSION else PREDICTIONS
     try:
+        blob_path = inside(folder, name, f"{RECORD} predictions")
+    except UnsafePath as e:
+        raise RecordError(f"{where}: {e}") from None
+    try:
+        if not stat.S_ISREG(os.stat(blob_path).st_mode):
+            raise RecordError(f"{blob_path} is no regular file; the record is incomplete: {again}")
         blob = blob_path.read_bytes()
     except OSError as e:
-        raise RecordError(f"{blob_path} is missing or unreadable ({e.strerror or e}); the record is incomplete") from None
+        raise RecordError(f"{blob_path} is missing or unreadable ({e.strerror or e}); the record is incomplete: "
+                          f"{again}") from None
     digest = hashlib.sha256(blob).hexdigest()
-    if digest != (record.get("sha256") or {}).get(PREDICTIONS):
-        raise RecordError(f"{blob_path} is not the file {RECORD} was written with (sha256 {digest[:12]}…, expected "
-                          f"{str((record.get('sha256') or {}).get(PREDICTIONS))[:12]}…): truncated or edited; "
-                          "export the record again")
+    if digest != hashes.get(name):
+        raise RecordError(f"{blob_path} has been changed since it was exported (sha256 {digest[:12]}…, {RECORD} "
+                          f"records {str(hashes.get(name))[:12]}…): truncated or edited; {again}")
     try:
         with np.load(io.BytesIO(blob), allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise RecordError(f"{blob_path} is unreadable ({type(e).__name__})") from None
+    except Exception as e:  # noqa: BLE001 — foreign bytes: whatever the parser raises, the file is unusable
+        raise RecordError(f"{blob_path} is unreadable ({type(e).__name__}); {again}") from None
     return record, arrays
 
 
-def materialize(path: str | Path, into: str | Path) -> Path:
-    """Write the record at `path` as a run tree under `into`; returns the tree's root (`into/<root>`)."""
-    record, arrays = read(path)
-    bases = record["bases"]
-    root = Path(into) / record["root"]
-    for rel, content in (record.get("files") or {}).items():  # the recipe-level sequential.json files
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        layout.write_sequential((root / rel).parent, content)
-    for i, run in enumerate(record["runs"]):
-        run_dir = root / run["path"]
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if run.get("config") is not None:
-            layout.write_config(run_dir, apply(bases[run["config"]["base"]], run["config"]))
-        if run.get("metrics_csv") is not None:
-            layout.files(run_dir).metrics.write_text(run["metrics_csv"])
-        for j, snap in enumerate(run.get("snapshots") or []):
-            snaps = layout.files(run_dir).snapshots
-            snaps.mkdir(exist_ok=True)
-            (snaps / f"epoch_{int(snap['epoch']):03d}.json").write_text(
-                json.dumps(_unpack_snapshot(f"r{i}_s{j}", snap, arrays)))
-        if run.get("predictions"):
-            _write_predictions(run_dir, i, run["predictions"], arrays)
-        if run.get("summary") is not None:
-            layout.write_summary(run_dir, apply(bases[run["summary"]["base"]], run["summary"]))
+def _malformed(record: dict, version: int) -> str | None:
+    """What makes a record.json's content unusable, naming the field (None: nothing). Paths are checked where
+    they are used (`materialize`)."""
+    def count(x, least: int = 0) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool) and x >= least
+
+    def key_path(x) -> bool:
+        return isinstance(x, list) and bool(x) and all(isinstance(k, str) for k in x)
+
+    if not isinstance(record.get("root"), str):
+        return "root is no folder name"
+    files, bases, runs = record.get("files"), record.get("bases"), record.get("runs")
+    if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
+        return f"files is no mapping of {layout.SEQUENTIAL} paths to their content"
+    if not isinstance(bases, list) or not all(isinstance(b, dict) for b in bases):
+        return "bases is no list of mappings"
+    if not isinstance(runs, list):
+        return "runs is no list"
+    hashes = record.get("sha256")
+    if not isinstance(hashes, dict):
+        return "sha256 is no mapping"
+    name = record.get("predictions") if version == VERSION else PREDICTIONS
+    if version == VERSION and (not isinstance(name, str) or not _BLOB.fullmatch(name)
+                               or set(hashes) != {RECORD, name} or blob_name(str(hashes[name])) != name):
+        return (f"predictions {name!r} is not the file its sha256 names (expected "
+                f"predictions.<16 hex digits of its SHA-256>.npz, and sha256 naming it and {RECORD} alone)")
+    if not isinstance(hashes.get(name), str):
+        return f"sha256 holds no hash of {name}"
+    seen: dict[str, int] = {}
+    for i, run in enumerate(runs):
+        at = f"runs[{i}]"
+        if not isinstance(run, dict):
+            return f"{at} is no mapping"
+        path = run.get("path")
+        if not isinstance(path, str):
+            return f"{at}.path is no string"
+        if path in seen:
+            return f"{at}.path {path!r} repeats runs[{seen[path]}].path"
+        seen[path] = i
+        for field in ("summary", "config"):
+            delta = run.get(field)
+            if delta is None:
+                continue
+            base = delta.get("base") if isinstance(delta, dict) else None
+            if not count(base) or base >= len(bases):
+                return f"{at}.{field} names base {base!r}, not one of the {len(bases)} bases"
+            sets, drops = delta.get("set", []), delta.get("drop", [])
+            if not isinstance(sets, list) or not all(isinstance(x, list) and len(x) == 2 and key_path(x[0])
+                                                     for x in sets):
+                return f"{at}.{field}.set is no list of [key path, value]"
+            if not isinstance(drops, list) or not all(key_path(x) for x in drops):
+                return f"{at}.{field}.drop is no list of key paths"
+        if run.get("metrics_csv") is not None and not isinstance(run["metrics_csv"], str):
+            return f"{at}.metrics_csv is no text"
+        snapshots = run.get("snapshots") or []
+        if not isinstance(snapshots, list):
+            return f"{at}.snapshots is no list"
+        for j, snap in enumerate(snapshots):
+            if not isinstance(snap, dict) or not count(snap.get("epoch")):
+                return f"{at}.snapshots[{j}] has no epoch (an integer ≥ 0)"
+            layers = snap.get("layers")
+            if not isinstance(layers, list) or not all(
+                    isinstance(la, dict) and isinstance(la.get("lengths"), list)
+                    and len(la["lengths"]) == len(SNAPSHOT_ARRAYS) and all(count(n) for n in la["lengths"])
+                    for la in layers):
+                return f"{at}.snapshots[{j}].layers is no list of layers with the lengths of their " \
+                       f"{', '.join(SNAPSHOT_ARRAYS)}"
+        packed = run.get("predictions")
+        if packed is None:
+            continue
+        if not isinstance(packed, dict) or not count(packed.get("n_classes"), 1):
+            return f"{at}.predictions has no n_classes (an integer ≥ 1)"
+        if packed.get("meta") is not None and not isinstance(packed["meta"], dict):
+            return f"{at}.predictions.meta is no mapping"
+        variants = packed.get("variants")
+        if not isinstance(variants, dict) or not variants or not all(
+                v in VARIANTS and isinstance(info, dict) and count(info.get("epoch")) and count(info.get("target"))
+                for v, info in variants.items()):
+            return f"{at}.predictions.variants is no mapping of {' / '.join(VARIANTS)} to their epoch and target set"
+    return None
+
+
+def materialize(path: str | Path, into: str | Path, *, format_1: bool = False) -> Path:
+    """Write the record at `path` as a run tree under `into`; returns the tree's root (`into/<root>`).
+    Every path the record names is checked (results/safe_paths.py) before anything is written."""
+    record, arrays = read(path, format_1=format_1)
+    folder, into = record_dir(path), Path(into)
+    where, again = folder / RECORD, REEXPORT.format(folder=folder)
+    bases, runs, files = record["bases"], record["runs"], record["files"]
+    try:
+        root = inside(into, component(record["root"], "root"), "root")
+        places = [inside(root, rel, "files key") for rel in files]
+        run_dirs = [inside(root, run["path"], f"runs[{i}].path") for i, run in enumerate(runs)]
+    except UnsafePath as e:
+        raise RecordError(f"{where}: {str(e).replace(str(into), '<materialised tree>')}; nothing was written") \
+            from None
+    wrong = next((rel for rel, place in zip(files, places) if place.name != layout.SEQUENTIAL), None)
+    if wrong is not None:
+        raise RecordError(f"{where} is malformed: files key {wrong!r} is no {layout.SEQUENTIAL}; {again}")
+    blob = folder / (record["predictions"] if record["version"] == VERSION else PREDICTIONS)
+    try:
+        for place, rel in zip(places, files):  # the recipe-level sequential.json files
+            place.parent.mkdir(parents=True, exist_ok=True)
+            layout.write_sequential(place.parent, files[rel])
+        for i, (run, run_dir) in enumerate(zip(runs, run_dirs)):
+            try:
+                _materialize_run(i, run, run_dir, bases, arrays)
+            except _Unusable as e:
+                raise RecordError(f"{blob} does not hold what {RECORD} says of runs[{i}] ({run['path']}): {e}; "
+                                  f"{again}") from None
+            except RecordError:
+                raise
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError,
+                    OverflowError) as e:
+                raise RecordError(f"{where} is malformed: runs[{i}] ({run['path']}) cannot be written back "
+                                  f"({type(e).__name__}: {str(e)[:80]}); {again}") from None
+    except OSError as e:
+        raise RecordError(f"cannot write the runs of {folder} into {into}: {e.strerror or e}") from None
     return root
 
 
+def _materialize_run(i: int, run: dict, run_dir: Path, bases: list, arrays: dict) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if run.get("config") is not None:
+        layout.write_config(run_dir, apply(bases[run["config"]["base"]], run["config"]))
+    if run.get("metrics_csv") is not None:
+        layout.files(run_dir).metrics.write_text(run["metrics_csv"])
+    for j, snap in enumerate(run.get("snapshots") or []):
+        snaps = layout.files(run_dir).snapshots
+        snaps.mkdir(exist_ok=True)
+        (snaps / f"epoch_{snap['epoch']:03d}.json").write_text(
+            json.dumps(_unpack_snapshot(f"r{i}_s{j}", snap, arrays)))
+    if run.get("predictions") is not None:
+        _write_predictions(run_dir, i, run["predictions"], arrays)
+    if run.get("summary") is not None:
+        layout.write_summary(run_dir, apply(bases[run["summary"]["base"]], run["summary"]))
+
+
 def _write_predictions(run_dir: Path, i: int, packed: dict, arrays: dict) -> None:
-    n_classes = int(packed["n_classes"])
+    n_classes = packed["n_classes"]
     variants = {}
     for name, info in packed["variants"].items():
         try:
-            own = {k: arrays[f"r{i}_{name}_{k}"] for k in ("shift", "p_true", "conf")}
-            target = arrays[f"target_{info['target']}"]
+            own = {k: np.asarray(arrays[f"r{i}_{name}_{k}"]) for k in ("shift", "p_true", "conf")}
+            target = np.asarray(arrays[f"target_{info['target']}"])
         except KeyError as e:
-            raise RecordError(f"{PREDICTIONS} lacks {e.args[0]}: the record is incomplete") from None
-        variants[name] = {**unpack(own, target, n_classes), "epoch": info["epoch"]}
+            raise _Unusable(f"it lacks {e.args[0]}") from None
+        n = target.shape[0] if target.ndim == 1 else -1
+        shapes = {"target": target.shape, "shift": own["shift"].shape, "p_true": own["p_true"].shape}
+        if (n < 0 or shapes["shift"] != (n,) or shapes["p_true"] != (4, n) or own["conf"].ndim != 2
+                or own["conf"].shape[0] != 4 or not all(np.issubdtype(a.dtype, np.integer)
+                                                        for a in (target, *own.values()))):
+            raise _Unusable(f"its {name} arrays have shapes {', '.join(f'{k} {v}' for k, v in shapes.items())}, "
+                            f"conf {own['conf'].shape}, not one entry per image")
+        try:
+            variants[name] = {**unpack(own, target, n_classes), "epoch": info["epoch"]}
+        except RecordError as e:
+            raise _Unusable(str(e)) from None
     meta = packed.get("meta")
     meta = {k: v for k, v in meta.items() if k != "n_images"} if isinstance(meta, dict) else None
     write_predictions(layout.files(run_dir).predictions, variants, meta=meta)
+
+
+# a materialised record's tree (str) → the record's folder: `fix_command` names the record instead of the temporary
+# tree (deleted when the reader is done) in the notes that say how to rewrite a run's predictions
+_OPENED: dict[str, str] = {}
 
 
 @contextlib.contextmanager
@@ -322,16 +590,42 @@ def opened(path: str | Path) -> Iterator[Path]:
         yield Path(path)
         return
     with tempfile.TemporaryDirectory(prefix="visionbench-record-") as tmp:
-        yield materialize(path, tmp)
+        tree = materialize(path, tmp)
+        _OPENED[str(tree)] = str(record_dir(path))
+        try:
+            yield tree
+        finally:
+            _OPENED.pop(str(tree), None)
+
+
+def fix_command(run_dirs: str) -> str | None:
+    """For runs of a record being read (`opened`): the commands that rewrite their predictions where they exist, in
+    the runs the record was exported from (RUNS_DIR), then the record from them; None for runs of a tree (the caller
+    names `visionbench predictions RUN_DIR`). `run_dirs`: one run dir, or several joined by spaces."""
+    for tree, folder in _OPENED.items():
+        if tree in run_dirs:
+            return (f"{FIX_RUNS.format(run_dir=run_dirs.replace(tree, 'RUNS_DIR'))} && "
+                    f"visionbench export RUNS_DIR {folder}")
+    return None
 
 
 def read_run(run_dir: Path) -> dict:
-    """One run directory's files as `write` takes them (its path is set by the caller)."""
+    """One run directory's files as `write` takes them (its path is set by the caller).
+
+    Raises:
+        RecordError: a predictions.npz that cannot go into a record as it is (unreadable, arrays that are no
+            classifier's predictions, or that would not come back exactly): one line naming it and the fix.
+        RunStateError: an unreadable summary.json or config.yaml (the message names it)."""
     files = layout.files(run_dir)
+    fix = (f"rewrite it with `{FIX_RUNS.format(run_dir=run_dir)}` (or delete it: the run is then recorded without "
+           "per-example predictions) and export again")
     try:
         predictions = read_evidence(files.predictions)
-    except RunStateError:
-        predictions = None  # a damaged file is no evidence: the report says so for the tree, the record drops it
+    except RunStateError as e:
+        raise RecordError(f"{files.predictions} cannot go into a record: {e}; {fix}") from None
+    problem = packing_problem(*predictions) if predictions is not None else None
+    if problem:
+        raise RecordError(f"{files.predictions} cannot go into a record: {problem}; {fix}")
     snapshots = []
     if files.snapshots.is_dir():
         for snap in sorted(files.snapshots.glob("epoch_*.json")):
@@ -342,4 +636,3 @@ def read_run(run_dir: Path) -> dict:
     return {"summary": layout.read_summary(run_dir), "config": layout.read_config(run_dir),
             "metrics_csv": files.metrics.read_text() if files.metrics.is_file() else None,
             "snapshots": snapshots, "predictions": predictions}
-

@@ -24,7 +24,7 @@ from ..train import seeds
 from ..config import (ConfigError, act_options, apply_setting, block, compose, defaults, parse, run_config,
                       sweep_settings, typed)
 from ..config.rules import choice
-from ..models.swap import check_layers, split_swap_options
+from ..models.swap import check_layers, probe_shape, split_swap_options
 from .acts import Act, apply_act_keys, sweep_acts
 
 
@@ -87,7 +87,9 @@ def preflight(cfg: DictConfig) -> DictConfig:
                 check_layers(layers)
                 if opts.get("per_channel") and "num_channels" in activations.accepted_kwargs(family):
                     opts.setdefault("num_channels", 1)  # the model gives the real count when it is built
-                activations.create(family, **opts)
+                owners = " ".join(f"imports={p.module}" for p in plugins.owner(family))
+                probe_shape(activations.create(family, **opts), act,  # a wrong output shape: here, not in a conv
+                            check=f"visionbench check {owners + ' ' if owners else ''}act={act}")
             except (ValueError, TypeError) as e:
                 raise ConfigError(f"act {act}{where}: {e}", "act") from None
         if c.finetune.source_act is not None:

@@ -23,8 +23,10 @@ from omegaconf import DictConfig
 
 from .. import plugins
 from ..results import layout
+from ..results.checkpoint import UnsafeCheckpoint
 from ..results.io import DiskFullError, RunStateError, is_disk_full
 from ..results.predictions import FILE_NAME
+from ..results.safe_paths import UnsafePath
 from ..results import provenance as results
 from ..results.identity import config_hash, diff_configs, fingerprint, upgrade
 from ..config import ConfigError, apply_setting, defaults, run_config, sweep_settings
@@ -55,12 +57,33 @@ def check_resumable(run: dict, out: Path) -> None:
     stored = layout.read_config(out)
     if stored is None:
         return
-    diffs = diff_configs(fingerprint(upgrade(stored, defaults())), fingerprint(run))
+    stored = upgrade(stored, defaults())
+    diffs = diff_configs(fingerprint(stored), fingerprint(run))
     if diffs:
         raise ConfigMismatch(
             f"{out} holds a run with a different configuration:\n  " + "\n  ".join(diffs)
             + "\nUse another results_dir=..., restore the stored settings, or delete that directory to start over."
         )
+    _check_portable(stored, run, out)
+
+
+def _check_portable(stored: dict, run: dict, out: Path) -> None:
+    """`trainer.portable` is not part of a run's identity (results/identity.py), but one run trained partly with
+    it and partly without would be neither, while its summary names only the last: a resume from last.ckpt
+    under the other setting is refused (a completed run is only skipped; one without last.ckpt restarts)."""
+    old = bool((stored.get("trainer") or {}).get("portable"))
+    new = bool((run.get("trainer") or {}).get("portable"))
+    if old == new or not layout.files(out).last.exists():
+        return
+    try:
+        if (layout.read_summary(out) or {}).get("status") == layout.COMPLETED:
+            return
+    except RunStateError:
+        pass
+    flag = {True: "true", False: "false"}
+    raise ConfigMismatch(f"{out} was trained so far with trainer.portable={flag[old]}; resuming it with "
+                         f"trainer.portable={flag[new]} would mix both in one run: rerun with "
+                         f"trainer.portable={flag[old]}, or delete that directory to retrain it", "trainer.portable")
 
 
 def execute(run: dict, out: Path, progress: bool = True, watch: ResultsWatch | None = None) -> Outcome:
@@ -183,7 +206,7 @@ def _rewrite_predictions(out: Path, summary: dict) -> None:
     try:
         path = rewrite_predictions(out)
     except RunStateError as e:
-        if summary.get("predictions"):
+        if summary.get("predictions") or isinstance(e, UnsafeCheckpoint):  # a refused checkpoint is always said
             print(f"note: {layout.files(out).predictions} is missing and cannot be rewritten: {e}", file=sys.stderr)
         return
     print(f"note: rewrote {path} from its checkpoint", file=sys.stderr)
@@ -293,7 +316,10 @@ def plan(cfg: DictConfig, *, settings: list[dict] | None = None, acts: list[str]
         for act in setting_acts:
             for seed in range(int(cfg.seeds)) if seeds is None else seeds:
                 run = plugins.record(run_config(cfg, act, seed, setting))
-                out = results.run_dir(cfg.results_dir, cfg.recipe, act, seed, setting)
+                try:  # a label that is no plain folder name (act=gelu[approximate=../x]): one line, before any run
+                    out = results.run_dir(cfg.results_dir, cfg.recipe, act, seed, setting)
+                except UnsafePath as e:
+                    raise ConfigError(str(e), "act") from None
                 try:
                     check_resumable(run, out)
                 except RunStateError:
@@ -308,6 +334,11 @@ def run_sweep(cfg: DictConfig, progress: bool = True, on_outcome: Callable[[Outc
     the outcomes in plan order. With `seeds=auto`, in rounds (sweep/rounds.py; `on_note` gets a line per round).
     ConfigError when the results tree is not writable or the runs cannot be placed as asked; `ResultsMoved` when it
     is moved or deleted while the sweep runs."""
+    if set(cfg.trainer.loggers) & {"mlflow", "wandb"}:  # a tracker that cannot work: one line, before any run
+        from ..train.trackers import unusable
+
+        if (why := unusable(cfg.trainer.loggers, cfg.results_dir)):
+            raise ConfigError(why, "trainer.loggers")
     check_writable(cfg)
     watch = ResultsWatch(Path(cfg.results_dir) / cfg.recipe)
     note = on_note or (lambda line: print(line, file=sys.stderr, flush=True))

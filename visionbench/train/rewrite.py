@@ -7,16 +7,15 @@ so `checkpoints/last.ckpt` (the final selection of every variant) and `checkpoin
 weights' selection at their best epoch) hold the arrays the file was written from: nothing is re-scored,
 and the rewritten arrays are the original's, byte for byte. A variant is taken from the first of the two
 whose selection is at the epoch the run's summary selected. Before writing, the result is checked as the
-report checks it (results/evidence.py). Runs whose checkpoints predate per-example predictions (or were
+report checks it (results/evidence.py). The checkpoints are read as data only (results/checkpoint.py `load`:
+one that pickles code is refused, naming it). Runs whose checkpoints predate per-example predictions (or were
 deleted) cannot be rewritten this way: the error says so.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
-from ..results import evidence, layout
+from ..results import checkpoint, evidence, layout
 from ..results.io import RunStateError
 from ..results.predictions import FILE_NAME, write_predictions
 from .predictions import PredictionsWriter, run_meta
@@ -24,10 +23,8 @@ from .predictions import PredictionsWriter, run_meta
 
 def _selection(ckpt: Path) -> tuple[dict, dict | None]:
     """(the PredictionsWriter's `{variant: {score, epoch, arrays}}`, its meta) in a checkpoint; ({}, None) if none."""
-    try:
-        obj = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
-    except Exception as e:  # noqa: BLE001 - torch reports a torn file in many ways
-        raise RunStateError(f"{ckpt} is unreadable ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+    # tensors and plain values only: a checkpoint pickling a call (os.system, ...) is refused, never run
+    obj = checkpoint.load(ckpt, fix="delete the run directory to retrain it, or rewrite from a checkpoint you trust")
     states = obj.get("callbacks") or {} if isinstance(obj, dict) else {}
     state = next((s for k, s in states.items() if str(k).startswith(PredictionsWriter.__qualname__)), None) or {}
     return dict(state.get("selected") or {}), state.get("meta")

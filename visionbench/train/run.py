@@ -4,7 +4,8 @@
     result = train_run(run_cfg, Path("runs/digits_vgg4/relu/seed_0"))
 
 Takes the typed run config (`config.typed` of config.yaml's dict: the one conversion); builds data,
-model and trainer (train/trainer.py); resumes from checkpoints/last.ckpt when it exists.
+model and trainer (train/trainer.py); resumes from checkpoints/last.ckpt when it exists, read as data only
+(`weights_only=True`, results/checkpoint.py: one that pickles code is refused before Lightning opens it).
 Raises `Diverged` on a non-finite loss; the sweep turns outcomes into summary.json.
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..models.lsuv import lsuv_images
 from ..data import create_datamodule
 from .callbacks import (ActivationSnapshots, AtomicCheckpointIO, EpochSeeder, GpuBusy, MetricsWriter, RunCheckpoint,
                         RunProgressBar)
+from ..results import checkpoint
 from ..results.checkpoint import checkpoint_epoch
 from ..results.layout import COMPLETED, DIVERGED, FAILED, INTERRUPTED, files
 from . import seeds, trackers
@@ -189,7 +191,8 @@ def train_run(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool 
     status = FAILED
     try:  # each seed its own tracker run, closed however the run ends
         trackers.open_runs(loggers, plain, run_dir, fresh=resume_from is None)
-        trainer.fit(module, datamodule=dm, ckpt_path=resume_from)
+        with checkpoint.allowed():  # Lightning's own resume load: data only too (checkpoint_epoch read it first)
+            trainer.fit(module, datamodule=dm, ckpt_path=resume_from, weights_only=True)
         status = COMPLETED
     except Diverged:
         status = DIVERGED
