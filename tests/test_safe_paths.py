@@ -286,3 +286,16 @@ def test_inside_component_and_within(tmp_path):
     assert within(tmp_path / "tree", tmp_path / "tree" / "relu" / "new", "p")
     with pytest.raises(UnsafePath, match="leads outside"):
         within(tmp_path / "tree", tmp_path / "tree" / "out" / "x", "p")
+
+
+def test_a_hydra_job_with_a_path_in_its_label_is_one_line_and_trains_nothing(tmp_path):
+    """The Hydra entry point (sweep/hydra_app.py) builds its run folder itself: refused there in one line too."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "visionbench.sweep.hydra_app", "act=gelu[approximate=../../x]",
+                           f"results_dir={tmp_path / 'R'}", f"hydra.run.dir={tmp_path / 'hydra'}"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        "visionbench hydra_app: activation label 'gelu[approximate=../../x]' cannot name a folder: it holds a '/'")
+    assert not (tmp_path / "R").exists() and not (tmp_path.parent / "x").exists()

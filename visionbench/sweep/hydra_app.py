@@ -32,6 +32,7 @@ from .. import plugins
 from ..config import DEFAULT_RECIPE, RECIPES_DIR, ConfigError, parse, recipe_config, run_config, split_top_level
 from ..config.overrides import LIST_KEYS
 from ..results import provenance as results
+from ..results.safe_paths import UnsafePath
 from .acts import sweep_acts
 from .preflight import check_finetune_weights, load_config
 from .resultsdir import check_writable
@@ -113,17 +114,17 @@ def main(cfg: DictConfig) -> int:
     if len(acts) != 1:
         raise SystemExit(f"one activation per job: sweep with -m act={','.join(acts)}")
     seed = 0 if cfg.get("seed") is None else int(cfg.seed)
-    try:  # what `visionbench run` checks before its first run, in its words
+    try:  # what `visionbench run` checks before its first run, in its words (a label that is no folder name too)
+        out = results.run_dir(cfg.results_dir, cfg.recipe, acts[0], seed, setting)
         check_writable(cfg)
         check_finetune_weights(cfg, setting, acts[0], check_data(cfg))
-    except ConfigError as e:
+    except (ConfigError, UnsafePath) as e:
         raise SystemExit(f"visionbench hydra_app: {e}") from None
     run = plugins.record(run_config(cfg, acts[0], seed, setting))
     try:
         # execute_jobs, not execute: a `trainer.portable=true` run trains in a fresh worker started with the pinned
         # kernels and one thread (sweep/portable.py), as under `visionbench run`; any other run, in this process
-        outcome, = execute_jobs([(run, results.run_dir(cfg.results_dir, cfg.recipe, acts[0], seed, setting))], 1,
-                                progress=False)
+        outcome, = execute_jobs([(run, out)], 1, progress=False)
     except Interrupted as stop:  # recorded `interrupted`; a requeued job (SLURM) reruns this and resumes
         print(f"{cfg.recipe} {acts[0]} seed {seed}: interrupted by {stop.signal_name}; rerun the job to resume it",
               file=sys.stderr)
