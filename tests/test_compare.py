@@ -205,3 +205,24 @@ def test_the_report_shows_the_prediction_interval_column(tmp_path, capsys):
     csv = pd.read_csv(tmp_path / "cifar10_vgg4" / "table.csv").set_index("act")
     assert csv.at["rational", "published_in_pi"] == "yes"
     assert csv.at["rational", "pi_low"] == pytest.approx(low)
+
+
+@pytest.mark.parametrize("q", [0.1, 0.3, 0.5])
+def test_the_never_learned_rule_fires_at_its_stated_rate(q):
+    """The rule behind `differs (no run of B learned)` (compare._failed_side), fed n = 3 runs per tree that each stall
+    with probability q: under no difference it fires at 2·qⁿ·(1 − qⁿ), and when B always stalls its power is 1 − qⁿ
+    (docs/reproducing.md, the rates stated there)."""
+    from visionbench.report.compare import _failed_side
+
+    n, draws = 3, 20_000
+    rng = np.random.default_rng(0)
+
+    def rate(q_a: float, q_b: float) -> float:
+        lost_a, lost_b = rng.binomial(n, q_a, draws), rng.binomial(n, q_b, draws)
+        return float(np.mean([bool(_failed_side({"n_a": n - a, "n_b": n - b, "left_out_a": a, "left_out_b": b}))
+                              for a, b in zip(lost_a, lost_b)]))
+
+    false_alarm, expected = rate(q, q), 2 * q**n * (1 - q**n)
+    assert abs(false_alarm - expected) < 3 * np.sqrt(expected * (1 - expected) / draws) + 1e-9
+    power, expected = rate(q, 1.0), 1 - q**n
+    assert abs(power - expected) < 3 * np.sqrt(expected * (1 - expected) / draws) + 1e-9
