@@ -18,6 +18,7 @@ import torch
 
 from visionbench.bench import fill_gpu as F
 from visionbench.bench import fill_workers as W
+from visionbench.bench import timing
 from visionbench.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,11 +94,11 @@ def test_fill_is_a_known_benchmark(capsys):
 
 # ---- pure parts -------------------------------------------------------------------------------------------------
 def test_k_list_sorted_each_once_and_seed_count():
-    assert F.k_list("1,4,8,16") == [1, 4, 8, 16]
-    assert F.k_list("8,1,8") == [1, 8]
+    assert timing.k_list("1,4,8,16") == [1, 4, 8, 16]
+    assert timing.k_list("8,1,8") == [1, 8]
     for bad in ("", "0", "1,,2", "-1", "x"):
         with pytest.raises(argparse.ArgumentTypeError):
-            F.k_list(bad)
+            timing.k_list(bad)
     assert F.seed_count("2") == 2
     with pytest.raises(argparse.ArgumentTypeError):
         F.seed_count("1")

@@ -72,27 +72,6 @@ MODES = {"eager": "eager", "mps": "eager, MPS", "graph": "CUDA graph (whole step
 
 
 # ---------------------------------------------------------------------------------------------- arguments
-def k_list(text: str) -> list[int]:
-    """An argparse type: comma-separated process counts, each >= 1 (`1,4,8,16`), sorted, each once."""
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"must be comma-separated integers >= 1 (e.g. 1,4,8,16), got {text!r}")
-    return sorted(set(values))
-
-
-def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
-    return value
-
-
 def seed_count(text: str) -> int:
     """An argparse type for --bits: at least two seeds (one alone against two at once)."""
     try:
@@ -109,18 +88,18 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(prog="visionbench bench fill", description=__doc__.splitlines()[0],
                                 epilog="key=value arguments: recipe=NAME act=NAME[,NAME...] and any recipe override "
                                        "(batch_size=64, trainer.precision=bf16-mixed, ...)")
-    p.add_argument("--k", type=k_list, default=[1, 4, 8, 16], help="processes at once (default 1,4,8,16)")
-    p.add_argument("--seconds", type=positive_seconds, default=4.0, help="timed seconds per case (default 4)")
+    p.add_argument("--k", type=timing.k_list, default=[1, 4, 8, 16], help="processes at once (default 1,4,8,16)")
+    p.add_argument("--seconds", type=timing.positive_seconds, default=4.0, help="timed seconds per case (default 4)")
     p.add_argument("--mps", action="store_true", help="the same cases under a private NVIDIA MPS daemon too")
     p.add_argument("--capture", action="store_true",
                    help="rows with the whole step in one CUDA graph, and torch.compile reduce-overhead (CUDA)")
-    p.add_argument("--capture-k", type=k_list, default=[1, 8],
+    p.add_argument("--capture-k", type=timing.k_list, default=[1, 8],
                    help="the K of the CUDA-graph rows, those in --k (default 1,8; none there: the smallest K)")
     p.add_argument("--bits", type=seed_count, default=None, metavar="N",
                    help="bit check: N seeds alone, then N at once; the final weights' sha256 compared")
     p.add_argument("--bit-steps", type=timing.positive_int, default=BIT_STEPS,
                    help=f"training steps per seed in the bit check (default {BIT_STEPS})")
-    p.add_argument("--budget", type=positive_seconds, default=None,
+    p.add_argument("--budget", type=timing.positive_seconds, default=None,
                    help="seconds for the whole benchmark: cases that would overrun are skipped (default: no limit)")
     p.add_argument("--device", type=timing.device_name, default="cpu")
     p.add_argument("--name", default=None, help="report name (default fill_<recipe>)")

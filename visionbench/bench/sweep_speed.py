@@ -26,7 +26,6 @@ from pathlib import Path
 import torch
 
 from . import timing
-from .fill_gpu import k_list
 from .fill_workers import state_digest
 
 
@@ -41,7 +40,7 @@ def projection(text: str) -> tuple[int, int]:
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(prog="visionbench bench sweep", description=__doc__.splitlines()[0],
                                 epilog="key=value arguments: recipe=NAME act=... and any recipe override")
-    p.add_argument("--k", type=k_list, default=[1, 2], help="runs per device to compare (default 1,2; 1 is added)")
+    p.add_argument("--k", type=timing.k_list, default=[1, 2], help="runs per device to compare (default 1,2; 1 is added)")
     p.add_argument("--project", type=projection, default=None, metavar="SEEDSxEPOCHS",
                    help="also `visionbench estimate`'s projection of that sweep at parallel=auto (e.g. 20x60)")
     p.add_argument("--seeds", type=timing.positive_int, default=2, help="seeds per activation at K > 1 (default 2)")

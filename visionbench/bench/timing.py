@@ -34,6 +34,28 @@ def positive_int(text: str) -> int:
     return value
 
 
+def k_list(text: str) -> list[int]:
+    """An argparse type: comma-separated process counts, each >= 1 (`1,4,8,16`), sorted, each once."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers >= 1 (e.g. 1,4,8,16), got {text!r}")
+    return sorted(set(values))
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a duration in seconds, a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
 def device_name(text: str) -> str:
     """An argparse type: a torch device (cpu, cuda, cuda:1, mps, ...), checked before anything is built."""
     try:
