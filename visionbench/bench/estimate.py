@@ -39,9 +39,10 @@ from omegaconf import DictConfig
 
 from ..results import layout
 from ..results.io import RunStateError
-from ..config import typed
+from ..config import sweep_settings, typed
 from ..results.settings import setting_label
 from ..sweep.placement import CONTEXT_BYTES, GPU_MEMORY_SHARE, choose, choose_cpu, visible_gpus
+from ..sweep.acts import sweep_acts
 from ..sweep.sweep import plan, worker_threads
 from ..train.trainer import trains_on_cuda
 from .measure import DoesNotFit, loaders, measure  # noqa: F401 - DoesNotFit: what estimate raises
@@ -140,7 +141,10 @@ def estimate(cfg: DictConfig) -> Estimate:
         groups.setdefault((setting_label(run["setting"]), run["act_label"]), []).append((run, out))
     cuda = trains_on_cuda(cfg.trainer)
     cpu_k, cpu_why = choose_cpu(os.cpu_count() or 1, len(jobs))
-    asked = cpu_k if cfg.parallel == "auto" and not cuda else int(cfg.parallel) if cfg.parallel != "auto" else 1
+    if cfg.parallel != "auto":
+        asked = int(cfg.parallel)
+    else:  # on CUDA auto's K comes from the measurements below; the steps are timed as one run alone first
+        asked = 1 if cuda else cpu_k
     parallel = max(1, min(asked, len(jobs)))
     own_threads = torch.get_num_threads()
     threads = worker_threads(parallel) if parallel > 1 and not cuda else own_threads  # each worker's (sweep/sweep.py)
@@ -197,7 +201,8 @@ def choose_parallel(cfg: DictConfig) -> tuple[int, str]:
     (one run per core), without timing anything; on CUDA from the estimate's measurements of every (setting, act)."""
     if not trains_on_cuda(cfg.trainer):
         n = int(getattr(cfg, "seeds_max", 10)) if str(cfg.seeds) == "auto" else int(cfg.seeds)
-        k, why = choose_cpu(os.cpu_count() or 1, len(plan(cfg, seeds=range(n))))
+        runs = len(sweep_settings(cfg)) * len(sweep_acts(cfg)) * n  # counted, not planned: `run` plans them next
+        k, why = choose_cpu(os.cpu_count() or 1, runs)
         return k, why + (f" (trainer.accelerator={cfg.trainer.accelerator})" if torch.cuda.is_available()
                          else " (no GPU here: the CPU rule)")
     est = estimate(cfg)
