@@ -98,3 +98,17 @@ def test_bench_fit_reports_each_fit_time_against_a_gelu_step(tmp_path):
     for r in rows:
         assert float(r[2]) > 0 and float(r[3]) > 0  # ms and the ratio to GELU's step, no bound asserted
         assert float(r[4]) <= type(A.create(r[0])).fit_tolerance[r[1]][0]
+
+
+def test_the_kernel_label_names_what_ran_and_the_setting_that_chose_it(monkeypatch):
+    """One label (`fused.ran_on`, `fused.switch`) for the benchmark's notes; `visionbench check`'s speed figure names
+    the same kernels (check/speed.py, with this benchmark's `Step`)."""
+    from visionbench.bench.act_speed import kernel_backend
+
+    monkeypatch.setattr(fused, "BACKEND", "compile")
+    monkeypatch.setattr(fused, "SOURCE", "default")
+    monkeypatch.setattr(fused, "COMPILE_MIN_NUMEL", 100)
+    assert kernel_backend(torch.randn(10)) == "eager (VISIONBENCH_KERNELS=compile; compiled from 100 elements)"
+    assert kernel_backend(torch.randn(100)) == "compiled (VISIONBENCH_KERNELS=compile)"
+    with fused.use_backend("reference", "trainer.kernels"):
+        assert kernel_backend(torch.randn(100)) == "reference (trainer.kernels=reference)"

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from visionbench import data
+from visionbench import config, data
 from visionbench.activations import fused
 from visionbench.data import digest
 from visionbench.report import main as report_main
 from visionbench.results import layout
 from visionbench.results.provenance import PACKAGES
+from visionbench.sweep.preflight import load_config
 from visionbench.train.environment import ENV_VARS, environment
 
 from .fixtures import write_tiny_imagenet
@@ -43,7 +44,9 @@ def digits_file() -> Path:
 def test_environment_names_every_key():
     env = environment()
     assert set(env) == {"python", "packages", "git_commit", "device", "threads", "determinism", "kernels", "env"}
+    assert set(env["kernels"]) == {"backend", "from", "compile_min_numel", "triton"}
     assert env["kernels"]["backend"] in fused.BACKENDS and env["kernels"]["triton"]  # the pinned torch brings Triton
+    assert env["kernels"]["compile_min_numel"] == fused.compile_min_numel()
     assert set(env["packages"]) == set(PACKAGES) and env["packages"]["torch"] and env["packages"]["scikit-learn"]
     assert set(env["device"]) == {"cpu", "cpu_capability", "machine", "gpu", "cuda", "cudnn"}
     assert env["device"]["cpu_capability"] and env["device"]["machine"]
@@ -51,10 +54,28 @@ def test_environment_names_every_key():
     assert set(env["env"]) == set(ENV_VARS) and isinstance(env["threads"], int)
 
 
+@pytest.mark.parametrize("env,want", [({}, ("reference", "trainer.kernels")),
+                                      ({"VISIONBENCH_KERNELS": "eager"}, ("eager", "VISIONBENCH_KERNELS")),
+                                      ({"VISIONBENCH_FAST": "0"}, ("reference", "VISIONBENCH_FAST"))])
+def test_a_runs_kernels_are_its_key_unless_a_variable_wins(env, want, monkeypatch):
+    for name in ("VISIONBENCH_KERNELS", "VISIONBENCH_COMPILE", "VISIONBENCH_FAST"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    before = fused.record()
+    for run in ({"trainer": {"kernels": "reference"}}, config.typed(config.run_config(
+            load_config(["trainer.kernels=reference"]), "relu", 0))):  # config.yaml's dict, the typed config
+        kernels = environment(run)["kernels"]
+        assert (kernels["backend"], kernels["from"]) == want
+    assert environment({"trainer": {}})["kernels"]["backend"] == (want[0] if env else "auto")  # a config from before
+    assert fused.record() == before  # recording changes nothing
+
+
 def test_a_run_records_its_environment_and_the_digest_of_the_digits(relu_pair):
     summary = layout.read_summary(relu_pair / "digits_vgg4" / "relu" / "seed_0")
     env = summary["environment"]
     assert set(environment()) <= set(env)
+    assert env["kernels"]["backend"] == "auto" and env["kernels"]["compile_min_numel"] == fused.compile_min_numel()
     assert env["data"]["sha256"] == sha256(digits_file()) == env["data"]["files"]["digits.csv.gz"]
     assert env["git_commit"] == summary["git_commit"] and env["threads"] == summary["threads"]
     assert {"scipy", "scikit-learn"} <= set(summary["versions"])  # the older field, kept for older readers
@@ -135,6 +156,22 @@ def test_mixed_environments_are_named_above_the_table_and_in_its_footer(two_timm
     assert "timm 1.0.32" in footer  # the tie goes to the first run in the table's order (gelu)
 
 
+def test_runs_on_different_kernels_are_mixed_environments(tmp_path):
+    """The kernel backend is in no config hash (results/identity.py): a table whose runs ran on two is flagged."""
+    recipe = write_recipe(tmp_path, "toy", {"relu": [90.0, 90.4], "gelu": [90.9, 91.2]})
+    for act, backend in (("relu", "auto"), ("gelu", "reference")):
+        for seed in range(2):
+            run = recipe / act / f"seed_{seed}"
+            with_environment(run)
+            summary = layout.read_summary(run)
+            summary["environment"]["kernels"].update(backend=backend, **{"from": "trainer.kernels"})
+            layout.write_summary(run, summary)
+    assert report_main([str(recipe)]) == 0
+    notes = (recipe / "table.md").read_text().split("Notes:\n")[1].splitlines()
+    assert notes[0].startswith("- MIXED ENVIRONMENTS: ")
+    assert "backend: auto (relu seeds 0, 1), reference (gelu seeds 0, 1)" in notes[0]
+
+
 def test_strict_env_refuses_in_one_line_and_writes_nothing(two_timms, capsys):
     assert report_main([str(two_timms), "--strict-env"]) == 2
     err = capsys.readouterr().err.strip()
@@ -165,3 +202,17 @@ def test_runs_from_before_the_environment_still_report(tmp_path, capsys):
     layout.write_summary(recipe / "relu" / "seed_1", {k: v for k, v in summary.items() if k != "versions"})
     assert report_main([str(recipe), "--strict-env"]) == 0
     assert "MIXED ENVIRONMENTS" not in (recipe / "table.md").read_text()
+
+
+def test_a_sweep_records_the_kernels_its_run_was_given(tmp_path, monkeypatch):
+    """`trainer.kernels=reference` on the command line: the run trains on the plain formulas, and its summary says so
+    and where it came from (the key; a variable would win over it: test above)."""
+    from visionbench.cli import main as cli
+
+    for name in ("VISIONBENCH_KERNELS", "VISIONBENCH_FAST", "VISIONBENCH_COMPILE"):
+        monkeypatch.delenv(name, raising=False)
+    assert cli(["run", "act=rational", "seeds=1", "epochs=1", "data.limit_train=64", "data.limit_val=32",
+                "snapshot_epochs=[]", "trainer.kernels=reference", f"results_dir={tmp_path}"]) == 0
+    kernels = layout.read_summary(tmp_path / "digits_vgg4" / "rational" / "seed_0")["environment"]["kernels"]
+    assert (kernels["backend"], kernels["from"]) == ("reference", "trainer.kernels")
+    assert fused.backend() == "auto"  # the run's key ended with the run

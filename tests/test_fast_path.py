@@ -201,19 +201,95 @@ def test_compiled_gradcheck(compiled):
     assert torch.autograd.gradcheck(f, (x, a, b), eps=1e-6, atol=1e-5)
 
 
-@pytest.mark.parametrize("env,backend", [({}, "auto"), ({"VISIONBENCH_KERNELS": "Triton"}, "triton"),
-                                         ({"VISIONBENCH_COMPILE": "0"}, "eager"), ({"VISIONBENCH_FAST": "0"}, "reference"),
-                                         ({"VISIONBENCH_KERNELS": "compile", "VISIONBENCH_FAST": "0"}, "compile")])
-def test_one_switch_picks_the_kernels(env, backend, monkeypatch):
-    for name in ("VISIONBENCH_KERNELS", "VISIONBENCH_COMPILE", "VISIONBENCH_FAST"):
+SWITCHES = ("VISIONBENCH_KERNELS", "VISIONBENCH_COMPILE", "VISIONBENCH_FAST")
+
+
+@pytest.fixture
+def no_switches(monkeypatch):
+    """None of the kernel variables set, and the process's backend restored after the test."""
+    for name in SWITCHES:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(fused, "BACKEND", fused.BACKEND)
+    monkeypatch.setattr(fused, "SOURCE", fused.SOURCE)
+
+
+@pytest.mark.parametrize("env,backend,source", [
+    ({}, "auto", "default"), ({"VISIONBENCH_KERNELS": "Triton"}, "triton", "VISIONBENCH_KERNELS"),
+    ({"VISIONBENCH_COMPILE": "0"}, "eager", "VISIONBENCH_COMPILE"), ({"VISIONBENCH_FAST": "0"}, "reference", "VISIONBENCH_FAST"),
+    ({"VISIONBENCH_KERNELS": "compile", "VISIONBENCH_FAST": "0"}, "compile", "VISIONBENCH_KERNELS")])
+def test_one_switch_picks_the_kernels(env, backend, source, no_switches, monkeypatch):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert fused._backend_from_env() == backend
+    assert fused.resolve(None) == (backend, source)
+    # the variable wins over a run's key; without one, the key decides
+    assert fused.resolve("reference") == ((backend, source) if env else ("reference", "trainer.kernels"))
     monkeypatch.setattr(fused, "BACKEND", backend)
     x = torch.randn(3)  # a CPU tensor: auto takes the compiled kernels; triton only under the interpreter
     want = {"auto": "compile", "triton": "triton" if triton_ops.runs_on(x) else "compile"}.get(backend, backend)
-    assert fused.backend_for(x) == want
+    assert fused.backend() == backend and fused.backend_for(x) == want
+
+
+def test_the_schema_offers_the_backends_fused_knows():
+    from visionbench.config.schema import KERNELS, RunConfig
+    assert KERNELS == fused.BACKENDS and RunConfig().trainer.kernels == "auto" == fused.BACKENDS[0]
+
+
+def test_set_backend_and_use_backend_are_the_one_setter(no_switches):
+    fused.set_backend("eager")
+    assert (fused.backend(), fused.source()) == ("eager", "set_backend")
+    with fused.use_backend("reference", "trainer.kernels"):
+        assert fused.record() == {"backend": "reference", "from": "trainer.kernels",
+                                  "compile_min_numel": fused.COMPILE_MIN_NUMEL}
+        assert fused.switch() == "trainer.kernels=reference"
+        assert not fused.fast_enabled(torch.randn(3))  # every reader asks backend()
+    assert (fused.backend(), fused.source()) == ("eager", "set_backend") and fused.switch() == "VISIONBENCH_KERNELS=eager"
+    with pytest.raises(ValueError, match=r"^set_backend='fast' is not a kernel backend; accepted: auto, triton, "):
+        fused.set_backend("fast")
+    assert fused.backend() == "eager"
+
+
+def test_compile_min_numel_is_read_through_the_query(monkeypatch):
+    monkeypatch.setattr(fused, "COMPILE_MIN_NUMEL", 7)
+    assert fused.compile_min_numel() == 7 and fused.record()["compile_min_numel"] == 7
+    monkeypatch.setattr(fused, "BACKEND", "compile")
+    assert fused.ran_on(torch.randn(6)) == "eager" and fused.ran_on(torch.randn(7)) == "compiled"
+
+
+@pytest.mark.parametrize("env", [{}, {"VISIONBENCH_KERNELS": "eager"}])
+def test_a_run_trains_with_its_key_unless_the_variable_says_otherwise(env, no_switches, monkeypatch, tmp_path):
+    """train_run sets the backend before anything is built and restores the process's after (a worker's next run
+    starts from its own key); environment.kernels(run) records the same."""
+    from visionbench.train import run as train
+    from visionbench.train.environment import kernels
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    seen = []
+    monkeypatch.setattr(train, "_train", lambda cfg, run_dir, progress: seen.append(fused.record()))
+    before = fused.record()
+    cfg = {"trainer": {"kernels": "reference"}}
+    train.train_run(cfg, tmp_path)
+    want = {"backend": "eager", "from": "VISIONBENCH_KERNELS"} if env else {"backend": "reference", "from": "trainer.kernels"}
+    assert seen == [{**want, "compile_min_numel": fused.COMPILE_MIN_NUMEL}]
+    assert fused.record() == before
+    recorded = kernels(cfg)
+    assert {k: recorded[k] for k in ("backend", "from")} == want and fused.record() == before
+
+
+def test_every_family_with_a_fast_path_is_in_the_cases():
+    """A learnable family whose class has its own `fast_forward` (fused or Triton kernels) is in CASES, so a new family
+    cannot skip the tests above; the benchmark (bench/act_speed.py) times each of them too."""
+    from visionbench.activations.base import LearnableActivation
+    from visionbench.bench.act_speed import CASES as BENCH_CASES
+
+    fast = {A.get_class(name).registry_name for name in A.names()
+            if issubclass(cls := A.get_class(name), LearnableActivation) and cls.__module__.startswith("visionbench.")
+            and (cls.fast_forward is not LearnableActivation.fast_forward or cls.triton_kernels)}
+    assert fast >= {"rational", "hermite", "slaf", "bspline", "prelu"}  # the rule finds them
+    tested = {A.get_class(name).registry_name for name, _ in CASES}
+    benched = {A.get_class(name).registry_name for name, _ in BENCH_CASES.values()}
+    assert fast - tested == set(), "families with a fast path missing from tests/test_fast_path.py CASES"
+    assert fast - benched == set(), "families with a fast path missing from bench/act_speed.py CASES"
 
 
 def test_a_bad_kernels_switch_is_one_line(monkeypatch, capsys):

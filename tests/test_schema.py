@@ -125,3 +125,20 @@ def test_a_field_is_checked_by_its_annotation_and_its_rule():
         "new_opt must be null or an integer >= 1, got 0", "new_frac must be a number >= 0 and < 1, got 1.0",
         "new_mode must be one of a, b, got 'c'"]
     assert errors(bad, Mine)[-1][0] == "new_key"
+
+
+def test_the_kernel_backend_is_a_checked_key_out_of_the_config_hash(tmp_path, capsys):
+    """trainer.kernels: its values in one line; at any value the run's config hash is the one it had before the key
+    (the backend is recorded in the run's environment instead: tests/test_environment.py)."""
+    from visionbench.cli import main
+    from visionbench.results.identity import config_hash
+
+    assert main(["run", f"results_dir={tmp_path}/results", "trainer.kernels=bogus"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("visionbench run") and ("trainer.kernels must be one of auto, triton, "
+                                                                       "compile, eager, reference, got 'bogus'") in err[0]
+    assert not (tmp_path / "results").exists()
+    runs = [run_config(load_config([f"trainer.kernels={k}"]), "relu", 0) for k in ("auto", "reference")]
+    before = {k: v for k, v in runs[0].items()}
+    before["trainer"] = {k: v for k, v in runs[0]["trainer"].items() if k != "kernels"}
+    assert config_hash(runs[0]) == config_hash(runs[1]) == config_hash(before)

@@ -1,12 +1,19 @@
 """Fast path of the learnable activations: one fused kernel forward, one backward, only x saved.
 
-    VISIONBENCH_KERNELS=auto visionbench run ...      # the default: Triton kernels on CUDA, compiled ones elsewhere
-    VISIONBENCH_KERNELS=triton visionbench run ...    # Triton wherever it runs (CUDA; any device if TRITON_INTERPRET=1)
-    VISIONBENCH_KERNELS=compile visionbench run ...   # torch.compile of the fused kernels (C++ on CPU, Triton on CUDA)
-    VISIONBENCH_KERNELS=eager visionbench run ...     # the fused kernels run eagerly (no compiler)
-    VISIONBENCH_KERNELS=reference visionbench run ... # the plain formulas, differentiated by autograd
+    visionbench run ... trainer.kernels=auto          # the default: Triton kernels on CUDA, compiled ones elsewhere
+    visionbench run ... trainer.kernels=triton        # Triton wherever it runs (CUDA; any device if TRITON_INTERPRET=1)
+    visionbench run ... trainer.kernels=compile       # torch.compile of the fused kernels (C++ on CPU, Triton on CUDA)
+    visionbench run ... trainer.kernels=eager         # the fused kernels run eagerly (no compiler)
+    visionbench run ... trainer.kernels=reference     # the plain formulas, differentiated by autograd
+    VISIONBENCH_KERNELS=eager visionbench run ...     # the variable wins over the key (any process, not only runs)
+    with fused.use_backend("eager"): y = act(x)       # a backend for a block of code
     with fused.reference_path(): y = act(x)           # the plain formulas for a block of code
     act.fast = False                                  # the same, for one module
+
+The backend is one value per process, `backend()`, which every reader asks: it starts as VISIONBENCH_KERNELS
+(the older VISIONBENCH_FAST=0 means reference, VISIONBENCH_COMPILE=0 eager; none set: auto), and a run sets it
+from its `trainer.kernels` unless one of those variables is set (`resolve`, `configured`: train/run.py). Where it
+came from is `source()`; a run records both, with `compile_min_numel()`, in summary.json `environment.kernels`.
 
 Under a `torch.func` transform (vmap, grad, jvp, jacrev, functionalize, ...) modules take the plain
 formulas too (`fast_enabled`), so every transform sees autograd's own derivatives: seed ensembles
@@ -30,7 +37,7 @@ input-sized tensor where the plain formulas hold one per term. Elementwise famil
 With backend `compile`, both functions are compiled by torch.compile (C++/OpenMP on CPU, Triton
 on CUDA) once per (kernel configuration, function, dtype, device) and cached for the process;
 inductor's on-disk cache makes later processes fast. Compilation is skipped for inputs below
-`COMPILE_MIN_NUMEL` elements (seconds of compiling cannot pay back there), and a compilation that
+`compile_min_numel()` elements (seconds of compiling cannot pay back there), and a compilation that
 fails falls back to the same functions run eagerly, with one warning. On CUDA the default (`auto`)
 runs the families' hand-written Triton kernels instead (`triton_ops.py`, `backend_for`).
 """
@@ -48,31 +55,100 @@ from typing import Callable, Sequence
 import torch
 from torch.autograd.function import once_differentiable
 
-BACKENDS = ("auto", "triton", "compile", "eager", "reference")
-
-
-def _backend_from_env() -> str:
-    """VISIONBENCH_KERNELS, one of BACKENDS (default auto); the older VISIONBENCH_FAST=0 means reference and
-    VISIONBENCH_COMPILE=0 eager."""
-    name = os.environ.get("VISIONBENCH_KERNELS", "").strip().lower()
-    if not name:
-        if os.environ.get("VISIONBENCH_FAST", "1") == "0":
-            return "reference"
-        return "eager" if os.environ.get("VISIONBENCH_COMPILE", "1") == "0" else "auto"
-    return name
-
-
-def check_backend() -> None:
-    """ValueError naming the accepted values when VISIONBENCH_KERNELS is none of them (the CLI checks first)."""
-    if BACKEND not in BACKENDS:
-        raise ValueError(f"VISIONBENCH_KERNELS={BACKEND!r} is not a kernel backend; accepted: {', '.join(BACKENDS)}")
-
-
-BACKEND = _backend_from_env()  # the one switch (tests monkeypatch it)
+BACKENDS = ("auto", "triton", "compile", "eager", "reference")  # config/schema.py KERNELS: the same (a test says so)
+KEY = "trainer.kernels"  # the config key that chooses the backend of a run
 # 2^20 elements (VGG8's smallest map at CIFAR batch 128): below this a fused kernel saves well under
 # a millisecond per call on a CPU, while a first compilation costs seconds (and a new shape class
 # another), so digits-sized runs and tests stay eager.
-COMPILE_MIN_NUMEL = int(os.environ.get("VISIONBENCH_COMPILE_MIN_NUMEL", str(1 << 20)))
+DEFAULT_COMPILE_MIN_NUMEL = 1 << 20
+
+
+def _backend_from_env() -> tuple[str, str] | None:
+    """(backend, the variable that set it): VISIONBENCH_KERNELS, one of BACKENDS; the older VISIONBENCH_FAST=0
+    means reference and VISIONBENCH_COMPILE=0 eager; None when none of them is set."""
+    name = os.environ.get("VISIONBENCH_KERNELS", "").strip().lower()
+    if name:
+        return name, "VISIONBENCH_KERNELS"
+    if os.environ.get("VISIONBENCH_FAST", "1") == "0":
+        return "reference", "VISIONBENCH_FAST"
+    if os.environ.get("VISIONBENCH_COMPILE", "1") == "0":
+        return "eager", "VISIONBENCH_COMPILE"
+    return None
+
+
+# The one switch: the stored value `backend()` reads (tests monkeypatch it), and where it came from
+BACKEND, SOURCE = _backend_from_env() or ("auto", "default")
+COMPILE_MIN_NUMEL = int(os.environ.get("VISIONBENCH_COMPILE_MIN_NUMEL", str(DEFAULT_COMPILE_MIN_NUMEL)))
+
+
+def backend() -> str:
+    """The kernel backend of this process now, one of BACKENDS (`backend_for` says what it means for a tensor)."""
+    return BACKEND
+
+
+def source() -> str:
+    """Where `backend()` came from: "VISIONBENCH_KERNELS" (or an older variable), "trainer.kernels" (a run's
+    key), "default" (nothing set) or the name of the call that set it (`set_backend`, `use_backend`)."""
+    return SOURCE
+
+
+def compile_min_numel() -> int:
+    """Inputs with fewer elements run the fused kernels eagerly under backend compile (VISIONBENCH_COMPILE_MIN_NUMEL,
+    else DEFAULT_COMPILE_MIN_NUMEL; `COMPILE_MIN_NUMEL` holds it)."""
+    return COMPILE_MIN_NUMEL
+
+
+def switch() -> str:
+    """The setting that chose `backend()`, as a user writes it: `trainer.kernels=reference` for a run's key,
+    else `VISIONBENCH_KERNELS=<backend>` (the older variables' meaning in its spelling; also the default)."""
+    return f"{KEY if SOURCE == KEY else 'VISIONBENCH_KERNELS'}={backend()}"
+
+
+def check_backend() -> None:
+    """ValueError naming the accepted values when the backend is none of them: only VISIONBENCH_KERNELS can say so
+    (`set_backend` and the schema refuse any other name; the CLI checks the variable first)."""
+    if backend() not in BACKENDS:
+        raise ValueError(f"VISIONBENCH_KERNELS={backend()!r} is not a kernel backend; accepted: {', '.join(BACKENDS)}")
+
+
+def set_backend(name: str, source: str = "set_backend") -> tuple[str, str]:
+    """Make `name` (one of BACKENDS) the backend of this process, recorded as coming from `source`; returns the
+    previous (backend, source). ValueError naming the accepted values for any other name."""
+    global BACKEND, SOURCE
+    if name not in BACKENDS:
+        raise ValueError(f"{source}={name!r} is not a kernel backend; accepted: {', '.join(BACKENDS)}")
+    previous = (BACKEND, SOURCE)
+    BACKEND, SOURCE = name, source
+    return previous
+
+
+@contextlib.contextmanager
+def use_backend(name: str, source: str = "use_backend"):
+    """`set_backend(name, source)` inside this block, the previous backend restored after it."""
+    global BACKEND, SOURCE
+    previous = set_backend(name, source)
+    try:
+        yield
+    finally:
+        BACKEND, SOURCE = previous
+
+
+def resolve(key: str | None) -> tuple[str, str]:
+    """(backend, where it came from) for a run whose `trainer.kernels` is `key`: the variable wins over the key
+    (VISIONBENCH_KERNELS, or an older one, read now), else the key; neither: ("auto", "default")."""
+    return _backend_from_env() or ((key, KEY) if key else ("auto", "default"))
+
+
+def configured(key: str | None):
+    """The backend `resolve(key)` picks, for a block of code (a run's training: train/run.py)."""
+    return use_backend(*resolve(key))
+
+
+def record() -> dict:
+    """What decides the kernels now, as a run records it (summary.json `environment.kernels`, with the Triton
+    version): {"backend", "from" (`source`), "compile_min_numel"}."""
+    return {"backend": backend(), "from": source(), "compile_min_numel": compile_min_numel()}
+
 
 _state = threading.local()
 _COMPILED: dict[tuple, Callable | None] = {}  # None: compilation failed, run eagerly
@@ -100,7 +176,7 @@ def fast_enabled(x: torch.Tensor | None = None, triton: bool = False) -> bool:
     compiler and CUDA graphs trace through. Under a torch.func transform the plain formulas too: the
     transforms differentiate (and batch) them exactly, while the fused backward is first-order only
     and has no forward-mode rule."""
-    if BACKEND == "reference" or getattr(_state, "reference", 0) or transforms_active():
+    if backend() == "reference" or getattr(_state, "reference", 0) or transforms_active():
         return False
     if getattr(torch.compiler, "is_compiling", lambda: False)():
         return triton and x is not None and backend_for(x) == "triton"
@@ -112,12 +188,22 @@ def backend_for(x: torch.Tensor) -> str:
     interpreter, with backend auto or triton), "compile" (torch.compile of the fused kernels), "eager"
     (the fused kernels uncompiled) or "reference" (the plain formulas)."""
     check_backend()
-    if BACKEND in ("auto", "triton"):
+    name = backend()
+    if name in ("auto", "triton"):
         from . import triton_ops
-        if triton_ops.runs_on(x) and (BACKEND == "triton" or x.device.type == "cuda"):
+        if triton_ops.runs_on(x) and (name == "triton" or x.device.type == "cuda"):
             return "triton"
         return "compile"
-    return BACKEND
+    return name
+
+
+def ran_on(x: torch.Tensor) -> str:
+    """The kernels a learnable activation runs on x in fact: `backend_for`, with "compile" as "compiled", or as
+    "eager" for an input under `compile_min_numel()` elements (the benchmarks' and the checks' label)."""
+    name = backend_for(x)
+    if name == "compile":
+        return "compiled" if x.numel() >= compile_min_numel() else "eager"
+    return name
 
 
 def transforms_active() -> bool:
@@ -165,7 +251,7 @@ class Kernel:
         # Kernels never see autograd: detached inputs spare dynamo guards on requires_grad and its
         # warnings about reading .grad of non-leaf tensors (coefficient views are non-leaves).
         fn, x, tensors = self.functions[which], x.detach(), [t.detach() for t in tensors]
-        if BACKEND != "eager" and x.numel() >= COMPILE_MIN_NUMEL and not transforms_active():  # vmap's tensors: eager
+        if backend() != "eager" and x.numel() >= compile_min_numel() and not transforms_active():  # vmap's tensors: eager
             key = self.key + (which, x.dtype, str(x.device))
             compiled = self._compiled(key, fn)
             if compiled is not None:

@@ -11,8 +11,8 @@ before each call (`gpu_timing`, as triton.testing.do_bench times kernels), its r
 kernels one forward + backward launches; the bytes saved for backward in units of the input, the peak
 memory above the inputs (CUDA only), the compile time (first call; inductor's disk cache shortens later
 runs), and, with the `reference` extra installed, the same against the reference implementation: median
-time ratio and the largest output difference. Writes `results/bench/<name>.md`, naming the kernel
-backend that ran (`fused.backend_for`).
+time ratio and the largest output difference. Writes `results/bench/<name>.md`, naming the kernels
+that ran (`fused.ran_on`) and the setting that chose them.
 """
 from __future__ import annotations
 
@@ -103,15 +103,17 @@ def select(spec: str) -> list[str]:
 
 class Step:
     """One forward + backward of `module` on fixed (x, g): the gradients of <module(x), g> for x and
-    every trainable parameter, by autograd.grad (nothing accumulates into .grad between rounds)."""
+    every trainable parameter, by autograd.grad (nothing accumulates into .grad between rounds). What every
+    activation timing runs (this benchmark, `visionbench check`'s speed); `allow_unused`: a parameter the forward
+    leaves unused is no error (the check's `param grads` reports it, its timing goes on)."""
 
-    def __init__(self, module: nn.Module, x: torch.Tensor, g: torch.Tensor):
-        self.module, self.x, self.g = module, x, g
+    def __init__(self, module: nn.Module, x: torch.Tensor, g: torch.Tensor, allow_unused: bool = False):
+        self.module, self.x, self.g, self.allow_unused = module, x, g, allow_unused
         self.params = [p for p in module.parameters() if p.requires_grad]
 
     def __call__(self) -> torch.Tensor:
         y = self.module(self.x)
-        torch.autograd.grad(y, [self.x, *self.params], self.g)
+        torch.autograd.grad(y, [self.x, *self.params], self.g, allow_unused=self.allow_unused)
         return y
 
 
@@ -152,12 +154,13 @@ def bench_case(label: str, act: nn.Module, gelu: Step, x: torch.Tensor, g: torch
 
 
 def kernel_backend(x: torch.Tensor) -> str:
-    """The kernels the learnable activations ran on x (`fused.backend_for`: triton, compile, eager, reference)
-    and the switch that chose them."""
-    name, switch = fused.backend_for(x), f"VISIONBENCH_KERNELS={fused.BACKEND}"
-    if name == "compile" and x.numel() < fused.COMPILE_MIN_NUMEL:  # fused's threshold: run eagerly
-        return f"{name} ({switch}; eager below {fused.COMPILE_MIN_NUMEL} elements)"
-    return f"{name} ({switch})"
+    """The kernels the learnable activations ran on x (`fused.ran_on`: triton, compiled, eager, reference) and the
+    setting that chose them (`fused.switch`): `eager (VISIONBENCH_KERNELS=eager)`; where compile's size threshold
+    made them eager, that threshold too."""
+    name, note = fused.ran_on(x), ""
+    if name == "eager" and fused.backend_for(x) == "compile":
+        note = f"; compiled from {fused.compile_min_numel()} elements"
+    return f"{name} ({fused.switch()}{note})"
 
 
 def main(argv: list[str]) -> int:

@@ -153,6 +153,8 @@ class Worker:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
         _deterministic(spec.mode == "bits" or bool(getattr(spec.run.trainer, "deterministic", True)))
+        from ..activations import fused  # this worker trains as the run would: its trainer.kernels, unless a
+        fused.set_backend(*fused.resolve(getattr(spec.run.trainer, "kernels", None)))  # variable overrides it
         t0 = time.perf_counter()
         step = build_step(spec, self.device)
         if spec.mode != "bits":  # the bit check trains from the seed's initial weights: no warm-up steps

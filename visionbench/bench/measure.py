@@ -158,7 +158,17 @@ def measure(run: RunConfig, data, device: torch.device, batch: int, what: str
     run's model on a synthetic batch of `batch` images; `DoesNotFit` when that batch does not fit on `device`.
     Memory: CUDA peak allocated in one step; elsewhere the bytes autograd saves for backward. GPU seconds: the
     step's kernels, copies and memsets by torch.profiler (gpu_timing.kernel_stats; None off CUDA): over the step's
-    time, the share of it one run keeps the GPU busy (what `parallel=auto` fills)."""
+    time, the share of it one run keeps the GPU busy (what `parallel=auto` fills). Timed on the kernels the run
+    trains with (its trainer.kernels, or the variable that overrides it: activations/fused.py)."""
+    from ..activations import fused
+    from ..train.environment import kernels_key
+
+    with fused.configured(kernels_key(run)):
+        return _measure(run, data, device, batch, what)
+
+
+def _measure(run: RunConfig, data, device: torch.device, batch: int, what: str
+             ) -> tuple[int, float, float, int | None, float | None]:
     from .. import models
     from .train_step import TrainStep
     from ..train.run import build_model

@@ -25,6 +25,7 @@ import sys
 
 import torch
 
+from ..activations import fused
 from ..config import RunConfig
 
 from ..train.step import classification_step
@@ -113,10 +114,9 @@ def levers(trainer) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from ..config import ConfigError, run_config, typed
+    from ..config import ConfigError
     from ..sweep.acts import sweep_acts
     from ..sweep.preflight import load_config
-    from ..train.run import build_model
 
     args, overrides = parse_args(argv)
     baseline = args.compare_to
@@ -133,6 +133,17 @@ def main(argv: list[str]) -> int:
     except (ConfigError, ValueError) as e:
         print(f"visionbench bench train: {e}", file=sys.stderr)
         return 2
+    with fused.configured(cfg.trainer.kernels):  # the kernels a run of this config trains with (the variable wins)
+        return _time_steps(args, argv, cfg, act, baseline, (num_classes, in_chans, img_size))
+
+
+def _time_steps(args: argparse.Namespace, argv: list[str], cfg, act: str, baseline: str | None,
+                shape: tuple[int, int, int]) -> int:
+    """Time the baseline's and the activation's train steps, alternating, and write the report."""
+    from ..config import run_config, typed
+    from ..train.run import build_model
+
+    num_classes, in_chans, img_size = shape
     device = torch.device(args.device)
     batch = int(cfg.batch_size)
     gen = torch.Generator().manual_seed(0)
@@ -173,7 +184,7 @@ def main(argv: list[str]) -> int:
              f"recipe {cfg.recipe}: model {cfg.model.name}, batch {batch} x {in_chans}x{img_size}x{img_size} "
              f"synthetic, optimizer {cfg.optim.name}, {args.steps} timed steps per model, alternating",
              f"{len(report) if report else 0} activation modules swapped for {act}",
-             "speed levers: " + levers(cfg.trainer),
+             "speed levers: " + levers(cfg.trainer) + f"; kernels {fused.switch()}",
              "× baseline: median of per-step ratios; img/s: batch / median step time",
              ("GPU ms: CUDA events around each step, L2 flushed before each (as triton.testing.do_bench), median of "
               f"{args.steps} alternating steps; × baseline (GPU): median of per-step ratios; kernels: CUDA kernels "

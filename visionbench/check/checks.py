@@ -63,7 +63,7 @@ class Subject:
 
 def paths(module: nn.Module) -> list[str]:
     """The forward paths a module has: learnable ones with a fused kernel run both."""
-    fast = isinstance(module, LearnableActivation) and module.fast and fused.BACKEND != "reference"
+    fast = isinstance(module, LearnableActivation) and module.fast and fused.backend() != "reference"
     return ["fused", "reference"] if fast else ["default"]
 
 

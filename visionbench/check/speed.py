@@ -7,24 +7,11 @@ from torch import nn
 
 from ..activations import fused
 from ..bench import timing
+from ..bench.act_speed import Step
 from .checks import randn
 
-SHAPE, QUICK_SHAPE = (16, 32, 32, 32), (2, 8, 4, 4)  # NCHW float32; below fused.COMPILE_MIN_NUMEL: eager kernels
+SHAPE, QUICK_SHAPE = (16, 32, 32, 32), (2, 8, 4, 4)  # NCHW float32; below fused.compile_min_numel(): eager kernels
 ROUNDS, QUICK_ROUNDS = 10, 4
-
-
-class Step:
-    """One forward + backward: the gradients of <module(x), g> for x and every trainable parameter (bench/act_speed.py's,
-    but a parameter forward leaves unused is allowed: `param grads` reports it, the timing goes on)."""
-
-    def __init__(self, module: nn.Module, x: torch.Tensor, g: torch.Tensor):
-        self.module, self.x, self.g = module, x, g
-        self.params = [p for p in module.parameters() if p.requires_grad]
-
-    def __call__(self) -> torch.Tensor:
-        y = self.module(self.x)
-        torch.autograd.grad(y, [self.x, *self.params], self.g, allow_unused=True)
-        return y
 
 
 def speed(subject, device: torch.device, quick: bool = False, max_ratio: float | None = None) -> tuple[bool | None, str]:
@@ -35,7 +22,7 @@ def speed(subject, device: torch.device, quick: bool = False, max_ratio: float |
     x = randn(shape, device).requires_grad_(True)
     g = randn(shape, device, seed=1)
     gelu = Step(nn.GELU(), x, g)
-    act = Step(subject.make(channels=shape[1]).to(device).train(), x, g)
+    act = Step(subject.make(channels=shape[1]).to(device).train(), x, g, allow_unused=True)
     for _ in range(2):  # warm-up: allocator, caches
         gelu(), act()
     # half the rounds run GELU first, half the activation: on a busy CPU the first call of a round can pay for
@@ -47,11 +34,8 @@ def speed(subject, device: torch.device, quick: bool = False, max_ratio: float |
         memory, kind = timing.peak_bytes(act, device) / max(timing.peak_bytes(gelu, device), 1), "peak memory"
     else:
         memory, kind = timing.saved_bytes(act) / max(timing.saved_bytes(gelu), 1), "memory saved for backward"
-    kernels = fused.backend_for(x)
-    kernels = "compiled" if kernels == "compile" and x.numel() >= fused.COMPILE_MIN_NUMEL else \
-        ("eager" if kernels == "compile" else kernels)
     figure = (f"{ratio:.2f}x GELU time, {memory:.2f}x GELU {kind} (forward + backward, "
-              f"{'x'.join(map(str, shape))} float32 on {device}, {kernels} kernels, median of {repeats} rounds)")
+              f"{'x'.join(map(str, shape))} float32 on {device}, {fused.ran_on(x)} kernels, median of {repeats} rounds)")
     if max_ratio is None:
         return None, figure
     if max(ratio, memory) > max_ratio:

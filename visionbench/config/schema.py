@@ -20,6 +20,9 @@ PRECISIONS = ("64-true", "32-true", "16-true", "bf16-true", "16-mixed", "bf16-mi
 TV_MAGNITUDE_MAX = 30  # torchvision RandAugment: num_magnitude_bins 31 -> magnitudes 0..30
 MAX_SEEDS = 10_000  # per activation: a sweep plans every run before the first (a typo of 1e20 seeds would hang)
 MAX_BATCH = 2**31 - 1  # the loaders' index arithmetic (itertools.islice) takes no larger count
+# the learnable activations' kernel backends (activations/fused.py BACKENDS, which the config may not import: a test
+# keeps the two alike)
+KERNELS = ("auto", "triton", "compile", "eager", "reference")
 
 
 def _seeds(v: Any) -> str | None:
@@ -203,6 +206,10 @@ class TrainerConfig:
     # NVIDIA MPS for parallel=K on CUDA: a running daemon serves the workers whatever this says; true: refuse to run
     # without one (visionbench starts none); recorded per run, not in the config hash
     mps: Optional[bool] = None
+    # the learnable activations' kernels (docs/bench.md): auto (Triton on CUDA, compiled elsewhere), triton, compile,
+    # eager (fused, uncompiled) or reference (the plain formulas); VISIONBENCH_KERNELS wins over it; recorded per run
+    # (summary.json environment.kernels), not in the config hash (results/identity.py)
+    kernels: str = rule("auto", choices=KERNELS)
     accumulate_grad_batches: int = rule(1, ">= 1")  # steps per optimizer update; the global batch_size is kept
     sync_batchnorm: bool = False  # under DDP, BatchNorm statistics over all processes (timm --sync-bn)
     portable: bool = False  # the same bits on any x86-64 CPU with AVX2: ISA, BLAS path, 1 thread pinned (sweep/portable.py)

@@ -19,8 +19,12 @@ import json
 NOT_FINGERPRINTED = ("seeds", "seeds_max", "seeds_margin", "parallel", "results_dir", "baseline", "report", "act_label",
                      "setting", "factors", "estimate",
                      "threads", "data.root", "data.num_workers", "data.download", "snapshot_epochs",
-                     "trainer.loggers", "trainer.portable", "trainer.mps",
+                     "trainer.loggers", "trainer.portable", "trainer.mps", "trainer.kernels",
                      "imports")  # imports: what counts is the run's `plugins` record
+# trainer.kernels (the learnable activations' kernel backend) is out at every value, so no ADDED_AT_DEFAULT entry: its
+# backends compute the same formulas and differ in float rounding only (tests/test_fast_path.py), like the CPU's
+# kernels or trainer.portable; and VISIONBENCH_KERNELS wins over it, so the key alone cannot say what ran. What ran is
+# the run's environment.kernels (backend and where it came from), which the report compares (MIXED ENVIRONMENTS).
 # what differs between the rows of one table ("plugins": module, version and sha256 of the plugin owning the row's
 # activation, visionbench/plugins.py: compared on resume; the report flags a table pooling two versions of one)
 PER_RUN = ("act", "act_label", "act_options", "act_lr_mult", "seed", "plugins")

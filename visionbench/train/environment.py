@@ -12,8 +12,10 @@ visionbench/data/digest.py) is added when the run completes.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+from collections.abc import Mapping
 
 import torch
 
@@ -48,11 +50,23 @@ def device() -> dict:
     }
 
 
-def kernels() -> dict:
-    """The learnable activations' kernel backend (`fused.BACKEND`, VISIONBENCH_KERNELS: on CUDA "auto" means the
-    Triton kernels) and the Triton version (None: not installed)."""
+def kernels(run: Mapping | None = None) -> dict:
+    """The learnable activations' kernels: the backend (`fused.backend()`: on CUDA "auto" means the Triton kernels),
+    where it came from ("trainer.kernels", "VISIONBENCH_KERNELS" or an older variable, "default"), the size under
+    which compiled kernels run eagerly, and the Triton version (None: not installed). With `run` (a run's plain or
+    typed config), what that run trains with (`fused.configured`, as train/run.py applies it: the variable wins over
+    its trainer.kernels); without, this process's now."""
     from ..activations import fused, triton_ops
-    return {"backend": fused.BACKEND, "triton": _triton_version() if triton_ops.HAVE_TRITON else None}
+    with fused.configured(kernels_key(run)) if run is not None else contextlib.nullcontext():
+        record = fused.record()
+    return {**record, "triton": _triton_version() if triton_ops.HAVE_TRITON else None}
+
+
+def kernels_key(run: Mapping | object) -> str:
+    """A run's `trainer.kernels` (a plain, OmegaConf or typed config; auto where a config.yaml from before the key
+    has none)."""
+    block = run["trainer"] if isinstance(run, Mapping) else run.trainer
+    return (block.get("kernels") if isinstance(block, Mapping) else getattr(block, "kernels", None)) or "auto"
 
 
 def _triton_version() -> str:
@@ -69,15 +83,16 @@ def switches() -> dict:
                             "cudnn_benchmark": bool(torch.backends.cudnn.benchmark)}}
 
 
-def environment() -> dict:
+def environment(run: Mapping | None = None) -> dict:
     """This process's environment: python, package versions (None: not installed), git commit ('+dirty' with local
-    edits), device, torch threads, determinism switches and the environment variables of `ENV_VARS` (None: unset)."""
+    edits), device, torch threads, determinism switches, the kernels (`kernels(run)`: with `run`, those that run
+    trains with) and the environment variables of `ENV_VARS` (None: unset)."""
     return {
         "python": platform.python_version(),
         "packages": package_versions(),
         "git_commit": git_commit(),
         "device": device(),
         **switches(),
-        "kernels": kernels(),
+        "kernels": kernels(run),
         "env": {name: os.environ.get(name) for name in ENV_VARS},
     }

@@ -21,7 +21,7 @@ import torch
 from omegaconf import OmegaConf
 
 from .. import models
-from ..activations import is_learnable
+from ..activations import fused, is_learnable
 from ..models import finetune
 from ..config import RunConfig, typed
 from ..models.lsuv import lsuv_images
@@ -32,6 +32,7 @@ from ..results import checkpoint
 from ..results.checkpoint import checkpoint_epoch
 from ..results.layout import COMPLETED, DIVERGED, FAILED, INTERRUPTED, files
 from . import seeds, trackers
+from .environment import kernels_key
 from .module import ClassificationModule, Diverged
 from .predictions import PredictionsWriter
 from .trainer import build_trainer
@@ -130,7 +131,15 @@ def compile_model(model: torch.nn.Module, t) -> None:
 
 
 def train_run(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool = True) -> RunResult:
-    """Train (or resume) the run described by `cfg` (typed, or config.yaml's dict: `config.typed`) into `run_dir`."""
+    """Train (or resume) the run described by `cfg` (typed, or config.yaml's dict: `config.typed`) into `run_dir`.
+    Its `trainer.kernels` chooses the learnable activations' kernels from before the model is built to the end
+    (VISIONBENCH_KERNELS wins over it: `fused.configured`, what `environment.kernels(run)` records); the process's
+    backend is restored after, so the next run of a worker starts from its own key."""
+    with fused.configured(kernels_key(cfg)):
+        return _train(cfg, run_dir, progress)
+
+
+def _train(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool) -> RunResult:
     extra = {k: cfg[k] for k in ("act_label", "setting") if k in cfg} if isinstance(cfg, Mapping) else {}
     cfg = typed(cfg)
     plain = {**OmegaConf.to_container(OmegaConf.structured(cfg)), **extra}  # the trackers' names and parameters
