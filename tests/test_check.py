@@ -81,11 +81,12 @@ BROKEN = {"broken_shape": WrongShape, "broken_nan": NaNAtZero, "broken_grad": Pa
 
 
 @pytest.fixture
-def broken(monkeypatch):
+def broken():
     """The broken activations in the registry for one test (removed after it: the registry tests never see them)."""
-    for name, cls in BROKEN.items():
-        monkeypatch.setitem(registry._REGISTRY, name, cls)
-    return BROKEN
+    with registry.preserved():
+        for name, cls in BROKEN.items():
+            registry.register(name)(cls)
+        yield BROKEN
 
 
 @pytest.mark.parametrize("name, check, reason", [
@@ -129,3 +130,16 @@ def test_cli_exit_codes(broken, capsys):
 def test_cli_usage_errors_exit_2(args, message, capsys):
     assert main(["check", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_speed_names_the_kernels_that_ran(monkeypatch):
+    """The speed figure's kernels are the benchmark's label (`fused.ran_on`): the quick input is under compile's
+    threshold, so the fused kernels ran eagerly; on the reference backend the plain formulas ran."""
+    from visionbench.activations import fused
+
+    monkeypatch.setattr(fused, "BACKEND", "compile")
+    (result,) = run_checks(Subject("rational"), quick=True, only=["speed"])
+    assert result.passed is None and "float32 on cpu, eager kernels, median of 4 rounds" in result.detail, result.detail
+    with fused.use_backend("reference"):
+        (result,) = run_checks(Subject("rational"), quick=True, only=["speed"])
+    assert ", reference kernels, " in result.detail, result.detail

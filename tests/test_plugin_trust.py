@@ -80,16 +80,13 @@ def one_line(capsys) -> str:
     return lines[0]
 
 
-def reload_plugin(name: str, *modules: str) -> plugins.Plugin:
-    """Load `name` afresh (a new process would): forget it and `modules` first."""
-    plugins._LOADED.pop(name, None)
+def reload_plugin(before: plugins.State, name: str, *modules: str) -> plugins.Plugin:
+    """Load `name` afresh (a new process would): the plugins and registries as `before` (a `plugins.snapshot()`)
+    saw them, `name` and `modules` out of sys.modules."""
+    plugins.restore(before)
     for m in (name, *modules):
         sys.modules.pop(m, None)
     importlib.invalidate_caches()
-    from visionbench.activations import registry
-
-    for key in [k for k, v in registry._REGISTRY.items() if getattr(v, "__module__", "") == name]:
-        del registry._REGISTRY[key]
     (plugin,) = plugins.load([name])
     return plugin
 
@@ -104,6 +101,7 @@ def test_the_sha256_covers_the_helper_modules_and_an_edited_helper_is_a_new_vers
     write(isolated, "acts_deeper", DEEPER.format(factor=1))
     write(isolated, "acts_scale", SCALE)
     importlib.import_module("acts_scale")  # imported before the plugin (by another plugin): found by its names
+    before = plugins.snapshot()
     (plugin,) = plugins.load(["helped"])
     assert sorted(plugin.helpers) == ["acts_deeper", "acts_helper", "acts_scale"]  # not json, torch, visionbench
     assert plugin.sha256 != plugins._digest(str(path))  # the file alone is not the version
@@ -116,7 +114,7 @@ def test_the_sha256_covers_the_helper_modules_and_an_edited_helper_is_a_new_vers
 
     own = plugins._digest(str(path))
     write(isolated, "acts_deeper", DEEPER.format(factor=2))  # a helper's helper edited between seeds
-    edited = reload_plugin("helped", "acts_helper", "acts_deeper")
+    edited = reload_plugin(before, "helped", "acts_helper", "acts_deeper")
     assert edited.sha256 != plugin.sha256 and plugins._digest(str(path)) == own  # the plugin's file is unchanged
     again = plugins.record({"recipe": "r", "seed": 0, "act": "helped_act", "model": {"name": "vgg4"}})
     with pytest.raises(ConfigMismatch, match="plugins: stored"):  # never resumes with the old one's checkpoint

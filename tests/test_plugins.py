@@ -65,25 +65,18 @@ class MyGelu(torch.nn.Module):
 
 @pytest.fixture
 def isolated(monkeypatch, tmp_path):
-    """tmp_path/plugins on sys.path; afterwards the activation registry, timm's model registry, the loaded plugins,
-    sys.modules and sys.path as they were."""
-    from timm.models import _registry as timm_registry
-
-    saved = (dict(registry._REGISTRY), dict(registry._ALIASES), dict(timm_registry._model_entrypoints),
-             dict(plugins._LOADED), plugins._ENTRY_POINTS_DONE, set(sys.modules), list(sys.path))
+    """tmp_path/plugins on sys.path; afterwards the activation registry, timm's model registry and the loaded plugins
+    (`plugins.preserved()`), sys.modules and sys.path as they were."""
+    modules, path = set(sys.modules), list(sys.path)
     where = tmp_path / "plugins"
     where.mkdir()
     monkeypatch.syspath_prepend(str(where))
     importlib.invalidate_caches()
-    yield where
-    for d, old in zip((registry._REGISTRY, registry._ALIASES, timm_registry._model_entrypoints, plugins._LOADED),
-                      saved[:4]):
-        d.clear()
-        d.update(old)
-    plugins._ENTRY_POINTS_DONE = saved[4]
-    for name in set(sys.modules) - saved[5]:
+    with plugins.preserved():
+        yield where
+    for name in set(sys.modules) - modules:
         del sys.modules[name]
-    sys.path[:] = saved[6]
+    sys.path[:] = path
 
 
 def write(where: Path, module: str, text: str) -> Path:
@@ -155,7 +148,7 @@ def test_an_installed_entry_point_is_loaded_without_imports(isolated, capsys):
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: visionbench-demo\nVersion: 0.3\n")
     (info / "entry_points.txt").write_text("[visionbench.plugins]\ndemo = demo_acts\n")
-    plugins._ENTRY_POINTS_DONE = False
+    plugins._ENTRY_POINTS_DONE = False  # entry points are read once per process: this test's process reads them again
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "demo_act (from demo_acts)" in out
@@ -164,9 +157,9 @@ def test_an_installed_entry_point_is_loaded_without_imports(isolated, capsys):
 
 # ---- what a run records: a changed plugin never resumes, nor pools silently in a report ------------------------
 def test_a_run_records_its_plugin_and_a_changed_plugin_is_refused_or_flagged(isolated, tmp_path):
+    from visionbench.results import layout
     from visionbench.results.identity import config_hash, fingerprint
     from visionbench.sweep.sweep import ConfigMismatch, check_resumable
-    from visionbench.results import layout
 
     path = write(isolated, "my_acts", MY_ACTS.format(name="my_act"))
     (plugin,) = plugins.load(["my_acts"])
@@ -228,9 +221,39 @@ def test_a_bad_plugin_fails_in_one_line_before_training(isolated, tmp_path, caps
 
 def test_a_plugin_that_registers_nothing_is_a_warning(isolated, capsys):
     write(isolated, "helpers_only", "X = 1\n")
+    write(isolated, "helpers_too", "Y = 2\n")
     assert main(["list", "imports=helpers_only"]) == 0
-    err = capsys.readouterr().err
+    err = capsys.readouterr().err  # the command line: one line
     assert "warning: plugin module 'helpers_only' (imports=helpers_only) registered no activation and no model" in err
+    with pytest.warns(plugins.PluginWarning, match="plugin module 'helpers_too' .* registered no activation"):
+        plugins.load(["helpers_too"])  # a notebook: a Python warning
+
+
+# ---- the registries put back: snapshot / restore -------------------------------------------------------------
+def test_snapshot_and_restore_forget_a_plugin_and_what_it_registered(isolated):
+    import timm
+    import torch
+
+    write(isolated, "my_acts", MY_ACTS.format(name="my_act"))
+    write(isolated, "my_models", MY_MODELS)
+    acts, models = registry.names(include_aliases=True), timm.list_models()
+    state = plugins.snapshot()
+    plugins.load(["my_acts", "my_models"])
+    assert "my_act" in registry.names() and timm.models.is_model("my_tiny_net")
+    assert [p.module for p in plugins.loaded()][-2:] == ["my_acts", "my_models"]
+    plugins.restore(state)
+    assert registry.names(include_aliases=True) == acts and timm.list_models() == models
+    assert not timm.models.is_model("my_tiny_net") and "my_acts" not in [p.module for p in plugins.loaded()]
+    for name in ("my_acts", "my_models"):  # a new process would import them afresh: so does the next load
+        del sys.modules[name]
+    (again,) = plugins.load(["my_acts"])
+    assert again.activations == ["my_act"] and registry.resolve("my_act") == "my_act"
+    plugins.restore(state)  # twice from one snapshot: the same state again
+    assert registry.names(include_aliases=True) == acts
+    with registry.preserved():  # the activation registry alone
+        registry.register("only_inside")(type("Inside", (torch.nn.Identity,), {}))
+        assert "only_inside" in registry.names()
+    assert "only_inside" not in registry.names()
 
 
 # slow: 25-40 s, a console-script sweep in two spawned workers; default-suite siblings: the in-process cwd import

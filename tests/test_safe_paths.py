@@ -210,14 +210,10 @@ def test_register_refuses_a_name_that_cannot_be_a_folder(name):
 
 
 def test_register_still_takes_ordinary_names():
-    saved = dict(registry._REGISTRY)
-    try:
+    with registry.preserved():
         for name in ("my_act", "my-act.v2", "relu2x", "élu", "act+"):
             registry.register(name)(type("Mine", (torch.nn.Identity,), {}))
             assert name in registry.names()
-    finally:
-        registry._REGISTRY.clear()
-        registry._REGISTRY.update(saved)
     assert all(registry.NAME.fullmatch(n) for n in registry.names(include_aliases=True))  # every built-in
 
 
@@ -226,15 +222,13 @@ def plugin_dir(monkeypatch, tmp_path):
     """tmp_path/plugins importable; the registries, the loaded plugins and sys.modules put back afterwards."""
     from visionbench import plugins
 
-    saved = (dict(registry._REGISTRY), dict(registry._ALIASES), dict(plugins._LOADED), set(sys.modules))
+    modules = set(sys.modules)
     where = tmp_path / "plugins"
     where.mkdir()
     monkeypatch.syspath_prepend(str(where))
-    yield where
-    for d, old in zip((registry._REGISTRY, registry._ALIASES, plugins._LOADED), saved[:3]):
-        d.clear()
-        d.update(old)
-    for name in set(sys.modules) - saved[3]:
+    with plugins.preserved():
+        yield where
+    for name in set(sys.modules) - modules:
         del sys.modules[name]
 
 

@@ -1,25 +1,20 @@
-"""The `visionbench` command.
-
-    visionbench run [recipe=NAME] [act=a,b,...] [seeds=N] [key=value ...]
-    visionbench estimate <the run's arguments>   # projected time, memory, params of the sweep; trains nothing
-    visionbench report RESULTS_DIR [--metric ...] [--baseline ...] [--test student|welch|paired]
-    visionbench export RUNS_DIR OUT              # the tree's compact, committable record; `report OUT` reads it
-    visionbench compare A B [--metric M] [--margin M]   # did B reproduce A? identical/reproduced/differs/undecided
-    visionbench list [imports=my_acts]          # recipes, activations, models; a plugin's by its module
-    visionbench bench activations|train|fit [...]
-    visionbench plot boundaries [--acts ...] [--out FILE]
-    visionbench papers [--paper 004] [--table 2] [--format md|csv] [--test student|welch]
-    visionbench predictions RUN_DIR [...]        # rewrite completed runs' predictions.npz from their checkpoints
-    visionbench check act=NAME[k=v,...] [imports=MOD] [--quick] [--max-ratio R]   # PASS/FAIL per contract
+"""The `visionbench` command: one table of its commands, `COMMANDS`, from which its usage (`visionbench --help`),
+its dispatch, the unknown-command line and the `-h` of run, estimate and list all come (docs/layout.md, "Commands",
+is checked against it). A command marked `takes_imports` has its `imports=` arguments taken out of its argv and
+loaded here (visionbench/plugins.py), before it runs; run and estimate read `imports` as a config key.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 import os
 import sys
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-USAGE = __doc__
 RUN_USAGE = """usage: visionbench {cmd} [recipe=NAME] [act=a,b[k=v,...],...] [act.KEY=V] [baseline=ACT] [KEY=V | KEY=v1,v2 ...]
 
 {what}
@@ -35,6 +30,68 @@ Every key, its type, default and rule: docs/configuration.md (visionbench/config
 WHAT = {"run": "Train every (setting, activation, seed) of the sweep, resuming what is unfinished, then report.",
         "estimate": "Time each (setting, activation) of the sweep on its device and print the projected wall time, "
                     "memory and parameters (minus runs completed in results_dir); trains and writes nothing."}
+LIST_HELP = ("usage: visionbench list [imports=MODULE,...]\n\nThe recipes, the activations (by family) and the models a "
+             "config may name; each plugin's (imports=, or an installed `visionbench.plugins` entry point) with the "
+             "module it came from.")
+
+
+@dataclass(frozen=True)
+class Command:
+    """One `visionbench NAME ...` command."""
+
+    name: str
+    synopsis: str  # its arguments, as `visionbench --help` shows them after `visionbench NAME`
+    summary: str  # what it does, in one line
+    handler: str  # `module:function` below visionbench (imported when the command runs), or a function of this module
+    help: str | None = None  # its `-h` text when this module gives it; else the handler answers -h itself
+    takes_imports: bool = False  # its `imports=` arguments are taken out and loaded before the handler runs
+
+    def lines(self) -> str:
+        """Its entry in `visionbench --help`: the synopsis, then the summary."""
+        return f"    visionbench {self.name} {self.synopsis}\n        {self.summary}"
+
+    def resolve(self) -> Callable[[list[str]], int]:
+        """The handler: argv after the command name -> exit code."""
+        module, sep, function = self.handler.rpartition(":")
+        return getattr(importlib.import_module(module, __package__), function) if sep else globals()[function]
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("run", "[recipe=NAME] [act=a,b,...] [seeds=N] [key=value ...]",
+            "train the sweep (activations × seeds), resuming what is unfinished, then report", "_run",
+            help=RUN_USAGE.format(cmd="run", what=WHAT["run"])),
+    Command("estimate", "<the run's arguments>", "projected time, memory, params of the sweep; trains nothing",
+            "_estimate", help=RUN_USAGE.format(cmd="estimate", what=WHAT["estimate"])),
+    Command("report", "RESULTS_DIR [--metric ...] [--baseline ...] [--test student|welch|paired]",
+            "significance tables, verdicts and figures of a results tree", ".report:main"),
+    Command("export", "RUNS_DIR OUT", "the tree's compact, committable record; `report OUT` reads it",
+            ".report.export:main"),
+    Command("compare", "A B [--metric M] [--margin M]", "did B reproduce A? identical/reproduced/differs/undecided",
+            ".report.compare:main"),
+    Command("list", "[imports=my_acts]", "recipes, activations, models; a plugin's by its module", "_list",
+            help=LIST_HELP, takes_imports=True),
+    Command("bench", "activations|train|fit|data|fill|sweep [...]", "speed and memory benchmarks (docs/bench.md)",
+            ".bench:main", takes_imports=True),
+    Command("plot", "boundaries [--acts ...] [--out FILE]", "the decision-boundary toy experiment",
+            ".experiments.boundaries:main"),
+    Command("papers", "[--paper 004] [--table 2] [--format md|csv] [--test student|welch]",
+            "the papers' published tables", ".report.papers:main"),
+    Command("predictions", "RUN_DIR [...]", "rewrite completed runs' predictions.npz from their checkpoints",
+            "_predictions"),
+    Command("check", "act=NAME[k=v,...] [imports=MOD] [--quick] [--max-ratio R]",
+            "an activation's contracts, PASS/FAIL each (docs/activations.md)", ".check:main", takes_imports=True),
+)
+BY_NAME = {c.name: c for c in COMMANDS}
+USAGE = "\n".join(["The `visionbench` command.", "", *(c.lines() for c in COMMANDS),
+                   "    visionbench --version\n        the installed version", "",
+                   "`visionbench COMMAND -h`: a command's own arguments. docs/layout.md, \"Commands\"."])
+
+
+def version() -> str:
+    """visionbench's version (visionbench/__init__.py `__version__`)."""
+    from . import __version__
+
+    return __version__
 
 
 def _load(cmd: str, args: list[str]):
@@ -202,17 +259,12 @@ def _predictions(args: list[str]) -> int:
 
 
 def _list(args: list[str]) -> int:
+    """`visionbench list`, its `imports=` loaded (`takes_imports`): what a config may name, and where from."""
     from . import activations, models, plugins
     from .config import recipe_description, recipe_names
 
-    imports, bad = plugins.split_imports(args)
-    if bad:
-        print(f"visionbench list: unexpected {bad[0]!r}; usage: visionbench list [imports=MODULE,...]", file=sys.stderr)
-        return 2
-    try:
-        plugins.load(imports)
-    except plugins.PluginError as e:
-        print(f"visionbench list: {e}", file=sys.stderr)
+    if args:
+        print(f"visionbench list: unexpected {args[0]!r}; usage: visionbench list [imports=MODULE,...]", file=sys.stderr)
         return 2
     print("recipes:")
     for name in recipe_names():
@@ -240,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     handled it itself (during the start-up imports: torch, Lightning, timm take seconds) is one line and
     exit 130, not a traceback through the import machinery."""
     try:
-        return _main(argv)
+        with _one_line_warnings():
+            return _main(argv)
     except KeyboardInterrupt as e:
         name = getattr(e, "signal_name", "Ctrl-C")  # sweep/signals.py's Interrupted (SIGTERM) carries its own
         cmd = " ".join(["visionbench", *(sys.argv[1:] if argv is None else argv)[:1]])
@@ -251,11 +304,33 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """A plugin's warning (plugins.PluginWarning) as one `warning: ...` line on stderr; other warnings as Python
+    shows them."""
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            from .plugins import PluginWarning
+
+            if issubclass(category, PluginWarning):
+                print(f"warning: {message}", file=sys.stderr)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
+
+
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"visionbench {version()}")
+        return 0
     cmd, rest = argv[0], argv[1:]
     if os.environ.get("VISIONBENCH_KERNELS"):  # a bad switch is one line here, not an error inside the first step
         from .activations import fused
@@ -264,65 +339,40 @@ def _main(argv: list[str] | None) -> int:
         except ValueError as e:
             print(f"visionbench {cmd}: {e}", file=sys.stderr)
             return 2
-    helps = {**{c: RUN_USAGE.format(cmd=c, what=w) for c, w in WHAT.items()},
-             "list": "usage: visionbench list [imports=MODULE,...]\n\nThe recipes, the activations (by family) and the "
-                     "models a config may name; each plugin's (imports=, or an installed `visionbench.plugins` entry "
-                     "point) with the module it came from."}
-    if cmd in helps and any(a in ("-h", "--help") for a in rest):
-        print(helps[cmd])
+    command = BY_NAME.get(cmd)
+    if command is None:
+        print(f"visionbench: unknown command {cmd!r}; commands: {', '.join(BY_NAME)}\n{USAGE}", file=sys.stderr)
+        return 2
+    asks_help = any(a in ("-h", "--help") for a in rest)
+    if command.help and asks_help:
+        print(command.help)
         return 0
+    if command.takes_imports and not asks_help:
+        imports, rest = take_imports(rest)
+        from . import plugins
+
+        try:  # the command's registries (activations, models, the benchmarks' and checks') include the plugins'
+            plugins.load(imports)
+        except plugins.PluginError as e:
+            print(f"visionbench {cmd}: {e}", file=sys.stderr)
+            return 2
     try:
-        return _dispatch(cmd, rest)
+        return command.resolve()(rest)
     except SystemExit as e:  # a subcommand's argparse: --help (0) or a usage error (2)
         return e.code if isinstance(e.code, int) else 2
 
 
-def _dispatch(cmd: str, rest: list[str]) -> int:
-    if cmd == "run":
-        return _run(rest)
-    if cmd == "estimate":
-        return _estimate(rest)
-    if cmd == "list":
-        return _list(rest)
-    if cmd == "report":
-        from .report import main as report_main
-
-        return report_main(rest)
-    if cmd == "compare":
-        from .report.compare import main as compare_main
-
-        return compare_main(rest)
-    if cmd == "export":
-        from .report.export import main as export_main
-
-        return export_main(rest)
-    if cmd == "plot":
-        from .experiments.boundaries import main as plot_main
-
-        return plot_main(rest)
-    if cmd == "papers":
-        from .report.papers import main as papers_main
-
-        return papers_main(rest)
-    if cmd == "predictions":
-        return _predictions(rest)
-    if cmd == "check":
-        from .check import main as check_main
-
-        return check_main(rest)
-    if cmd == "bench":
-        from . import plugins
-        from .bench import main as bench_main
-
-        imports, others = plugins.split_imports(rest)
-        try:  # the benchmarks of the registry (activations, fit) include the plugins' activations
-            plugins.load(imports)
-        except plugins.PluginError as e:
-            print(f"visionbench bench: {e}", file=sys.stderr)
-            return 2
-        return bench_main(others if rest[:1] != ["train"] else rest)  # bench train reads imports= as a config key
-    print(f"visionbench: unknown command {cmd!r}; commands: run, estimate, report, export, compare, list, bench, plot, papers, predictions, check\n{USAGE}", file=sys.stderr)
-    return 2
+def take_imports(args: list[str]) -> tuple[list[str], list[str]]:
+    """(the values of the `imports=` arguments, the other arguments) of a command that takes `imports=` beside its
+    own flags (`takes_imports`): the command line's one reading of `imports=` (a config's is its `imports` key)."""
+    imports, rest = [], []
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if sep and key.lstrip("+") == "imports":
+            imports.append(value)
+        else:
+            rest.append(arg)
+    return imports, rest
 
 
 if __name__ == "__main__":

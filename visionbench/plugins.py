@@ -4,9 +4,11 @@
     pip install -e examples/my_activation                       # an entry point in group `visionbench.plugins`: always loaded
 
 A plugin module registers activations with `visionbench.activations.register` (subclassing `LearnableActivation`
-for a learnable one) and models with timm's `register_model`; importing it is all `load` does. It is called
-wherever a config is loaded (sweep/preflight.py `load_config`: run, estimate, check, bench, the Hydra app and its
-jobs, every DDP rank), in each run's process (sweep/sweep.py: parallel=K workers) and by `visionbench list`.
+for a learnable one) and models with timm's `register_model`; importing it is all `load` does. Two doors call it:
+the command line, for the commands that take `imports=` beside their own flags (list, check, bench: cli.py's command
+table), and `load_for(config)`, for a config's `imports` key, wherever a config is loaded (sweep/preflight.py
+`load_config`: run, estimate, bench's config, the Hydra app and its jobs, every DDP rank) and in each run's process
+(sweep/sweep.py: parallel=K workers). `snapshot`/`restore` (or `preserved()`) put the registries back.
 Each run records the plugin that owns its activation or model (module, version, sha256 of its source: `record`),
 so a changed plugin never resumes or pools silently with runs of the old one. The sha256 covers the plugin's own
 file (or package) and its helpers: every module it brings in from outside the installed packages, the standard
@@ -15,6 +17,7 @@ from), so an edited helper module is a new version of the plugin too.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.metadata
@@ -24,10 +27,11 @@ import sys
 import sysconfig
 import types
 import warnings
-from functools import lru_cache
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
+from typing import Any
 
 from .config import ConfigError
 
@@ -36,6 +40,11 @@ GROUP = "visionbench.plugins"  # the entry-point group an installed package decl
 
 class PluginError(ConfigError):
     """A plugin module that cannot be used; the message is one line naming the module and why."""
+
+
+class PluginWarning(UserWarning):
+    """A plugin module that can be used but looks wrong (it registers nothing); the command line prints it as one
+    `warning: ...` line."""
 
 
 @dataclass
@@ -92,11 +101,85 @@ def load(imports: Iterable[str] | str | None = (), entry_points: bool = True) ->
     return [_import(name, f"imports={name}") for name in names(imports)]
 
 
+def load_for(config: Mapping[str, Any]) -> list[Plugin]:
+    """`load` of a config's `imports` key: a sweep's config (sweep/preflight.py) or one run's plain config in the
+    process that trains it (sweep/sweep.py: a parallel=K worker, a Hydra or submitit job)."""
+    return load(config.get("imports"))
+
+
 def _registries() -> tuple[dict, dict]:
+    """(activation name -> class, timm model name -> entrypoint): what a plugin's import is compared against."""
+    import timm
+
     from .activations import registry
+
+    acts = {name: registry.get_class(name) for name in registry.names()}
+    return acts, {name: timm.models.model_entrypoint(name) for name in timm.list_models()}
+
+
+# timm has no public way to unregister a model: these are the tables its `register_model` writes (timm 1.0,
+# timm/models/_registry.py), saved and put back by `snapshot`/`restore` only; nothing else reads them.
+_TIMM_TABLES = ("_model_entrypoints", "_model_to_module", "_module_to_models", "_model_has_pretrained",
+                "_model_default_cfgs", "_model_pretrained_cfgs", "_model_with_tags", "_deprecated_models",
+                "_module_to_deprecated_models")
+
+
+def _timm_tables(saved: dict | None = None) -> dict:
+    """A copy of timm's model registry tables; with `saved` (such a copy), put them back first."""
     from timm.models import _registry as timm_registry
 
-    return dict(registry._REGISTRY), dict(getattr(timm_registry, "_model_entrypoints", {}))
+    def copy(table):  # one level deeper for the set/list values (module -> its models)
+        out = table.copy()
+        if isinstance(out, dict):
+            out.update({k: v.copy() for k, v in out.items() if isinstance(v, (set, list, dict))})
+        return out
+
+    for name, table in (saved or {}).items():
+        live = getattr(timm_registry, name)
+        live.clear()
+        live.update(copy(table))
+    return {name: copy(getattr(timm_registry, name)) for name in _TIMM_TABLES if hasattr(timm_registry, name)}
+
+
+@dataclass(frozen=True)
+class State:
+    """What loading plugins changes, as `snapshot` saw it."""
+
+    registry: tuple[dict, dict]
+    loaded: dict[str, Plugin]
+    entry_points_done: bool
+    timm: dict
+
+
+def snapshot() -> State:
+    """The loaded plugins, the activation registry and timm's model registry, for `restore`: what a test (or a
+    notebook trying a plugin) puts back afterwards. sys.modules and sys.path are the caller's."""
+    from .activations import registry
+
+    return State(registry.snapshot(), dict(_LOADED), _ENTRY_POINTS_DONE, _timm_tables())
+
+
+def restore(state: State) -> None:
+    """Put back what `snapshot` saw: the plugins loaded since are forgotten (a later `load` imports them afresh
+    once their modules leave sys.modules), their activations and models unregistered."""
+    global _ENTRY_POINTS_DONE
+    from .activations import registry
+
+    registry.restore(state.registry)
+    _LOADED.clear()
+    _LOADED.update(state.loaded)
+    _ENTRY_POINTS_DONE = state.entry_points_done
+    _timm_tables(state.timm)
+
+
+@contextlib.contextmanager
+def preserved() -> Iterator[State]:
+    """`with plugins.preserved():` the plugins loaded inside, and what they registered, are forgotten on leaving."""
+    state = snapshot()
+    try:
+        yield state
+    finally:
+        restore(state)
 
 
 def _module_name_hint(name: str) -> str | None:
@@ -159,8 +242,8 @@ def _import(name: str, where: str, version: str | None = None) -> Plugin:
                     found)
     _LOADED[name] = plugin
     if not plugin.activations and not plugin.models:
-        print(f"warning: plugin module {name!r} ({where}) registered no activation and no model "
-              "(visionbench.activations.register, timm's register_model)", file=sys.stderr)
+        warnings.warn(f"plugin module {name!r} ({where}) registered no activation and no model "
+                      "(visionbench.activations.register, timm's register_model)", PluginWarning, stacklevel=2)
     return plugin
 
 
@@ -299,15 +382,3 @@ def record(run: dict) -> dict:
         run["plugins"] = [p.provenance() for p in found]
     return run
 
-
-def split_imports(args: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(the values of the `imports=` command-line arguments, the other arguments), for the commands that
-    take `imports=` beside their own flags (list, bench)."""
-    imports, rest = [], []
-    for arg in args:
-        key, sep, value = arg.partition("=")
-        if sep and key.lstrip("+") == "imports":
-            imports.append(value)
-        else:
-            rest.append(arg)
-    return imports, rest

@@ -6,10 +6,12 @@
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import re
-from typing import Any, Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from torch import nn
 
@@ -48,6 +50,31 @@ def register(name: str | None = None, *, aliases: tuple[str, ...] = ()):
         return cls
 
     return decorator
+
+
+def snapshot() -> tuple[dict, dict]:
+    """The registry's state (its names and aliases) for `restore`: what a test, or a notebook trying a module that
+    registers activations, puts back afterwards. visionbench/plugins.py `snapshot` adds the loaded plugins."""
+    return dict(_REGISTRY), dict(_ALIASES)
+
+
+def restore(state: tuple[dict, dict]) -> None:
+    """Put the registry back as `snapshot` saw it: names registered since are gone, removed ones are back."""
+    registry, aliases = state
+    _REGISTRY.clear()
+    _REGISTRY.update(registry)
+    _ALIASES.clear()
+    _ALIASES.update(aliases)
+
+
+@contextlib.contextmanager
+def preserved() -> Iterator[None]:
+    """`with registry.preserved():` whatever is registered inside is forgotten on leaving."""
+    state = snapshot()
+    try:
+        yield
+    finally:
+        restore(state)
 
 
 def names(include_aliases: bool = False) -> list[str]:

@@ -80,8 +80,9 @@ def subjects(text: str) -> list[Subject]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="visionbench check", usage=USAGE, description=DESCRIPTION)
-    p.add_argument("keys", nargs="*", metavar="act=... | imports=...",
-                   help="act=NAME[k=v,...] (several, comma-separated; all = every one); imports=MOD (plugin modules)")
+    p.add_argument("keys", nargs="*", metavar="act=...",
+                   help="act=NAME[k=v,...] (several, comma-separated; all = every one); imports=MOD (plugin modules: "
+                        "the command line loads them, visionbench/cli.py)")
     p.add_argument("--quick", action="store_true",
                    help="a small speed measurement and an MLP smoke training (the test suite's mode)")
     p.add_argument("--max-ratio", type=float, default=None, metavar="R",
@@ -91,27 +92,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     keys = {}
     for item in args.keys:
         key, sep, value = item.partition("=")
-        if not sep or key not in ("act", "imports") or key in keys:
+        if not sep or key != "act" or key in keys:
             p.error(f"{item!r}: expected act=NAME[k=v,...] once and optionally imports=MOD")
         keys[key] = value
     if "act" not in keys:
         p.error("which activation? give act=NAME, e.g. act=rational or act=all")
-    args.act, args.imports = keys["act"], keys.get("imports")
+    args.act = keys["act"]
     if args.max_ratio is not None and not args.max_ratio > 0:
         p.error(f"--max-ratio must be > 0, got {args.max_ratio:g}")
     return args
 
 
 def main(argv: list[str]) -> int:
+    """`visionbench check ARGS` less its `imports=`, which the command line has loaded (cli.py's command table)."""
     args = parse_args(argv)
-    from .. import plugins
     from ..bench.timing import device_name
 
     try:
-        plugins.load(args.imports or ())
         device = torch.device(device_name(args.device))
         todo = subjects(args.act)
-    except (ValueError, argparse.ArgumentTypeError) as e:  # PluginError is a ValueError (ConfigError)
+    except (ValueError, argparse.ArgumentTypeError) as e:
         print(f"visionbench check: {e}", file=sys.stderr)
         return 2
     failed: list[str] = []

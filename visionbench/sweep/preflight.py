@@ -36,7 +36,7 @@ def load_config(args: Iterable[str], strict_act_keys: bool = True) -> DictConfig
     cfg = compose(ov)
     if ov.gave("data.name"):  # the recipe's image size and statistics are its dataset's: the given one's instead
         cfg.data.merge_with({k: None for k in ("img_size", "mean", "std") if not ov.gave(f"data.{k}")})
-    plugins.load(cfg.imports)  # the user's activations and models, before any name is checked
+    plugins.load_for(cfg)  # the user's activations and models (its `imports`), before any name is checked
     apply_act_keys(cfg, ov.act_keys, strict_act_keys)
     return preflight(cfg)
 

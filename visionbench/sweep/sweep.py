@@ -122,7 +122,7 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
     from ..train.environment import environment
 
     act, label, seed = run["act"], run.get("act_label", run["act"]), run["seed"]
-    plugins.load(run.get("imports"))  # in a parallel=K worker, a Hydra or submitit job: the run's plugins
+    plugins.load_for(run)  # in a parallel=K worker, a Hydra or submitit job: the run's plugins
     check_resumable(run, out)
     previous = layout.read_summary(out)
     _check_summary_config(previous, run, out)
@@ -141,7 +141,7 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
         print(f"note: {out} was trained with {stored_threads} threads so far, resumes with {run['threads']}: "
               "on CPU its numbers will differ slightly from an uninterrupted run", file=sys.stderr)
     report = run.get("report") or {}
-    env = environment()  # this process's: a parallel=K worker's, a DDP rank 0's (data: its digest once trained)
+    env = environment(run)  # this process's (its kernels: the run's trainer.kernels, as train/run.py applied it): a parallel=K worker's, a DDP rank 0's (data: its digest once trained)
     env["placement"] = placement.recorded()  # K per device, the worker's GPU, MPS: a run's speed is evidence too
     summary = {
         "schema": layout.SCHEMA, "recipe": run["recipe"], "act": act, "act_label": label, "seed": seed,

@@ -1,0 +1,124 @@
+"""One door per thing: the `visionbench` commands live in one table (visionbench/cli.py `COMMANDS`), and the usage,
+the unknown-command line, docs/layout.md's "Commands" list and the rooms diagram's cli.py line all agree with it;
+`imports=` is read once on the command line (`take_imports`) and loaded through one call (`plugins.load`);
+`visionbench --version`; `import visionbench` is cheap and its public names resolve.
+
+    .venv/bin/python -m pytest tests/test_cli_table.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import visionbench
+from visionbench import cli
+from visionbench.cli import COMMANDS, main
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYOUT = ROOT / "docs" / "layout.md"
+NAMES = [c.name for c in COMMANDS]
+
+
+def section(text: str, heading: str) -> str:
+    """The body of markdown section `heading` (up to the next `## `)."""
+    return text.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_table_names_each_command_once_with_a_handler():
+    assert len(NAMES) == len(set(NAMES)) == 11
+    assert NAMES[:9] == ["run", "estimate", "report", "export", "compare", "list", "bench", "plot", "papers"]
+    assert {c.name for c in COMMANDS if c.takes_imports} == {"list", "bench", "check"}
+    for command in COMMANDS:  # every handler resolves (the heavy modules are imported here, not at start-up)
+        assert callable(command.resolve()), command.name
+
+
+def test_docs_layout_lists_exactly_the_table():
+    text = LAYOUT.read_text()
+    listed = [line for line in section(text, "## Commands").splitlines() if line.startswith("- `visionbench ")]
+    assert listed == [f"- `visionbench {c.name} {c.synopsis}`: {c.summary}" for c in COMMANDS]
+    # the rooms diagram: the cli.py entry (its line and the indented ones under it) names every command, in order
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("cli.py "))
+    entry = [lines[start]]
+    for line in lines[start + 1 :]:
+        if not line.startswith(" " * 20):
+            break
+        entry.append(line)
+    words = " ".join(" ".join(entry).split())
+    found = re.search(r"the command table \(Commands, above\): ([a-z, ]+);", words)
+    assert found and found.group(1).split(", ") == NAMES, words
+
+
+def test_help_lists_every_command(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in COMMANDS:
+        assert f"    visionbench {command.name} {command.synopsis}\n        {command.summary}\n" in out
+    assert main([]) == 2 and "visionbench run [recipe=NAME]" in capsys.readouterr().out
+
+
+def test_an_unknown_command_lists_every_command(capsys):
+    assert main(["nope"]) == 2
+    first, *rest = capsys.readouterr().err.splitlines()
+    assert first == f"visionbench: unknown command 'nope'; commands: {', '.join(NAMES)}"
+    assert "\n".join(rest) == cli.USAGE
+
+
+@pytest.mark.parametrize("name", ["run", "estimate", "list"])
+def test_the_tables_own_help_texts(name, capsys):
+    assert main([name, "-h"]) == 0
+    out = capsys.readouterr().out
+    assert out == cli.BY_NAME[name].help + "\n" and out.startswith(f"usage: visionbench {name} ")
+
+
+def test_version_is_the_installed_packages(capsys):
+    from importlib.metadata import version
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"visionbench {version('visionbench')}\n"
+    assert visionbench.__version__ == version("visionbench")
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'\nversion = "{visionbench.__version__}"\n' in pyproject  # an editable install: the same
+
+
+def test_import_visionbench_is_cheap_and_its_public_names_resolve():
+    code = (
+        "import json, sys, visionbench; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'torchvision', 'timm', 'lightning', 'pandas', 'omegaconf') or m.startswith('visionbench.'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(out.stdout) == []
+    for name in visionbench.__all__:
+        assert getattr(visionbench, name) is not None, name
+    assert visionbench.run_sweep.__module__ == "visionbench.sweep.sweep"
+    assert visionbench.load_config.__module__ == "visionbench.sweep.preflight"
+    assert visionbench.load_runs.__module__ == "visionbench.report.collect"
+    assert "relu" in visionbench.activations.names() and "vgg4" in visionbench.models.names()
+    with pytest.raises(AttributeError):
+        visionbench.no_such_name  # noqa: B018
+
+
+def test_imports_is_taken_out_of_argv_once():
+    assert cli.take_imports(["act=relu", "imports=a,b", "--quick", "+imports=c"]) == (
+        ["a,b", "c"],
+        ["act=relu", "--quick"],
+    )
+
+
+def test_the_plugins_are_loaded_by_one_call():
+    """`plugins.load(` is called once in the package (the command line's); a config's `imports` goes through
+    `plugins.load_for` (sweep/preflight.py and the sweep's worker)."""
+    calls = [
+        (path.relative_to(ROOT).as_posix(), line.strip())
+        for path in sorted((ROOT / "visionbench").rglob("*.py"))
+        for line in path.read_text().splitlines()
+        if "plugins.load(" in line
+    ]
+    assert [path for path, _ in calls] == ["visionbench/cli.py"], calls
