@@ -39,34 +39,72 @@ def _no_plots(request, monkeypatch):
         monkeypatch.setattr(figures, "plot_improvement", lambda *args, **kwargs: None)
 
 
+# the trained trees of this session (`trained_tree`), each with what its files were when it was trained
+_TRAINED: dict = {}
+
+
+def _fingerprint(root) -> dict:
+    """Every file and folder under `root` with its mode, size and modification time (a change to any shows)."""
+    return {
+        str(p.relative_to(root)): (st.st_mode, st.st_size, st.st_mtime_ns)
+        for p in [root, *sorted(root.rglob("*"))]
+        for st in (p.lstat(),)
+    }
+
+
+@pytest.fixture(autouse=True)
+def _trained_trees_unchanged(request):
+    """After a test that used `trained_tree` (or a fixture built on it), every cached tree is as trained: the write
+    bits taken away stop a test that changes one where it does, unless it runs as root, which this check catches."""
+    yield
+    if "trained_tree" in request.fixturenames:
+        for root, trained in _TRAINED.items():
+            now = _fingerprint(root)
+            changed = sorted(k for k in trained.keys() | now.keys() if trained.get(k) != now.get(k))
+            assert not changed, (
+                f"the test changed the shared trained tree {root} ({', '.join(changed[:5])}): "
+                f"change a copy (tests/helpers.py's copy_tree)"
+            )
+
+
 @pytest.fixture(scope="session")
 def trained_tree(tmp_path_factory):
-    """`trained_tree(*overrides)`: the results directory of one sweep (`run_sweep`) on the embedded digits data with
-    `tests.helpers.FAST` and `overrides`, trained once per session (per xdist worker) and cached by its overrides.
-    Every run must complete. Shared: never change it; `copy_tree(trained_tree(...), tmp_path / "r")` and damage,
-    resume or extend the copy. Request it (or a fixture built on it, like `relu_pair`) as a fixture argument, so that it
-    is set up before any function-scoped monkeypatch (a crash, a full disk) of the test."""
+    """`trained_tree(*deltas)`: the results directory of one sweep (`run_sweep`) on the embedded digits data with
+    `tests.helpers.shrunk(*deltas)`, trained once per session (per xdist worker) and cached by the overrides that
+    configure it, whatever their order (`tests.helpers.normalised`): `trained_tree("seeds=2", "act=relu")` is
+    `relu_pair`'s tree, and so is `trained_tree("act=relu", "seeds=2", "epochs=2")`. Every run must complete.
+    Read-only (its write bits taken away, given back when the session ends; `_trained_trees_unchanged` checks it after
+    each test that uses it): `copy_tree(trained_tree(...), tmp_path / "r")` and damage, resume or extend the writable
+    copy. Request it (or a fixture built on it, like `relu_pair`) as a fixture argument, so that it is set up before
+    any function-scoped monkeypatch (a crash, a full disk) of the test."""
     from visionbench.sweep.preflight import load_config
     from visionbench.sweep.sweep import run_sweep
 
-    from .helpers import FAST
+    from .helpers import normalised, set_writable, shrunk
 
-    cache: dict[tuple[str, ...], object] = {}
+    cache: dict[tuple[tuple[str, str], ...], object] = {}
 
-    def trained(*overrides: str):
-        if overrides not in cache:
+    def trained(*deltas: str):
+        overrides = shrunk(*deltas)
+        key = normalised(overrides)
+        if key not in cache:
             results = tmp_path_factory.mktemp("trained")
-            outcomes = run_sweep(load_config([f"results_dir={results}", *FAST, *overrides]), progress=False)
+            outcomes = run_sweep(load_config([f"results_dir={results}", *overrides]), progress=False)
             assert [o.status for o in outcomes] == ["completed"] * len(outcomes), [o.summary for o in outcomes]
-            cache[overrides] = results
-        return cache[overrides]
+            set_writable(results, False)
+            _TRAINED[results] = _fingerprint(results)
+            cache[key] = results
+        return cache[key]
 
-    return trained
+    yield trained
+    for results in cache.values():  # pytest removes old temporary folders; writable, as anything else there
+        set_writable(results, True)
+        _TRAINED.pop(results, None)
 
 
 @pytest.fixture(scope="session")
 def relu_pair(trained_tree):
-    """relu seeds 0 and 1, completed (`FAST`: 2 epochs): the sweep most tests resume, damage or estimate."""
+    """relu seeds 0 and 1, completed (the shrink: 2 epochs): the sweep most tests resume, damage or estimate."""
     return trained_tree("act=relu", "seeds=2")
 
 

@@ -1,16 +1,19 @@
 """Helpers shared by several test files (pytest collects no tests here):
 
+- the one shrink of the protocol, for every test that trains (`SHRINK`, `shrunk(*deltas)`),
+  and `normalised` (a list of overrides as a key: neither their order nor a repeated key matters);
 - results trees in the results layout, written by its own writers (visionbench/results/layout.py), for the
   report tests (`write_run`, `write_recipe`, `write_snapshot`, `write_class_count`); `copy_tree` for the trained
-  trees of tests/conftest.py's `trained_tree` (copy, then damage or resume the copy);
+  trees of tests/conftest.py's `trained_tree` (read-only: copy, then damage or resume the copy);
 - `visionbench run` in a subprocess, and waiting on its run dirs, for the reliability tests
-  (`spawn`, `wait_for`, `seed_dir`, `summary`, `FAST`).
+  (`spawn`, `wait_for`, `seed_dir`, `summary`).
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -19,9 +22,44 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from visionbench.config.overrides import ALIASES
 from visionbench.results import layout
 from visionbench.results.io import atomic_write_text, write_csv_rows
 from visionbench.results.predictions import write_predictions
+
+# ---- the one shrink (every test that trains) ------------------------------------------------------------------------
+# The tiny digits protocol (the default recipe, digits_vgg4): 2 epochs of 200 training images in batches of 64, 100
+# validation images, the activations' shapes at the first and last epoch. trainer.portable=false: the default recipe's
+# portable runs train in a spawned worker (sweep/portable.py); tests of that path ask for it. A test states only what
+# it needs otherwise, as deltas: `shrunk("act=relu", "seeds=3", "optim.lr=0.002")`.
+SHRINK = {"epochs": "2", "batch_size": "64", "data.limit_train": "200", "data.limit_val": "100",
+          "snapshot_epochs": "[0,-1]", "trainer.portable": "false"}
+
+
+def _key(override: str) -> tuple[str, str]:
+    """(key, value) of a `key=value` override, the key as the command line reads it (`+key` and aliases too)."""
+    key, sep, value = override.partition("=")
+    if not sep:
+        raise ValueError(f"expected key=value, got {override!r}")
+    key = key.strip().lstrip("+")
+    return ALIASES.get(key, key), value.strip()
+
+
+def shrunk(*deltas: str) -> list[str]:
+    """`SHRINK` with each `key=value` of `deltas` laid over it, later keys winning: the overrides of a tiny run, one
+    per key (for `load_config`, `run_sweep`, `visionbench run`)."""
+    merged = dict(SHRINK)
+    for override in deltas:
+        key, value = _key(override)
+        merged.pop(key, None)  # a delta is written where it is given, after the shrink's keys
+        merged[key] = value
+    return [f"{k}={v}" for k, v in merged.items()]
+
+
+def normalised(overrides) -> tuple[tuple[str, str], ...]:
+    """`overrides` as a key: (key, value) pairs, later keys winning, sorted; two lists that configure the same runs in
+    another order (or with a key repeated) give the same key."""
+    return tuple(sorted(dict(_key(o) for o in overrides).items()))
 
 
 # ---- results trees (report tests) -----------------------------------------------------------
@@ -67,9 +105,22 @@ def write_class_count(run: Path, n_classes: int, **meta) -> None:
 
 
 def copy_tree(trained: Path, to: Path) -> Path:
-    """A copy of a trained results tree (tests/conftest.py's `trained_tree`) at `to` (which may exist, e.g. a test's
-    `tmp_path`), for a test to change."""
-    return Path(shutil.copytree(trained, to, symlinks=True, dirs_exist_ok=True))
+    """A copy of a trained results tree (tests/conftest.py's `trained_tree`, read-only) at `to` (which may exist, e.g.
+    a test's `tmp_path`), for a test to change: writable, as a tree a sweep wrote (copytree copies the modes)."""
+    copy = Path(shutil.copytree(trained, to, symlinks=True, dirs_exist_ok=True))
+    set_writable(copy, True)
+    return copy
+
+
+def set_writable(root: Path, writable: bool) -> None:
+    """Give the owner write permission on `root` and everything under it (`writable`), or take every write bit away
+    (symlinks left alone): a cached trained tree is read-only, so a test that changes it fails where it does."""
+    bits = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+    for folder, dirs, names in os.walk(root, topdown=False):
+        for p in [*(Path(folder, n) for n in [*dirs, *names]), Path(folder)]:
+            if not p.is_symlink():
+                mode = p.stat().st_mode
+                os.chmod(p, mode | stat.S_IWUSR if writable else mode & ~bits)
 
 
 def write_snapshot(run: Path, act: str, epoch: int, bend: float = 0.0, layers=("features.2", "features.5.act")):
@@ -101,10 +152,6 @@ def write_recipe(root, recipe: str, values: dict[str, list], **kwargs) -> Path:
 
 # ---- runs in a subprocess (reliability tests) -----------------------------------------------
 ROOT = Path(__file__).resolve().parents[1]
-# trainer.portable=false: the default recipe's portable runs train in a spawned worker (sweep/portable.py); tests
-# of that path ask for it
-FAST = ["epochs=2", "batch_size=64", "data.limit_train=200", "data.limit_val=100", "snapshot_epochs=[0,-1]",
-        "trainer.portable=false"]
 # sitecustomize for the subprocesses: a pause at every epoch start, so a signal lands mid-training
 # (sleeping changes no number: the results must equal an uninterrupted run's)
 HOOK = '''
@@ -129,13 +176,13 @@ def summary(d: Path) -> dict:
 
 
 def spawn(tmp_path: Path, results: Path, *args: str, pause: float = 0.0, env: dict | None = None) -> subprocess.Popen:
-    """`visionbench run` in a subprocess (pausing `pause` s at every epoch start)."""
+    """`visionbench run` of `shrunk(*args)` in a subprocess (pausing `pause` s at every epoch start)."""
     hook = tmp_path / "hook"
     hook.mkdir(exist_ok=True)
     (hook / "sitecustomize.py").write_text(HOOK)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
            "VB_TEST_EPOCH_PAUSE": str(pause), **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "visionbench.cli", "run", f"results_dir={results}", *FAST, *args],
+    return subprocess.Popen([sys.executable, "-m", "visionbench.cli", "run", f"results_dir={results}", *shrunk(*args)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
 
@@ -169,8 +216,7 @@ def metric_rows(path: Path) -> list[dict]:
 
 
 # a 3-epoch relu run on 320 digits images: long enough to crash in epoch 3 and resume
-SMALL_RUN = ["act=relu", "seeds=1", "epochs=3", "batch_size=64", "data.limit_train=320", "data.limit_val=100",
-             "snapshot_epochs=[]", "trainer.portable=false"]
+SMALL_RUN = shrunk("act=relu", "seeds=1", "epochs=3", "data.limit_train=320", "snapshot_epochs=[]")
 
 
 def sweep_small(results: Path, *args: str):
@@ -178,7 +224,7 @@ def sweep_small(results: Path, *args: str):
     from visionbench.sweep.preflight import load_config
     from visionbench.sweep.sweep import run_sweep
 
-    (outcome,) = run_sweep(load_config([f"results_dir={results}", *SMALL_RUN, *args]), progress=False)
+    (outcome,) = run_sweep(load_config([f"results_dir={results}", *shrunk(*SMALL_RUN, *args)]), progress=False)
     return outcome
 
 

@@ -23,7 +23,7 @@ from visionbench.results import layout
 from visionbench.results.io import write_csv_rows
 from visionbench.stats import convergence as conv
 
-from .helpers import FAST, copy_tree, write_class_count, write_run
+from .helpers import copy_tree, shrunk, write_class_count, write_run
 
 STALLS = ("act=relu,gelu", "seeds=2", "optim.lr=1e-9")  # nothing moves in 2 epochs
 
@@ -318,7 +318,7 @@ def test_a_run_at_lr_1e_9_is_stalled_and_never_better(trained_tree, tmp_path, ca
     assert "- relu, the baseline, stalled in 2 of 2 runs" in md and "gelu stalled in 2 of 2 runs" in md
     assert ("- no completed run (each diverged, stalled or failed): the per-example columns (") in md  # not "no file"
     # the sweep's resume is untouched: a stalled run is finished
-    outcomes = run_sweep(load_config([f"results_dir={root}", *FAST, *STALLS]), progress=False)
+    outcomes = run_sweep(load_config([f"results_dir={root}", *shrunk(), *STALLS]), progress=False)
     assert [o.status for o in outcomes] == ["skipped"] * 4
 
 

@@ -22,10 +22,11 @@ from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import execute, plan
 from visionbench.train import run as one_run
 
-TINY = ["recipe=digits_vgg4", "act=relu", "batch_size=64", "data.limit_train=128", "data.limit_val=64",
-        "trainer.portable=false"]
+from .helpers import shrunk
+
+TINY = ("recipe=digits_vgg4", "act=relu", "data.limit_train=128", "data.limit_val=64")  # the deltas to the shrink
 DDP = ["trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"]
-LEARNS = ["epochs=2", "optim.lr=0.002"]  # tiny runs that learn: a stalled run decides nothing, has no per-example part
+LEARNS = ("epochs=2", "optim.lr=0.002")  # tiny runs that learn: a stalled run decides nothing, has no per-example part
 
 
 def _files(root: Path) -> list[Path]:
@@ -41,11 +42,12 @@ def _epochs(run_dir: Path) -> list[int]:
 def test_ddp_on_cpu_writes_and_prints_once_and_ranks_agree_on_skips(tmp_path, fake_training):
     """seed 0 completed before (a stand-in run); the DDP sweep of seeds 0-1 must skip it in both
     ranks and train seed 1 in both: a rank training seed 0 alone would hang or fail the job."""
-    (run, out), = plan(load_config([*TINY, "seeds=1", *LEARNS, *DDP, f"results_dir={tmp_path}"]))
+    (run, out), = plan(load_config([*shrunk(*TINY, "seeds=1", *LEARNS), *DDP, f"results_dir={tmp_path}"]))
     assert execute(run, out, progress=False).status == "completed"
     done_before = (tmp_path / "digits_vgg4/relu/seed_0/summary.json").read_text()
     env = {k: v for k, v in os.environ.items() if k not in ranks.RANK_ENV + ("NODE_RANK", "WORLD_SIZE")}
-    cmd = [sys.executable, "-m", "visionbench.cli", "run", *TINY, "seeds=2", *LEARNS, *DDP, f"results_dir={tmp_path}"]
+    cmd = [sys.executable, "-m", "visionbench.cli", "run", *shrunk(*TINY, "seeds=2", *LEARNS), *DDP,
+           f"results_dir={tmp_path}"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     log = done.stdout + done.stderr
     assert done.returncode == 0, log
@@ -73,7 +75,7 @@ def test_seeds_auto_under_ddp_runs_the_same_rounds_on_every_rank(tmp_path, margi
     waiting for it. A margin wider than the metric's range decides equivalence at the first look, when the
     runs learn (a stalled run decides nothing): rank 0 stops there."""
     env = {k: v for k, v in os.environ.items() if k not in ranks.RANK_ENV + ("NODE_RANK", "WORLD_SIZE")}
-    args = [a for a in TINY if a != "act=relu"] + ["act=relu,gelu", "seeds=auto", "seeds_max=5", *training]
+    args = shrunk(*TINY, "act=relu,gelu", "seeds=auto", "seeds_max=5", *training)
     args += [f"seeds_margin={margin}"] if margin else []
     cmd = [sys.executable, "-m", "visionbench.cli", "run", *args, *DDP, f"results_dir={tmp_path}"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
@@ -109,7 +111,7 @@ def test_rank_above_zero_trains_every_run_but_writes_and_prints_nothing(tmp_path
                                                                       fake_training, fail):
     monkeypatch.setenv("LOCAL_RANK", "1")
     fake_training.fail = fail
-    assert main(["run", *TINY, "seeds=2", "epochs=1", f"results_dir={tmp_path}"]) == 0  # rank 0 gives the status
+    assert main(["run", *shrunk(*TINY, "seeds=2", "epochs=1"), f"results_dir={tmp_path}"]) == 0  # rank 0: the status
     assert [seed for seed, _ in fake_training.calls] == [0, 1]
     out = capsys.readouterr()
     assert out.out == "" and out.err == ""
@@ -119,7 +121,7 @@ def test_rank_above_zero_trains_every_run_but_writes_and_prints_nothing(tmp_path
 def test_rank_zero_writes_what_other_ranks_leave(tmp_path, monkeypatch, fake_training):
     """The control: the same stand-in run on rank 0 writes config, summary (and error.txt on failure)."""
     monkeypatch.setenv("LOCAL_RANK", "0")
-    cfg = load_config([*TINY, "seeds=1", "epochs=1", f"results_dir={tmp_path}"])
+    cfg = load_config([*shrunk(*TINY, "seeds=1", "epochs=1"), f"results_dir={tmp_path}"])
     (run, out), = plan(cfg)
     assert execute(run, out, progress=False).status == "completed"
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"

@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from tests.helpers import FAST, copy_tree
+from tests.helpers import copy_tree, shrunk
 from visionbench.cli import main
 from visionbench.results import layout
 from visionbench.bench import estimate as est
@@ -108,7 +108,7 @@ def test_completed_runs_are_left_out_and_unfinished_ones_count_their_epochs_left
     before = sorted(p for p in results.rglob("*"))
     capsys.readouterr()
 
-    assert main(["estimate", f"results_dir={results}", *FAST, "act=relu", "seeds=3"]) == 0
+    assert main(["estimate", f"results_dir={results}", *shrunk(), "act=relu", "seeds=3"]) == 0
     out = capsys.readouterr().out
     assert _rows(out)["relu"][6] == "1/3"
     assert "for 1 of 3 runs (2 completed in" in out
@@ -120,12 +120,12 @@ def test_completed_runs_are_left_out_and_unfinished_ones_count_their_epochs_left
     layout.write_summary(run, {**summary, "status": layout.INTERRUPTED})
     metrics = (run / "metrics.csv").read_text().splitlines()
     (run / "metrics.csv").write_text("\n".join(metrics[:2]) + "\n")
-    (row,) = est.estimate(load_config([f"results_dir={results}", *FAST, "act=relu", "seeds=3"])).rows
+    (row,) = est.estimate(load_config([f"results_dir={results}", *shrunk(), "act=relu", "seeds=3"])).rows
     assert (row.runs_left, row.epochs_left) == (2, 3)
     assert row.left_s == pytest.approx(3 * row.epoch_s)
 
     # a results dir trained with other settings fails as the sweep would, before any timing
-    assert main(["estimate", f"results_dir={results}", *FAST, "act=relu", "seeds=3", "optim.lr=0.05"]) == 2
+    assert main(["estimate", f"results_dir={results}", *shrunk(), "act=relu", "seeds=3", "optim.lr=0.05"]) == 2
     assert "holds a run with a different configuration" in capsys.readouterr().err
 
 

@@ -14,15 +14,18 @@ from torch import nn
 from visionbench import models
 from visionbench.activations import learnable_parameters
 from visionbench.activations.base import one_thread
+from visionbench.config import ConfigError
 from visionbench.data.digits import digits_split
 from visionbench.models import finetune
 from visionbench.models.pretrained import read_checkpoint
-from visionbench.config import ConfigError
 from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import run_sweep
 
-FAST = ["seeds=1", "epochs=1", "batch_size=64", "data.limit_train=128", "data.limit_val=64",
-        "trainer.limit_val_batches=1", "snapshot_epochs=[-1]"]
+from .helpers import shrunk
+
+# a ResNet-32 on digits, one epoch, one validation batch: the deltas to tests/helpers.py's shrink
+RESNET32 = ("recipe=digits_resnet32", "seeds=1", "epochs=1", "data.limit_train=128", "data.limit_val=64",
+            "trainer.limit_val_batches=1", "snapshot_epochs=[-1]")
 # Relative logit error ||f_fitted(x) - f(x)|| / ||f(x)|| on the 360 digits test images of a VGG4 trained
 # 3 epochs with the source act (measured: docs/finetune.md). Fits are on [-3, 3]; this VGG4's act inputs
 # reach ~4-7, where polynomials grow. Hermite needs degree ~10 for GELU; the paper's degree 3 misses GELU
@@ -233,7 +236,7 @@ def source_run(tmp_path_factory):
     """A visionbench ResNet-32 (BatchNorm) run on digits with ReLU: last.ckpt + config.yaml. (Its act inputs
     reach ~30-60: an unclamped cubic Hermite, or a rational fitted to GELU (~45 x for |x| >> 3), overflows.)"""
     root = tmp_path_factory.mktemp("source")
-    cfg = load_config([f"results_dir={root}", "recipe=digits_resnet32", "act=relu", *FAST])
+    cfg = load_config([f"results_dir={root}", *shrunk(*RESNET32, "act=relu")])
     with one_thread():
         (o,) = run_sweep(cfg, progress=False)
     assert o.status == "completed"
@@ -255,7 +258,7 @@ def test_finetune_run_trains_only_act_and_head(source_run, tmp_path, monkeypatch
         return out
 
     monkeypatch.setattr(ClassificationModule, "configure_optimizers", spy)
-    cfg = load_config([f"results_dir={tmp_path}", "recipe=digits_resnet32", "act=hermite,rational", *FAST,
+    cfg = load_config([f"results_dir={tmp_path}", *shrunk(*RESNET32, "act=hermite,rational"),
                        f"finetune.checkpoint={source_run}", "act_options.hermite.clamp=true"])
     with one_thread():
         outcomes = run_sweep(cfg, progress=False)

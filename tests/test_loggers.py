@@ -17,12 +17,7 @@ from visionbench.config import ConfigError, compose, parse
 from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import run_sweep
 
-from .helpers import metric_rows, needs_mlflow, needs_wandb
-
-FAST = ["batch_size=64", "data.limit_train=200", "data.limit_val=100", "snapshot_epochs=[0,-1]", "act=relu",
-        "trainer.portable=false"]
-
-
+from .helpers import metric_rows, needs_mlflow, needs_wandb, shrunk
 
 
 @pytest.fixture
@@ -38,7 +33,8 @@ def offline(tmp_path, monkeypatch):
 
 
 def sweep(results: Path, *args: str):
-    return run_sweep(load_config([f"results_dir={results}", *FAST, *args]), progress=False)
+    """A sweep of relu runs into `results`: tests/helpers.py's shrink with `args`."""
+    return run_sweep(load_config([f"results_dir={results}", *shrunk("act=relu", *args)]), progress=False)
 
 
 def wandb_records(run_dir: Path) -> list:

@@ -26,9 +26,10 @@ from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import execute_jobs, plan, run_sweep, worker_threads
 from visionbench.train.trainer import determinism
 
+from .helpers import shrunk
+
 GB = 2**30
-TINY = ["act=relu", "epochs=2", "batch_size=64", "data.limit_train=192", "data.limit_val=64", "snapshot_epochs=[]",
-        "trainer.portable=false"]
+TINY = ("act=relu", "data.limit_train=192", "data.limit_val=64", "snapshot_epochs=[]")  # deltas to the shrink
 
 
 # ---- parallel=auto: the rule, from given measurements --------------------------------------------------------------
@@ -55,7 +56,7 @@ def test_auto_on_the_cpu_is_one_run_per_core():
 
 def test_estimate_names_what_auto_picks_without_a_gpu(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    cfg = load_config(["act=relu,gelu", "seeds=2", "parallel=auto", "results_dir=/nonexistent/results", *TINY])
+    cfg = load_config(shrunk(*TINY, "act=relu,gelu", "seeds=2", "parallel=auto", "results_dir=/nonexistent/results"))
     k, why = est.choose_parallel(cfg)
     assert k == 2 and why.endswith("(no GPU here: the CPU rule)") and "2 workers" in why
 
@@ -181,9 +182,9 @@ def test_determinism_on_cuda_by_default_and_as_a_recorded_lever(gpus):
 
 def test_bad_parallel_values_are_one_line():
     with pytest.raises(ConfigError, match=r"parallel must be an integer >= 1 or one of auto, got 0"):
-        load_config(["parallel=0", *TINY])
+        load_config(shrunk(*TINY, "parallel=0"))
     with pytest.raises(ConfigError, match=r"parallel must be an integer >= 1 or one of auto, got 'many'"):
-        load_config(["parallel=many", *TINY])
+        load_config(shrunk(*TINY, "parallel=many"))
 
 
 # ---- the report's footer names K and MPS --------------------------------------------------------------------------
@@ -220,7 +221,7 @@ def test_a_seed_among_k_gives_the_bits_it_gives_alone(tmp_path):
     """parallel=2 vs one after another, each run at the thread count a worker has: the same predictions (every
     logit's bits) and metrics, so the same table."""
     threads, own = worker_threads(2), torch.get_num_threads()
-    args = [*TINY, "act=relu,rational", "seeds=1"]
+    args = shrunk(*TINY, "act=relu,rational", "seeds=1")
     parallel = run_sweep(load_config([f"results_dir={tmp_path / 'k2'}", "parallel=2", *args]), progress=False)
     torch.set_num_threads(threads)
     try:
@@ -265,7 +266,7 @@ def _failing_workers(tmp_path, monkeypatch, how: str) -> None:
 
 def test_out_of_memory_among_k_fails_that_run_clearly_and_it_runs_again_with_fewer(tmp_path, monkeypatch):
     _failing_workers(tmp_path, monkeypatch, "oom")
-    cfg = load_config([f"results_dir={tmp_path / 'r'}", "parallel=2", "seeds=2", *TINY])
+    cfg = load_config([f"results_dir={tmp_path / 'r'}", *shrunk(*TINY, "parallel=2", "seeds=2")])
     jobs, notes, seen = plan(cfg), [], []
     outcomes = execute_jobs(jobs, Placement(2), progress=False, on_outcome=seen.append, note=notes.append)
     assert [o.status for o in seen] == ["failed", "failed", "completed", "completed"]  # each said as it ended
@@ -278,7 +279,7 @@ def test_out_of_memory_among_k_fails_that_run_clearly_and_it_runs_again_with_few
 
 def test_a_killed_worker_loses_no_run_they_run_again_with_fewer(tmp_path, monkeypatch):
     _failing_workers(tmp_path, monkeypatch, "kill")
-    cfg = load_config([f"results_dir={tmp_path / 'r'}", "parallel=2", "seeds=2", *TINY])
+    cfg = load_config([f"results_dir={tmp_path / 'r'}", *shrunk(*TINY, "parallel=2", "seeds=2")])
     notes = []
     outcomes = execute_jobs(plan(cfg), Placement(2), progress=False, note=notes.append)
     assert notes == ["note: 2 runs lost their worker process with 2 on the CPU: running them again with 1 on the CPU"]

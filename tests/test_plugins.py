@@ -19,7 +19,7 @@ from visionbench import plugins
 from visionbench.activations import registry
 from visionbench.cli import main
 
-from .helpers import FAST
+from .helpers import shrunk
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "my_activation"
@@ -90,7 +90,7 @@ def write(where: Path, module: str, text: str) -> Path:
 def test_the_example_plugin_runs_and_is_reported(isolated, monkeypatch, tmp_path, capsys):
     monkeypatch.syspath_prepend(str(EXAMPLE))  # as PYTHONPATH=examples/my_activation (never pip-installed in tests)
     results = tmp_path / "results"
-    code = main(["run", f"results_dir={results}", *FAST, "epochs=1", "imports=my_activation", "act=relu,my_act",
+    code = main(["run", f"results_dir={results}", *shrunk(), "epochs=1", "imports=my_activation", "act=relu,my_act",
                  "seeds=1"])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -262,7 +262,7 @@ def test_snapshot_and_restore_forget_a_plugin_and_what_it_registered(isolated):
 def test_a_researchers_module_in_a_temporary_directory_runs_in_parallel(tmp_path):
     write(tmp_path, "my_acts", MY_ACTS.format(name="my_act"))
     exe = Path(sys.executable).parent / "visionbench"
-    out = subprocess.run([str(exe), "run", "imports=my_acts", "act=relu,my_act", "seeds=1", *FAST, "epochs=1",
+    out = subprocess.run([str(exe), "run", "imports=my_acts", "act=relu,my_act", "seeds=1", *shrunk(), "epochs=1",
                           "parallel=2"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "my_act             seed 0: completed" in out.stdout

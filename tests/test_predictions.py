@@ -21,11 +21,11 @@ from visionbench.sweep.sweep import run_sweep
 from visionbench.train.module import ClassificationModule, Diverged
 from visionbench.train.predictions import compact, improves, interleave
 
-from .helpers import FAST
+from .helpers import shrunk
 
 
 def sweep(results, *args: str):
-    (o,) = run_sweep(load_config([f"results_dir={results}", *FAST, "act=relu", "seeds=1", *args]), progress=False)
+    (o,) = run_sweep(load_config([f"results_dir={results}", *shrunk(), "act=relu", "seeds=1", *args]), progress=False)
     return o
 
 

@@ -14,9 +14,9 @@ from visionbench.config import RECIPES_DIR, ConfigError, recipe_names, run_confi
 from visionbench.sweep.acts import sweep_acts
 from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import run_sweep
-from visionbench.train.run import build_model
-from visionbench.train.optim import build_optimizer, scaled_lr
 from visionbench.train.module import lr_lambda
+from visionbench.train.optim import build_optimizer, scaled_lr
+from visionbench.train.run import build_model
 
 from .fixtures_fashion_mnist import write_fmnist
 
@@ -174,7 +174,9 @@ def test_recipe_builds_model_data_optimizer_schedule(recipe, roots):
     assert dm.num_classes >= 2
     act = sweep_acts(cfg)[-1]  # the last of the sweep: usually the learnable one
     run = typed(run_config(cfg, act, seed=0))
-    model = build_model(run, dm.num_classes, dm.in_chans, dm.img_size)
+    with torch.device("meta"):  # the structure, the swap and the parameter groups need no values (ResNet-50, CaiT ...)
+        model = build_model(run, dm.num_classes, dm.in_chans, dm.img_size)
+    assert all(p.is_meta for p in model.parameters())
     assert cfg.model.name == RECIPE_MODEL[recipe]
     assert len(model.swap_report) == SWAPS[RECIPE_MODEL[recipe]]  # every activation module, none left out
     assert model.swap_report.act == act.family

@@ -27,19 +27,19 @@ from visionbench.sweep.locks import RunLock
 from visionbench.sweep.sweep import run_sweep
 
 from .fixtures import write_cifar10, write_tiny_imagenet
-from .helpers import FAST, HOOK, ROOT, copy_tree, seed_dir, spawn, summary, wait_for, write_recipe
+from .helpers import HOOK, ROOT, copy_tree, seed_dir, shrunk, spawn, summary, wait_for, write_recipe
 
 
 # ---- helpers -------------------------------------------------------------------------------
 def run(capsys, results: Path, *args: str) -> tuple[int, str, str]:
     """`visionbench run` in this process: (exit code, stdout, stderr)."""
-    code = main(["run", f"results_dir={results}", *FAST, *args])
+    code = main(["run", f"results_dir={results}", *shrunk(), *args])
     out, err = capsys.readouterr()
     return code, out, err
 
 
 def sweep(results: Path, *args: str):
-    return run_sweep(load_config([f"results_dir={results}", *FAST, *args]), progress=False)
+    return run_sweep(load_config([f"results_dir={results}", *shrunk(), *args]), progress=False)
 
 
 def ckpt_epochs(path: Path) -> int:
@@ -299,7 +299,7 @@ def test_parallel_interrupted_while_its_workers_start_is_one_line(how, tmp_path)
            "VB_TEST_EPOCH_PAUSE": "30"}  # no run gets past its first epoch's start before the signal
     results = tmp_path / "r"
     proc = subprocess.Popen(with_default_sigint([sys.executable, "-m", "visionbench.cli", "run", f"results_dir={results}",
-                                                 *FAST, "act=relu,gelu", "seeds=1", "parallel=2"]),
+                                                 *shrunk(), "act=relu,gelu", "seeds=1", "parallel=2"]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
                             start_new_session=True)  # its own group: ours is not hit; Ctrl-C at its default there
     wait_for(lambda: len(_workers(proc.pid)) == 2, what="both workers started")

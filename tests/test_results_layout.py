@@ -2,7 +2,6 @@
 one summary reader for sweep and report; MetricsWriter's columns ('/' in a metric key)."""
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 from pathlib import Path
@@ -20,16 +19,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _grep(pattern: str) -> list[str]:
-    out = subprocess.run(["grep", "-rnE", pattern, "visionbench", "--include=*.py"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60).stdout
-    return out.splitlines()
+    """`path:line:text` of each line of visionbench/**/*.py matching `pattern` (grep -E); grep failing is an error,
+    not an empty answer."""
+    done = subprocess.run(["grep", "-rnE", pattern, "visionbench", "--include=*.py"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode in (0, 1), done.stderr  # 1: no line matched; 2: grep could not search
+    return done.stdout.splitlines()
 
 
 def test_schema_and_statuses_are_defined_once():
     assert [line.split(":")[0] for line in _grep(r"^SCHEMA *=")] == ["visionbench/results/layout.py"]
     assert [line.split(":")[0] for line in _grep(r"^(STATUSES|SCORED) *=")] == ["visionbench/results/layout.py"] * 2
     assert [line.split(":")[0] for line in _grep(r'= *"interrupted"')] == []  # a constant, not a second literal
-    assert _grep(r"def _save_checkpoint") == []
+    # a run's checkpoints are written in one place: Lightning's, through the atomic CheckpointIO
+    assert [line.split(":")[0] for line in _grep(r"def _?save_checkpoint\b")] == ["visionbench/train/callbacks.py"]
     # metrics.csv is MetricsWriter's; Lightning's CSVLogger is only the opt-in tracker writing <run>/csv/
     assert {line.split(":")[0] for line in _grep(r"CSVLogger")} == {"visionbench/train/trackers.py"}
 
@@ -39,9 +42,30 @@ def test_models_know_neither_lightning_nor_the_run_layout():
     assert not [h for h in hits if h.startswith("visionbench/models/")], hits
 
 
-def test_runner_and_report_take_no_file_helpers_from_train():
-    assert not [h for h in _grep(r"train\.io|from \.\.train import io") if h.startswith(("visionbench/runner",
-                                                                                         "visionbench/report"))]
+# the name of every file of a run directory (layout.files), as a path literal
+RUN_FILES = (r'"(config\.yaml|summary\.json|metrics\.csv|error\.txt|predictions\.npz|trackers\.json|last\.ckpt'
+             r'|best\.ckpt)"')
+# the literals outside visionbench/results/ that are no run file written by hand, each with why
+NOT_RUN_FILES = {
+    ("visionbench/train/trackers.py", 'path = Path(logger.log_dir) / "metrics.csv"'):
+        "Lightning's CSVLogger's own file, in <run>/csv/ (trainer.loggers=csv)",
+}
+
+
+def test_the_sweep_training_and_report_reach_run_files_through_results_only():
+    """A run directory's files are named, read and written by visionbench/results (layout.files, its readers and
+    writers, io's atomic writes) and by no other room: none names one by a path of its own, and the atomic write
+    (a temporary file renamed over the target) is results/io.py's alone. The rooms checked must exist and hold
+    code, and layout.py must hold the names, so the check cannot pass by finding nothing."""
+    rooms = ("results", "sweep", "train", "report")
+    for room in rooms:
+        assert len(list((ROOT / "visionbench" / room).glob("*.py"))) > 1, f"visionbench/{room}/ is gone: update this"
+    hits = [h.split(":", 2) for h in _grep(RUN_FILES)]
+    assert {path for path, _, _ in hits if path.startswith("visionbench/results/")} >= {"visionbench/results/layout.py"}
+    elsewhere = [(path, text.strip()) for path, _, text in hits if not path.startswith("visionbench/results/")]
+    assert [h for h in elsewhere if h not in NOT_RUN_FILES] == []
+    assert {path for path, _, _ in (h.split(":", 2) for h in _grep(r"os\.replace\(|mkstemp\("))} == {
+        "visionbench/results/io.py"}
 
 
 def _summary(tmp_path, **fields) -> Path:
@@ -58,13 +82,13 @@ def test_report_skips_what_the_layout_does_not_score(tmp_path, status, note):
     assert row is None and note in why
 
 
-def test_report_and_runner_share_one_summary_reader(tmp_path):
+def test_report_and_sweep_share_one_summary_reader(tmp_path):
     run = _summary(tmp_path, status=layout.COMPLETED, metrics={"val_top1_best": 50.0})
     row, _ = run_row(run)
     assert row["status"] == layout.COMPLETED and row["val_top1_best"] == 50.0 and row["seed"] == 0
     (run / "summary.json").write_text("[1, 2]")
     with pytest.raises(RunStateError, match="summary.json holds list"):
-        layout.read_summary(run)  # the runner's contract ...
+        layout.read_summary(run)  # the sweep's contract ...
     row, why = run_row(run)  # ... and the report's: the same reader, a note instead of an exception
     assert row is None and "summary.json holds list" in why
 

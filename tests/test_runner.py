@@ -13,11 +13,11 @@ from visionbench.cli import main
 from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import ConfigMismatch, run_sweep
 
-from .helpers import FAST, copy_tree, metric_rows
+from .helpers import copy_tree, metric_rows, shrunk
 
 
 def sweep(tmp_path: Path, *args: str):
-    cfg = load_config([f"results_dir={tmp_path}", *FAST, *args])
+    cfg = load_config([f"results_dir={tmp_path}", *shrunk(), *args])
     return run_sweep(cfg, progress=False)
 
 
@@ -70,7 +70,7 @@ def test_interrupted_seed_resumes_from_last_checkpoint(tmp_path, crash_in_epoch_
 
 def test_divergence_is_recorded_the_sweep_goes_on_and_the_command_exits_nonzero(tmp_path, capsys):
     """A sweep whose every run diverged exits 1 (a cluster's job status tells) and lists the runs."""
-    code = main(["run", f"results_dir={tmp_path}", *FAST, "act=relu,gelu", "seeds=1", "optim.lr=1e6",
+    code = main(["run", f"results_dir={tmp_path}", *shrunk(), "act=relu,gelu", "seeds=1", "optim.lr=1e6",
                  "act_lr_mult.gelu=1"])
     err = capsys.readouterr().err
     assert code == 1, err
@@ -94,7 +94,7 @@ def test_failure_is_recorded_and_the_command_exits_nonzero(tmp_path, monkeypatch
         return real(cfg, *a, **k)
 
     monkeypatch.setattr(one_run, "build_model", broken)
-    code = main(["run", f"results_dir={tmp_path}", *FAST, "act=gelu,relu", "seeds=1"])
+    code = main(["run", f"results_dir={tmp_path}", *shrunk(), "act=gelu,relu", "seeds=1"])
     err = capsys.readouterr().err
     assert code == 1 and "boom" in err
     s = json.loads((tmp_path / "digits_vgg4" / "gelu" / "seed_0" / "summary.json").read_text())
@@ -140,12 +140,12 @@ def test_results_of_an_older_version_resume_without_a_false_mismatch(relu_pair, 
     (o,) = sweep(tmp_path, "act=relu", "seeds=1")  # completed before: skipped
     assert o.status == "skipped"
     _as_older_version(o.run_dir / "config.yaml")
-    cfg = load_config([f"results_dir={tmp_path}", *FAST, "act=relu", "seeds=1"])
+    cfg = load_config([f"results_dir={tmp_path}", *shrunk(), "act=relu", "seeds=1"])
     check_resumable(run_config(cfg, "relu", 0), o.run_dir)  # the keys it lacks hold their old behaviour
 
     # with repeats, the old epoch rule (DeiT's length) is not today's: resuming would mix the two
     _as_older_version(o.run_dir / "config.yaml", repeated_aug=3)
-    again = load_config([f"results_dir={tmp_path}", *FAST, "act=relu", "seeds=1", "data.augment.repeated_aug=3"])
+    again = load_config([f"results_dir={tmp_path}", *shrunk(), "act=relu", "seeds=1", "data.augment.repeated_aug=3"])
     with pytest.raises(ConfigMismatch, match="repeated_aug_epoch"):
         check_resumable(run_config(again, "relu", 0), o.run_dir)
 

@@ -18,7 +18,7 @@ from visionbench.cli import main
 from visionbench.results import checkpoint, layout
 from visionbench.results.io import RunStateError
 
-from .helpers import FAST, copy_tree, write_run
+from .helpers import copy_tree, shrunk, write_run
 
 
 class Planted:
@@ -94,7 +94,7 @@ def test_a_rerun_does_not_rewrite_predictions_from_a_planted_checkpoint(run, cap
     files = layout.files(run_dir)
     plant(files.last, marker)
     files.predictions.unlink()
-    assert main(["run", f"results_dir={results}", *FAST, "act=relu", "seeds=2"]) == 0  # both completed: skipped
+    assert main(["run", f"results_dir={results}", *shrunk(), "act=relu", "seeds=2"]) == 0  # both completed: skipped
     notes = [ln for ln in capsys.readouterr().err.splitlines() if str(files.last) in ln]
     assert len(notes) == 1 and "is refused, not loaded: it pickles io.open" in notes[0], notes
     assert not marker.exists() and not files.predictions.exists()
@@ -110,7 +110,7 @@ def test_resuming_refuses_a_planted_last_checkpoint(run, capsys):
     files = layout.files(run_dir)
     interrupted(run_dir)
     plant(files.last, marker)
-    assert main(["run", f"results_dir={results}", *FAST, "act=relu", "seeds=2"]) == 1  # that run failed
+    assert main(["run", f"results_dir={results}", *shrunk(), "act=relu", "seeds=2"]) == 1  # that run failed
     err = capsys.readouterr().err
     assert f"{files.last} is refused, not loaded: it pickles io.open" in err, err
     summary = layout.read_summary(run_dir)
@@ -129,7 +129,7 @@ def test_lightning_resume_loads_weights_only_too(run, monkeypatch):
     plant(layout.files(run_dir).last, marker)
     monkeypatch.setattr(train_run, "checkpoint_epoch", lambda path: 1)
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
-    assert main(["run", f"results_dir={results}", *FAST, "act=relu", "seeds=2"]) == 1
+    assert main(["run", f"results_dir={results}", *shrunk(), "act=relu", "seeds=2"]) == 1
     assert "Weights only load failed" in layout.read_summary(run_dir)["error"]
     assert not marker.exists()
 

@@ -13,7 +13,7 @@ from visionbench.sweep.sweep import plan
 from visionbench.train import seeds
 from visionbench.train.seeds import Seeds, source_seeds
 
-from .helpers import FAST
+from .helpers import shrunk
 
 
 @pytest.mark.parametrize("noise, given, expected", [
@@ -29,7 +29,7 @@ def test_each_source_follows_the_seed_unless_held(noise, given, expected):
 
 
 def test_a_noise_design_runs_the_ordinary_arm_and_one_arm_per_source():
-    cfg = load_config([*FAST, "act=relu,gelu", "seeds=2", "noise=order,init"])
+    cfg = load_config([*shrunk(), "act=relu,gelu", "seeds=2", "noise=order,init"])
     runs = [run for run, _ in plan(cfg)]
     arms = sorted({(r["setting"]["noise"], r["act_label"], r["seed"]) for r in runs})
     assert len(arms) == len(runs) == 3 * 2 * 2
@@ -41,7 +41,7 @@ def test_a_noise_design_runs_the_ordinary_arm_and_one_arm_per_source():
 
 
 def test_the_split_keys_at_their_defaults_leave_the_config_hash_as_before():
-    run = next(r for r, _ in plan(load_config([*FAST, "act=relu", "seeds=1"])))
+    run = next(r for r, _ in plan(load_config([*shrunk(), "act=relu", "seeds=1"])))
     before = {k: v for k, v in run.items() if k not in ("seed_init", "seed_order", "seed_aug", "noise")}
     assert config_hash(run) == config_hash(before)
     assert config_hash({**run, "seed_init": 0}) != config_hash(run)
@@ -55,7 +55,7 @@ def test_the_split_keys_at_their_defaults_leave_the_config_hash_as_before():
     (["noise=weights"], "noise"),
 ])
 def test_contradicting_seed_keys_are_refused_in_one_line(args, says, tmp_path, capsys):
-    assert cli(["run", f"results_dir={tmp_path}", *FAST, "act=relu", *args]) == 2
+    assert cli(["run", f"results_dir={tmp_path}", *shrunk(), "act=relu", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1, err
     assert not any(tmp_path.iterdir())

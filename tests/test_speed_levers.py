@@ -19,14 +19,15 @@ from visionbench.config import ConfigError, run_config
 from visionbench.sweep.preflight import load_config
 from visionbench.train.run import step_batch, train_run
 
-TINY = ["recipe=digits_vgg4", "data.limit_train=256", "batch_size=64", "loss.mixup=0", "loss.cutmix=0"]
+from .helpers import shrunk
+
+TINY = ("recipe=digits_vgg4", "data.limit_train=256", "loss.mixup=0", "loss.cutmix=0")  # deltas to the shrink
 RTOL = 1e-4  # the issue's bound; measured: 1.1e-7
 
 
 def _losses(tmp: Path, *overrides: str, act: str = "relu", epochs: int = 3) -> list[float]:
     """Train one tiny run and return its per-epoch train_loss (metrics.csv)."""
-    args = [*TINY, f"act={act}", f"epochs={epochs}", *overrides]
-    run = run_config(load_config(args), act, 0)
+    run = run_config(load_config(shrunk(*TINY, f"act={act}", f"epochs={epochs}", *overrides)), act, 0)
     run_dir = tmp / "_".join([act, *overrides]).replace("=", "-")
     train_run(run, run_dir, progress=False)
     with open(run_dir / "metrics.csv") as f:
@@ -90,17 +91,16 @@ def test_step_batch_divides_by_processes_and_accumulation():
 ])
 def test_bad_levers_fail_before_the_sweep(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
-        load_config([*TINY, *overrides])
+        load_config(shrunk(*TINY, *overrides))
 
 
 def test_levers_are_passed_to_lightning(tmp_path, monkeypatch):
-    """accumulate_grad_batches and sync_batchnorm reach the Trainer; the loader batch is divided."""
-    import lightning as L
+    """accumulate_grad_batches and sync_batchnorm reach the Trainer; the loader batch is divided. The Trainer is
+    replaced where the one builder of every Trainer (train/trainer.py's `build_trainer`) looks it up."""
+    from visionbench.train import trainer as trainer_file
 
-    from visionbench.train import run as run_file
-
-    captured = {}
-    real = L.Trainer
+    captured, built = {}, []
+    real = trainer_file.L.Trainer
 
     class Spy(real):
         def fit(self, module, datamodule=None, ckpt_path=None, **kwargs):
@@ -109,13 +109,15 @@ def test_levers_are_passed_to_lightning(tmp_path, monkeypatch):
             raise KeyboardInterrupt  # stop before training: only the wiring is under test
 
     def trainer(**kwargs):
-        captured["sync_batchnorm"] = kwargs["sync_batchnorm"]
+        built.append(kwargs)
         return Spy(**kwargs)
 
-    monkeypatch.setattr(run_file.L, "Trainer", trainer)
+    monkeypatch.setattr(trainer_file.L, "Trainer", trainer)
     with pytest.raises(KeyboardInterrupt):
         _losses(tmp_path, "trainer.accumulate_grad_batches=4", "trainer.sync_batchnorm=true", epochs=1)
-    assert captured["accumulate"] == 4 and captured["batch"] == 16 and captured["sync_batchnorm"] is True
+    assert len(built) == 1, "the run's Trainer was not built by the replaced class: the patch missed its lookup"
+    assert built[0]["sync_batchnorm"] is True and built[0]["accumulate_grad_batches"] == 4
+    assert captured["accumulate"] == 4 and captured["batch"] == 16
 
 
 @pytest.mark.parametrize("value, kwargs", [("true", {}), ("reduce-overhead", {"mode": "reduce-overhead"})])

@@ -23,12 +23,15 @@ import pytest
 
 from visionbench.report import main as report_main
 
+from .helpers import shrunk
+
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = "hydra_plugins.hydra_submitit_launcher"
 needs_submitit = pytest.mark.skipif(
     importlib.util.find_spec("hydra_plugins") is None or importlib.util.find_spec(LAUNCHER) is None,
     reason=f"{LAUNCHER} is not installed (the slurm extra: pip install -e '.[slurm]'; `make install` includes it)")
-TINY = ["epochs=1", "data.limit_train=100", "data.limit_val=50"]  # the test's protocol; the jobs stay the doc's
+# the test's protocol: tests/helpers.py's shrink, one epoch of 100 images; the jobs (act, seed) stay the doc's
+TINY = shrunk("epochs=1", "data.limit_train=100", "data.limit_val=50")
 
 
 def documented(path: Path) -> tuple[str, str | None]:

@@ -17,8 +17,7 @@ from visionbench.sweep.acts import parse_act, parse_acts, sweep_acts
 from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import plan
 
-FAST = ["epochs=1", "batch_size=64", "data.limit_train=120", "data.limit_val=60", "snapshot_epochs=[]", "seeds=1",
-        "trainer.portable=false"]
+from .helpers import shrunk
 
 
 def test_split_top_level_respects_brackets_and_quotes():
@@ -134,9 +133,10 @@ def test_the_hydra_app_reads_the_grammar_of_visionbench_run(recipe, argv, settin
 
 def test_digits_table2_sweep_lands_apart_and_reports_in_the_papers_layout(tmp_path, capsys):
     # runs that learn (a run at chance is `stalled`, and a stalled cell is no selection): 3 epochs of 300 images
-    code = main(["run", f"results_dir={tmp_path}", *FAST, "act=relu,rational[init=leaky_relu],rational[init=gelu]",
-                 "model.lsuv=false,true", "model.norm=null,group", "report.best_of=[model.lsuv]", "epochs=3",
-                 "data.limit_train=300"])
+    code = main(["run", f"results_dir={tmp_path}", *shrunk(
+        "seeds=1", "epochs=3", "data.limit_train=300", "data.limit_val=60", "snapshot_epochs=[]",
+        "act=relu,rational[init=leaky_relu],rational[init=gelu]", "model.lsuv=false,true", "model.norm=null,group",
+        "report.best_of=[model.lsuv]")])
     out = capsys.readouterr().out
     assert code == 0
     root = tmp_path / "digits_vgg4"

@@ -15,10 +15,10 @@ import pytest
 from visionbench.cli import main
 from visionbench.results import layout
 
-from .helpers import FAST, copy_tree, needs_mlflow, needs_wandb
+from .helpers import copy_tree, needs_mlflow, needs_wandb, shrunk
 
-
-TINY = ["act=relu", "seeds=1", "epochs=1", "data.limit_train=64", "data.limit_val=32", "snapshot_epochs=[]"]
+# the runs these tests start are refused before any training: tests/helpers.py's shrink, one relu run of one epoch
+TINY = shrunk("act=relu", "seeds=1", "epochs=1")
 
 
 @pytest.fixture
@@ -169,7 +169,7 @@ def test_a_run_crashed_mid_epoch_and_resumed_holds_each_mlflow_step_once(tmp_pat
             raise RuntimeError("simulated crash mid-epoch")
 
     results = tmp_path / "r"
-    args = [f"results_dir={results}", *FAST, "act=relu", "seeds=1", "batch_size=8", "trainer.loggers=mlflow"]
+    args = [f"results_dir={results}", *shrunk("act=relu", "seeds=1", "batch_size=8", "trainer.loggers=mlflow")]
     monkeypatch.setattr(train_run._Throughput, "on_train_batch_end", crash)
     assert [o.status for o in run_sweep(load_config(args), progress=False)] == ["failed"]
     monkeypatch.setattr(train_run._Throughput, "on_train_batch_end", original)
@@ -183,7 +183,7 @@ def test_a_run_crashed_mid_epoch_and_resumed_holds_each_mlflow_step_once(tmp_pat
 def test_flipping_portable_across_a_resume_is_refused(relu_pair, tmp_path, capsys):
     results = copy_tree(relu_pair, tmp_path / "r")
     run_dir = results / "digits_vgg4" / "relu" / "seed_0"
-    args = [f"results_dir={results}", *FAST, "act=relu", "seeds=2", "trainer.portable=true"]  # FAST's: false
+    args = [f"results_dir={results}", *shrunk("act=relu", "seeds=2", "trainer.portable=true")]  # the shrink's: false
     from visionbench.sweep.preflight import load_config
     from visionbench.sweep.sweep import plan
 

@@ -236,13 +236,14 @@ def _predictions(args: list[str]) -> int:
         print("usage: visionbench predictions RUN_DIR [RUN_DIR ...]\n\nRewrite each completed run's "
               "predictions.npz from its checkpoints (the arrays it wrote, identical).", file=sys.stderr)
         return 0 if any(a in ("-h", "--help") for a in args) else 2
+    from .results import layout
     from .results.io import RunStateError
     from .sweep.locks import RunLock, RunLocked
     from .train.rewrite import rewrite_predictions
 
     bad = locked = 0
     for run_dir in args:
-        if not Path(run_dir, "summary.json").is_file():
+        if not layout.files(Path(run_dir)).summary.is_file():
             print(f"visionbench predictions: {run_dir} is no run directory (no summary.json)", file=sys.stderr)
             bad += 1
             continue
