@@ -49,7 +49,7 @@ def write_folder(root: Path, splits=("train", "test"), per_class: int = 10, gray
 
 @pytest.fixture(autouse=True)
 def _cache_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the fallback for read-only folders
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # where the folder's facts are cached
 
 
 def make(root: Path, **cfg) -> data.VisionDataModule:
@@ -112,7 +112,7 @@ def test_stats_are_cached_and_recomputed_when_the_folder_changes(tmp_path, monke
     compute = folder_mod.compute_facts
     monkeypatch.setattr(folder_mod, "compute_facts", lambda *a: calls.append(1) or compute(*a))
     first = make(root)
-    cached = json.loads((root / folder_mod.STATS_FILE).read_text())
+    cached = json.loads(folder_mod.stats_path(root).read_text())
     assert cached["classes"] == CLASSES and cached["mean"] == list(first.mean) and len(calls) == 1
     assert make(root).mean == first.mean and len(calls) == 1  # read from the file
     shape(0, 3).rotate(90).save(root / "train" / "circle" / "new.png")  # a new image: scanned again
@@ -123,21 +123,43 @@ def test_stats_are_cached_and_recomputed_when_the_folder_changes(tmp_path, monke
     assert len(calls) == 3
 
 
-def test_a_read_only_folder_caches_in_the_user_cache(tmp_path, monkeypatch):
+def listing(root: Path) -> dict[str, tuple[int, int]]:
+    """{relative path: (size, mtime_ns)} of everything under `root`, folders included."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+
+
+def test_the_data_folder_is_read_never_written(tmp_path, monkeypatch):
     root = write_folder(tmp_path / "d")
+    before = listing(root)
     write = folder_mod.atomic_write_text
 
     def refuse_in_root(path, text):
-        if Path(path).parent == root:
-            raise PermissionError(13, "Permission denied", str(path))
+        assert root not in Path(path).parents, f"wrote {path} into the data folder"
         write(path, text)
 
     monkeypatch.setattr(folder_mod, "atomic_write_text", refuse_in_root)
     make(root)
-    assert not (root / folder_mod.STATS_FILE).exists()
-    assert len(list((tmp_path / "cache" / "visionbench" / "folder_stats").glob("*.json"))) == 1
-    monkeypatch.setattr(folder_mod, "compute_facts", lambda *a: pytest.fail("not read from the user cache"))
-    assert make(root).classes == CLASSES
+    assert listing(root) == before
+    assert folder_mod.stats_path(root).parent == tmp_path / "cache" / "visionbench" / "folder_stats"
+    assert json.loads(folder_mod.stats_path(root).read_text())["root"] == str(root.resolve())
+    monkeypatch.setattr(folder_mod, "compute_facts", lambda *a: pytest.fail("not read from the cache"))
+    assert make(root).classes == CLASSES and listing(root) == before
+
+
+def test_two_folders_never_share_a_cache_file(tmp_path, monkeypatch):
+    import shutil
+
+    a = write_folder(tmp_path / "a")
+    b = Path(shutil.copytree(a, tmp_path / "b"))  # copy2: the same names, sizes and mtimes, the same digest
+    assert folder_mod.digest(folder_mod.layout(a, "")[1], a) == folder_mod.digest(folder_mod.layout(b, "")[1], b)
+    calls = []
+    compute = folder_mod.compute_facts
+    monkeypatch.setattr(folder_mod, "compute_facts", lambda *a: calls.append(1) or compute(*a))
+    make(a), make(b)
+    assert len(calls) == 2 and folder_mod.stats_path(a) != folder_mod.stats_path(b)
+    assert len(list((tmp_path / "cache" / "visionbench" / "folder_stats").glob("*.json"))) == 2
+    Image.new("RGB", (12, 12), (255, 255, 255)).save(b / "train" / "circle" / "0.png")  # b changes, a does not
+    assert make(b).mean != make(a).mean and len(calls) == 3
 
 
 def test_on_device_batches_equal_the_loader_path(tmp_path):
@@ -213,6 +235,7 @@ def test_on_device_with_mixed_sizes_is_refused_in_one_line(tmp_path):
 # ---- end to end ---------------------------------------------------------------------------------------------
 def test_a_folder_trains_and_reports(tmp_path, capsys):
     root = write_folder(tmp_path / "d")
+    before = listing(root)
     results = tmp_path / "r"
     code = main(["run", "data.name=folder", f"data.root={root}", "act=relu", "seeds=1", "epochs=1",
                  f"results_dir={results}"])
@@ -223,3 +246,4 @@ def test_a_folder_trains_and_reports(tmp_path, capsys):
     assert summary["dataset"]["classes"] == CLASSES and summary["dataset"]["img_size"] == 12
     assert summary["dataset"]["images"] == {"train": 30, "test": 12}
     assert (results / "digits_vgg4" / "table.md").exists()
+    assert listing(root) == before  # a run reads the data folder, never writes it

@@ -1,11 +1,13 @@
 """data.name=folder with a folder from someone else (visionbench/data/folder.py, docs/data.md): 16-bit images keep
-their contrast, the walk follows no folder link and no link out of data.root, reads only regular files, and a
-split the recipe cannot carve is refused up front; each refusal one line, exit 2, nothing written.
+their contrast, the walk follows no folder link and no link out of data.root, reads only regular files, writes
+nothing into the folder (nor reads a stats file found there), and a split the recipe cannot carve is refused up
+front; each refusal one line, exit 2, nothing written.
 
     .venv/bin/python -m pytest tests/test_folder_trust.py -q
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -208,3 +210,20 @@ def test_one_image_per_class_with_a_test_folder_is_refused_up_front(tmp_path, mo
                     "side; it has 2 images, class 'a' only 1; add training images, give a val/ folder (it then "
                     "selects), or set data.val_split=0 (the official set then selects as well)")
     make(root, val_split=0.0).setup()  # without the split it is a (tiny) valid folder
+
+
+# ---- the folder is read, never written ----------------------------------------------------------------------
+def test_a_stats_file_inside_the_folder_is_neither_read_nor_written(tmp_path):
+    """A received folder may carry a `.visionbench_stats.json` (what visionbench once wrote into DIR) that says
+    anything: the facts come from the images, cached in visionbench's own cache, and DIR is left as it was."""
+    root = write_gray(tmp_path / "d", {"a": 30, "b": 200}, dtype=np.uint8)
+    classes, splits = folder_mod.layout(root, "data.root")
+    forged = {"version": folder_mod.STATS_VERSION, "digest": folder_mod.digest(splits, root), "classes": classes,
+              "counts": {"train": 10}, "sizes": {"8x8": 8}, "in_chans": 3, "native_size": 8, "img_size": 8,
+              "mean": [0.9, 0.9, 0.9], "std": [0.01, 0.01, 0.01], "value_range": None}
+    (root / ".visionbench_stats.json").write_text(json.dumps(forged))
+    before = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
+    dm = make(root)
+    assert dm.in_chans == 1 and dm.facts.mean != [0.9] and dm.facts.mean[0] < 0.5
+    assert folder_mod.stats_path(root).is_relative_to(tmp_path / "cache")
+    assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")} == before

@@ -196,10 +196,10 @@ def test_the_footer_names_k_and_mps_and_k_is_no_difference():
         return {"act": "relu", "seed": seed, "status": "completed", "environment": json.dumps(env, sort_keys=True)}
 
     runs = pd.DataFrame([run(0, 4, "0", True), run(1, 4, "1", True), run(2, 1, None, None)])
-    assert report_env.footer(runs).endswith(" · parallel=1/4 per GPU (8 workers), MPS on")
-    assert report_env.differences(runs) == []  # where a run trained is not an environment of its numbers
+    assert report_env.environment_footer(runs).endswith(" · parallel=1/4 per GPU (8 workers), MPS on")
+    assert report_env.mixed_environments(runs) == []  # where a run trained is not an environment of its numbers
     old = pd.DataFrame([{"act": "relu", "seed": 0, "status": "completed", "environment": json.dumps({"threads": 1})}])
-    assert "parallel" not in report_env.footer(old)  # committed records from before: their footers unchanged
+    assert "parallel" not in report_env.environment_footer(old)  # committed records from before: their footers unchanged
 
 
 # ---- end to end on the CPU: among K, the bits of alone; out of memory, again with fewer ---------------------------

@@ -6,43 +6,29 @@ and implements `reference_forward` (the plain formula), `fast_forward` (the fuse
 `init_variance_preserving`. `forward` picks the path and, under autocast, computes in float32.
 Families linear in their coefficients implement `basis(x)` and get an exact least-squares `fit`;
 the others get a linearised start (`fit_start`) followed by a short float64 L-BFGS refinement of
-the same objective. Fits always use the plain formulas (their objective needs F' differentiated).
+the same objective. Fits always use the plain formulas (their objective needs F' differentiated);
+the fitting itself is fitting.py's, which `fit`, `_objective` and `_refine` call.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
-import time
-from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
 from torch import nn
 
-from . import fused
-from .targets import get_target, target_names, value_and_derivative
+from . import fitting, fused
+# the fitting's pieces, imported from here by the families and by check/, bench/, experiments/
+from .fitting import FitResult, SurrogateFit, one_thread, solve_least_squares  # noqa: F401
+from .targets import target_names
 
-FIT_POINTS = 1001  # grid on the fit interval; dense enough that max-error on it is the sup-norm to ~1e-4
 INIT_INTERVAL = (-3.0, 3.0)  # where `reset_parameters(target)` fits
 
 # Fitted init coefficients per (family configuration, target, interval), for families that opt in
 # (`cache_fits`): a ResNet50 builds 49 activations and should fit once, not 49 times.
 # Explicit `fit()` calls always refit.
 _FIT_CACHE: dict[tuple, dict[str, torch.Tensor]] = {}
-
-
-@contextlib.contextmanager
-def one_thread():
-    """One intra-op thread inside the block, the caller's count restored after. Tiny tensors (a fit's
-    1001-point grid, a toy MLP) run fastest on one thread; on a loaded machine a multi-threaded pool
-    made fits 10-100x slower (0.5 s instead of 5 ms, measured on 2 busy cores)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
 
 
 def check_count(name: str, option: str, value, minimum: int = 1) -> int:
@@ -52,24 +38,6 @@ def check_count(name: str, option: str, value, minimum: int = 1) -> int:
     if not ok or int(value) != value or value < minimum:
         raise ValueError(f"{name}: {option} must be an integer >= {minimum}, got {value!r}")
     return int(value)
-
-
-def solve_least_squares(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """min ||a theta - b|| for a (M, K), b (M,), by SVD (rank-safe: duplicate or dropped columns
-    happen). Solved on the CPU, where the `gelsd` driver exists (CUDA only has `gels`, which needs
-    full rank); the systems are tiny."""
-    theta = torch.linalg.lstsq(a.cpu(), b.cpu().unsqueeze(1), driver="gelsd").solution.squeeze(1)
-    return theta.to(a.device)
-
-
-@dataclass
-class FitResult:
-    """How well a fit matched its target on the interval (errors are sup-norms on a dense grid)."""
-
-    target: str
-    max_abs_error: float
-    max_abs_deriv_error: float
-    seconds: float
 
 
 class LearnableActivation(nn.Module):
@@ -236,7 +204,6 @@ class LearnableActivation(nn.Module):
         return self(x[:, None].expand(-1, c)).mean(dim=1) if self.channel_axis(x[:, None].expand(-1, c)) == 1 \
             else self(x[None, :].expand(c, -1)).mean(dim=0)
 
-    @torch.enable_grad()  # autograd is the fit's tool (target derivatives, L-BFGS), even under a caller's no_grad()
     def fit(
         self,
         target: str | Callable[[torch.Tensor], torch.Tensor],
@@ -244,42 +211,13 @@ class LearnableActivation(nn.Module):
         derivative: bool = True,
         refine_steps: int | None = None,
     ) -> FitResult:
-        """Choose coefficients so that F ≈ g (and F' ≈ g' if `derivative`) on `interval`.
+        """Choose coefficients so that F ≈ g (and F' ≈ g' if `derivative`) on `interval` (fitting.py `fit`).
 
         Linear families: one least-squares solve. Others: `fit_start`, then `refine_steps` (default:
         the family's `refine_steps`) L-BFGS iterations in float64 on mean (F-g)^2 + mean (F'-g')^2.
         Every channel gets the same coefficients.
         """
-        t0 = time.perf_counter()
-        name = target if isinstance(target, str) else getattr(target, "__name__", "callable")
-        get_target(target)  # validates names early
-        lo, hi = float(interval[0]), float(interval[1])
-        if not hi > lo:
-            raise ValueError(f"fit interval must have lo < hi, got {interval!r}")
-        if self._param_device().type == "meta":  # built under torch.device("meta"): shapes, no values to fit;
-            return FitResult(str(name), math.nan, math.nan, 0.0)  # to_empty() + reset_parameters() fits later
-        x = torch.linspace(lo, hi, FIT_POINTS, dtype=torch.float64, device=self._param_device())
-        y, dy = value_and_derivative(target, x)
-        was_training, dtype = self.training, self._param_dtype()
-        self.eval()
-        self.to(torch.float64)
-        if self.per_channel:  # start every channel from channel 0, so all stay identical
-            with torch.no_grad():
-                for p in self.parameters():
-                    p.copy_(p[0:1].expand_as(p))
-        try:
-            with one_thread(), fused.reference_path():
-                features = self.basis(x)
-                if features is not None:
-                    self._fit_linear(x, features, y, dy, derivative)
-                else:
-                    self.fit_start(x, y, dy)
-                    self._refine(x, y, dy, derivative, self.refine_steps if refine_steps is None else refine_steps)
-                err, derr = self._fit_errors(x, y, dy)
-        finally:
-            self.to(dtype)
-            self.train(was_training)
-        return FitResult(str(name), err, derr, time.perf_counter() - t0)
+        return fitting.fit(self, target, interval, derivative, refine_steps)
 
     def _param_device(self) -> torch.device:
         p = next(self.parameters(), None)
@@ -289,60 +227,13 @@ class LearnableActivation(nn.Module):
         p = next(self.parameters(), None)
         return p.dtype if p is not None else torch.get_default_dtype()
 
-    def _fit_linear(self, x, features, y, dy, derivative: bool) -> None:
-        rows, rhs = [features], [y]
-        if derivative:
-            xg = x.clone().requires_grad_(True)
-            f = self.basis(xg)
-            dfeat = torch.stack(
-                [torch.autograd.grad(f[:, k].sum(), xg, retain_graph=True)[0] for k in range(f.shape[1])], dim=1
-            )
-            rows.append(dfeat)
-            rhs.append(dy)
-        a, b = torch.cat(rows), torch.cat(rhs)
-        theta = solve_least_squares(a, b)
-        self.set_coefficients(**self.theta_to_coefficients(theta))
-
     def _objective(self, x, y, dy, derivative: bool) -> torch.Tensor:
-        xg = x.clone().requires_grad_(derivative)
-        f = self.fit_forward(xg)
-        loss = (f - y).pow(2).mean()
-        if derivative:
-            (df,) = torch.autograd.grad(f.sum(), xg, create_graph=True)
-            loss = loss + (df - dy).pow(2).mean()
-        return loss
+        """What a refinement minimises (fitting.py `objective`); a family may weigh it otherwise."""
+        return fitting.objective(self, x, y, dy, derivative)
 
     def _refine(self, x, y, dy, derivative: bool, steps: int) -> None:
-        params = list(self.parameters())
-        if steps <= 0 or not params:
-            return
-        flags = [p.requires_grad for p in params]
-        for p in params:
-            p.requires_grad_(True)
-        opt = torch.optim.LBFGS(params, lr=1.0, max_iter=steps, tolerance_grad=1e-12,
-                                tolerance_change=1e-15, history_size=50, line_search_fn="strong_wolfe")
-
-        def closure():
-            opt.zero_grad()
-            loss = self._objective(x, y, dy, derivative)
-            loss.backward()
-            return loss
-
-        best = {k: v.detach().clone() for k, v in self.state_dict().items()}
-        best_loss = float(self._objective(x, y, dy, derivative).detach())
-        opt.step(closure)
-        final = float(self._objective(x, y, dy, derivative).detach())
-        if not (final <= best_loss):  # a diverged refinement must never make the start worse
-            self.load_state_dict(best)
-        for p, f in zip(params, flags):
-            p.grad = None  # the fit's gradients must not reach a training step's first update
-            p.requires_grad_(f)
-
-    def _fit_errors(self, x, y, dy) -> tuple[float, float]:
-        xg = x.clone().requires_grad_(True)
-        f = self.fit_forward(xg)
-        (df,) = torch.autograd.grad(f.sum(), xg)
-        return float((f - y).abs().max().detach()), float((df - dy).abs().max().detach())
+        """`steps` L-BFGS iterations on `_objective` (fitting.py `refine`); a family may constrain the result."""
+        fitting.refine(self, x, y, dy, derivative, steps)
 
     def extra_repr(self) -> str:
         parts = []
@@ -352,21 +243,6 @@ class LearnableActivation(nn.Module):
             parts.append("learnable=False")
         return ", ".join(parts)
 
-
-
-class SurrogateFit:
-    """Fitting for families whose layer depends on input statistics (PolyNorm, paper 000 Eq. 3;
-    SLAF, paper 003 Eq. 4-5): what is fitted is the function the layer computes for x ~ N(0, 1),
-    F(x) = basis(x) @ weight, with `basis` (the family's) folding in the N(0, 1) statistics and
-    `weight` (..., K) the only coefficients. Mix in before `LearnableActivation`."""
-
-    def theta_to_coefficients(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"weight": theta}
-
-    def fit_forward(self, x: torch.Tensor) -> torch.Tensor:
-        # The surrogate, not self(x): on a 1-D grid the layer would use the grid's own statistics.
-        # Channels hold identical coefficients after `fit`, so the channel mean is any channel's.
-        return self.basis(x) @ self.weight.reshape(-1, self.weight.shape[-1]).mean(dim=0)
 
 def _autocast_enabled(device_type: str) -> bool:
     try:

@@ -1,7 +1,9 @@
 """A short smoke training of an activation on the embedded 8x8 digits: the loss falls and stays finite.
 
 A one-hidden-layer MLP (64 -> HIDDEN -> activation -> 10) trained with the `digits_vgg4` recipe's optimizer and
-batch size, STEPS steps (QUICK_STEPS with `quick`), in-process, without Lightning, in well under a second.
+batch size, STEPS steps (QUICK_STEPS with `quick`), in-process, without Lightning, in well under a second: the
+digits as the data module loads them (data/digits.py), one step as the tools that train outside Lightning take it
+(train/step.py).
 Not the recipe's VGG4: at its lr, a VGG4 sits at ln 10 for its first ~100 steps with ReLU and for 200+ with
 softplus at seed 0 (docs/zoo.md: softplus loses one seed of five there), so a short run would judge the
 recipe's start, not the activation.
@@ -12,11 +14,14 @@ import functools
 import math
 import statistics
 
+import numpy as np
 import torch
 from torch import nn
 
 from ..activations.base import one_thread
 from ..config import recipe_config as _recipe_config
+from ..data.digits import load_digits_uint8
+from ..train.step import classification_step
 
 RECIPE = "digits_vgg4"
 STEPS, QUICK_STEPS = 200, 80
@@ -34,13 +39,14 @@ def recipe_config(name: str):
 
 @functools.lru_cache(maxsize=2)
 def digits(device: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """scikit-learn's 1,797 digits, (N, 1, 8, 8) float32 standardised, and int64 labels."""
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
-    x = torch.tensor(data.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    """All 1,797 digits, (N, 1, 8, 8) float32 standardised, and int64 labels, from the digits data module's loader
+    (data/digits.py `load_digits_uint8`). Its uint8 pixels are round(v x 255/16) of scikit-learn's levels
+    v = 0..16; rounding back gives v exactly, so the inputs are scikit-learn's to the bit."""
+    images, targets = load_digits_uint8()
+    levels = np.rint(images[..., 0].astype(np.float64) * (16.0 / 255.0))
+    x = torch.tensor(levels, dtype=torch.float32).unsqueeze(1) / 16.0
     x = (x - x.mean()) / x.std()
-    return x.to(device), torch.tensor(data.target, dtype=torch.int64, device=device)
+    return x.to(device), torch.tensor(targets, dtype=torch.int64, device=device)
 
 
 def build(subject) -> nn.Module:
@@ -61,11 +67,7 @@ def losses(subject, device: torch.device, quick: bool) -> list[float]:
     out = []
     for _ in range(QUICK_STEPS if quick else STEPS):
         idx = torch.randint(len(y), (cfg.batch_size,), generator=gen).to(device)
-        loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        out.append(float(loss.detach()))
+        out.append(float(classification_step(model, optimizer, x[idx], y[idx], skip_nonfinite=True)))
         if not math.isfinite(out[-1]):
             break
     return out

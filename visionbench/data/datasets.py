@@ -7,13 +7,14 @@ serves the training part (augmented) and the held-out validation part (eval tran
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import IO, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
 from ..config import DataConfig
@@ -30,6 +31,12 @@ DATA_ENV_VAR = "VISIONBENCH_DATA"
 def root_dir(cfg: DataConfig) -> Path:
     """Where datasets live: `data.root`, else `$VISIONBENCH_DATA`, else `./data` (absolute)."""
     return Path(cfg.root or os.environ.get(DATA_ENV_VAR) or "data").expanduser().resolve()
+
+
+def cache_dir() -> Path:
+    """visionbench's own cache folder, `${XDG_CACHE_HOME:-~/.cache}/visionbench`: what is computed from the data
+    (file digests, a folder's image statistics) is kept here, never in the data's folder."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "visionbench"
 
 
 def root_source(cfg: DataConfig) -> str:
@@ -71,18 +78,47 @@ def find_dataset_dir(root: Path, folder: str, marker: str) -> Path | None:
     return None
 
 
-def load_rgb(path: str | Path, mode: str = "RGB") -> Image.Image:
-    """Open an image file as RGB (Tiny ImageNet and ImageNet hold some grayscale/CMYK JPEGs), or as `mode`.
+IMAGE_ERRORS = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)  # UnidentifiedImageError: OSError
 
-    A truncated or unreadable file is a `CorruptDataError` naming it (PIL alone says "image file is
-    truncated", without the path, from deep inside a DataLoader worker)."""
+
+def unreadable_image(e: Exception) -> str:
+    """`unreadable image (<why>)`: the first line of PIL's error (not the path or file object it may repeat)."""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, UnidentifiedImageError):  # its message repeats the path (or a file object)
+        first = "not an image format PIL can identify"
+    return f"unreadable image ({first})"
+
+
+@contextlib.contextmanager
+def reading_image(path: str | Path, error: Callable[[str | Path, str], Exception] = corrupt) -> Iterator[None]:
+    """Inside the block, PIL's errors reading the image `path` become `error(path, unreadable_image(e))`, one line
+    naming the file (PIL alone says "image file is truncated", without the path, from deep inside a DataLoader
+    worker); a `CorruptDataError` raised in the block passes as it is."""
     try:
-        with open(path, "rb") as f:
-            img = Image.open(f)
-            return img.convert(mode)
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:  # UnidentifiedImageError: OSError
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise corrupt(path, f"unreadable image ({first})") from None
+        yield
+    except IMAGE_ERRORS as e:
+        if isinstance(e, CorruptDataError):
+            raise
+        raise error(path, unreadable_image(e)) from None
+
+
+def _open_binary(path: str | Path) -> IO[bytes]:
+    return open(path, "rb")
+
+
+def load_image(path: str | Path, mode: str | None = "RGB", *, read: Callable[[str | Path], IO[bytes]] = _open_binary,
+               adapt: Callable[[Image.Image], Image.Image] | None = None,
+               error: Callable[[str | Path, str], Exception] = corrupt) -> Image.Image:
+    """The image file `path` decoded, `adapt`ed (e.g. a 16-bit image scaled to 8 bits) and converted to `mode`
+    (default RGB: Tiny ImageNet and ImageNet hold some grayscale/CMYK JPEGs; None: as stored). `read(path)` opens
+    the file (default `open(path, "rb")`); an unreadable file is `error(path, "unreadable image (...)")`
+    (`reading_image`; default a `CorruptDataError`)."""
+    with reading_image(path, error), read(path) as f:
+        img = Image.open(f)
+        img.load()
+        if adapt is not None:
+            img = adapt(img)
+        return img.convert(mode) if mode and img.mode != mode else img
 
 
 class ArrayDataset(Dataset):
@@ -115,7 +151,7 @@ class FileDataset(Dataset):
         return len(self.paths)
 
     def __getitem__(self, index: int) -> tuple[Image.Image, int]:
-        return load_rgb(self.paths[index], self.mode), int(self.targets[index])
+        return load_image(self.paths[index], self.mode), int(self.targets[index])
 
 
 class TransformSubset(Dataset):

@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Iterable
 
 from ..results.io import atomic_write_text
+from .datasets import cache_dir
 
 LISTING = "file list (path, size, label)"
 
 
 def cache_path() -> Path:
     """Where the file digests are cached."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "visionbench" / "digests.json"
+    return cache_dir() / "digests.json"
 
 
 def _load_cache() -> dict:

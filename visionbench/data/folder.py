@@ -17,9 +17,10 @@ DIR (`_walk`: a symlinked folder, a link leading out of DIR, a dangling link, a 
 refused in one line, never opened); a bad layout is one line naming the path and the fix (`FolderLayoutError`),
 and so is a split that the recipe's `data.val_split` cannot carve (`check_splits`). Every image is decoded once;
 the facts found (image size, grayscale or RGB, per-channel mean/std of the training images, the value range of
-16-bit and float images) are cached in DIR/.visionbench_stats.json (else, DIR not writable, in
-$XDG_CACHE_HOME/visionbench/folder_stats/), keyed by a digest of every image file's path, size and mtime: a
-changed folder is scanned again.
+16-bit and float images) are cached in visionbench's own cache folder (data/datasets.py `cache_dir`:
+${XDG_CACHE_HOME:-~/.cache}/visionbench/folder_stats/), one file per folder named by DIR's resolved path and
+holding it, valid for a digest of every image file's path, class, size and mtime: a changed folder is scanned
+again. DIR itself is read, never written.
 
 Bit depth (`open_image`): 8-bit images are read as they are; 16-bit (PIL I;16), 32-bit integer (I) and float (F)
 grayscale images are scaled linearly by the folder's value range (`FolderFacts.value_range`: integer images
@@ -37,18 +38,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes
 
 from ..config import DataConfig
 from ..results.io import atomic_write_text
 from ..results.safe_paths import UnsafePath, within
 from .base import VisionDataModule
-from .datasets import ArrayDataset, CorruptDataError, DatasetNotFoundError, FileDataset, root_dir, root_source
+from .datasets import (ArrayDataset, CorruptDataError, DatasetNotFoundError, FileDataset, cache_dir, load_image,
+                       reading_image, root_dir, root_source)
 from .splits import stratified_split
 
 SPLITS = ("train", "val", "test")
-STATS_FILE = ".visionbench_stats.json"
+STATS_FOLDER = "folder_stats"  # under cache_dir(): one file of facts per data folder
 STATS_VERSION = 2  # 2: value_range (16-bit and float images scaled, not clipped); the walk that follows no folder link
 TEST_FRACTION = 0.2  # train/ alone: the fixed stratified part that is the official test set (as digits)
 GRAY_MODES = ("1", "L", "LA", "I", "I;16", "I;16L", "I;16B", "I;16N", "F")
@@ -207,11 +209,9 @@ def digest(splits: dict[str, list[tuple[str, int]]], root: Path) -> str:
     return h.hexdigest()
 
 
-def _unreadable(path: str, e: Exception) -> FolderLayoutError:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    if isinstance(e, UnidentifiedImageError):  # its message repeats the path (or a file object)
-        first = "not an image format PIL can identify"
-    return FolderLayoutError(f"{path}: unreadable image ({first}); replace or delete the file")
+def _unreadable(path: str, problem: str) -> FolderLayoutError:
+    """An image that cannot be decoded (`reading_image`'s error): one line, the file and the fix."""
+    return FolderLayoutError(f"{path}: {problem}; replace or delete the file")
 
 
 def _read(path: str):
@@ -266,18 +266,12 @@ def to_8bit(img: Image.Image, value_range: list[float] | None = None) -> Image.I
 
 def open_image(path: str, mode: str | None = None, value_range: list[float] | None = None) -> Image.Image:
     """The decoded image (converted to `mode` if given; a 16-bit or float one scaled by `value_range`: `to_8bit`);
-    `FolderLayoutError` naming the file when it cannot be read or is not a regular file."""
-    try:
-        with _read(path) as f:
-            img = Image.open(f)
-            img.load()
-            if mode and img.mode in DEEP_MODES:
-                img = to_8bit(img, value_range)
-            return img.convert(mode) if mode and img.mode != mode else img
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:  # UnidentifiedImageError: OSError
-        if isinstance(e, FolderLayoutError):
-            raise
-        raise _unreadable(path, e) from None
+    `FolderLayoutError` naming the file when it cannot be read or is not a regular file (datasets.py `load_image`,
+    the file opened by `_read`)."""
+    def deep(img: Image.Image) -> Image.Image:
+        return to_8bit(img, value_range) if mode and img.mode in DEEP_MODES else img
+
+    return load_image(path, mode, read=_read, adapt=deep, error=_unreadable)
 
 
 class FolderImages(FileDataset):
@@ -314,18 +308,13 @@ def compute_facts(classes: list[str], splits: dict[str, list[tuple[str, int]]], 
     train_paths = {p for p, _ in train}
     for samples in splits.values():  # headers (the training images' mode decides the channels the statistics are
         for path, _ in samples:      # taken in); 16-bit and float images decoded for their value range
-            try:
-                with _read(path) as f, Image.open(f) as img:
-                    if path in train_paths:
-                        modes.add(img.mode)
-                        sizes[img.size] += 1
-                    if img.mode in DEEP_MODES:
-                        lo, hi = img.getextrema()
-                        extrema.append((img.mode, float(lo), float(hi)))
-            except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
-                if isinstance(e, FolderLayoutError):
-                    raise
-                raise _unreadable(path, e) from None
+            with reading_image(path, _unreadable), _read(path) as f, Image.open(f) as img:
+                if path in train_paths:
+                    modes.add(img.mode)
+                    sizes[img.size] += 1
+                if img.mode in DEEP_MODES:
+                    lo, hi = img.getextrema()
+                    extrema.append((img.mode, float(lo), float(hi)))
     mode = "L" if modes <= set(GRAY_MODES) else "RGB"
     in_chans = 1 if mode == "L" else 3
     deep = deep_range(extrema)
@@ -350,35 +339,37 @@ def compute_facts(classes: list[str], splits: dict[str, list[tuple[str, int]]], 
                        std=[round(float(s), 6) if s > 1e-6 else 1.0 for s in std], value_range=deep)
 
 
-def stats_paths(root: Path) -> list[Path]:
-    """Where the cached facts are read and written: DIR/.visionbench_stats.json, then the user's cache."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "visionbench" / "folder_stats"
-    return [root / STATS_FILE, cache / f"{hashlib.sha256(str(root).encode()).hexdigest()[:16]}.json"]
+def stats_path(root: Path) -> Path:
+    """Where the facts of the data folder `root` are cached: in visionbench's cache folder, never in `root` (a
+    user's data folder is read, never written), one file per folder, named by the sha256 of its resolved path."""
+    name = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:32]
+    return cache_dir() / STATS_FOLDER / f"{name}.json"
 
 
 def load_facts(root: Path, key: str) -> FolderFacts | None:
-    """The cached facts for this digest, if any file holds them."""
-    for path in stats_paths(root):
-        try:
-            cached = json.loads(path.read_text())
-            if cached.get("version") == STATS_VERSION and cached.get("digest") == key:
-                return FolderFacts(**{k: v for k, v in cached.items() if k != "version"})
-        except (OSError, ValueError, TypeError, AttributeError):
-            continue
+    """The cached facts of folder `root` when they were computed from its files as they are (`digest` == `key`,
+    this STATS_VERSION, the same resolved folder); None otherwise."""
+    try:
+        cached = json.loads(stats_path(root).read_text())
+        if (cached.get("version") == STATS_VERSION and cached.get("root") == str(root.resolve())
+                and cached.get("digest") == key):
+            return FolderFacts(**{k: v for k, v in cached.items() if k not in ("version", "root")})
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
     return None
 
 
 def save_facts(root: Path, facts: FolderFacts) -> Path | None:
-    """Write the facts to the first place that takes them (None: none did; the next run scans again)."""
-    text = json.dumps({"version": STATS_VERSION, **asdict(facts)}, indent=1)
-    for path in stats_paths(root):
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, text)
-            return path
-        except OSError:
-            continue
-    return None
+    """Write the facts of folder `root` to its cache file (`stats_path`); None when it cannot be written (the next
+    run scans again)."""
+    path = stats_path(root)
+    text = json.dumps({"version": STATS_VERSION, "root": str(root.resolve()), **asdict(facts)}, indent=1)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+    except OSError:
+        return None
+    return path
 
 
 def scan(cfg: DataConfig) -> tuple[FolderFacts, dict[str, list[tuple[str, int]]]]:

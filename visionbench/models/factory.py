@@ -19,7 +19,7 @@ from torch import nn
 from .. import activations
 from . import fmnist_resnet, resnet_cifar, vgg  # noqa: F401  (registers vb_vgg4, vb_vgg8, vb_resnet32, vb_fmnist_* in timm)
 from .norms import make_norm_free
-from .swap import SWAP_OPTION, split_swap_options, swap_activations
+from .swap import swap_activations, swap_options
 
 SWIN_PATCH, SWIN_WINDOW, SWIN_STAGES = 4, 7, 4
 
@@ -162,11 +162,7 @@ def create(
         if spec.timm_id == MODELS["swin_t"].timm_id and "window_size" not in timm_kwargs:
             kwargs["window_size"] = swin_window_size(img_size)
     kwargs.update(timm_kwargs)
-    act_kwargs, from_options = split_swap_options(act_kwargs)
-    if from_options is not None:
-        if swap_layers is not None and swap_layers != from_options:
-            raise ValueError(f"swap_layers given twice: {swap_layers!r} and act option {SWAP_OPTION}={from_options!r}")
-        swap_layers = from_options
+    act_kwargs, swap_layers = swap_options(act_kwargs, swap_layers, keyword="swap_layers")
     if swap_layers is not None and act is None:
         raise ValueError(f"swap_layers={swap_layers!r} needs an act to swap in")
     if act is not None:  # fail on a bad activation before spending time on a large model

@@ -281,6 +281,87 @@ def probe_shape(module: nn.Module, act: str, channels: int | None = None, featur
                          f"(elementwise), or the layer after it fails; run `{check or f'visionbench check act={act}'}`")
 
 
+@dataclass(frozen=True)
+class _Site:
+    """One swappable activation module found in a model, with what its replacement needs to know."""
+
+    path: str
+    module: nn.Module
+    channels: int | None  # output size of the conv/linear/norm registered just before it
+    after_linear: bool  # that layer is a Linear: features last
+
+
+def swap_options(act_kwargs: dict[str, Any] | None, layers: Any, keyword: str = "layers") -> tuple[dict[str, Any], Any]:
+    """(the activation's own options, the sites to swap): `split_swap_options`, the `swap_layers` option
+    reconciled with the `layers` argument (named `keyword` in the error): one of the two may be given, or both
+    with the same value; ValueError otherwise."""
+    kwargs, from_options = split_swap_options(act_kwargs)
+    if from_options is None:
+        return kwargs, layers
+    if layers is not None and layers != from_options:
+        raise ValueError(f"{keyword} given twice: {layers!r} and act option {SWAP_OPTION}={from_options!r}")
+    return kwargs, from_options
+
+
+def _find_sites(model: nn.Module, name: str, types: tuple[type, ...], exclude: tuple[str, ...]) -> list[_Site]:
+    """Every module of a swappable type outside `exclude`, in module order (a module registered at two paths
+    is two sites: each gets its own replacement); ValueError when there is none."""
+    def excluded(path: str) -> bool:
+        return any(path == p or path.startswith(p + ".") for p in exclude)
+
+    sites: list[_Site] = []
+    last_channels, after_linear = None, False
+    for path, module in model.named_modules(remove_duplicate=False):
+        channels = _out_channels(module)
+        if channels is not None:
+            last_channels, after_linear = channels, isinstance(module, nn.Linear)
+        elif path and isinstance(module, types) and not excluded(path):
+            sites.append(_Site(path, module, last_channels, after_linear))
+    if not sites:
+        raise ValueError(
+            f"swap to {name!r} matched no activation module in {type(model).__name__} "
+            f"(looked for {', '.join(sorted({t.__name__ for t in types}))} outside {', '.join(exclude)})"
+        )
+    return sites
+
+
+def _site_kwargs(act_kwargs: dict[str, Any], name: str, site: _Site) -> dict[str, Any]:
+    """The options of the activation replacing `site`: `act_kwargs`, plus `num_channels`, `channel_dim` and
+    `inplace` from the site where the activation takes them and `act_kwargs` does not set them."""
+    accepted = set(activations.accepted_kwargs(name))
+    kwargs = dict(act_kwargs)
+    if "num_channels" in accepted and site.channels is not None:
+        kwargs.setdefault("num_channels", site.channels)
+    if "channel_dim" in accepted and site.after_linear:
+        kwargs.setdefault("channel_dim", -1)
+    if "inplace" in accepted and not activations.is_learnable(name) and getattr(site.module, "inplace", False):
+        kwargs.setdefault("inplace", True)  # keep the memory behaviour of the baseline it replaces
+    return kwargs
+
+
+FitCache = dict[Any, tuple[dict[str, torch.Tensor], FitResult]]
+
+
+def _fit_to_replaced(new: LearnableActivation, old: nn.Module, cache: FitCache) -> FitResult:
+    """Fit `new` to the activation `old` it replaces, function and derivative on [-3, 3]; a target fitted
+    before (same target, same coefficient shapes) is copied from `cache`, not fitted again."""
+    key, target = fit_target(old)
+    key = (key, tuple((k, tuple(v.shape)) for k, v in new.state_dict().items()))
+    if key not in cache:
+        result = new.fit(target, interval=(-3.0, 3.0), derivative=True)
+        cache[key] = ({k: v.detach().clone() for k, v in new.state_dict().items()}, result)
+    else:
+        new.load_state_dict(cache[key][0])
+    return cache[key][1]
+
+
+def _install(model: nn.Module, replacements: list[tuple[str, nn.Module]]) -> None:
+    """Put each new module at its path in `model`."""
+    for path, new in replacements:
+        parent_path, _, attr = path.rpartition(".")
+        setattr(model.get_submodule(parent_path) if parent_path else model, attr, new)
+
+
 def swap_activations(
     model: nn.Module,
     act: str,
@@ -310,73 +391,30 @@ def swap_activations(
     Returns:
         A `SwapReport`. ValueError if `act` is unknown, nothing matched or `layers` is bad.
     """
-    act_kwargs, from_options = split_swap_options(act_kwargs)
-    if from_options is not None:
-        if layers is not None and layers != from_options:
-            raise ValueError(f"swap layers given twice: layers={layers!r} and {SWAP_OPTION}={from_options!r}")
-        layers = from_options
+    act_kwargs, layers = swap_options(act_kwargs, layers)
     name = activations.check(act, act_kwargs)
-    accepted = set(activations.accepted_kwargs(name))
-    learnable = activations.is_learnable(name)
     types = swappable_types()
     ref_param = next(model.parameters(), None)
-
-    def excluded(path: str) -> bool:
-        return any(path == p or path.startswith(p + ".") for p in exclude)
-
-    sites: list[tuple[str, nn.Module, int | None, bool]] = []  # path, module, channels, after Linear
-    last_channels, after_linear = None, False
-    # remove_duplicate=False: a module registered at two paths gets two independent replacements
-    for path, module in model.named_modules(remove_duplicate=False):
-        channels = _out_channels(module)
-        if channels is not None:
-            last_channels, after_linear = channels, isinstance(module, nn.Linear)
-        elif path and isinstance(module, types) and not excluded(path):
-            sites.append((path, module, last_channels, after_linear))
-    if not sites:
-        raise ValueError(
-            f"swap to {name!r} matched no activation module in {type(model).__name__} "
-            f"(looked for {', '.join(sorted({t.__name__ for t in types}))} outside {', '.join(exclude)})"
-        )
-    all_paths = [path for path, *_ in sites]
-    chosen = select_sites(layers, len(sites))
-    sites = [sites[i] for i in chosen]
-
-    report = SwapReport(act=name, sites=all_paths, layers=layers)
-    cache: dict[Any, tuple[dict[str, torch.Tensor], FitResult]] = {}
+    sites = _find_sites(model, name, types, exclude)
+    report = SwapReport(act=name, sites=[site.path for site in sites], layers=layers)
+    cache: FitCache = {}
     replacements: list[tuple[str, nn.Module]] = []
     probed: set[bool] = set()
-    for path, old, channels, linear_before in sites:
-        kwargs = dict(act_kwargs)
-        if "num_channels" in accepted and channels is not None:
-            kwargs.setdefault("num_channels", channels)
-        if "channel_dim" in accepted and linear_before:
-            kwargs.setdefault("channel_dim", -1)
-        if "inplace" in accepted and not learnable and getattr(old, "inplace", False):
-            kwargs.setdefault("inplace", True)  # keep the memory behaviour of the baseline it replaces
+    for site in (sites[i] for i in select_sites(layers, len(sites))):
+        kwargs = _site_kwargs(act_kwargs, name, site)
         new = activations.create(name, **kwargs)
-        if linear_before not in probed:  # one tiny forward per site kind: a wrong shape named here, not in a conv
-            probed.add(linear_before)
-            probe_shape(new, act, channels, features_last=kwargs.get("channel_dim") == -1 or linear_before)
-        fit = None
-        if fit_to_replaced and isinstance(new, LearnableActivation):
-            key, target = fit_target(old)
-            key = (key, tuple((k, tuple(v.shape)) for k, v in new.state_dict().items()))
-            if key not in cache:
-                result = new.fit(target, interval=(-3.0, 3.0), derivative=True)
-                cache[key] = ({k: v.detach().clone() for k, v in new.state_dict().items()}, result)
-            else:
-                new.load_state_dict(cache[key][0])
-            fit = cache[key][1]
+        if site.after_linear not in probed:  # one tiny forward per site kind: a wrong shape named here, not in a conv
+            probed.add(site.after_linear)
+            probe_shape(new, act, site.channels, features_last=kwargs.get("channel_dim") == -1 or site.after_linear)
+        fit = (_fit_to_replaced(new, site.module, cache)
+               if fit_to_replaced and isinstance(new, LearnableActivation) else None)
         if ref_param is not None:
             new = new.to(device=ref_param.device, dtype=ref_param.dtype if ref_param.is_floating_point() else None)
-        new.train(old.training)
-        replacements.append((path, new))
-        report.entries.append(SwapEntry(path, _qualname(old), _qualname(new), kwargs.get("num_channels"),
+        new.train(site.module.training)
+        replacements.append((site.path, new))
+        report.entries.append(SwapEntry(site.path, _qualname(site.module), _qualname(new), kwargs.get("num_channels"),
                                         kwargs.get("channel_dim"), fit))
-    for path, new in replacements:  # only once every new module was built: a failed swap leaves no trace
-        parent_path, _, attr = path.rpartition(".")
-        setattr(model.get_submodule(parent_path) if parent_path else model, attr, new)
+    _install(model, replacements)  # only once every new module was built: a failed swap leaves no trace
 
     report.functional = functional_activations(model, skip=types)
     if report.functional and warn_functional:

@@ -40,9 +40,10 @@ from ..results.io import RunStateError
 from ..results.predictions import variant_of
 from ..results.record import RecordError, opened
 from ..stats import power, reproduction
-from . import environment, protocol, render
+from . import protocol, render
 from .collect import RUN_SCALARS, metric_names, scan_runs
-from .main import level_arg
+from .environment import differences_between
+from .main import UsageError, level_arg
 from .per_example import load_arms
 from .summary import scored_values
 from .tables import number, p_relation, p_text
@@ -57,10 +58,6 @@ VERDICT_RULE = ("identical: every run in both trees, with the same metric values
                 "reproduced: equivalence p < α (|Δ| within ±margin); differs: not reproduced, and the Welch p, "
                 "Holm-adjusted over the activations compared, < α; undecided: neither (the cell says how many seeds "
                 "per tree would make `reproduced` 80 % likely were the two the same)")
-
-
-class UsageError(Exception):
-    """Bad input to `visionbench compare`: one line on stderr, exit code 2, nothing written."""
 
 
 @dataclass(frozen=True)
@@ -192,7 +189,7 @@ def compare_trees(a: Side, b: Side, metric: str | None = None, margin: tuple[flo
         raise UsageError(f"A and B share no activation of {', '.join(recipes)} in one setting: A has "
                          f"{_acts_at(a.runs, recipes)}; B has {_acts_at(b.runs, recipes)}")
     data = _verdicts(pd.DataFrame(rows), alpha)
-    envs = environment_differences(*(pd.concat(groups) for groups in compared))
+    envs = differences_between(*(pd.concat(groups) for groups in compared))
     return _table(data, a, b, metrics, configs, envs, list(dict.fromkeys(notes)), alpha)
 
 
@@ -235,7 +232,7 @@ def _metric(ra: pd.DataFrame, rb: pd.DataFrame, recipe: str, explicit: str | Non
     return metric, f"{recipe}: {note}" if note else ""
 
 
-# ---- configurations and environments ------------------------------------------------------------
+# ---- configurations -------------------------------------------------------------------------------
 
 def allowed(key: str) -> bool:
     """Whether config key `key` (dotted) may differ between A and B (`ALLOWED`)."""
@@ -277,28 +274,6 @@ def _config(runs: pd.DataFrame, label: str, where: str) -> dict | None:
         raise UsageError(f"{label}: the runs of {where} were configured differently ({diffs}); compare one "
                          "configuration at a time")
     return configs[0] if configs else None
-
-
-def environment_differences(ra: pd.DataFrame, rb: pd.DataFrame) -> list[str]:
-    """`key: A x, B y` per environment key whose values differ between A's runs `ra` and B's `rb` (several values
-    of one tree joined by ` / `). The keys are report/environment.py's (`leaves` of collect.py's `environment`
-    column: python, packages, CPU and its kernels, GPU, threads, determinism, kernel variables, data digest; for
-    runs without an `environment`, their `versions` and threads); as in a report's MIXED ENVIRONMENTS note, a key
-    only one tree records is unknown, never a difference, and the git commit and visionbench version are not
-    compared (`environment.IGNORED`)."""
-    va, vb = _environment_values(ra), _environment_values(rb)
-    return [f"{k}: A {' / '.join(sorted(va[k]))}, B {' / '.join(sorted(vb[k]))}"
-            for k in sorted(va.keys() & vb.keys(), key=str.lower) if va[k] != vb[k]]
-
-
-def _environment_values(runs: pd.DataFrame) -> dict[str, set[str]]:
-    """{key: the set of its values, as the report shows them} over the scored runs' environments."""
-    out: dict[str, set[str]] = {}
-    for text in runs.loc[runs["status"].isin(environment.TRAINED), "environment"].dropna():
-        for key, value in environment.leaves(json.loads(text)).items():
-            if key not in environment.IGNORED:
-                out.setdefault(key, set()).add(environment.shown(value))
-    return out
 
 
 # ---- one activation: A's runs against B's ---------------------------------------------------------

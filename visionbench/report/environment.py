@@ -1,14 +1,17 @@
 """The environment of a table's runs (summary.json `environment`, recorded by visionbench/train/environment.py):
-the footer that names it under every table, and the keys on which the runs of one table differ.
+the footer that names it under every table, the keys on which the runs of one table differ, and those on which two
+trees' runs differ (`visionbench compare`).
 
-    >>> from visionbench.report import environment
-    >>> environment.footer(runs)
+    >>> from visionbench.report.environment import differences_between, environment_footer, mixed_environments
+    >>> environment_footer(runs)
     'Environment: python 3.11.7 · torch 2.14.1 · ... · CPU AMD EPYC, AVX512 kernels, 2 threads · data sha256 1a…'
-    >>> environment.differences(runs)
+    >>> mixed_environments(runs)
     ['timm: 1.0.31 (relu seeds 0, 1), 1.0.32 (gelu seeds 0, 1)']
+    >>> differences_between(runs_a, runs_b)
+    ['timm: A 1.0.31, B 1.0.32']
 
 `runs` is the report's runs frame (collect.py): its `environment` column holds each run's environment as canonical
-JSON, None for a run that records none. Both look at the runs a table's numbers come from (completed and diverged).
+JSON, None for a run that records none. All look at the runs a table's numbers come from (completed and diverged).
 A key a run does not record (older runs record only their versions, git commit and threads; a run that did not
 complete has no data digest) is unknown, never a difference.
 """
@@ -86,7 +89,7 @@ def _split(recorded: list[tuple[tuple[str, int], dict]]) -> dict[str, dict[str, 
     return out
 
 
-def differences(runs: pd.DataFrame) -> list[str]:
+def mixed_environments(runs: pd.DataFrame) -> list[str]:
     """One line per key whose value differs between the runs of one table, naming which runs have which value:
     `timm: 1.0.31 (relu seeds 0, 1), 1.0.32 (gelu seeds 0, 1)`. Compared: python, every package version, the CPU
     model and the instruction set of its kernels, GPU, CUDA and cuDNN, threads, the determinism switches, the
@@ -97,14 +100,36 @@ def differences(runs: pd.DataFrame) -> list[str]:
             for key, values in _split(_recorded(runs)).items()]
 
 
+def differences_between(ra: pd.DataFrame, rb: pd.DataFrame) -> list[str]:
+    """`key: A x, B y` per environment key whose values differ between A's runs `ra` and B's `rb` (several values
+    of one tree joined by ` / `): what `visionbench compare` lists. The keys are `leaves` of collect.py's
+    `environment` column (python, packages, CPU and its kernels, GPU, threads, determinism, kernel variables, data
+    digest; for runs without an `environment`, their `versions` and threads); as in a report's MIXED ENVIRONMENTS
+    note, a key only one tree records is unknown, never a difference, and the git commit and visionbench version are
+    not compared (`IGNORED`)."""
+    va, vb = _tree_values(ra), _tree_values(rb)
+    return [f"{k}: A {' / '.join(sorted(va[k]))}, B {' / '.join(sorted(vb[k]))}"
+            for k in sorted(va.keys() & vb.keys(), key=str.lower) if va[k] != vb[k]]
+
+
+def _tree_values(runs: pd.DataFrame) -> dict[str, set[str]]:
+    """{key: the set of its values, as the report shows them} over the scored runs' environments."""
+    out: dict[str, set[str]] = {}
+    for text in runs.loc[runs["status"].isin(TRAINED), "environment"].dropna():
+        for key, value in leaves(json.loads(text)).items():
+            if key not in IGNORED:
+                out.setdefault(key, set()).add(shown(value))
+    return out
+
+
 def mixed_note(lines: list[str]) -> str:
-    """The note above a table whose runs come from more than one environment (`differences`' lines)."""
+    """The note above a table whose runs come from more than one environment (`mixed_environments`' lines)."""
     return ("MIXED ENVIRONMENTS: the runs of this table come from more than one environment — " + "; ".join(lines)
             + ". A difference between activations may be the environment's; rerun them in one environment "
               "(`make install` installs the locked one), or pass --strict-env to refuse such a table")
 
 
-def refusal(table: str, lines: list[str]) -> str:
+def strict_env_refusal(table: str, lines: list[str]) -> str:
     """--strict-env's one line for the table `table` whose runs come from several environments."""
     return (f"--strict-env: the runs of {table} come from different environments ({'; '.join(lines)}); rerun them "
             "in one environment (`make install` installs the locked one), report each environment's runs from its "
@@ -170,9 +195,9 @@ def _merged(envs: list[dict]) -> dict:
     return out
 
 
-def footer(runs: pd.DataFrame) -> str:
+def environment_footer(runs: pd.DataFrame) -> str:
     """One line naming the environment of a table's runs (module docstring); where they come from several
-    (`differences`), the one most of them share (the first run's on a tie) and `+ N other environments, see above`.
+    (`mixed_environments`), the one most of them share (the first run's on a tie) and `+ N other environments, see above`.
     "" when no run records one. Deterministic given the runs (no clock, sorted keys): committed tables are
     regenerated byte for byte."""
     recorded = _recorded(runs)

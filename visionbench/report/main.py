@@ -22,14 +22,16 @@ import pandas as pd
 from ..stats import power
 from ..stats.metrics import NAMES_HELP, higher_is_better, parse
 from ..stats.significance import TESTS
-from . import (best_of, convergence, curves, environment, figures, per_example, protocol, published, render, stopping,
-               suite, tables, verdict)
+from . import (best_of, convergence, curves, figures, per_example, protocol, published, render, stopping, suite, tables,
+               verdict)
 from .collect import has_curves, metric_names, scan_runs
+from .environment import environment_footer, mixed_environments, mixed_note, strict_env_refusal
 from .summary import summarize, withhold_tests
 
 
 class UsageError(Exception):
-    """A bad argument or an empty results tree: reported as one line, exit code 2."""
+    """Bad input to `visionbench report` or `visionbench compare` (a bad argument, an empty results tree, trees that
+    cannot be compared): reported as one line on stderr, exit code 2, nothing written."""
 
 
 def report_parser() -> argparse.ArgumentParser:
@@ -239,10 +241,10 @@ def _report(args) -> list[Path]:
                 summary = withhold_tests(summary)
             if metric_note:
                 recipe_notes.insert(0, metric_note)
-            mixed_env = environment.differences(recipe_runs)
+            mixed_env = mixed_environments(recipe_runs)
             if mixed_env:  # first: any difference in the table may be the environment's
-                recipe_notes.insert(0, environment.mixed_note(mixed_env))
-            footer = environment.footer(recipe_runs)
+                recipe_notes.insert(0, mixed_note(mixed_env))
+            footer = environment_footer(recipe_runs)
             summary, stop_notes = stopping.attach(summary, _sequential_record(Path(recipe_dir), metric))
             recipe_notes += stop_notes
             summary = verdict.annotate(summary, recipe_runs, alpha=args.alpha, margin=args.margin, effect=args.effect,
@@ -311,7 +313,7 @@ def _write_layout(summaries, runs, root: Path, args, formats) -> list[Path]:
     noise_table, noise_notes = noise.section(summaries, runs, alpha=args.alpha, digits=args.digits, effect=args.effect)
     shown = best_of.layout(table, str(runs["recipe"].iloc[0]), keys, summaries["metric_text"].iloc[0],
                            settings_dirs, args.digits, list(notes) + noise_notes)
-    shown.footer = environment.footer(runs)
+    shown.footer = environment_footer(runs)
     print(render.markdown(shown))
     return render.write(shown, root / "table", formats) + noise.write(noise_table, root, formats)
 
@@ -319,10 +321,10 @@ def _write_layout(summaries, runs, root: Path, args, formats) -> list[Path]:
 def _check_environments(runs) -> None:
     """--strict-env: a UsageError naming the first table whose runs come from more than one environment."""
     for _, table_runs in runs.groupby("recipe_dir", sort=True):
-        lines = environment.differences(table_runs)
+        lines = mixed_environments(table_runs)
         if lines:
             name = "/".join(filter(None, [table_runs["recipe"].iloc[0], table_runs["setting"].iloc[0]]))
-            raise UsageError(environment.refusal(name, lines))
+            raise UsageError(strict_env_refusal(name, lines))
 
 
 def _sequential_record(recipe_dir: Path, metric: str) -> dict | None:

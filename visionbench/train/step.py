@@ -3,8 +3,10 @@
     >>> loss = classification_step(model, opt, x, y, label_smoothing=0.1)
 
 `visionbench bench train` times it on a recipe's model and optimizer; `visionbench plot
-boundaries` (paper 001 Sec 4.2, App M) trains its toy MLPs with it. It lives here, beside the
-layers rather than in `train/`, so that `report/` can use it without importing Lightning.
+boundaries` (paper 001 Sec 4.2, App M) trains its toy MLPs with it, and `visionbench check`'s smoke
+training its digits VGG. It is the one step of train/
+that imports no Lightning: the rooms above (bench/, experiments/, check/) train with it without the
+LightningModule's hooks, logging and callbacks, which they neither need nor time.
 """
 from __future__ import annotations
 
