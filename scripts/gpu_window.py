@@ -95,7 +95,7 @@ bench_stage("train_vgg8_rational", "a VGG8 training step (cifar10_vgg8, batch 12
 bench_stage("train_convnext_t_hermite", "a ConvNeXt-T training step (cifar10_convnext_t, batch 512) with hermite vs "
             "its own GELU", ["train", "recipe=cifar10_convnext_t", "act=hermite"],
             ["--steps", "1", "--warmup", "0", "batch_size=1"], seconds=90, least=40)
-# issue 43: K training processes on one GPU (16 workers on the lent 16 cores; their start is most of the cost), under a
+# K training processes on one GPU (16 workers on the lent 16 cores; their start is most of the cost), under a
 # private MPS daemon, the whole step in one CUDA graph at K=1 and 8, the bit check; `--budget` skips the last cases
 # (torch.compile's first) rather than run into the timeout, and the report is rewritten after every case. The dry run
 # trains ReLU alone: rational's Triton kernels in the interpreter take seconds a step (train_vgg8_rational runs them).
@@ -105,7 +105,7 @@ bench_stage("fill_vgg8", "K training processes of cifar10_vgg8 (batch 128) on th
              "--capture", "--bits", "8", "--budget", "150"],
             ["--k", "1,2", "--seconds", "0.3", "--bits", "2", "--bit-steps", "2", "act=relu", "batch_size=2"],
             seconds=170, least=60)
-# issue 43: the same through `visionbench run`'s own sweep (Lightning, checkpoints, predictions) on synthetic CIFAR-shaped
+# the same through `visionbench run`'s own sweep (Lightning, checkpoints, predictions) on synthetic CIFAR-shaped
 # data: 8 seeds at parallel=8 against 2 of them alone, the bits of each seed compared (predictions and final weights),
 # and `visionbench estimate`'s projection of 20 seeds x 60 epochs at parallel=auto (the target: <= 20 min on one H100)
 bench_stage("sweep_vgg8", "a real cifar10_vgg8 sweep (synthetic data, 1 epoch) at parallel=8 vs alone: aggregate img/s, "

@@ -1,4 +1,4 @@
-"""Issue 13's classic baselines: PReLU, Swish-beta, ACON-C, StarReLU (learnable) and ELU, SELU,
+"""The classic baselines (docs/activations.md): PReLU, Swish-beta, ACON-C, StarReLU (learnable) and ELU, SELU,
 softplus, hard-swish, ReLU6, squared ReLU (fixed): formulas against independent float64 references,
 paper inits, fused path, memory, fit targets, `visionbench list` groups, swaps into the CIFAR models.
 The registry-wide contracts (gradcheck, save/load, fit tolerance, ...) are in test_activations.py."""
@@ -92,7 +92,7 @@ def test_fused_values_and_gradients_equal_plain(name, per_channel, monkeypatch):
 @pytest.mark.parametrize("per_channel", [False, True])
 @pytest.mark.parametrize("name", CLASSIC)
 def test_fused_path_saves_at_most_1_1_times_the_input(name, per_channel):
-    """Issue 13: saved-for-backward <= 1.1 x input (the fused path keeps x and the coefficients)."""
+    """Saved-for-backward <= 1.1 x input (the fused path keeps x and the coefficients)."""
     act = A.create(name, **({"per_channel": True, "num_channels": 16} if per_channel else {}))
     x = torch.randn(8, 16, 8, 8, requires_grad=True)
     saved = []

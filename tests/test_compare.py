@@ -52,7 +52,7 @@ def test_a_tree_its_copy_and_its_record_are_identical(trained_tree, tmp_path, ca
 
 def test_a_100x_lower_learning_rate_stalls_its_runs_are_left_out_and_the_config_difference_is_listed(trained_tree,
                                                                                                     capsys):
-    # stalled runs (at chance level) are not scored, as diverged ones are not (issue 44): no number to test in B, but
+    # stalled runs (at chance level) are not scored, as diverged ones are not (docs/reproducing.md): no number to test in B, but
     # A learned where B did not — not reproduced, and compare's exit status says so
     assert cli_main(["compare", str(trained_tree(*LEARNS)), str(trained_tree(*STALLS))]) == 1
     out = capsys.readouterr().out

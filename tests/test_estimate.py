@@ -49,7 +49,7 @@ def test_estimate_of_the_default_recipe_prints_a_total_and_writes_nothing(tmp_pa
 
 
 def test_the_loader_is_timed_alone_and_each_row_says_what_bounds_the_run(monkeypatch):
-    """Issue 25: the training loader's images/s (no model) beside the model's (batch / s per step)."""
+    """The training loader's images/s (no model) beside the model's (batch / s per step)."""
     cfg = load_config(["act=relu", "seeds=1", "results_dir=/nonexistent/results", *SMALL])
     (row,) = est.estimate(cfg).rows
     assert row.loader_img_s > 0 and row.model_img_s == pytest.approx(64 / row.step_s)

@@ -61,7 +61,7 @@ def test_the_dry_run_writes_a_row_per_case_and_the_bit_check(tmp_path):
     assert [(b["seed"], b["bits"]) for b in bits] == [("0", "same"), ("1", "same")]
     assert bits[0]["alone (sha256)"] != bits[1]["alone (sha256)"]  # two seeds, two networks
     assert "bit check: the same — every seed's final weights (2 seeds, 2 steps each)" in text
-    assert "targets (issue 43): aggregate ≥ 3× one process" in text
+    assert "targets: aggregate ≥ 3× one process" in text
     assert "| relu | eager | 1 |" in done.stdout and "written: " in done.stdout  # printed too
 
 

@@ -1,5 +1,5 @@
 """torch.func transforms (vmap, grad, jvp) through learnable activations give the plain formulas'
-gradients, never silently detached ones (issue 34, item 10).
+gradients, never silently detached ones (docs/activations.md).
 
 Modules take the plain formulas under any transform (`fused.fast_enabled`); direct calls of the
 fused kernels batch under vmap (`VmapFusedFunction`'s generated rule) and refuse the transforms
@@ -170,7 +170,7 @@ def test_transforms_take_the_plain_formulas():
 
 
 def test_vmapped_rational_vgg4_ensemble(monkeypatch):
-    """Issue 34 item 10: three rational VGG4s (digits recipe: 1x8x8, 10 classes, GroupNorm) through
+    """Three rational VGG4s (digits recipe: 1x8x8, 10 classes, GroupNorm) through
     vmap(functional_call): every parameter gets the reference path's gradient (before the fix 2 of
     26 did), equal to training the three models one by one on the fast path."""
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""Coverage simulation of every interval the report prints (issue 22): on normal data with a known truth,
+"""Coverage simulation of every interval the report prints (docs/report.md): on normal data with a known truth,
 the 95 % interval of Δ and of P(X > baseline) covers it in 95 ± 1.5 % of 2,000 repetitions, at 3 vs 3
 and 5 vs 5 seeds (and 2 vs 2 for the t intervals of Δ).
 

@@ -1,4 +1,4 @@
-"""Where the noise comes from (issue 31 item 2): the variance components of a noise design (stats/noise.py)
+"""Where the noise comes from (docs/running.md#where-the-noise-comes-from): the variance components of a noise design (stats/noise.py)
 validated by simulation — known per-source variances recovered, the χ² intervals at 95 % coverage at 5 and 10
 seeds, the test-set part subtracted per arm under chaotic training, the variance-ratio test at its size — and
 the report's noise section (report/noise.py) on written trees: noise.md/csv, the pointer in the

@@ -1,4 +1,4 @@
-"""`data.on_device=true` (issue 25; data/on_device.py, docs/data.md): the training set as a uint8 tensor on
+"""`data.on_device=true` (data/on_device.py, docs/data.md): the training set as a uint8 tensor on
 the device, cropped, flipped and normalised there in the loader path's distribution, in the loader path's
 order, seeded per (seed, epoch, position), so a resumed run repeats the uninterrupted one."""
 from __future__ import annotations

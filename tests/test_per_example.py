@@ -1,4 +1,4 @@
-"""Per-example evidence (issue 22 item 4): the statistics of visionbench/stats/per_example.py on synthetic
+"""Per-example evidence (docs/report.md): the statistics of visionbench/stats/per_example.py on synthetic
 predictions — the two-level interval (wider than Welch's on a small test set, Welch's in the limit, 95 %
 coverage by simulation), the variance share, churn and its permutation test, the seed ensemble, NLL and
 ECE — and the report's section (report/per_example.py) through `visionbench report` on written trees."""

@@ -1,4 +1,4 @@
-"""Per-example predictions (predictions.npz, issue 22): every completed run keeps, for the checkpoint
+"""Per-example predictions (predictions.npz, docs/layout.md): every completed run keeps, for the checkpoint
 its recipe reports, the predicted class and the probability of the true class of each scored image
 (visionbench/results/predictions.py, train/predictions.py). Tiny digits runs, 2 epochs."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A predictions.npz is used only as the evidence of the run it sits in (issue 34): the report refuses a
+"""A predictions.npz is used only as the evidence of the run it sits in (docs/layout.md, predictions.npz): the report refuses a
 file from another run, a damaged one never stops it, and a deleted one is rewritten from the run's
 checkpoint, identical. One tiny sweep (relu, gelu × 2 seeds, 2 epochs) is trained once per module and
 copied per test (results/evidence.py, train/rewrite.py, report/per_example.py)."""
@@ -161,7 +161,7 @@ def test_the_command_refuses_what_it_cannot_rewrite(tmp_path, capsys):
     from .helpers import write_run
 
     run = write_run(tmp_path, "digits_vgg4", "relu", 0, 90.0)
-    assert cli(["predictions", str(run), str(tmp_path / "nothing")]) == 2  # bad input (issue 44): one line each, exit 2
+    assert cli(["predictions", str(run), str(tmp_path / "nothing")]) == 2  # bad input: one line each, exit 2
     err = capsys.readouterr().err
     assert "hold no per-example predictions" in err or "no config.yaml" in err or "checkpoints" in err, err
     assert "is no run directory" in err

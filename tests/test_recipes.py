@@ -150,7 +150,7 @@ def test_parent_recipe_values(parent):
 
 
 def test_tinyimagenet_children_are_short():
-    """Issue 12: each tinyimagenet_* recipe other than the parent fits in ~25 lines."""
+    """Each tinyimagenet_* recipe other than the parent fits in ~25 lines."""
     for name in recipe_names():
         if name.startswith("tinyimagenet_") and name != "tinyimagenet_vit_s8":
             assert len((RECIPES_DIR / f"{name}.yaml").read_text().splitlines()) <= 25, name

@@ -1,4 +1,4 @@
-"""A results tree's record (issue 33): `visionbench export` writes it, `visionbench report RECORD` reads it as it
+"""A results tree's record (docs/reproducing.md): `visionbench export` writes it, `visionbench report RECORD` reads it as it
 reads the runs, a damaged record is refused in one line, and the packed predictions stay small and exact enough
 (results/record.py, report/export.py)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A record from someone else (issue 44): it writes only inside the tree it materialises, reads only as it was
+"""A record from someone else (docs/reproducing.md, "Files from someone else"): it writes only inside the tree it materialises, reads only as it was
 exported (record.json's SHA-256 of its own content, the predictions file's), is replaced in one step by export, and
 whatever is wrong with it — or with what export would pack — is one line, exit 2, with nothing written; the notes
 on a record's runs name the record; `compare` names the settings of factor sweeps and leaves stalled runs out

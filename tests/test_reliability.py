@@ -713,7 +713,7 @@ def test_resumed_run_time_throughput_and_threads_cover_all_sessions(tmp_path, cr
     assert states["_Throughput"]["images"] == samples == 3 * 192  # all three epochs (3 full batches of 64 each)
 
 
-# ---- issue 24: a results tree this process cannot write; one moved away during the sweep ----------------
+# ---- a results tree this process cannot write; one moved away during the sweep ----------------
 def _tree(root: Path) -> dict[str, tuple[int, int]]:
     """Every path under `root` with its size and modification time."""
     return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}

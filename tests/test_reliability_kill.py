@@ -1,4 +1,4 @@
-"""Issue 10, the hostile-user checks that take minutes: random kill -9 during a sweep, then a
+"""The hostile-user checks that take minutes: random kill -9 during a sweep, then a
 rerun, must give results identical to an uninterrupted sweep; two `visionbench run` on one
 results directory must share the runs, training each exactly once."""
 from __future__ import annotations

@@ -155,7 +155,7 @@ def test_help_prints_every_option_including_the_curve_metrics(capsys):
 
 
 def test_runs_of_different_configurations_get_no_test_interval_or_verdict(tmp_path):
-    """Issue 24: relu pooled from two configurations; the table keeps the means, drops every comparison."""
+    """relu pooled from two configurations; the table keeps the means, drops every comparison."""
     import json
 
     root = write_recipe(tmp_path, "toy", {"relu": [90.0, 90.4, 89.8, 90.1], "gelu": [91.5, 91.9, 91.4, 91.8]})

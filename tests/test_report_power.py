@@ -1,4 +1,4 @@
-"""Issue 11, per recipe: mde / seeds_needed, TOST, probability of improvement, verdicts and the curve metrics
+"""Per recipe (docs/report.md): mde / seeds_needed, TOST, probability of improvement, verdicts and the curve metrics
 (epochs_to_X, <column>_auc), each checked against an independent computation on fabricated runs."""
 from __future__ import annotations
 
@@ -284,7 +284,7 @@ def test_cli_writes_the_columns_and_the_sentences(tmp_path, capsys):
 
 
 def test_survivors_better_with_diverged_runs_is_unstable_never_better(tmp_path):
-    """Issue 22: 2 of 5 runs diverged, the 3 that finished beat the baseline (p < 0.01): not 'better'."""
+    """2 of 5 runs diverged, the 3 that finished beat the baseline (p < 0.01): not 'better'."""
     values = {"relu": [90.0, 90.4, 89.8, 90.1, 90.3],
               "rational": [91.5, 91.9, 91.4, "diverged", "diverged"],   # survivors far above relu
               "gelu": [90.2, 90.6, 89.9, 90.5, 90.1],

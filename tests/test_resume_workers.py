@@ -1,5 +1,5 @@
 """Augmentation randomness is a function of (seed, epoch, position), not of the process that loads
-(issue 24 item 1; docs/data.md#determinism): a run resumed with loader workers repeats the
+(docs/data.md#determinism): a run resumed with loader workers repeats the
 uninterrupted run, and `num_workers`, the worker a sample lands on and the DDP rank do not matter."""
 from __future__ import annotations
 

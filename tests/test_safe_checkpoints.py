@@ -1,5 +1,5 @@
 """A run's checkpoints are data, read with `weights_only=True` (results/checkpoint.py `load`), wherever the run
-directory came from (issue 44). A checkpoint that pickles a call is refused in one line naming the file, and the
+directory came from (docs/reproducing.md, "Files from someone else"). A checkpoint that pickles a call is refused in one line naming the file, and the
 call never runs, on all three paths that read one: `visionbench predictions RUN`, a rerun that rewrites a missing
 predictions.npz, and resuming an interrupted run (our epoch read first, then Lightning's own load, which is
 `weights_only=True` too). Our own checkpoints need nothing beyond torch's allow-list (`SAFE_GLOBALS` is empty).

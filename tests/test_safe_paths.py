@@ -1,4 +1,4 @@
-"""Files from someone else (issue 44, docs/reproducing.md "Files from someone else"): what `visionbench report`
+"""Files from someone else (docs/reproducing.md "Files from someone else"): what `visionbench report`
 and `visionbench compare --out` write never follows a symlink planted in the tree, and a label that is no plain
 folder name (an activation option holding a path, a plugin's registered name) never makes a folder outside
 results_dir — one line on stderr, exit 2, before any run.

@@ -1,4 +1,4 @@
-"""The seed split (issue 31): `seed` sets every source of noise, `seed_init` / `seed_order` / `seed_aug` one each,
+"""The seed split (docs/running.md#where-the-noise-comes-from): `seed` sets every source of noise, `seed_init` / `seed_order` / `seed_aug` one each,
 and `noise=init,order,aug` runs an arm per source plus the ordinary run (train/seeds.py, sweep/preflight.py)."""
 from __future__ import annotations
 

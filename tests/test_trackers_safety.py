@@ -1,4 +1,4 @@
-"""Trackers and resume with settings or files from someone else (issue 44): a tracker that cannot work is one line
+"""Trackers and resume with settings or files from someone else (docs/reproducing.md): a tracker that cannot work is one line
 before the sweep, naming it (an MLflow server that does not answer: in seconds, not MLflow's minutes of silent
 retries; a store that is no SQLite database; a WANDB_MODE W&B refuses); a continued MLflow run is not given a step it
 already holds (kill -9 mid-epoch, then resume); a resume that would flip `trainer.portable` is refused; `seeds_max`

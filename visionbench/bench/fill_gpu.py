@@ -1,5 +1,5 @@
 """Filling the GPU: K training processes of a recipe's model at once on one device, their aggregate images/s against
-one process, and the GPU's busy share meanwhile (issue 43: a multi-seed sweep of small networks left an H100
+one process, and the GPU's busy share meanwhile (docs/bench.md: a multi-seed sweep of small networks left an H100
 25-32 % busy, its step bound by host work).
 
     visionbench bench fill recipe=cifar10_vgg8 act=relu,rational --k 1,4,8,16 --seconds 4 --device cuda
@@ -50,7 +50,7 @@ from ..sweep.placement import mps_running
 from . import timing
 from .fill_workers import GRAPH_WARMUP, REPLY_TIMEOUT_S, WARMUP_MIN_S, WARMUP_STEPS, Pool, Spec, WorkerError
 
-# Targets (issue 43): K processes give at least this many times one process's images/s ...
+# Targets (docs/bench.md, "Filling the GPU"): K processes give at least this many times one process's images/s ...
 TARGET_RATIO = 3.0
 TARGET_IMG_S_H100 = 55_000  # ... cifar10_vgg8, fp32, on an H100 ...
 TARGET_BUSY = 90.0  # ... and keep the GPU at least this busy (NVML's utilization, %)
@@ -482,7 +482,7 @@ def notes(bench: Bench, cfg, batch: int, shape: tuple[int, int, int, int], acts:
                      "deterministic algorithms on, trained alone (one after another in one worker), then all "
                      f"{a.bits} at once (one per worker); the sha256 of each model's final state_dict (16 digits "
                      "shown)")
-    lines.append(f"targets (issue 43): aggregate ≥ {TARGET_RATIO:g}× one process (≥ {TARGET_IMG_S_H100:,} img/s "
+    lines.append(f"targets: aggregate ≥ {TARGET_RATIO:g}× one process (≥ {TARGET_IMG_S_H100:,} img/s "
                  f"fp32 for cifar10_vgg8 on an H100) and the GPU ≥ {TARGET_BUSY:.0f} % busy")
     lines += verdicts(bench.rows, bench.device)
     return lines

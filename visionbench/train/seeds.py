@@ -1,4 +1,4 @@
-"""The seed, split by the source of noise it drives (issue 31; docs/running.md#where-the-noise-comes-from).
+"""The seed, split by the source of noise it drives (docs/running.md#where-the-noise-comes-from).
 
 A run's `seed` sets three sources of randomness; `seed_init`, `seed_order`, `seed_aug` override one each, and
 `noise` (an arm of a `noise=init,order,aug` design) says which of them follow `seed`, the others held at `FIXED`:
