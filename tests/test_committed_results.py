@@ -16,6 +16,8 @@ import pytest
 
 from visionbench.cli import main as cli
 
+from .test_report_html import check_in_browser, needs_chromium
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results"
 TEXT = (".md", ".csv", ".tex")
@@ -76,6 +78,42 @@ def test_every_committed_table_has_a_record_that_regenerates_it(regenerated):
     assert not orphans, f"committed tables no record regenerates: {orphans}"
 
 
+def _without_images(text: str) -> str:
+    """A page with each embedded PNG's bytes left out (their bytes are matplotlib's, as the committed PNGs' are)."""
+    return re.sub(r'src="data:image/png;base64,[A-Za-z0-9+/=]*"', 'src="data:image/png;base64,"', text)
+
+
+PAGES = [(record, flags) for record, flags in commands() if "--html" in flags]
+
+
+def test_the_committed_default_has_a_page():
+    assert "results/digits_vgg4/record" in [record for record, _ in PAGES]
+
+
+@pytest.mark.plots  # the page embeds the figures the report draws
+@pytest.mark.parametrize("record,flags", PAGES)
+def test_a_committed_page_is_what_its_record_regenerates(record, flags, tmp_path):
+    """report.html (`--html`, docs/report.md "One page: --html"): regenerated with its figures from a copy of the
+    record, the page equals the committed one but for the PNG bytes, which are embedded but not compared."""
+    shutil.copytree(REPO / record, tmp_path / record)
+    assert cli(["report", str(tmp_path / record), *flags]) == 0, record
+    fresh = (tmp_path / record).parent / "report.html"
+    committed = (REPO / record).parent / "report.html"
+    assert committed.is_file(), f"{committed.relative_to(REPO)} is regenerated but not committed: commit it"
+    assert _without_images(fresh.read_text(encoding="utf-8")) == _without_images(committed.read_text(encoding="utf-8")), (
+        f"{committed.relative_to(REPO)} differs from what `visionbench report {record} {' '.join(flags)}` writes: "
+        "regenerate it (make results) and commit the result")
+    assert fresh.read_text(encoding="utf-8").count("<img") == committed.read_text(encoding="utf-8").count("<img") > 0
+
+
+@needs_chromium
+def test_the_committed_default_page_in_a_browser(tmp_path):
+    """The committed default's page in headless chromium: no console message, its three figures drawn, its table
+    sorted by a click on a header (tests/test_report_html.py's harness)."""
+    seen = check_in_browser(REPO / "results" / "digits_vgg4" / "report.html", tmp_path, n_images=3)
+    assert seen["tables"] == 2 and sorted(seen["before"]) == ["gelu", "hermite", "rational", "relu"]
+
+
 def test_no_other_test_names_the_repositorys_results_folder():
     """Only this file (which regenerates tables from copies of the records) and the default run's self-check (which
     reads the default's record) name the repository's results/; every test runs in its own empty working directory
@@ -86,3 +124,31 @@ def test_no_other_test_names_the_repositorys_results_folder():
                    if p.name not in allowed and pattern.search(p.read_text()))
     assert not named, f"tests naming the repository's results/: {named}"
     assert Path.cwd() != REPO and REPO not in Path.cwd().parents
+
+
+# ---- a committed record in a store (results/store.py, docs/store.md) ----------------------------------------------
+def test_a_committed_record_collects_and_reports_its_committed_tables(tmp_path, capsys):
+    import pandas as pd
+
+    from visionbench.results import store
+
+    committed, s = REPO / "results" / "digits_vgg4", tmp_path / "s"
+    assert cli(["collect", str(committed / "record"), "--into", str(s)]) == 0
+    assert cli(["report", str(s)]) == 0
+    for name in ("table.md", "table.csv", "table.tex", "per_example.md"):
+        assert (s / "_report" / "digits_vgg4" / name).read_bytes() == (committed / name).read_bytes(), name
+    assert len(pd.read_parquet(s)) == 12  # the report's folder, _report/, is no part of the table
+    # a selection: one line for a filter that matches nothing, naming what the store holds
+    assert cli(["report", str(s), "act=relu,gelu"]) == 0
+    table = (s / "_report" / "digits_vgg4" / "table.md").read_text()
+    assert "| relu | 3 |" in table and "| gelu | 3 |" in table and "rational" not in table
+    capsys.readouterr()
+    assert cli(["report", str(s), "recipe=cifar10_vgg8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert (
+        "no run in" in err and "recipe=cifar10_vgg8" in err and "digits_vgg4: act gelu, hermite, rational, relu" in err
+    )
+    assert list(store.read(s, {"act": ["hermite"]})["seed"]) == [0, 1, 2]
+    with pytest.raises(store.StoreError, match="no run in"):
+        store.read(s, {"recipe": ["digits_vgg4"], "act": ["nope"]})

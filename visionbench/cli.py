@@ -80,6 +80,8 @@ COMMANDS: tuple[Command, ...] = (
             "_predictions"),
     Command("check", "act=NAME[k=v,...] [imports=MOD] [--quick] [--max-ratio R]",
             "an activation's contracts, PASS/FAIL each (docs/activations.md)", ".check:main", takes_imports=True),
+    Command("collect", "TREE_OR_RECORD... --into STORE", "one table of every run: trees, records into a store "
+            "(Parquet); `report STORE` reads it", ".report.collect_store:main"),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 USAGE = "\n".join(["The `visionbench` command.", "", *(c.lines() for c in COMMANDS),
@@ -201,7 +203,7 @@ def _run(args: list[str]) -> int:
     # The metric is the recipe's `report.metric`, which the report reads from the runs' summaries.
     baseline = cfg.report.baseline
     try:
-        report_main([str(recipe_dir)] + (["--baseline", str(baseline)] if baseline in swept else []))
+        report_main([str(recipe_dir), "--html"] + (["--baseline", str(baseline)] if baseline in swept else []))
     except KeyboardInterrupt as e:  # every run is on disk: only the table is missing
         stop = e if isinstance(e, Interrupted) else Interrupted(received())
         print(f"visionbench run: interrupted by {stop.signal_name} while writing the report; rerun the same "

@@ -147,8 +147,10 @@ def _side(stack: contextlib.ExitStack, label: str, path: str) -> Side:
     """The runs of tree or record `path` (a record is materialised for as long as `stack` is open)."""
     if not Path(path).exists():
         raise UsageError(f"{label}: {path} does not exist")
-    try:
-        tree = stack.enter_context(opened(path))
+    from ..results import store
+
+    try:  # a store (visionbench collect): all its runs, materialised as a tree
+        tree = stack.enter_context(store.opened(path) if store.is_store(path) else opened(path))
     except RecordError as exc:
         raise UsageError(f"{label}: {exc}") from None
     runs, notes = scan_runs(tree)

@@ -22,8 +22,8 @@ import pandas as pd
 from ..stats import power
 from ..stats.metrics import NAMES_HELP, higher_is_better, parse
 from ..stats.significance import TESTS
-from . import (best_of, convergence, curves, figures, per_example, protocol, published, render, stopping, suite, tables,
-               verdict)
+from . import (best_of, convergence, curves, figures, html, per_example, protocol, published, render, stopping, suite,
+               tables, verdict)
 from .collect import has_curves, metric_names, scan_runs
 from .environment import environment_footer, mixed_environments, mixed_note, strict_env_refusal
 from .summary import summarize, withhold_tests
@@ -79,6 +79,9 @@ def report_parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", action=argparse.BooleanOptionalAction, default=True,
                    help="with several recipes: write the suite view (ranks.csv, ranks.md, cd_diagram.png: mean "
                         "ranks, Friedman test, Nemenyi CD, P(X > baseline)) into RESULTS_DIR (default on)")
+    p.add_argument("--html", action="store_true",
+                   help="also write report.html in each recipe folder (tables, verdicts, sections, figures: one "
+                        "self-contained page, works offline) and index.html at RESULTS_DIR linking them (html.py)")
     p.add_argument("--strict-env", action="store_true",
                    help="refuse to test across runs from different environments (package versions, CPU kernels, "
                         "threads, data digest, ...: a table's MIXED ENVIRONMENTS note): exit 2, nothing written")
@@ -153,12 +156,21 @@ def main(argv: list[str] | None = None) -> int:
     """`visionbench report RESULTS_DIR [...]`: print the Markdown tables, write table.{md,csv,tex} and plots.
     RESULTS_DIR may be a record (`visionbench export`): its runs are read from it and the files are written into
     the folder that holds it, at their places in the tree."""
+    from ..results import store
     from ..results.record import RecordError, is_record, opened, record_dir
     from ..results.safe_paths import UnsafePath
 
     try:
+        argv, selection = store.take_filters(sys.argv[1:] if argv is None else list(argv))  # a store's recipe=, act=
         args = report_parser().parse_args(argv)
-        if not is_record(args.results_dir):
+        if store.is_store(args.results_dir):  # the runs selected, as a tree; the files into <STORE>/_report/
+            with store.opened(args.results_dir, selection) as tree:
+                written = _copy_back(_report(argparse.Namespace(**{**vars(args), "results_dir": str(tree)})),
+                                     tree, store.report_dir(args.results_dir))
+        elif selection:
+            raise UsageError(f"{args.results_dir} is no store: recipe=, act= and config= select the runs of a store "
+                             "(visionbench collect ... --into STORE)")
+        elif not is_record(args.results_dir):
             written = _report(args)
         else:
             with opened(args.results_dir) as tree:
@@ -214,6 +226,9 @@ def _report(args) -> list[Path]:
     if args.baseline is not None and args.baseline not in acts:
         raise UsageError(f"unknown baseline {args.baseline!r}; acts: {', '.join(acts)}")
     want_plots = has_curves(runs) if args.plots is None else args.plots
+    # --html: refused before anything is written when it cannot be made; no figures where matplotlib cannot draw
+    problem = html.check(formats, args.suite and runs["recipe_root"].nunique() > 1) if args.html else None
+    plotted, want_plots = want_plots, want_plots and not problem
     if args.strict_env:  # every table checked before the first file is written
         _check_environments(runs)
 
@@ -279,6 +294,9 @@ def _report(args) -> list[Path]:
                                         digits=args.digits)
         print(text)
         written += suite_files
+    if args.html:
+        written += html.write_pages(written, args.results_dir, dict(zip(runs["recipe_root"], runs["recipe"])),
+                                    problem, plotted)
     return written
 
 

@@ -1,0 +1,234 @@
+"""One table of every run (docs/store.md): `visionbench collect` gathers trees, records and stores into a store of
+Parquet files (results/store.py); the store reports as the tree of all its runs would, the same run collected twice
+is one row, a different result under the same identity is refused, and a collect killed mid-way leaves the store
+whole.
+
+    .venv/bin/python -m pytest -q tests/test_store.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from visionbench.cli import main as cli
+from visionbench.results import layout, store
+
+from .helpers import copy_tree
+
+TABLES = ("table.md", "table.csv", "table.tex", "per_example.md", "per_example.csv")
+
+
+@pytest.fixture
+def pieces(trained_tree, tmp_path):
+    """relu and rational × 2 seeds (the tree test_record.py uses), copied whole (`full`) and in two pieces, as if
+    run on two machines, rational's seed 1 added later: `a` (relu seeds 0, 1; rational seed 0), `b` (rational
+    seed 1). Returns (full, a, b), each a recipe folder digits_vgg4."""
+    full = copy_tree(trained_tree("act=relu,rational", "seeds=2"), tmp_path / "full") / "digits_vgg4"
+    a = Path(shutil.copytree(full, tmp_path / "machine_a" / "digits_vgg4"))
+    b = Path(shutil.copytree(full, tmp_path / "machine_b" / "digits_vgg4"))
+    shutil.rmtree(a / "rational" / "seed_1")
+    shutil.rmtree(b / "relu")
+    shutil.rmtree(b / "rational" / "seed_0")
+    return full, a, b
+
+
+def parts(path: Path) -> list[str]:
+    return sorted(p.name for p in path.iterdir())
+
+
+def test_pieces_collected_into_one_store_report_as_the_tree_of_all_their_runs(pieces, tmp_path, capsys):
+    full, a, b = pieces
+    for tree in (full, b):  # machine b is another CPU: the store's table says so, as the whole tree's does
+        summary = layout.read_summary(tree / "rational" / "seed_1")
+        summary["environment"]["device"]["cpu"] = "Another CPU"
+        layout.write_summary(tree / "rational" / "seed_1", summary)
+    s = tmp_path / "runs.store"
+    assert cli(["collect", str(a), "--into", str(s)]) == 0
+    assert cli(["collect", str(b), "--into", str(s)]) == 0
+    out = capsys.readouterr().out
+    assert f"collected 3 runs from {a} (3 new, 0 already in the store)" in out
+    assert f"collected 1 runs from {b} (1 new, 0 already in the store)" in out
+    assert cli(["report", str(full)]) == 0
+    assert cli(["report", str(s)]) == 0
+    err = capsys.readouterr().err
+    for name in TABLES:
+        assert (s / "_report" / "digits_vgg4" / name).read_bytes() == (full / name).read_bytes(), name
+    assert "visionbench-store-" not in err  # the paths it names are the store's, not the temporary tree's
+    assert "MIXED ENVIRONMENTS" in (s / "_report" / "digits_vgg4" / "table.md").read_text()
+    # the table holds one row per run, with its sources and every metric
+    runs = store.read(s)
+    assert len(runs) == 4 and sorted(zip(runs["act"], runs["seed"])) == [
+        ("rational", 0),
+        ("rational", 1),
+        ("relu", 0),
+        ("relu", 1),
+    ]
+    assert set(runs["source"]) == {str(a), str(b)}
+    summary = layout.read_summary(full / "relu" / "seed_0")
+    row = runs[(runs["act"] == "relu") & (runs["seed"] == 0)].iloc[0]
+    assert row["metric.val_top1_best"] == summary["metrics"]["val_top1_best"]
+    assert row["config_hash"] == summary["config_hash"] and row["status"] == "completed"
+    assert row["env.torch"] == summary["environment"]["packages"]["torch"]
+    assert json.loads(row["environment"]) == summary["environment"]
+    assert row["placement.parallel"] == 1 and row["seed_init"] == 0
+    # and `visionbench compare` reads a store as a tree: the pieces reproduce the whole, identically
+    assert cli(["compare", str(full), str(s)]) == 0
+    assert "identical" in capsys.readouterr().out
+
+
+def test_the_same_runs_collected_again_are_one_row_from_a_tree_a_copy_or_its_record(pieces, tmp_path, capsys):
+    full, a, _ = pieces
+    s = tmp_path / "s"
+    assert cli(["collect", str(full), "--into", str(s)]) == 0
+    before = parts(s)
+    assert cli(["collect", str(full), str(a), "--into", str(s)]) == 0
+    assert cli(["export", str(full), str(tmp_path / "record")]) == 0
+    assert cli(["collect", str(tmp_path / "record"), "--into", str(s)]) == 0
+    out = capsys.readouterr().out
+    assert f"collected 4 runs from {full} (0 new, 4 already in the store)" in out
+    assert f"collected 3 runs from {a} (0 new, 3 already in the store)" in out
+    assert f"collected 4 runs from {tmp_path / 'record'} (0 new, 4 already in the store)" in out
+    assert parts(s) == before and len(store.read(s)) == 4  # nothing new: no part written
+    # a store collects into another store, as the runs it holds
+    assert cli(["collect", str(s), "--into", str(tmp_path / "s2")]) == 0
+    assert cli(["collect", str(full), "--into", str(tmp_path / "s2")]) == 0
+    out = capsys.readouterr().out
+    assert f"collected 4 runs from {s} (4 new, 0 already in the store)" in out
+    assert f"collected 4 runs from {full} (0 new, 4 already in the store)" in out
+
+
+def test_a_different_result_under_the_same_identity_is_refused_and_nothing_is_written(pieces, tmp_path, capsys):
+    full, a, _ = pieces
+    s = tmp_path / "s"
+    assert cli(["collect", str(a), "--into", str(s)]) == 0
+    before = parts(s)
+    other = Path(shutil.copytree(full, tmp_path / "other" / "digits_vgg4"))
+    summary = layout.read_summary(other / "relu" / "seed_1")
+    summary["metrics"]["val_top1_best"] += 1.0
+    layout.write_summary(other / "relu" / "seed_1", summary)
+    capsys.readouterr()
+    assert cli(["collect", str(other), "--into", str(s)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "digits_vgg4 relu seed 1" in err and f"{other} (relu/seed_1)" in err and f"{a} (relu/seed_1)" in err
+    assert "nothing was written" in err
+    assert parts(s) == before and len(store.read(s)) == 3  # rational seed 1, new, was not written either
+
+
+def test_bad_stores_are_refused_in_one_line_and_nothing_is_written(pieces, tmp_path, capsys):
+    full, _, _ = pieces
+    a_file = tmp_path / "file"
+    a_file.write_text("mine")
+    other = tmp_path / "folder"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    for target, says in ((a_file, "is no folder"), (other, "is no store")):
+        capsys.readouterr()
+        assert cli(["collect", str(full), "--into", str(target)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1, err
+    assert a_file.read_text() == "mine" and parts(other) == ["notes.txt"]
+    assert cli(["collect", str(tmp_path / "nowhere"), "--into", str(tmp_path / "s")]) == 2
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "s").exists()
+    assert cli(["report", str(full), "act=relu"]) == 2  # a selection is a store's
+    assert "no store" in capsys.readouterr().err
+
+
+def test_a_damaged_tree_collects_what_is_good_and_lists_what_was_skipped(pieces, tmp_path, capsys):
+    full, _, _ = pieces
+    layout.files(full / "relu" / "seed_0").summary.unlink()
+    layout.files(full / "rational" / "seed_1").summary.write_text('{"schema": 1, "status": ')
+    record = tmp_path / "record"
+    assert cli(["export", str(full), str(record)]) == 0
+    text = (record / "record.json").read_text()
+    (record / "record.json").write_text(text.replace('"status": "completed"', '"status": "failed"', 1))
+    capsys.readouterr()
+    s = tmp_path / "s"
+    assert cli(["collect", str(full), str(record), "--into", str(s)]) == 2
+    out, err = capsys.readouterr()
+    skipped = [line for line in err.splitlines() if line.startswith("skipped ")]
+    assert len(skipped) == 3, err
+    assert any("relu/seed_0: no summary.json" in line for line in skipped)
+    assert any("rational/seed_1: unreadable summary.json" in line for line in skipped)
+    assert any(f"{record}:" in line and "has been changed since it was exported" in line for line in skipped)
+    assert f"collected 2 runs from {full} (2 new, 0 already in the store)" in out
+    assert sorted(store.read(s)["act"]) == ["rational", "relu"]
+
+
+def test_pandas_reads_the_store_folder_as_one_table_with_every_column(pieces, tmp_path):
+    full, a, _ = pieces
+    s = tmp_path / "s"
+    assert cli(["collect", str(a), "--into", str(s)]) == 0
+    later = Path(shutil.copytree(full / "relu" / "seed_1", tmp_path / "later" / "digits_vgg4" / "relu" / "seed_7"))
+    summary = layout.read_summary(later)
+    summary["metrics"]["extra_metric"] = 1.5
+    layout.write_summary(later, summary)
+    (s / ".part-00000000000000001.parquet.x.tmp999999999").write_bytes(b"PAR1 torn")  # a killed collect's
+    assert cli(["collect", str(later.parent.parent), "--into", str(s)]) == 0
+    assert not any(p.name.startswith(".part-") for p in s.iterdir())  # its process is gone: removed
+    (s / ".part-00000000000000001.parquet.x.tmp999999999").write_bytes(b"PAR1 torn")
+    table = pd.read_parquet(s)
+    ours = store.read(s)
+    assert len(table) == len(ours) == 4
+    assert "metric.extra_metric" in table.columns and "metric.val_top1_best" in table.columns
+    assert sorted(table["seed"]) == sorted(ours["seed"]) == [0, 0, 1, 7]
+    assert table.loc[table["seed"] == 7, "metric.extra_metric"].item() == 1.5
+    query = table[table["status"] == "completed"].groupby("act")["metric.val_top1_best"].count()
+    assert dict(query) == {"rational": 1, "relu": 3}
+
+
+KILLED = """
+import os, signal, sys
+real = os.replace
+def replace(src, dst, *a, **k):
+    if os.path.basename(str(dst)).startswith("part-"):  # the part written whole, not yet renamed: kill -9
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(src, dst, *a, **k)
+os.replace = replace
+from visionbench.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_collect_killed_with_kill_9_leaves_the_store_as_it_was(pieces, tmp_path):
+    full, a, b = pieces
+    s = tmp_path / "s"
+    assert cli(["collect", str(a), "--into", str(s)]) == 0
+    before = store.read(s)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(KILLED), "collect", str(b), "--into", str(s)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
+    )
+    assert done.returncode == -9, done.stderr
+    assert any(p.name.startswith(".part-") for p in s.iterdir())  # its temporary file, whole but never renamed
+    pd.testing.assert_frame_equal(store.read(s), before)
+    assert len(pd.read_parquet(s)) == 3
+    assert cli(["collect", str(b), "--into", str(s)]) == 0  # the next collect cleans up and adds the run
+    assert not any(p.name.startswith(".part-") for p in s.iterdir())
+    assert len(store.read(s)) == 4
+
+
+def test_the_selectors_of_a_store_are_taken_out_of_the_command_line():
+    assert store.take_filters(["runs.store", "act=relu", "--test", "welch", "recipe=a,b", "act=gelu"]) == (
+        ["runs.store", "--test", "welch"],
+        {"act": ["relu", "gelu"], "recipe": ["a", "b"]},
+    )
+    assert store.take_filters(["runs/digits_vgg4", "--metric", "val_top1_best"]) == (
+        ["runs/digits_vgg4", "--metric", "val_top1_best"],
+        {},
+    )
+    with pytest.raises(store.StoreError, match="unknown selector"):
+        store.parse_filters(["seed=1"])
