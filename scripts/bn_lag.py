@@ -11,6 +11,7 @@ momentum (003 code's TensorFlow 0.99 = torch 0.01) ends before the running avera
 weights that moved fast: the first number is then far below the second (docs/fashion_mnist.md).
 Prints a markdown table: run, eval-mode top-1, batch-statistics top-1, the difference.
 """
+
 from __future__ import annotations
 
 import json
@@ -71,8 +72,11 @@ def _completed(run_dir: Path) -> bool:
 
 def main(argv: list[str]) -> int:
     if not argv or not all(Path(a).is_dir() for a in argv):
-        print("usage: python scripts/bn_lag.py DIR [DIR ...]   (run folders, or a recipe's results folder: "
-              "every run below it, e.g. results/fashion_mnist_slaf)", file=sys.stderr)
+        print(
+            "usage: python scripts/bn_lag.py DIR [DIR ...]   (run folders, or a recipe's results folder: "
+            "every run below it, e.g. results/fashion_mnist_slaf)",
+            file=sys.stderr,
+        )
         return 2
     runs = [run for a in argv for run in find_run_dirs(a) if _completed(run)]
     if not runs:

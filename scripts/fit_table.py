@@ -3,6 +3,7 @@
 
     python scripts/fit_table.py
 """
+
 from visionbench import activations as A
 
 
@@ -17,8 +18,10 @@ def main() -> None:
             act.fit(target)  # warm-up: first call pays one-off costs
             r = act.fit(target)
             tol = A.get_class(name).fit_tolerance[target]
-            print(f"| {name} | {target} | {r.max_abs_error:.2e} | {r.max_abs_deriv_error:.2e} | "
-                  f"{tol[0]:.2g}, {tol[1]:.2g} | {r.seconds * 1e3:.1f} ms |")
+            print(
+                f"| {name} | {target} | {r.max_abs_error:.2e} | {r.max_abs_deriv_error:.2e} | "
+                f"{tol[0]:.2g}, {tol[1]:.2g} | {r.seconds * 1e3:.1f} ms |"
+            )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ packs what `visionbench bench train` needs and the lent GPUs lack (docs/bench.md
 A distribution with compiled extensions is refused: it would not load on another Python (carry a wheel built for
 that machine instead: `scripts/gpu_window.py --wheels DIR`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,9 @@ def pack(names: list[str], out: Path) -> list[str]:
             dist = importlib.metadata.distribution(name)
         except importlib.metadata.PackageNotFoundError:
             raise ValueError(f"{name} is not installed in {sys.prefix}") from None
-        files = [f for f in dist.files or [] if f.parts[0] != ".." and "__pycache__" not in f.parts
-                 and f.suffix != ".pyc"]
+        files = [
+            f for f in dist.files or [] if f.parts[0] != ".." and "__pycache__" not in f.parts and f.suffix != ".pyc"
+        ]
         compiled = [str(f) for f in files if f.suffix in COMPILED]
         if compiled:
             raise ValueError(f"{name} is not pure Python ({compiled[0]}): carry a wheel built for the other machine")

@@ -10,6 +10,7 @@ same arrays, bit for bit, in the predictions file; otherwise it fails, naming th
 record.json and predictions.<sha256>.npz (format 1's predictions.npz is removed by the export, after the new
 record.json is in place). A record of format 2 is left as it is.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,11 +36,17 @@ def upgrade(folder: Path) -> str:
         export(tree, folder)
     new, new_arrays = record.read(folder)
     changed = [k for k in KEPT if new[k] != old[k]]
-    if changed or new_arrays.keys() != old_arrays.keys() or not all(
+    if (
+        changed
+        or new_arrays.keys() != old_arrays.keys()
+        or not all(
             new_arrays[k].dtype == old_arrays[k].dtype and np.array_equal(new_arrays[k], old_arrays[k])
-            for k in old_arrays):
-        raise SystemExit(f"{folder}: the re-exported record differs from the old one "
-                         f"({', '.join(changed) or 'arrays'})")
+            for k in old_arrays
+        )
+    ):
+        raise SystemExit(
+            f"{folder}: the re-exported record differs from the old one ({', '.join(changed) or 'arrays'})"
+        )
     return f"{folder}: sealed as format {record.VERSION} ({new['predictions']}); content and arrays unchanged"
 
 

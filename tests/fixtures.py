@@ -1,4 +1,5 @@
 """Tiny datasets in the exact on-disk formats of the real ones (no download, no network)."""
+
 from __future__ import annotations
 
 import pickle
@@ -33,8 +34,12 @@ def write_cifar10(root: Path) -> Path:
         pixels = [cifar_pixel(c, offset + k) for c in range(10) for k in range(per_class)]
         # rows of 3072 uint8: 1024 R, 1024 G, 1024 B (row-major 32x32), as the real files
         rows = np.stack([np.full(3072, v, dtype=np.uint8) for v in pixels])
-        entry = {b"batch_label": name.encode(), b"labels": labels, b"data": rows,
-                 b"filenames": [f"{i}.png".encode() for i in range(len(labels))]}
+        entry = {
+            b"batch_label": name.encode(),
+            b"labels": labels,
+            b"data": rows,
+            b"filenames": [f"{i}.png".encode() for i in range(len(labels))],
+        }
         with open(folder / name, "wb") as f:
             pickle.dump(entry, f)
 

@@ -1,6 +1,7 @@
 """A tiny Fashion-MNIST in the exact IDX format (no download): big-endian int32 magic (2051 images, 2049 labels)
 and dims, then one unsigned byte per pixel / label. `write_fmnist(root / "fashion-mnist")` gives a data root
 the fashion_mnist loader reads (tests/test_fashion_mnist.py; usable as a `roots` entry elsewhere)."""
+
 from __future__ import annotations
 
 import gzip
@@ -34,8 +35,12 @@ def write_fmnist(folder: Path, gz: bool = False, skip: tuple[str, ...] = ()) -> 
     """The four files (plain or .gz) of a tiny Fashion-MNIST in `folder` (60 train, 20 test images)."""
     folder.mkdir(parents=True, exist_ok=True)
     train, test = split_arrays(TRAIN_PER_CLASS), split_arrays(TEST_PER_CLASS, offset=TEST_OFFSET)
-    content = {"train-images-idx3-ubyte": idx_bytes(train[0], 2051), "train-labels-idx1-ubyte": idx_bytes(train[1], 2049),
-               "t10k-images-idx3-ubyte": idx_bytes(test[0], 2051), "t10k-labels-idx1-ubyte": idx_bytes(test[1], 2049)}
+    content = {
+        "train-images-idx3-ubyte": idx_bytes(train[0], 2051),
+        "train-labels-idx1-ubyte": idx_bytes(train[1], 2049),
+        "t10k-images-idx3-ubyte": idx_bytes(test[0], 2051),
+        "t10k-labels-idx1-ubyte": idx_bytes(test[1], 2049),
+    }
     for name, payload in content.items():
         if name in skip:
             continue

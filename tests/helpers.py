@@ -8,6 +8,7 @@
 - `visionbench run` in a subprocess, and waiting on its run dirs, for the reliability tests
   (`spawn`, `wait_for`, `seed_dir`, `summary`).
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,14 @@ from visionbench.results.predictions import write_predictions
 # validation images, the activations' shapes at the first and last epoch. trainer.portable=false: the default recipe's
 # portable runs train in a spawned worker (sweep/portable.py); tests of that path ask for it. A test states only what
 # it needs otherwise, as deltas: `shrunk("act=relu", "seeds=3", "optim.lr=0.002")`.
-SHRINK = {"epochs": "2", "batch_size": "64", "data.limit_train": "200", "data.limit_val": "100",
-          "snapshot_epochs": "[0,-1]", "trainer.portable": "false"}
+SHRINK = {
+    "epochs": "2",
+    "batch_size": "64",
+    "data.limit_train": "200",
+    "data.limit_val": "100",
+    "snapshot_epochs": "[0,-1]",
+    "trainer.portable": "false",
+}
 
 
 def _key(override: str) -> tuple[str, str]:
@@ -63,9 +70,22 @@ def normalised(overrides) -> tuple[tuple[str, str], ...]:
 
 
 # ---- results trees (report tests) -----------------------------------------------------------
-def write_run(root, recipe: str, act: str, seed: int, value: float | None = None, *, status: str = "completed",
-              baseline: str | None = "relu", metrics: dict | None = None, epochs: int = 0,
-              snapshot_epochs=(), act_params: int = 0, train_time_s: float = 10.0, summary: bool = True) -> Path:
+def write_run(
+    root,
+    recipe: str,
+    act: str,
+    seed: int,
+    value: float | None = None,
+    *,
+    status: str = "completed",
+    baseline: str | None = "relu",
+    metrics: dict | None = None,
+    epochs: int = 0,
+    snapshot_epochs=(),
+    act_params: int = 0,
+    train_time_s: float = 10.0,
+    summary: bool = True,
+) -> Path:
     """One run dir `<root>/<recipe>/<act>/seed_<seed>` with summary.json, and optionally
     metrics.csv (`epochs` rows rising towards `value`) and act_snapshots/epoch_<eee>.json."""
     run = layout.run_path(root, recipe, act, seed)
@@ -74,23 +94,44 @@ def write_run(root, recipe: str, act: str, seed: int, value: float | None = None
     if metrics is None:
         metrics = {} if value is None else {"val_top1_best": value, "val_top1_final": value - 0.1, "best_epoch": 3}
     if summary:
-        layout.write_summary(run, {
-            "schema": layout.SCHEMA, "recipe": recipe, "act": act, "seed": seed, "status": status, "metrics": metrics,
-            "train_time_s": train_time_s, "throughput_img_s": 1000.0 + seed, "peak_mem_mb": 50.0,
-            "params": 12345, "act_params": act_params,
-            "diverged_epoch": 2 if status == "diverged" else None,
-            "error": "boom" if status == "failed" else None,
-            "versions": {"torch": "x"}, "git_commit": None, "baseline": baseline,
-        })
+        layout.write_summary(
+            run,
+            {
+                "schema": layout.SCHEMA,
+                "recipe": recipe,
+                "act": act,
+                "seed": seed,
+                "status": status,
+                "metrics": metrics,
+                "train_time_s": train_time_s,
+                "throughput_img_s": 1000.0 + seed,
+                "peak_mem_mb": 50.0,
+                "params": 12345,
+                "act_params": act_params,
+                "diverged_epoch": 2 if status == "diverged" else None,
+                "error": "boom" if status == "failed" else None,
+                "versions": {"torch": "x"},
+                "git_commit": None,
+                "baseline": baseline,
+            },
+        )
     if epochs:
         rng = np.random.default_rng(seed)
         top = value if value is not None else 50.0
         rows = []
         for e in range(epochs):
             acc = top * (1 - np.exp(-(e + 1) / 2)) + rng.normal(0, 0.5)
-            rows.append({"epoch": e, "train_loss": f"{2.0 / (e + 1):.4f}", "val_loss": f"{2.1 / (e + 1):.4f}",
-                         "val_top1": f"{acc:.3f}", "val_top5": f"{min(100, acc + 20):.3f}", "lr": 0.02,
-                         "epoch_time_s": 1.5})
+            rows.append(
+                {
+                    "epoch": e,
+                    "train_loss": f"{2.0 / (e + 1):.4f}",
+                    "val_loss": f"{2.1 / (e + 1):.4f}",
+                    "val_top1": f"{acc:.3f}",
+                    "val_top5": f"{min(100, acc + 20):.3f}",
+                    "lr": 0.02,
+                    "epoch_time_s": 1.5,
+                }
+            )
         write_csv_rows(layout.files(run).metrics, rows)
     for k, epoch in enumerate(snapshot_epochs):
         write_snapshot(run, act, epoch, bend=0.2 * k)
@@ -99,8 +140,13 @@ def write_run(root, recipe: str, act: str, seed: int, value: float | None = None
 
 def write_class_count(run: Path, n_classes: int, **meta) -> None:
     """A 4-image predictions.npz in `run` whose meta names `n_classes` (what the stall rule reads C from)."""
-    arrays = {"pred": np.zeros(4, int), "target": np.zeros(4, int), "p_true": np.ones(4), "confidence": np.ones(4),
-              "epoch": 3}
+    arrays = {
+        "pred": np.zeros(4, int),
+        "target": np.zeros(4, int),
+        "p_true": np.ones(4),
+        "confidence": np.ones(4),
+        "epoch": 3,
+    }
     write_predictions(layout.files(run).predictions, {"raw": arrays}, meta={"n_classes": n_classes, **meta})
 
 
@@ -131,9 +177,16 @@ def write_snapshot(run: Path, act: str, epoch: int, bend: float = 0.0, layers=("
     out = {"epoch": epoch, "act": act, "layers": []}
     for i, name in enumerate(layers):
         y = np.where(x > 0, x, 0.01 * x) + bend * np.sin(x + i)
-        counts = np.round(1000 * np.exp(-(centers - 0.3 * i) ** 2 / 2)).astype(int)
-        out["layers"].append({"name": name, "x": x.tolist(), "y": y.tolist(),
-                              "hist_edges": edges.tolist(), "hist_counts": counts.tolist()})
+        counts = np.round(1000 * np.exp(-((centers - 0.3 * i) ** 2) / 2)).astype(int)
+        out["layers"].append(
+            {
+                "name": name,
+                "x": x.tolist(),
+                "y": y.tolist(),
+                "hist_edges": edges.tolist(),
+                "hist_counts": counts.tolist(),
+            }
+        )
     folder = layout.files(run).snapshots
     folder.mkdir(exist_ok=True)
     atomic_write_text(folder / f"epoch_{epoch:03d}.json", json.dumps(out))  # as train/callbacks.py writes it
@@ -154,7 +207,7 @@ def write_recipe(root, recipe: str, values: dict[str, list], **kwargs) -> Path:
 ROOT = Path(__file__).resolve().parents[1]
 # sitecustomize for the subprocesses: a pause at every epoch start, so a signal lands mid-training
 # (sleeping changes no number: the results must equal an uninterrupted run's)
-HOOK = '''
+HOOK = """
 import os, time
 _pause = float(os.environ.get("VB_TEST_EPOCH_PAUSE") or 0)
 if _pause:
@@ -164,7 +217,7 @@ if _pause:
         time.sleep(_pause)
         _start(self, trainer, pl_module)
     callbacks.EpochSeeder.on_train_epoch_start = _slow
-'''
+"""
 
 
 def seed_dir(results: Path, act: str, seed: int, recipe: str = "digits_vgg4") -> Path:
@@ -180,10 +233,20 @@ def spawn(tmp_path: Path, results: Path, *args: str, pause: float = 0.0, env: di
     hook = tmp_path / "hook"
     hook.mkdir(exist_ok=True)
     (hook / "sitecustomize.py").write_text(HOOK)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
-           "VB_TEST_EPOCH_PAUSE": str(pause), **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "visionbench.cli", "run", f"results_dir={results}", *shrunk(*args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
+        "VB_TEST_EPOCH_PAUSE": str(pause),
+        **(env or {}),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "visionbench.cli", "run", f"results_dir={results}", *shrunk(*args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def wait_for(predicate, timeout: float = 120.0, what: str = "condition") -> None:
@@ -235,7 +298,9 @@ def installed(name: str) -> bool:
     return available(name)
 
 
-needs_mlflow = pytest.mark.skipif(not installed("mlflow"), reason="the mlflow extra is not installed: "
-                                  "pip install 'visionbench[mlflow]'")
-needs_wandb = pytest.mark.skipif(not installed("wandb"), reason="the wandb extra is not installed: "
-                                 "pip install 'visionbench[wandb]'")
+needs_mlflow = pytest.mark.skipif(
+    not installed("mlflow"), reason="the mlflow extra is not installed: pip install 'visionbench[mlflow]'"
+)
+needs_wandb = pytest.mark.skipif(
+    not installed("wandb"), reason="the wandb extra is not installed: pip install 'visionbench[wandb]'"
+)

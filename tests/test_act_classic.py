@@ -2,6 +2,7 @@
 softplus, hard-swish, ReLU6, squared ReLU (fixed): formulas against independent float64 references,
 paper inits, fused path, memory, fit targets, `visionbench list` groups, swaps into the CIFAR models.
 The registry-wide contracts (gradcheck, save/load, fit tolerance, ...) are in test_activations.py."""
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,9 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
 REFERENCE = {
     "prelu": lambda x, c: np.maximum(x, 0.0) + c["weight"] * np.minimum(x, 0.0),  # He et al. 2015 Eq. 2
     "swish_beta": lambda x, c: x * _sigmoid(c["beta"] * x),  # Ramachandran et al. 2017
-    "acon_c": lambda x, c: ((c["p1"] - c["p2"]) * x * _sigmoid(c["beta"] * (c["p1"] - c["p2"]) * x)
-                            + c["p2"] * x),  # Ma et al. 2021 Table 1
+    "acon_c": lambda x, c: (
+        (c["p1"] - c["p2"]) * x * _sigmoid(c["beta"] * (c["p1"] - c["p2"]) * x) + c["p2"] * x
+    ),  # Ma et al. 2021 Table 1
     "star_relu": lambda x, c: c["scale"] * np.maximum(x, 0.0) ** 2 + c["bias"],  # Yu et al. 2022 Sec 3.1
 }
 
@@ -96,8 +98,9 @@ def test_fused_path_saves_at_most_1_1_times_the_input(name, per_channel):
     act = A.create(name, **({"per_channel": True, "num_channels": 16} if per_channel else {}))
     x = torch.randn(8, 16, 8, 8, requires_grad=True)
     saved = []
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel() * t.element_size()) or t,
-                                                  lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(
+        lambda t: saved.append(t.numel() * t.element_size()) or t, lambda t: t
+    ):
         act(x).sum().backward()
     assert sum(saved) <= 1.1 * x.numel() * x.element_size()
 
@@ -117,7 +120,7 @@ def test_paper_inits():
 def test_star_relu_init_normalises_a_standard_normal_input():
     """Why the paper picks s, b: F(x) has mean 0 and variance 1 for x ~ N(0, 1) (quadrature)."""
     x = torch.linspace(-12, 12, 240001, dtype=torch.float64)
-    w = torch.exp(-x**2 / 2) / math.sqrt(2 * math.pi) * (x[1] - x[0])
+    w = torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi) * (x[1] - x[0])
     y = A.create("star_relu", init="variance_preserving").double()(x).detach()
     mean = float((w * y).sum())
     assert mean == pytest.approx(0.0, abs=1e-4)
@@ -168,8 +171,12 @@ def test_star_relu_fit_to_relu2_is_exact():
 
 # ---- fixed ----------------------------------------------------------------------------------------
 TORCH_FORMS = {
-    "elu": lambda x: F.elu(x, alpha=1.0), "selu": F.selu, "softplus": lambda x: F.softplus(x, beta=1, threshold=20),
-    "hardswish": F.hardswish, "relu6": F.relu6, "relu2": lambda x: torch.clamp(x, min=0) * torch.clamp(x, min=0),
+    "elu": lambda x: F.elu(x, alpha=1.0),
+    "selu": F.selu,
+    "softplus": lambda x: F.softplus(x, beta=1, threshold=20),
+    "hardswish": F.hardswish,
+    "relu6": F.relu6,
+    "relu2": lambda x: torch.clamp(x, min=0) * torch.clamp(x, min=0),
 }
 
 
@@ -210,8 +217,11 @@ def test_family_labels():
 def test_list_groups_activations_by_family(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    lines = {line.split(":")[0].strip(): line.split(":", 1)[1] for line in out.splitlines() if line.startswith("  ")
-             and ":" in line}
+    lines = {
+        line.split(":")[0].strip(): line.split(":", 1)[1]
+        for line in out.splitlines()
+        if line.startswith("  ") and ":" in line
+    }
     gated = lines["scaled / gated (few parameters)"]
     assert [w.strip() for w in gated.split(",")] == ["acon_c", "prelu", "star_relu", "swish_beta"]
     assert "relu2" in lines["fixed"] and "prelu" not in lines["fixed"]

@@ -1,4 +1,5 @@
 """Fourier activation (paper 001 Sec 3.3, Eq. 24): definition, gradients, variance-preserving init, fit."""
+
 from __future__ import annotations
 
 import math
@@ -44,9 +45,11 @@ def test_registered_and_defaults():
 def test_forward_matches_definition(degree):
     torch.manual_seed(degree)
     act = activations.create("fourier", degree=degree).double()
-    act.set_coefficients(weight=torch.randn(degree + 1, dtype=torch.float64),
-                         frequency=torch.rand(degree, dtype=torch.float64) * 5,
-                         phase=torch.randn(degree, dtype=torch.float64))
+    act.set_coefficients(
+        weight=torch.randn(degree + 1, dtype=torch.float64),
+        frequency=torch.rand(degree, dtype=torch.float64) * 5,
+        phase=torch.randn(degree, dtype=torch.float64),
+    )
     x = torch.linspace(-5, 5, 201, dtype=torch.float64)
     np.testing.assert_allclose(act(x).detach().numpy(), reference(x.numpy(), *params(act)), rtol=1e-12, atol=1e-12)
 
@@ -58,8 +61,9 @@ def test_init_is_the_sine_cosine_series_of_thm_3_13():
     x = np.linspace(-4, 4, 101)
     a0 = math.sqrt(1 - 1 / math.factorial(6) ** 2)
     want = a0 + sum((np.cos(k * x) + np.sin(k * x)) / math.factorial(k) for k in range(1, 7))
-    np.testing.assert_allclose(act(torch.from_numpy(x)).detach().numpy(), want / math.sqrt(bessel_i0_2()),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        act(torch.from_numpy(x)).detach().numpy(), want / math.sqrt(bessel_i0_2()), rtol=1e-12, atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"per_channel": True, "num_channels": 3}])

@@ -1,4 +1,5 @@
 """Hermite activation (paper 001 Sec 3.2): definition, gradients, variance-preserving init, fit."""
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,10 @@ def reference(x: np.ndarray, a: np.ndarray) -> np.ndarray:
     """F = sum_k a_k He_k(x) / k! with He_k / k! from the explicit sum (paper 001 Eq. 22), float64."""
     out = np.zeros_like(x, dtype=np.float64)
     for n, a_n in enumerate(a):
-        term = sum((-1) ** m * x ** (n - 2 * m) / (math.factorial(m) * math.factorial(n - 2 * m) * 2**m)
-                   for m in range(n // 2 + 1))
+        term = sum(
+            (-1) ** m * x ** (n - 2 * m) / (math.factorial(m) * math.factorial(n - 2 * m) * 2**m)
+            for m in range(n // 2 + 1)
+        )
         out += a_n * term
     return out
 
@@ -52,8 +55,15 @@ def test_clamp_matches_sigmoid_clamp_then_hermite():
     assert act.clamp_limit.requires_grad
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"clamp": True}, {"per_channel": True, "num_channels": 3},
-                                    {"per_channel": True, "num_channels": 3, "clamp": True}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"clamp": True},
+        {"per_channel": True, "num_channels": 3},
+        {"per_channel": True, "num_channels": 3, "clamp": True},
+    ],
+)
 def test_gradcheck_input_and_coefficients(kwargs):
     torch.manual_seed(0)
     act = activations.create("hermite", degree=4, **kwargs).double()
@@ -73,8 +83,9 @@ def test_per_channel_shapes_and_layout():
         np.testing.assert_allclose(y[:, c].detach().numpy(), want, rtol=1e-10, atol=1e-12)
     tokens = torch.randn(5, 7, 4, dtype=torch.float64)  # tokens: channels last
     yt = act(tokens)
-    np.testing.assert_allclose(yt[..., 2].detach().numpy(),
-                               reference(tokens[..., 2].numpy(), act.weight[2].detach().numpy()), rtol=1e-10)
+    np.testing.assert_allclose(
+        yt[..., 2].detach().numpy(), reference(tokens[..., 2].numpy(), act.weight[2].detach().numpy()), rtol=1e-10
+    )
 
 
 def test_variance_preserving_monte_carlo():

@@ -1,6 +1,7 @@
 """APL, KAF and the KAN B-spline (docs/activations.md, "The zoo"): forward against independent float64 references
 (plain NumPy formulas; scipy's BSpline for the spline basis), fast path == plain formula, saved
 tensors, inits, option checks."""
+
 from __future__ import annotations
 
 import copy
@@ -46,8 +47,9 @@ def kaf_ref(x: np.ndarray, alpha: np.ndarray, size: int, boundary: float) -> np.
     return np.exp(-gamma * (x[..., None] - d) ** 2) @ alpha
 
 
-def bspline_ref(x: np.ndarray, c: np.ndarray, wb: float | None, grid_size: int, order: int, grid_range,
-                residual: str) -> np.ndarray:
+def bspline_ref(
+    x: np.ndarray, c: np.ndarray, wb: float | None, grid_size: int, order: int, grid_range, residual: str
+) -> np.ndarray:
     """w_b b(x) + sum_i c_i B_i(x) with scipy's B-spline on KAN's extended knots. scipy evaluates
     on its base interval [t_k, t_(n)] only, so k more knots with zero coefficients are added on each
     side: the base interval becomes the whole extended grid, where sum_i c_i B_i is the same."""
@@ -74,8 +76,15 @@ def reference(name: str, act, x: np.ndarray, channels: int, channel_axis: int) -
             om[ch] = kaf_ref(xm[ch], channel_rows(act.weight, channels)[ch], act.dictionary_size, act.boundary)
         else:
             wb = None if act.base_weight is None else channel_rows(act.base_weight, channels)[ch][0]
-            om[ch] = bspline_ref(xm[ch], channel_rows(act.weight, channels)[ch], wb, act.grid_size, act.order,
-                                 act.grid_range, act.residual)
+            om[ch] = bspline_ref(
+                xm[ch],
+                channel_rows(act.weight, channels)[ch],
+                wb,
+                act.grid_size,
+                act.order,
+                act.grid_range,
+                act.residual,
+            )
     return out
 
 
@@ -84,17 +93,25 @@ def inputs(shape, spread: float = 2.5) -> torch.Tensor:
     hinges and atoms (-3.6, -3, ..., 3.6 and -3, ..., 3 in steps of 6/19)."""
     gen = torch.Generator().manual_seed(SEED)
     x = spread * torch.randn(shape, generator=gen, dtype=torch.float64)
-    special = torch.cat([knots(5, 3, (-3.0, 3.0)), torch.linspace(-3, 3, 20, dtype=torch.float64),
-                         torch.tensor([0.0, -7.0, 9.0, -40.0, 55.0], dtype=torch.float64)])
+    special = torch.cat(
+        [
+            knots(5, 3, (-3.0, 3.0)),
+            torch.linspace(-3, 3, 20, dtype=torch.float64),
+            torch.tensor([0.0, -7.0, 9.0, -40.0, 55.0], dtype=torch.float64),
+        ]
+    )
     flat = x.view(-1)
     flat[: len(special)] = special
     return x
 
 
 CONFIGS = [
-    ("apl", {}), ("apl", {"hinges": 2}),
-    ("kaf", {}), ("kaf", {"dictionary_size": 7, "boundary": 1.5}),
-    ("bspline", {}), ("bspline", {"residual": "linear", "order": 2, "grid_size": 8}),
+    ("apl", {}),
+    ("apl", {"hinges": 2}),
+    ("kaf", {}),
+    ("kaf", {"dictionary_size": 7, "boundary": 1.5}),
+    ("bspline", {}),
+    ("bspline", {"residual": "linear", "order": 2, "grid_size": 8}),
     ("bspline", {"residual": "none", "order": 1, "grid_range": (-1.0, 2.0)}),
     ("bspline", {"order": 4, "grid_size": 3, "grid_range": (-1.0, 1.0)}),
 ]
@@ -146,7 +163,7 @@ def test_fast_path_equals_plain_formula(monkeypatch, name, kwargs, dtype, per_ch
 def test_gradcheck_fast_path_per_channel(monkeypatch, name, kwargs):
     monkeypatch.setattr(fused, "BACKEND", "eager")
     act = perturbed(name, **kwargs, per_channel=True, num_channels=3)
-    x = (torch.rand(2, 3, 3, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 8 - 4)
+    x = torch.rand(2, 3, 3, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 8 - 4
     names = [n for n, _ in act.named_parameters()]
     coefficients = [p.detach().clone().requires_grad_(True) for p in act.parameters()]
 
@@ -182,6 +199,7 @@ def test_apl_default_is_relu_with_hinges_at_normal_quantiles():
 def test_apl_penalty_is_the_papers_l2_on_slopes_and_hinges_and_enters_the_training_loss():
     from visionbench.config import block
     from visionbench.train.module import ClassificationModule
+
     act = A.create("apl", hinges=3, init="gelu")  # a != 0 and b != 0
     want = act.slope.square().sum() + act.hinge.square().sum()
     assert act.penalty().item() == pytest.approx(want.item()) and want.item() > 0.1
@@ -198,8 +216,9 @@ def test_apl_penalty_is_the_papers_l2_on_slopes_and_hinges_and_enters_the_traini
 def test_kaf_default_is_kernel_ridge_regression_of_elu():
     act = A.create("kaf").double()
     d = np.linspace(-3, 3, 20)
-    torch.testing.assert_close(act(torch.from_numpy(d)), torch.nn.functional.elu(torch.from_numpy(d)),
-                               atol=2e-3, rtol=0)  # (K + 1e-4 I) alpha = ELU(d): near-interpolation
+    torch.testing.assert_close(
+        act(torch.from_numpy(d)), torch.nn.functional.elu(torch.from_numpy(d)), atol=2e-3, rtol=0
+    )  # (K + 1e-4 I) alpha = ELU(d): near-interpolation
 
 
 @pytest.mark.parametrize("residual", ["silu", "linear", "none"])
@@ -224,20 +243,23 @@ def test_bspline_is_zero_spline_outside_extended_grid():
 
 
 # ---- options -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("name,kwargs,match", [
-    ("apl", {"hinges": 0}, "apl: hinges must be an integer >= 1"),
-    ("apl", {"hinges": 2.5}, "apl: hinges must be an integer >= 1"),
-    ("kaf", {"dictionary_size": 1}, "kaf: dictionary_size must be an integer >= 2"),
-    ("kaf", {"dictionary_size": True}, "kaf: dictionary_size must be an integer >= 2"),
-    ("kaf", {"boundary": 0}, "kaf: boundary must be a finite number > 0"),
-    ("kaf", {"boundary": float("inf")}, "kaf: boundary must be a finite number > 0"),
-    ("bspline", {"grid_size": 0}, "bspline: grid_size must be an integer >= 1"),
-    ("bspline", {"order": 0}, "bspline: order must be an integer >= 1"),
-    ("bspline", {"order": "3"}, "bspline: order must be an integer >= 1"),
-    ("bspline", {"grid_range": (1, -1)}, r"bspline: grid_range must be two finite numbers lo < hi"),
-    ("bspline", {"grid_range": 3}, r"bspline: grid_range must be two finite numbers lo < hi"),
-    ("bspline", {"residual": "relu"}, "bspline: residual must be one of silu, linear, none"),
-])
+@pytest.mark.parametrize(
+    "name,kwargs,match",
+    [
+        ("apl", {"hinges": 0}, "apl: hinges must be an integer >= 1"),
+        ("apl", {"hinges": 2.5}, "apl: hinges must be an integer >= 1"),
+        ("kaf", {"dictionary_size": 1}, "kaf: dictionary_size must be an integer >= 2"),
+        ("kaf", {"dictionary_size": True}, "kaf: dictionary_size must be an integer >= 2"),
+        ("kaf", {"boundary": 0}, "kaf: boundary must be a finite number > 0"),
+        ("kaf", {"boundary": float("inf")}, "kaf: boundary must be a finite number > 0"),
+        ("bspline", {"grid_size": 0}, "bspline: grid_size must be an integer >= 1"),
+        ("bspline", {"order": 0}, "bspline: order must be an integer >= 1"),
+        ("bspline", {"order": "3"}, "bspline: order must be an integer >= 1"),
+        ("bspline", {"grid_range": (1, -1)}, r"bspline: grid_range must be two finite numbers lo < hi"),
+        ("bspline", {"grid_range": 3}, r"bspline: grid_range must be two finite numbers lo < hi"),
+        ("bspline", {"residual": "relu"}, "bspline: residual must be one of silu, linear, none"),
+    ],
+)
 def test_bad_options_name_the_option(name, kwargs, match):
     with pytest.raises(ValueError, match=match):
         A.create(name, **kwargs)

@@ -1,4 +1,5 @@
 """PolyReLU and PolyNorm (paper 000 Sec 2, App D): definitions, normalisation dim, gradients, fit."""
+
 from __future__ import annotations
 
 import math
@@ -45,12 +46,15 @@ def test_polyrelu_matches_definition(degree):
     np.testing.assert_allclose(act(x).detach().numpy(), ref_polyrelu(x.numpy(), a.numpy()), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("shape, axis, kwargs", [
-    ((2, 6, 3, 4), 1, {}),                  # NCHW conv map: channels (dim 1), not width
-    ((2, 5, 6), 2, {}),                     # tokens: last dim
-    ((7, 6), 1, {}),                        # plain features
-    ((2, 3, 4, 6), 3, {"channel_dim": -1}),  # NHWC (ConvNeXt MLP) passes channel_dim=-1
-])
+@pytest.mark.parametrize(
+    "shape, axis, kwargs",
+    [
+        ((2, 6, 3, 4), 1, {}),  # NCHW conv map: channels (dim 1), not width
+        ((2, 5, 6), 2, {}),  # tokens: last dim
+        ((7, 6), 1, {}),  # plain features
+        ((2, 3, 4, 6), 3, {"channel_dim": -1}),  # NHWC (ConvNeXt MLP) passes channel_dim=-1
+    ],
+)
 def test_polynorm_matches_definition_over_channel_dim(shape, axis, kwargs):
     torch.manual_seed(0)
     act = activations.create("polynorm", **kwargs).double()
@@ -107,7 +111,9 @@ def test_polynorm_fit_is_the_standard_normal_surrogate():
     act = activations.create("polynorm", init="gelu").double()
     a = act.weight.detach().numpy()
     x = np.linspace(-3, 3, 61)
-    surrogate = a[0] + a[1] * x / math.sqrt(1 + 1e-6) + a[2] * x**2 / math.sqrt(3 + 1e-6) + a[3] * x**3 / math.sqrt(15 + 1e-6)
+    surrogate = (
+        a[0] + a[1] * x / math.sqrt(1 + 1e-6) + a[2] * x**2 / math.sqrt(3 + 1e-6) + a[3] * x**3 / math.sqrt(15 + 1e-6)
+    )
     np.testing.assert_allclose(act.fit_forward(torch.from_numpy(x)).detach().numpy(), surrogate, rtol=1e-12)
     assert np.abs(surrogate - torch.nn.functional.gelu(torch.from_numpy(x)).numpy()).max() <= 0.25
     # the layer itself, on tokens whose features are N(0, 1), computes (nearly) the surrogate
@@ -120,8 +126,9 @@ def test_polynorm_fit_is_the_standard_normal_surrogate():
 
 def test_polyrelu_fit_relu_is_exact():
     act = activations.create("polyrelu", init="relu").double()
-    torch.testing.assert_close(act.weight.detach(), torch.tensor([0.0, 1.0, 0.0, 0.0], dtype=torch.float64),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        act.weight.detach(), torch.tensor([0.0, 1.0, 0.0, 0.0], dtype=torch.float64), atol=1e-6, rtol=0
+    )
 
 
 @pytest.mark.parametrize("name", ["polyrelu", "polynorm"])

@@ -1,4 +1,5 @@
 """Safe rational activation (paper 004 Sec 3, App D): versions A-D, gradients, fit, caching, noise."""
+
 from __future__ import annotations
 
 
@@ -132,9 +133,7 @@ def test_fitted_default_passes_gradcheck(version):
     assert torch.autograd.gradcheck(f, (x, *params), eps=1e-7, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize(
-    "degrees", [(0, 4), (5, 0), (5,), 5, "54", (2.5, 1), (True, 1), None, (5, 4, 3), (-1, 2)]
-)
+@pytest.mark.parametrize("degrees", [(0, 4), (5, 0), (5,), 5, "54", (2.5, 1), (True, 1), None, (5, 4, 3), (-1, 2)])
 def test_bad_degrees_raise_value_error(degrees):
     with pytest.raises(ValueError, match=r"\(m, n\)"):
         activations.create("rational", degrees=degrees)

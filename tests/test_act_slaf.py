@@ -1,4 +1,5 @@
 """SLAF (paper 003 Sec 2.1): normalised Taylor basis with BatchNorm-style statistics."""
+
 from __future__ import annotations
 
 import math
@@ -57,17 +58,24 @@ def test_defaults_and_relu_like_init():
         return a[0] + a[1] * basis[1](x) + a[2] * basis[2](x)
 
     for phi in basis:
-        residual = integrate.quad(lambda x: (f(x) - max(x, 0.0)) * phi(x) * math.exp(-x * x / 2), -12, 12,
-                                  points=[0.0])[0]
+        residual = integrate.quad(
+            lambda x: (f(x) - max(x, 0.0)) * phi(x) * math.exp(-x * x / 2), -12, 12, points=[0.0]
+        )[0]
         assert abs(residual) < 1e-8
     a3 = activations.create("slaf", degree=3).weight.detach()  # higher k solves the same normal equations
     assert a3.shape == (4,) and a3[1] == pytest.approx(0.5, rel=1e-5)
 
 
 @pytest.mark.parametrize("degree", [1, 2, 3])
-@pytest.mark.parametrize("shape, axis, kwargs", [
-    ((8, 3, 4, 4), 1, {}), ((4, 6, 3), 2, {}), ((16, 3), 1, {}), ((4, 3, 3, 5), 3, {"channel_dim": -1}),
-])
+@pytest.mark.parametrize(
+    "shape, axis, kwargs",
+    [
+        ((8, 3, 4, 4), 1, {}),
+        ((4, 6, 3), 2, {}),
+        ((16, 3), 1, {}),
+        ((4, 3, 3, 5), 3, {"channel_dim": -1}),
+    ],
+)
 def test_train_forward_and_running_stats(degree, shape, axis, kwargs):
     torch.manual_seed(degree)
     act = activations.create("slaf", degree=degree, momentum=0.25, **kwargs).double()
@@ -98,8 +106,9 @@ def test_eval_uses_running_stats_deterministically():
     for k, v in act.state_dict().items():
         assert torch.equal(v, before[k])  # eval never updates the statistics
     rm, rv = act.running_mean.numpy(), act.running_var.numpy()
-    np.testing.assert_allclose(y1.detach().numpy(), ref_eval(x.numpy(), act.weight.detach().numpy(), 1, rm, rv),
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        y1.detach().numpy(), ref_eval(x.numpy(), act.weight.detach().numpy(), 1, rm, rv), rtol=1e-10, atol=1e-12
+    )
     assert not torch.allclose(y1, y_train)  # running averages are not this batch's statistics
     assert "training" not in vars(SLAF) and act.training is False
     act.train()
@@ -138,8 +147,12 @@ def test_state_dict_round_trip():
 def test_lazy_statistics_and_channel_errors():
     act = activations.create("slaf").eval()
     x = torch.randn(4, 7, 2, 2)
-    ref = ref_eval(x.double().numpy(), act.weight.detach().double().numpy(), 1,
-                   *(np.repeat(t.numpy()[None], 7, 0) for t in normal_power_stats(2)))
+    ref = ref_eval(
+        x.double().numpy(),
+        act.weight.detach().double().numpy(),
+        1,
+        *(np.repeat(t.numpy()[None], 7, 0) for t in normal_power_stats(2)),
+    )
     np.testing.assert_allclose(act(x).detach().numpy(), ref, rtol=1e-5, atol=1e-5)  # broadcast before training
     assert act.running_mean.shape == (1, 2)
     act.train()

@@ -1,4 +1,5 @@
 """Tropical activations (paper 001 Sec 3.4, Thm 3.19, App H): definition, init, gradients, fit."""
+
 from __future__ import annotations
 
 import math
@@ -63,7 +64,7 @@ def test_tropical_gains_tend_to_one(degree):
     """Thm 3.19: E[F^2] and E[F'^2] under N(0, 1) both tend to 1 as n grows (quadrature)."""
     act = activations.create("tropical", degree=degree).double()
     x = torch.linspace(-10, 10, 20001, dtype=torch.float64).requires_grad_(True)
-    w = torch.exp(-x.detach() ** 2 / 2) / math.sqrt(2 * math.pi) * (x[1] - x[0]).detach()
+    w = torch.exp(-(x.detach() ** 2) / 2) / math.sqrt(2 * math.pi) * (x[1] - x[0]).detach()
     y = act(x)
     (dy,) = torch.autograd.grad(y.sum(), x)
     forward, backward = float((w * y.detach() ** 2).sum()), float((w * dy**2).sum())

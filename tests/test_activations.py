@@ -1,4 +1,5 @@
 """Contracts every registered activation keeps, parametrized over the whole registry."""
+
 import copy
 import functools
 import io

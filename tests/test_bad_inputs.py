@@ -10,6 +10,7 @@ Where a bad input needs a file to exist, a placeholder names it (SETUP below): "
 tree of two activations with curves, "{not_weights}" a text file. The corrupt files of a run directory or a
 dataset, which fail a run rather than the command line, are in test_reliability.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,26 +46,41 @@ BAD_INPUTS = [
     bad(["run", R, "act=rational[init=nope]"], 2, "act rational[init=nope]: rational: unknown init 'nope'; accepted: "),
     bad(["run", R, "act=rational[init]"], 2, "activation variant 'rational[init]': expected key=value inside [...]"),
     bad(["run", R, "act=rational[]"], 2, "activation variant 'rational[]': no options inside [...]"),
-    bad(["run", R, "act=rational[init=gelu]x"], 2, "activation variant 'rational[init=gelu]x': expected "
-                                                    "name[key=value"),
+    bad(
+        ["run", R, "act=rational[init=gelu]x"], 2, "activation variant 'rational[init=gelu]x': expected name[key=value"
+    ),
     bad(["run", R, "act=rational[init=gelu"], 2, "unbalanced brackets or quotes in 'rational[init=gelu'"),
     bad(["run", R, "act=relu", "act.degree=3"], 2, "no activation in the sweep (relu) takes option 'degree'; relu: "),
     bad(["run", R, "act=rational", "act.version=Z"], 2, "act rational: rational: unknown version 'Z'; accepted: A, B"),
-    bad(["run", R, "act=relu,,gelu"], 2, "act=relu,,gelu: an empty name between commas; separate the activations "
-                                         "with single commas"),
+    bad(
+        ["run", R, "act=relu,,gelu"],
+        2,
+        "act=relu,,gelu: an empty name between commas; separate the activations with single commas",
+    ),
     bad(["run", R, "act=relu,relu"], 2, "act=relu,relu lists relu more than once; give each activation once"),
     bad(["run", R, "act=relu,gelu,ReLU"], 2, "lists relu more than once"),
-    bad(["run", R, "act=all[init=gelu]"], 2, "act=all[init=gelu]: options cannot be given to all (its activations "
-                                             "take different options); write act=all act.init=gelu"),
+    bad(
+        ["run", R, "act=all[init=gelu]"],
+        2,
+        "act=all[init=gelu]: options cannot be given to all (its activations "
+        "take different options); write act=all act.init=gelu",
+    ),
     bad(["run", R, "act_lr_mult.relu=-2"], 2, "act_lr_mult must be a mapping {act: multiplier > 0}"),
     # ---- run: values of the wrong type or out of range, key by key
     bad(["run", R, "epochs=abc"], 2, "epochs must be an integer >= 1, got 'abc'"),
     bad(["run", R, "seeds=0"], 2, "seeds must be an integer >= 1 or auto (seeds in rounds), got 0"),
     bad(["run", R, "seeds=sometimes"], 2, "seeds must be an integer >= 1 or auto (seeds in rounds), got 'sometimes'"),
     bad(["run", R, "parallel=0"], 2, "parallel must be an integer >= 1 or one of auto, got 0"),
-    bad(["run", R, "trainer.mps=true"], 2, "trainer.mps=true needs CUDA (NVIDIA's Multi-Process Service); this run "
-                                           "trains on the CPU: drop trainer.mps"),
-    bad(["run", R, "trainer.compile=fast"], 2, "trainer.compile must be true, false or reduce-overhead (the captured step), got 'fast'"),
+    bad(
+        ["run", R, "trainer.mps=true"],
+        2,
+        "trainer.mps=true needs CUDA (NVIDIA's Multi-Process Service); this run trains on the CPU: drop trainer.mps",
+    ),
+    bad(
+        ["run", R, "trainer.compile=fast"],
+        2,
+        "trainer.compile must be true, false or reduce-overhead (the captured step), got 'fast'",
+    ),
     bad(["run", R, "batch_size=0"], 2, "batch_size must be an integer >= 1"),
     bad(["run", R, "batch_size=-5"], 2, "batch_size must be an integer >= 1"),
     bad(["run", R, "batch_size=abc"], 2, "batch_size must be an integer >= 1, got 'abc'"),
@@ -75,29 +91,56 @@ BAD_INPUTS = [
     bad(["run", R, "data.limit_train=0"], 2, "data.limit_train must be null or an integer >= 1"),
     bad(["run", R, "data.mean=[0.5,0.5]"], 2, "data.mean has 2 values, digits has 1 channels"),
     bad(["run", R, "data.on_device=yes"], 2, "data.on_device must be true or false"),
-    bad(["run", R, "data.on_device=true", "data.augment.auto_augment=rand-m9-mstd0.5-inc1"], 2,
+    bad(
+        ["run", R, "data.on_device=true", "data.augment.auto_augment=rand-m9-mstd0.5-inc1"],
+        2,
         "data.on_device=true cannot draw data.augment.auto_augment=rand-m9-mstd0.5-inc1: it supports "
         "data.augment.crop_pad, data.augment.hflip and the normalisation only; set data.on_device=false or drop "
-        "data.augment.auto_augment"),
-    bad(["estimate", R, "data.on_device=true", "data.augment.re_prob=0.25"], 2,
-        "data.on_device=true cannot draw data.augment.re_prob=0.25"),
-    bad(["run", R, "data.on_device=true", "data.img_size=16"], 2,
-        "data.on_device=true does not resize: data.img_size=16 differs from digits's 8 px"),
-    bad(["run", R, "recipe=tinyimagenet_vit_s8", "data.on_device=true"], 2,
+        "data.augment.auto_augment",
+    ),
+    bad(
+        ["estimate", R, "data.on_device=true", "data.augment.re_prob=0.25"],
+        2,
+        "data.on_device=true cannot draw data.augment.re_prob=0.25",
+    ),
+    bad(
+        ["run", R, "data.on_device=true", "data.img_size=16"],
+        2,
+        "data.on_device=true does not resize: data.img_size=16 differs from digits's 8 px",
+    ),
+    bad(
+        ["run", R, "recipe=tinyimagenet_vit_s8", "data.on_device=true"],
+        2,
         "data.on_device=true needs a dataset held in memory as arrays (cifar10, digits, fashion_mnist, synthetic), "
-        "not data.name=tiny_imagenet"),
+        "not data.name=tiny_imagenet",
+    ),
     bad(["run", R, "data.augment.hflip=2"], 2, "data.augment.hflip must be a number >= 0 and <= 1"),
-    bad(["run", R, "data.augment.repeated_aug_epoch=full"], 2,
-        "data.augment.repeated_aug_epoch must be one of expand, deit"),
-    bad(["run", R, "data.augment.auto_augment_impl=tv"], 2, "data.augment.auto_augment_impl must be one of timm, "
-                                                            "torchvision"),
+    bad(
+        ["run", R, "data.augment.repeated_aug_epoch=full"],
+        2,
+        "data.augment.repeated_aug_epoch must be one of expand, deit",
+    ),
+    bad(
+        ["run", R, "data.augment.auto_augment_impl=tv"],
+        2,
+        "data.augment.auto_augment_impl must be one of timm, torchvision",
+    ),
     bad(["run", R, "model.name=vgg44"], 2, "model.name=vgg44, model.norm=group: unknown model 'vgg44'; accepted: "),
-    bad(["run", R, "model.norm=batch"], 2, "model.name=vgg4, model.norm=batch: unknown norm 'batch'; accepted: "
-                                           "group or None"),
-    bad(["run", R, "model.norm_free=true"], 2, "model.norm_free=True: norm_free is not supported by 'vgg4'; "
-                                               "supported models: vit_s8"),
-    bad(["run", R, "model.lsuv_variant=paper"], 2, "model.lsuv_variant must be one of mishkin, "
-                                                   "paper004 (did you mean paper004?)"),
+    bad(
+        ["run", R, "model.norm=batch"],
+        2,
+        "model.name=vgg4, model.norm=batch: unknown norm 'batch'; accepted: group or None",
+    ),
+    bad(
+        ["run", R, "model.norm_free=true"],
+        2,
+        "model.norm_free=True: norm_free is not supported by 'vgg4'; supported models: vit_s8",
+    ),
+    bad(
+        ["run", R, "model.lsuv_variant=paper"],
+        2,
+        "model.lsuv_variant must be one of mishkin, paper004 (did you mean paper004?)",
+    ),
     bad(["run", R, "model.global_pool=3"], 2, "model.global_pool must be null or a non-empty string, got 3"),
     bad(["run", R, "trainer.precision=77"], 2, "trainer.precision must be one of 64-true, 32-true"),
     bad(["run", R, "trainer.devices=abc"], 2, "trainer.devices=abc: `devices`"),
@@ -110,76 +153,156 @@ BAD_INPUTS = [
     bad(["run", R, "data.root="], 2, "data.root must be null or a non-empty path, got ''"),
     bad(["run", R, "optim.nesterov=maybe"], 2, "optim.nesterov must be true or false, got 'maybe'"),
     bad(["run", R, "optim.betas=[0.9]"], 2, "optim.betas must be a list of 2 values"),
-    bad(["run", R, "optim.decay_rule=ndims"], 2, "optim.decay_rule must be one of conv_linear, "
-                                                 "ndim (did you mean ndim?)"),
+    bad(
+        ["run", R, "optim.decay_rule=ndims"],
+        2,
+        "optim.decay_rule must be one of conv_linear, ndim (did you mean ndim?)",
+    ),
     bad(["run", R, "sched.milestones=[0]"], 2, "sched.milestones must be a list, each an integer >= 1"),
     bad(["run", R, "loss.label_smoothing=1.0"], 2, "loss.label_smoothing must be a number >= 0 and < 1"),
     bad(["run", R, "ema.decay=1.5"], 2, "ema.decay must be null or a number > 0 and < 1"),
     bad(["run", R, "finetune.train=everything"], 2, "finetune.train must be one of act,head, act, head, all"),
-    bad(["run", R, "finetune.checkpoint={not_weights}"], 2,
-        "finetune.checkpoint: {not_weights} is not a readable torch checkpoint"),
-    bad(["run", R, "finetune.checkpoint={other_arch}"], 2,
-        "finetune.checkpoint: {other_arch} does not match VGG (the classifier head.* excluded): 16 missing: "),
-    bad(["run", R, "finetune.checkpoint={other_arch}", "finetune.source_act=nope"], 2,
-        "finetune.source_act: unknown activation 'nope'; known: acon_c, "),
-    bad(["run", R, "finetune.source_act=gelu"], 2, "finetune.source_act=gelu is not used: it names the activation a "
-                                                   "finetune.checkpoint was trained with, and none is set; drop it"),
+    bad(
+        ["run", R, "finetune.checkpoint={not_weights}"],
+        2,
+        "finetune.checkpoint: {not_weights} is not a readable torch checkpoint",
+    ),
+    bad(
+        ["run", R, "finetune.checkpoint={other_arch}"],
+        2,
+        "finetune.checkpoint: {other_arch} does not match VGG (the classifier head.* excluded): 16 missing: ",
+    ),
+    bad(
+        ["run", R, "finetune.checkpoint={other_arch}", "finetune.source_act=nope"],
+        2,
+        "finetune.source_act: unknown activation 'nope'; known: acon_c, ",
+    ),
+    bad(
+        ["run", R, "finetune.source_act=gelu"],
+        2,
+        "finetune.source_act=gelu is not used: it names the activation a "
+        "finetune.checkpoint was trained with, and none is set; drop it",
+    ),
     # ---- run: the dataset (checked once, before the first run; one line)
-    bad(["run", R, "recipe=cifar10_vgg8", "data.root={tmp}/datasets"], 2,
+    bad(
+        ["run", R, "recipe=cifar10_vgg8", "data.root={tmp}/datasets"],
+        2,
         "CIFAR-10 not found at {tmp}/datasets/cifar-10-batches-py; data root: {tmp}/datasets (from data.root); "
-        "expected layout: cifar-10-batches-py/data_batch_1 .. data_batch_5, test_batch"),
-    bad(["estimate", R, "recipe=cifar10_vgg4", "data.root={tmp}/datasets"], 2,
-        "CIFAR-10 not found at {tmp}/datasets/cifar-10-batches-py; data root: {tmp}/datasets (from data.root)"),
-    bad(["run", R, "recipe=cifar10_vgg4", "data.root={cifar_without_data_batch_4}"], 2,
+        "expected layout: cifar-10-batches-py/data_batch_1 .. data_batch_5, test_batch",
+    ),
+    bad(
+        ["estimate", R, "recipe=cifar10_vgg4", "data.root={tmp}/datasets"],
+        2,
+        "CIFAR-10 not found at {tmp}/datasets/cifar-10-batches-py; data root: {tmp}/datasets (from data.root)",
+    ),
+    bad(
+        ["run", R, "recipe=cifar10_vgg4", "data.root={cifar_without_data_batch_4}"],
+        2,
         "CIFAR-10 at {cifar_without_data_batch_4}/cifar-10-batches-py (from data.root) lacks data_batch_4 (it needs "
-        "data_batch_1 .. data_batch_5 and test_batch); copy the missing file(s)"),
-    bad(["run", R, "recipe=cifar10_vgg4", "data.root={cifar_without_test_batch}"], 2,
-        "CIFAR-10 at {cifar_without_test_batch}/cifar-10-batches-py (from data.root) lacks test_batch"),
-    bad(["run", R, "recipe=fashion_mnist_slaf", "data.root={fmnist_empty_test}"], 2,
+        "data_batch_1 .. data_batch_5 and test_batch); copy the missing file(s)",
+    ),
+    bad(
+        ["run", R, "recipe=cifar10_vgg4", "data.root={cifar_without_test_batch}"],
+        2,
+        "CIFAR-10 at {cifar_without_test_batch}/cifar-10-batches-py (from data.root) lacks test_batch",
+    ),
+    bad(
+        ["run", R, "recipe=fashion_mnist_slaf", "data.root={fmnist_empty_test}"],
+        2,
         "fashion_mnist at {fmnist_empty_test} (from data.root): its official test set holds 0 images; every split "
-        "(train, val, test) needs at least one image"),
-    bad(["run", R, "recipe=fashion_mnist_slaf", "data.root={fmnist_empty_train}"], 2,
-        "fashion_mnist at {fmnist_empty_train} (from data.root): its official training set holds 0 images"),
-    bad(["estimate", R, "recipe=fashion_mnist_slaf", "data.root={fmnist_empty_test}"], 2,
-        "its official test set holds 0 images"),
+        "(train, val, test) needs at least one image",
+    ),
+    bad(
+        ["run", R, "recipe=fashion_mnist_slaf", "data.root={fmnist_empty_train}"],
+        2,
+        "fashion_mnist at {fmnist_empty_train} (from data.root): its official training set holds 0 images",
+    ),
+    bad(
+        ["estimate", R, "recipe=fashion_mnist_slaf", "data.root={fmnist_empty_test}"],
+        2,
+        "its official test set holds 0 images",
+    ),
     # ---- run: values only a typo reaches, and keys a sweep sets itself
-    bad(["run", R, "batch_size=99999999999999999999"], 2,
-        "batch_size must be an integer >= 1 and <= 2147483647, got 99999999999999999999"),
-    bad(["run", R, "seeds=99999999999999999999"], 2,
-        "seeds must be an integer >= 1 and <= 10000 or auto (seeds in rounds), got 99999999999999999999"),
-    bad(["run", R, "seeds=auto", "seeds_max=99999999999999999999"], 2, "seeds_max must be an integer >= 3 and <= 10000"),
-    bad(["run", R, "act=relu", "seed=3"], 2, "seed is set per run by the sweep, not on its command line: seeds=N "
-                                            "trains seeds 0..N-1"),
+    bad(
+        ["run", R, "batch_size=99999999999999999999"],
+        2,
+        "batch_size must be an integer >= 1 and <= 2147483647, got 99999999999999999999",
+    ),
+    bad(
+        ["run", R, "seeds=99999999999999999999"],
+        2,
+        "seeds must be an integer >= 1 and <= 10000 or auto (seeds in rounds), got 99999999999999999999",
+    ),
+    bad(
+        ["run", R, "seeds=auto", "seeds_max=99999999999999999999"], 2, "seeds_max must be an integer >= 3 and <= 10000"
+    ),
+    bad(
+        ["run", R, "act=relu", "seed=3"],
+        2,
+        "seed is set per run by the sweep, not on its command line: seeds=N trains seeds 0..N-1",
+    ),
     bad(["estimate", R, "seed=3"], 2, "seed is set per run by the sweep"),
-    bad(["run", R, "snapshot_epochs=[0,99]", "epochs=1"], 2, "snapshot_epochs=[0, 99] names epoch(s) 99 beyond "
-                                                             "epochs=1; each entry must be 0 (the init), an epoch from 1 "
-                                                             "to 1, or -1 (the last)"),
+    bad(
+        ["run", R, "snapshot_epochs=[0,99]", "epochs=1"],
+        2,
+        "snapshot_epochs=[0, 99] names epoch(s) 99 beyond "
+        "epochs=1; each entry must be 0 (the init), an epoch from 1 "
+        "to 1, or -1 (the last)",
+    ),
     bad(["run", R, "snapshot_epochs=[0,16]", "epochs=4,15"], 2, "names epoch(s) 16 beyond epochs=15"),
     # ---- run: factor sweeps (every setting checked before the first) and seeds=auto
     bad(["run", R, "batch_size=64,0"], 2, "batch_size must be an integer >= 1, got 0 (setting batch_size=0)"),
-    bad(["run", R, "optim.name=sgd,adamz"], 2, "optim.name must be one of sgd, adamw (did you mean adamw?), "
-                                               "got 'adamz' (setting optim.name=adamz)"),
-    bad(["run", R, "model.norm=null,group,"], 2, "model.norm=null,group,: an empty value between commas; separate the "
-                                                 "values with single commas (write null for none)"),
-    bad(["run", R, "factors={model.nrm: [null, group]}"], 2,
-        "factors: 'model.nrm' is not a config key a sweep can vary (did you mean model.norm"),
+    bad(
+        ["run", R, "optim.name=sgd,adamz"],
+        2,
+        "optim.name must be one of sgd, adamw (did you mean adamw?), got 'adamz' (setting optim.name=adamz)",
+    ),
+    bad(
+        ["run", R, "model.norm=null,group,"],
+        2,
+        "model.norm=null,group,: an empty value between commas; separate the "
+        "values with single commas (write null for none)",
+    ),
+    bad(
+        ["run", R, "factors={model.nrm: [null, group]}"],
+        2,
+        "factors: 'model.nrm' is not a config key a sweep can vary (did you mean model.norm",
+    ),
     bad(["run", R, "seeds=1,2"], 2, "seeds cannot be swept (got seeds=1,2)"),
-    bad(["run", R, "seeds=auto", "act=gelu,silu"], 2, "seeds=auto compares each activation with "
-                                                      "report.baseline='relu'"),
+    bad(
+        ["run", R, "seeds=auto", "act=gelu,silu"], 2, "seeds=auto compares each activation with report.baseline='relu'"
+    ),
     bad(["run", R, "seeds=auto", "seeds_max=2"], 2, "seeds_max must be an integer >= 3, got 2"),
     bad(["run", R, "seeds=auto", "seeds_margin=-1"], 2, "seeds_margin must be null or a number > 0, got -1"),
-    bad(["run", R, "seeds_margin=1"], 2, "seeds_margin applies only with seeds=auto (equivalence stops a round), got "
-                                         "seeds=3; add seeds=auto or drop seeds_margin"),
+    bad(
+        ["run", R, "seeds_margin=1"],
+        2,
+        "seeds_margin applies only with seeds=auto (equivalence stops a round), got "
+        "seeds=3; add seeds=auto or drop seeds_margin",
+    ),
     # ---- run: a results tree this process cannot write (chmod: skipped as root, who may write anyway)
-    bad(["run", "results_dir={read_only}/empty"], 2, "results_dir {read_only}/empty: {read_only}/empty is not writable "
-                                                     "(permission denied); make it writable (chmod -R u+w "),
-    bad(["run", "results_dir={read_only}/done"], 2, "results_dir {read_only}/done: {read_only}/done/digits_vgg4 is not "
-                                                    "writable (permission denied); make it writable"),
+    bad(
+        ["run", "results_dir={read_only}/empty"],
+        2,
+        "results_dir {read_only}/empty: {read_only}/empty is not writable "
+        "(permission denied); make it writable (chmod -R u+w ",
+    ),
+    bad(
+        ["run", "results_dir={read_only}/done"],
+        2,
+        "results_dir {read_only}/done: {read_only}/done/digits_vgg4 is not "
+        "writable (permission denied); make it writable",
+    ),
     bad(["run", "results_dir={read_only}/new/results"], 2, "{read_only}/new is not writable (permission denied)"),
     # ---- run, estimate: a file where the results tree would be
-    bad(["run", "results_dir={a_file}"], 2, "results_dir {a_file}: {a_file} is a file, not a directory; pass "
-                                            "results_dir=<a directory>"),
-    bad(["run", "results_dir={a_file}/results"], 2, "results_dir {a_file}/results: {a_file} is a file, not a directory"),
+    bad(
+        ["run", "results_dir={a_file}"],
+        2,
+        "results_dir {a_file}: {a_file} is a file, not a directory; pass results_dir=<a directory>",
+    ),
+    bad(
+        ["run", "results_dir={a_file}/results"], 2, "results_dir {a_file}/results: {a_file} is a file, not a directory"
+    ),
     bad(["estimate", "results_dir={a_file}"], 2, "results_dir {a_file}: {a_file} is a file, not a directory"),
     # ---- estimate: the run's checks, and it is a subcommand, not a key
     bad(["estimate", R, "epochs=abc"], 2, "epochs must be an integer >= 1, got 'abc'"),
@@ -189,33 +312,64 @@ BAD_INPUTS = [
     # ---- report: the results dir, then each flag (argparse's own errors: see the_line)
     bad(["report"], 2, "the following arguments are required: RESULTS_DIR"),
     bad(["report", "{tmp}/nope"], 2, "results directory '{tmp}/nope' does not exist"),
-    bad(["report", "{tmp}"], 2, "no finished run (summary.json) under '{tmp}'; expected "
-                                "<recipe>/<act>/seed_<k>/summary.json"),
-    bad(["report", "{report_tree}", "--metric", "val_top7_best"], 2,
+    bad(
+        ["report", "{tmp}"],
+        2,
+        "no finished run (summary.json) under '{tmp}'; expected <recipe>/<act>/seed_<k>/summary.json",
+    ),
+    bad(
+        ["report", "{report_tree}", "--metric", "val_top7_best"],
+        2,
         "unknown metric 'val_top7_best'; available: val_top1_best, val_top1_final, best_epoch, train_time_s, "
-        "throughput_img_s, peak_mem_mb; or a curve metric: epochs_to_<X>"),
-    bad(["report", "{report_tree}", "--metric", "epochs_to_120"], 2,
+        "throughput_img_s, peak_mem_mb; or a curve metric: epochs_to_<X>",
+    ),
+    bad(
+        ["report", "{report_tree}", "--metric", "epochs_to_120"],
+        2,
         "--metric epochs_to_120: X in epochs_to_<X> is a percentage of the run's best, in (0, 100]; for an absolute "
-        "threshold write epochs_to_120_abs"),
-    bad(["report", "{report_tree}", "--metric", "val_loss_epochs_to_90"], 2,
-        "--metric val_loss_epochs_to_90: epochs_to needs a column where higher is better"),
+        "threshold write epochs_to_120_abs",
+    ),
+    bad(
+        ["report", "{report_tree}", "--metric", "val_loss_epochs_to_90"],
+        2,
+        "--metric val_loss_epochs_to_90: epochs_to needs a column where higher is better",
+    ),
     bad(["report", "{report_tree}", "--baseline", "tanhh"], 2, "unknown baseline 'tanhh'; acts: gelu, relu"),
     bad(["report", "{report_tree}", "--format", "md,html"], 2, "unknown format html; choose from md, csv, tex"),
-    bad(["report", "{report_tree}", "--test", "anova"], 2, "argument --test: invalid choice: 'anova' "
-                                                           "(choose from 'student', 'welch', 'paired')"),
-    bad(["report", "{report_tree}", "--digits", "x"], 2, "argument --digits: --digits takes an integer from 0 to 15, "
-                                                         "got 'x'"),
+    bad(
+        ["report", "{report_tree}", "--test", "anova"],
+        2,
+        "argument --test: invalid choice: 'anova' (choose from 'student', 'welch', 'paired')",
+    ),
+    bad(
+        ["report", "{report_tree}", "--digits", "x"],
+        2,
+        "argument --digits: --digits takes an integer from 0 to 15, got 'x'",
+    ),
     bad(["report", "{report_tree}", "--digits", "-3"], 2, "--digits takes an integer from 0 to 15, got '-3'"),
     bad(["report", "{report_tree}", "--seed", "-1"], 2, "--seed takes an integer >= 0, got '-1'"),
-    bad(["report", "{report_tree}", "--best-of", "model.nonexistent"], 2,
-        "--best-of 'model.nonexistent' is not a config key a sweep varies"),
+    bad(
+        ["report", "{report_tree}", "--best-of", "model.nonexistent"],
+        2,
+        "--best-of 'model.nonexistent' is not a config key a sweep varies",
+    ),
     bad(["report", "{report_tree}", "--best-of", "model.lsuv,seeds"], 2, "--best-of 'seeds' is not a config key"),
-    bad(["report", "{read_only}/done"], 2, "argument RESULTS_DIR: {read_only}/done is not writable (permission "
-                                           "denied); the report writes its tables and plots there"),
-    bad(["report", "{report_tree}", "--margin", "0"], 2, "--margin takes a positive number in the metric's units, "
-                                                         "got '0'"),
-    bad(["report", "{report_tree}", "--effect", "abc"], 2, "--effect takes a positive number in the metric's units, "
-                                                           "got 'abc'"),
+    bad(
+        ["report", "{read_only}/done"],
+        2,
+        "argument RESULTS_DIR: {read_only}/done is not writable (permission "
+        "denied); the report writes its tables and plots there",
+    ),
+    bad(
+        ["report", "{report_tree}", "--margin", "0"],
+        2,
+        "--margin takes a positive number in the metric's units, got '0'",
+    ),
+    bad(
+        ["report", "{report_tree}", "--effect", "abc"],
+        2,
+        "--effect takes a positive number in the metric's units, got 'abc'",
+    ),
     bad(["report", "{report_tree}", "--alpha", "1.5"], 2, "--alpha takes a number in (0, 1), got '1.5'"),
     # ---- papers
     bad(["papers", "--paper", "9"], 2, "unknown --paper '9'; choose from 000, 001, 003, 004"),
@@ -224,15 +378,23 @@ BAD_INPUTS = [
     bad(["papers", "--test", "anova"], 2, "argument --test: invalid choice: 'anova' (choose from 'student', 'welch')"),
     # ---- bench activations | train | fit
     bad(["bench", "activations", "--families", "relux", OUT], 2, "unknown family 'relux'; known: rational A, "),
-    bad(["bench", "activations", "--shape", "2,x", OUT], 2,
-        "argument --shape: takes comma-separated integers >= 1 (NCHW), got '2,x'"),
+    bad(
+        ["bench", "activations", "--shape", "2,x", OUT],
+        2,
+        "argument --shape: takes comma-separated integers >= 1 (NCHW), got '2,x'",
+    ),
     bad(["bench", "activations", "--dtype", "int8", OUT], 2, "argument --dtype: invalid choice: 'int8'"),
     bad(["bench", "activations", "--repeats", "0", OUT], 2, "argument --repeats: must be an integer >= 1, got '0'"),
     bad(["bench", "sweep", "--k", "0", OUT], 2, "argument --k: must be comma-separated integers >= 1"),
-    bad(["bench", "sweep", "--project", "20", OUT], 2, "argument --project: must be SEEDSxEPOCHS, e.g. 20x60, got '20'"),
+    bad(
+        ["bench", "sweep", "--project", "20", OUT], 2, "argument --project: must be SEEDSxEPOCHS, e.g. 20x60, got '20'"
+    ),
     bad(["bench", "sweep", "trainer.mps=true", OUT], 2, "visionbench bench sweep: trainer.mps=true needs CUDA"),
-    bad(["bench", "activations", "--event-rounds", "0", OUT], 2,
-        "argument --event-rounds: must be an integer >= 1, got '0'"),
+    bad(
+        ["bench", "activations", "--event-rounds", "0", OUT],
+        2,
+        "argument --event-rounds: must be an integer >= 1, got '0'",
+    ),
     bad(["bench", "activations", "--device", "nope", OUT], 2, "argument --device: not a torch device, got 'nope'"),
     bad(["bench", "train", "recipe=nope", "act=relu", OUT], 2, "unknown recipe 'nope'; known: "),
     bad(["bench", "train", "act=relu,gelu", OUT], 2, "give one activation (act=NAME), got act=relu,gelu"),
@@ -241,26 +403,45 @@ BAD_INPUTS = [
     bad(["bench", "fit", "--families", "relu", OUT], 2, "unknown learnable activation(s) relu; known: acon_c, "),
     bad(["bench", "fit", "--repeats", "0", OUT], 2, "--repeats must be >= 1, got 0"),
     # ---- bench data (and every bench's --device and --out: refused before anything is built or timed)
-    bad(["bench", "data", "--device", "cuda:99", OUT], 2, "argument --device: cuda:99 is not available on this "
-                                                          "machine ("),
+    bad(
+        ["bench", "data", "--device", "cuda:99", OUT],
+        2,
+        "argument --device: cuda:99 is not available on this machine (",
+    ),
     bad(["bench", "data", "--out", "{a_file}"], 2, "argument --out: {a_file}: {a_file} is a file, not a directory"),
     bad(["bench", "activations", "--out", "{a_file}/sub"], 2, "argument --out: {a_file}/sub: {a_file} is a file"),
     bad(["bench", "train", "act=relu", "--out", "{a_file}"], 2, "argument --out: {a_file}: {a_file} is a file"),
-    bad(["bench", "data", "recipe=imagenet_resnet50", "data.root={tmp}/datasets", OUT], 2,
-        "ImageNet not found at {tmp}/datasets/imagenet; data root: {tmp}/datasets (from data.root); expected layout: "),
+    bad(
+        ["bench", "data", "recipe=imagenet_resnet50", "data.root={tmp}/datasets", OUT],
+        2,
+        "ImageNet not found at {tmp}/datasets/imagenet; data root: {tmp}/datasets (from data.root); expected layout: ",
+    ),
     # ---- plot
     bad(["plot", "nope"], 2, "argument what: invalid choice: 'nope' (choose from 'boundaries')"),
     bad(["plot", "boundaries", "--acts", "relu,nope", "--out", "{tmp}/b.png"], 2, "unknown activation 'nope'; known: "),
-    bad(["plot", "boundaries", "--datasets", "xor", "--out", "{tmp}/b.png"], 2,
-        "unknown toy dataset 'xor'; choose from moons, circles, spirals, classification"),
+    bad(
+        ["plot", "boundaries", "--datasets", "xor", "--out", "{tmp}/b.png"],
+        2,
+        "unknown toy dataset 'xor'; choose from moons, circles, spirals, classification",
+    ),
 ]
 
 # Bad inputs whose line comes with more lines by design: the list of commands after an unknown one. (argv, exit code, text of the first line, text after it)
 BAD_INPUTS_WITH_HELP = [
-    pytest.param(["nope"], 2, "unknown command 'nope'; commands: run, estimate, report, export, compare, list, bench, plot, papers",
-                 "visionbench run [recipe=NAME]", id="nope"),
-    pytest.param(["bench", "nope"], 2, "unknown benchmark 'nope'; known: activations, train, fit",
-                 "visionbench bench activations [--shape", id="bench nope"),
+    pytest.param(
+        ["nope"],
+        2,
+        "unknown command 'nope'; commands: run, estimate, report, export, compare, list, bench, plot, papers",
+        "visionbench run [recipe=NAME]",
+        id="nope",
+    ),
+    pytest.param(
+        ["bench", "nope"],
+        2,
+        "unknown benchmark 'nope'; known: activations, train, fit",
+        "visionbench bench activations [--shape",
+        id="bench nope",
+    ),
 ]
 
 
@@ -291,6 +472,7 @@ def _cifar_without(name: str):
         root = write_cifar10(tmp / name)
         (root / "cifar-10-batches-py" / name.split("without_", 1)[1]).unlink()
         return root
+
     return make
 
 
@@ -318,6 +500,7 @@ def _a_file(tmp: Path) -> Path:
 
 def _fmnist_empty(split: str):
     """A Fashion-MNIST root whose `split` files ("train" or "t10k") hold 0 images (valid IDX headers)."""
+
     def make(tmp: Path) -> Path:
         import numpy as np
 
@@ -327,13 +510,21 @@ def _fmnist_empty(split: str):
         (folder / f"{split}-images-idx3-ubyte").write_bytes(idx_bytes(np.zeros((0, 28, 28), np.uint8), 2051))
         (folder / f"{split}-labels-idx1-ubyte").write_bytes(idx_bytes(np.zeros((0,), np.uint8), 2049))
         return folder.parent
+
     return make
 
 
-SETUP = {"{a_file}": _a_file, "{fmnist_empty_test}": _fmnist_empty("t10k"), "{fmnist_empty_train}": _fmnist_empty("train"),
-         "{report_tree}": _report_tree, "{not_weights}": _not_weights, "{other_arch}": _other_arch,
-         "{cifar_without_data_batch_4}": _cifar_without("without_data_batch_4"),
-         "{cifar_without_test_batch}": _cifar_without("without_test_batch"), "{read_only}": _read_only}
+SETUP = {
+    "{a_file}": _a_file,
+    "{fmnist_empty_test}": _fmnist_empty("t10k"),
+    "{fmnist_empty_train}": _fmnist_empty("train"),
+    "{report_tree}": _report_tree,
+    "{not_weights}": _not_weights,
+    "{other_arch}": _other_arch,
+    "{cifar_without_data_batch_4}": _cifar_without("without_data_batch_4"),
+    "{cifar_without_test_batch}": _cifar_without("without_test_batch"),
+    "{read_only}": _read_only,
+}
 
 
 def _fill(texts: list[str], tmp: Path) -> list[str]:
@@ -372,11 +563,11 @@ def command(tmp_path, monkeypatch, capsys):
         argv_texts = _fill([*argv, *texts], tmp_path)
         before = _tree(tmp_path)
         capsys.readouterr()
-        code = main(argv_texts[:len(argv)])
+        code = main(argv_texts[: len(argv)])
         err = capsys.readouterr().err
         assert "Traceback" not in err, err
         assert _tree(tmp_path) == before, "a bad input wrote something"
-        return code, err, argv_texts[len(argv):]
+        return code, err, argv_texts[len(argv) :]
 
     yield run
     for d in tmp_path.rglob("*"):  # what {read_only} made read-only, writable again for pytest's clean-up
@@ -422,7 +613,10 @@ GOOD_INPUTS = [
     (["optim.lr=1e-3"], {"optim.lr": 0.001}),
     (["act=relu,slaf[eps=1e-3]"], {"act_options:slaf[eps=1e-3]": {"eps": 0.001}}),
     # paths beyond ASCII: Hydra's grammar cannot lex them unquoted, so they are quoted for it
-    (["results_dir={tmp}/ü日本", "data.root={tmp}/données"], {"results_dir": "{tmp}/ü日本", "data.root": "{tmp}/données"}),
+    (
+        ["results_dir={tmp}/ü日本", "data.root={tmp}/données"],
+        {"results_dir": "{tmp}/ü日本", "data.root": "{tmp}/données"},
+    ),
 ]
 
 

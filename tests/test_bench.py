@@ -1,6 +1,7 @@
 """`visionbench bench` end to end on tiny inputs (eager kernels: no timing is asserted), and the
 reference implementations it compares against, loaded with visionbench's coefficients. Its errors on
 bad flags: test_bad_inputs.py."""
+
 from __future__ import annotations
 
 import re
@@ -22,19 +23,41 @@ def _eager(monkeypatch):
 
 def table_rows(text: str) -> dict[str, dict[str, str]]:
     """A benchmark table's rows by their first cell, each a dict of the cells by column header."""
-    rows = [[c.strip() for c in re.split(r"(?<!\\)\|", r.strip()[1:-1])] for r in text.splitlines()
-            if r.startswith("| ") and "---" not in r]  # a cell's own pipe is escaped: \|
+    rows = [
+        [c.strip() for c in re.split(r"(?<!\\)\|", r.strip()[1:-1])]
+        for r in text.splitlines()
+        if r.startswith("| ") and "---" not in r
+    ]  # a cell's own pipe is escaped: \|
     return {cells[0]: dict(zip(rows[0], cells)) for cells in rows[1:]}
 
 
 def test_bench_activations_writes_a_table(tmp_path):
-    args = ["activations", "--shape", "2,4,6,6", "--repeats", "2", "--families", "rational,hermite,slaf",
-            "--out", str(tmp_path), "--name", "tiny"]
+    args = [
+        "activations",
+        "--shape",
+        "2,4,6,6",
+        "--repeats",
+        "2",
+        "--families",
+        "rational,hermite,slaf",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "tiny",
+    ]
     assert cli_main(["bench", *args]) == 0
     text = (tmp_path / "tiny.md").read_text()
     rows = table_rows(text)
-    assert set(rows) == {"gelu (baseline)", "rational A", "rational B", "rational C", "rational D", "hermite",
-                         "hermite clamp", "slaf"}
+    assert set(rows) == {
+        "gelu (baseline)",
+        "rational A",
+        "rational B",
+        "rational C",
+        "rational D",
+        "hermite",
+        "hermite clamp",
+        "slaf",
+    }
     assert all(float(r["× GELU"]) > 0 for r in rows.values())
     assert float(rows["rational A"]["saved (× input)"]) == pytest.approx(1.0, abs=0.1)  # its input, 10 coefficients
     # CUDA events and kernel counts: none on a CPU, and the table says so instead of failing
@@ -43,8 +66,21 @@ def test_bench_activations_writes_a_table(tmp_path):
 
 
 def test_bench_train_smoke(tmp_path):
-    args = ["train", "recipe=digits_vgg4", "act=rational", "--compare-to", "relu", "--steps", "1", "--warmup", "1",
-            "--out", str(tmp_path), "--name", "train"]
+    args = [
+        "train",
+        "recipe=digits_vgg4",
+        "act=rational",
+        "--compare-to",
+        "relu",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "train",
+    ]
     assert main(args) == 0
     rows = table_rows((tmp_path / "train.md").read_text())
     assert set(rows) == {"relu", "rational"} and float(rows["rational"]["× baseline step"]) > 0
@@ -57,8 +93,24 @@ def test_bench_train_refuses_baseline_which_is_the_reports_key(tmp_path, capsys)
 
 
 def test_bench_train_without_baseline_compares_with_the_models_own_activation(tmp_path):
-    assert main(["train", "recipe=digits_vgg4", "act=hermite", "--steps", "1", "--warmup", "0",
-                 "--out", str(tmp_path), "--name", "own"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "recipe=digits_vgg4",
+                "act=hermite",
+                "--steps",
+                "1",
+                "--warmup",
+                "0",
+                "--out",
+                str(tmp_path),
+                "--name",
+                "own",
+            ]
+        )
+        == 0
+    )
     assert "ReLU (model's own)" in (tmp_path / "own.md").read_text()
 
 
@@ -72,8 +124,17 @@ def test_paper_polycom_references_match():
         torch.testing.assert_close(ref(x), act(x), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name,kwargs", [("hermite", {}), ("hermite", {"clamp": True}), ("fourier", {}),
-                                         ("tropical", {}), ("tropical_rational", {}), ("rational", {})])
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [
+        ("hermite", {}),
+        ("hermite", {"clamp": True}),
+        ("fourier", {}),
+        ("tropical", {}),
+        ("tropical_rational", {}),
+        ("rational", {}),
+    ],
+)
 def test_package_references_match(name, kwargs):
     pytest.importorskip("rational.torch" if name == "rational" else "torchortho")
     act = A.create(name, **kwargs).eval()
@@ -93,8 +154,12 @@ def test_bench_fit_reports_each_fit_time_against_a_gelu_step(tmp_path):
     assert cli_main(["bench", *args]) == 0
     text = (tmp_path / "fit.md").read_text()
     rows = [[c.strip() for c in r.strip("|").split("|")] for r in text.splitlines() if r.startswith("| ")][2:]
-    assert {(r[0], r[1]) for r in rows} == {("hermite", "gelu"), ("hermite", "relu"), ("rational", "gelu"),
-                                            ("rational", "relu")}
+    assert {(r[0], r[1]) for r in rows} == {
+        ("hermite", "gelu"),
+        ("hermite", "relu"),
+        ("rational", "gelu"),
+        ("rational", "relu"),
+    }
     for r in rows:
         assert float(r[2]) > 0 and float(r[3]) > 0  # ms and the ratio to GELU's step, no bound asserted
         assert float(r[4]) <= type(A.create(r[0])).fit_tolerance[r[1]][0]

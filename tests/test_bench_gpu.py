@@ -1,5 +1,6 @@
 """The GPU benchmarks (docs/bench.md, "On the first GPU"; all of them run by `make gpu-window`: tests/test_gpu_window.py):
 the speed levers `bench train` applies as a run does (trainer.precision, trainer.channels_last), tested on CPU."""
+
 from __future__ import annotations
 
 import pytest
@@ -46,8 +47,22 @@ def test_channels_last_converts_model_and_batch():
 
 
 def test_bench_train_applies_the_levers_and_says_so(tmp_path):
-    args = ["train", "act=rational", "--steps", "1", "--warmup", "1", "--device", "cpu", "--out", str(tmp_path),
-            "--name", "levers", "trainer.precision=bf16-mixed", "trainer.channels_last=true"]
+    args = [
+        "train",
+        "act=rational",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "levers",
+        "trainer.precision=bf16-mixed",
+        "trainer.channels_last=true",
+    ]
     assert bench_main(args) == 0
     text = (tmp_path / "levers.md").read_text()
     assert "speed levers: trainer.precision=bf16-mixed, channels_last=true, compile=false" in text

@@ -1,5 +1,6 @@
 """scripts/bn_lag.py: a BatchNorm whose running statistics lag the weights is told apart from the same
 network scored with each batch's own statistics (docs/fashion_mnist.md)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,7 +20,7 @@ def batches(n: int = 512, size: int = 64, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     x = 5.0 + torch.randn(n, 1, generator=g)
     y = (x[:, 0] > 5.0).long()
-    return [(x[i:i + size], y[i:i + size]) for i in range(0, n, size)]
+    return [(x[i : i + size], y[i : i + size]) for i in range(0, n, size)]
 
 
 def network(running_mean: float) -> nn.Module:

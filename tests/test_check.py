@@ -1,5 +1,6 @@
 """`visionbench check`: every registered activation passes every check (quick mode here; the full sizes in the
 slow test), and deliberately broken activations fail the check that catches them, with the reason."""
+
 import pytest
 import torch
 from torch import nn
@@ -11,8 +12,14 @@ from visionbench.cli import main
 
 ALL = A.names()
 # options that take other code paths: noisy numerator, learnable clamp, per-channel coefficients and statistics
-VARIANTS = [("rational", {"version": "D"}), ("hermite", {"clamp": True}), ("polynorm", {"per_channel": True}),
-            ("slaf", {"per_channel": True}), ("bspline", {"per_channel": True}), ("rational", {"init": "relu"})]
+VARIANTS = [
+    ("rational", {"version": "D"}),
+    ("hermite", {"clamp": True}),
+    ("polynorm", {"per_channel": True}),
+    ("slaf", {"per_channel": True}),
+    ("bspline", {"per_channel": True}),
+    ("rational", {"init": "relu"}),
+]
 
 
 def failures(results) -> list[str]:
@@ -28,9 +35,20 @@ def test_every_registered_activation_passes_quick(name):
 
 @pytest.mark.parametrize("name, options", VARIANTS, ids=[f"{n}-{o}" for n, o in VARIANTS])
 def test_variants_pass_quick(name, options):
-    results = run_checks(Subject(name, options), quick=True, only=["shape+dtype", "finite", "gradcheck",
-                                                                    "param grads", "meta device", "deterministic",
-                                                                    "init fit", "smoke train"])
+    results = run_checks(
+        Subject(name, options),
+        quick=True,
+        only=[
+            "shape+dtype",
+            "finite",
+            "gradcheck",
+            "param grads",
+            "meta device",
+            "deterministic",
+            "init fit",
+            "smoke train",
+        ],
+    )
     assert not failures(results), "\n".join(failures(results))
 
 
@@ -76,8 +94,13 @@ class FixedDeviceForward(nn.Module):
         return torch.relu(x) * torch.ones(x.shape[1:], device="cpu")  # a tensor made on the CPU whatever x is on
 
 
-BROKEN = {"broken_shape": WrongShape, "broken_nan": NaNAtZero, "broken_grad": ParamWithoutGrad,
-          "broken_device": FixedDeviceBuffer, "broken_device_forward": FixedDeviceForward}
+BROKEN = {
+    "broken_shape": WrongShape,
+    "broken_nan": NaNAtZero,
+    "broken_grad": ParamWithoutGrad,
+    "broken_device": FixedDeviceBuffer,
+    "broken_device_forward": FixedDeviceForward,
+}
 
 
 @pytest.fixture
@@ -89,13 +112,16 @@ def broken():
         yield BROKEN
 
 
-@pytest.mark.parametrize("name, check, reason", [
-    ("broken_shape", "shape+dtype", r"output shape \(16,\), expected \(16, 8\)"),
-    ("broken_nan", "finite", r"output NaN at x = 0 \(train mode"),
-    ("broken_grad", "param grads", r"parameter 'shift' gets no gradient"),
-    ("broken_device", "meta device", r"offset on cpu: a tensor created on a fixed device"),
-    ("broken_device_forward", "meta device", r"forward on a meta input .* raised"),
-])
+@pytest.mark.parametrize(
+    "name, check, reason",
+    [
+        ("broken_shape", "shape+dtype", r"output shape \(16,\), expected \(16, 8\)"),
+        ("broken_nan", "finite", r"output NaN at x = 0 \(train mode"),
+        ("broken_grad", "param grads", r"parameter 'shift' gets no gradient"),
+        ("broken_device", "meta device", r"offset on cpu: a tensor created on a fixed device"),
+        ("broken_device_forward", "meta device", r"forward on a meta input .* raised"),
+    ],
+)
 def test_broken_activation_fails_with_its_reason(broken, name, check, reason):
     results = {r.check: r for r in run_checks(Subject(name), quick=True)}
     assert results[check].passed is False, results[check].line()
@@ -119,14 +145,17 @@ def test_cli_exit_codes(broken, capsys):
     assert "  FAIL  speed" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("args, message", [
-    (["act=relux"], "unknown activation 'relux'"),
-    (["act=rational[degree=3]"], "does not take degree"),
-    ([], "give act=NAME"),
-    (["recipe=x", "act=relu"], "expected act=NAME"),
-    (["act=relu", "--max-ratio", "0"], "--max-ratio must be > 0"),
-    (["act=relu", "imports=no_such_module_here"], "no module named 'no_such_module_here'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["act=relux"], "unknown activation 'relux'"),
+        (["act=rational[degree=3]"], "does not take degree"),
+        ([], "give act=NAME"),
+        (["recipe=x", "act=relu"], "expected act=NAME"),
+        (["act=relu", "--max-ratio", "0"], "--max-ratio must be > 0"),
+        (["act=relu", "imports=no_such_module_here"], "no module named 'no_such_module_here'"),
+    ],
+)
 def test_cli_usage_errors_exit_2(args, message, capsys):
     assert main(["check", *args]) == 2
     assert message in capsys.readouterr().err

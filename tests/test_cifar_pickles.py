@@ -1,5 +1,6 @@
 """CIFAR-10's batches are python pickles: a received dataset folder's batch that pickles a call is refused in one line,
 never run (data/cifar10.py `_DataOnly`, docs/reproducing.md "Files from someone else"); real batches still load."""
+
 from __future__ import annotations
 
 import pickle

@@ -4,6 +4,7 @@ results/regenerate.txt lists the commands (`visionbench report <record> [flags]`
 record, and every md / csv / tex file it writes must equal the committed one. A committed table that no command
 regenerates fails too: a number in the repository that cannot be regenerated is a defect. Figures are written by
 the same commands (`make results`) but not compared (their bytes depend on matplotlib's version and fonts)."""
+
 from __future__ import annotations
 
 import re
@@ -38,13 +39,21 @@ def committed_tables() -> set[Path]:
     files where this is a checkout (a run tree someone wrote into results/ is not committed), else every file."""
     skip = {RESULTS / "README.md", RESULTS / "bench"}
     try:
-        listed = subprocess.run(["git", "ls-files", "-z", "results"], cwd=REPO, capture_output=True, check=True,
-                                timeout=60).stdout.decode().split("\0")
+        listed = (
+            subprocess.run(["git", "ls-files", "-z", "results"], cwd=REPO, capture_output=True, check=True, timeout=60)
+            .stdout.decode()
+            .split("\0")
+        )
         files = [REPO / p for p in listed if p]
     except (OSError, subprocess.SubprocessError):  # no git, or no checkout (an unpacked source archive)
         files = [p for p in RESULTS.rglob("*") if p.is_file()]
-    return {p for p in files if p.suffix in TEXT and "record" not in p.relative_to(RESULTS).parts
-            and not any(s == p or s in p.parents for s in skip)}
+    return {
+        p
+        for p in files
+        if p.suffix in TEXT
+        and "record" not in p.relative_to(RESULTS).parts
+        and not any(s == p or s in p.parents for s in skip)
+    }
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +64,11 @@ def regenerated(tmp_path_factory) -> tuple[Path, dict[str, set[Path]]]:
     for record, flags in commands():
         shutil.copytree(REPO / record, into / record)
         assert cli(["report", str(into / record), "--no-plots", *flags]) == 0, record
-        written[record] = {RESULTS / p.relative_to(into / "results") for p in (into / Path(record).parent).rglob("*")
-                           if p.suffix in TEXT and "record" not in p.relative_to(into).parts}
+        written[record] = {
+            RESULTS / p.relative_to(into / "results")
+            for p in (into / Path(record).parent).rglob("*")
+            if p.suffix in TEXT and "record" not in p.relative_to(into).parts
+        }
     return into, written
 
 
@@ -69,7 +81,8 @@ def test_a_committed_record_regenerates_its_tables_byte_for_byte(record, regener
         assert committed.is_file(), f"{committed.relative_to(REPO)} is regenerated but not committed: commit it"
         assert fresh.read_bytes() == committed.read_bytes(), (
             f"{committed.relative_to(REPO)} differs from what `visionbench report {record}` writes: regenerate it "
-            "(make results) and commit the result")
+            "(make results) and commit the result"
+        )
 
 
 def test_every_committed_table_has_a_record_that_regenerates_it(regenerated):
@@ -100,9 +113,12 @@ def test_a_committed_page_is_what_its_record_regenerates(record, flags, tmp_path
     fresh = (tmp_path / record).parent / "report.html"
     committed = (REPO / record).parent / "report.html"
     assert committed.is_file(), f"{committed.relative_to(REPO)} is regenerated but not committed: commit it"
-    assert _without_images(fresh.read_text(encoding="utf-8")) == _without_images(committed.read_text(encoding="utf-8")), (
+    assert _without_images(fresh.read_text(encoding="utf-8")) == _without_images(
+        committed.read_text(encoding="utf-8")
+    ), (
         f"{committed.relative_to(REPO)} differs from what `visionbench report {record} {' '.join(flags)}` writes: "
-        "regenerate it (make results) and commit the result")
+        "regenerate it (make results) and commit the result"
+    )
     assert fresh.read_text(encoding="utf-8").count("<img") == committed.read_text(encoding="utf-8").count("<img") > 0
 
 
@@ -120,8 +136,9 @@ def test_no_other_test_names_the_repositorys_results_folder():
     (tests/conftest.py), so the default results_dir of a command it runs is not the repository's either."""
     allowed = {"test_committed_results.py", "test_default_run.py"}
     pattern = re.compile(r"""(ROOT|REPO)\s*/\s*["']results|["']results/(digits|noise|zoo|suite|sequential|fashion)""")
-    named = sorted(p.name for p in Path(__file__).parent.glob("*.py")
-                   if p.name not in allowed and pattern.search(p.read_text()))
+    named = sorted(
+        p.name for p in Path(__file__).parent.glob("*.py") if p.name not in allowed and pattern.search(p.read_text())
+    )
     assert not named, f"tests naming the repository's results/: {named}"
     assert Path.cwd() != REPO and REPO not in Path.cwd().parents
 

@@ -1,6 +1,7 @@
 """`visionbench compare A B` (report/compare.py, stats/reproduction.py): the verdicts on real trained trees and on
 written ones, its numbers against scipy and statsmodels, its refusals; and the one-run prediction interval of
 `visionbench report --published` (docs/report.md)."""
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,9 @@ def test_a_tree_its_copy_and_its_record_are_identical(trained_tree, tmp_path, ca
         assert "| digits_vgg4 | relu |" in out and "identical" in out and "configured alike" in out
 
 
-def test_a_100x_lower_learning_rate_stalls_its_runs_are_left_out_and_the_config_difference_is_listed(trained_tree,
-                                                                                                    capsys):
+def test_a_100x_lower_learning_rate_stalls_its_runs_are_left_out_and_the_config_difference_is_listed(
+    trained_tree, capsys
+):
     # stalled runs (at chance level) are not scored, as diverged ones are not (docs/reproducing.md): no number to test in B, but
     # A learned where B did not — not reproduced, and compare's exit status says so
     assert cli_main(["compare", str(trained_tree(*LEARNS)), str(trained_tree(*STALLS))]) == 1
@@ -59,8 +61,10 @@ def test_a_100x_lower_learning_rate_stalls_its_runs_are_left_out_and_the_config_
     line = next(x for x in out.splitlines() if x.startswith("| digits_vgg4 | relu |"))
     assert line.endswith("| (no completed run) |  |  |  |  |  | differs (no run of B learned) |")
     assert "optim.lr: A 0.002, B 2e-05" in out
-    assert "digits_vgg4 relu: differs — every run of B stalled, diverged or failed (named in the notes) where A's " \
-           "learned: not reproduced" in out
+    assert (
+        "digits_vgg4 relu: differs — every run of B stalled, diverged or failed (named in the notes) where A's "
+        "learned: not reproduced" in out
+    )
     assert "B: 3 stalled runs (seed 0, 1, 2) left out of the scoring" in out
 
 
@@ -70,8 +74,11 @@ def two_trees(tmp_path, a: dict, b: dict, recipe: str = "digits_vgg4"):
 
 def test_trees_that_differ_by_seed_noise_are_reproduced_or_undecided(tmp_path, capsys):
     rng = np.random.default_rng(0)
-    a, b = two_trees(tmp_path, {act: list(98 + 0.3 * rng.standard_normal(5)) for act in ("relu", "gelu")},
-                     {act: list(98 + 0.3 * rng.standard_normal(5)) for act in ("relu", "gelu")})
+    a, b = two_trees(
+        tmp_path,
+        {act: list(98 + 0.3 * rng.standard_normal(5)) for act in ("relu", "gelu")},
+        {act: list(98 + 0.3 * rng.standard_normal(5)) for act in ("relu", "gelu")},
+    )
     rc, out, _ = run_compare(capsys, str(a), str(b), "--out", str(tmp_path / "cmp.md"))
     assert rc == 0
     rows = read_rows(tmp_path / "cmp.csv")
@@ -86,8 +93,12 @@ def test_the_environment_differences_are_listed(tmp_path, capsys):
     for tree, timm in ((a, "1.0.31"), (b, "1.0.32")):
         for run in layout.find_run_dirs(tree):
             summary = layout.read_summary(run)
-            summary["environment"] = {"python": "3.11.7", "packages": {"timm": timm, "visionbench": timm},
-                                      "git_commit": timm, "threads": 2}
+            summary["environment"] = {
+                "python": "3.11.7",
+                "packages": {"timm": timm, "visionbench": timm},
+                "git_commit": timm,
+                "threads": 2,
+            }
             layout.write_summary(run, summary)
     rc, out, _ = run_compare(capsys, str(a), str(b))
     assert rc == 0 and "A and B differ in timm: A 1.0.31, B 1.0.32." in out  # not the commit, not visionbench
@@ -103,7 +114,8 @@ def test_welch_interval_and_tost_p_are_scipys_and_statsmodels(tmp_path, capsys):
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((ci.low, ci.high), rel=1e-12)
     assert row["welch_p"] == row["welch_p_holm"] == pytest.approx(welch.pvalue, rel=1e-12)  # a family of one
     assert row["equivalence_test"] == "tost" and row["equivalence_p"] == pytest.approx(
-        ttost_ind(np.array(vb), np.array(va), -0.8, 0.8, usevar="unequal")[0], rel=1e-12)
+        ttost_ind(np.array(vb), np.array(va), -0.8, 0.8, usevar="unequal")[0], rel=1e-12
+    )
     assert row["diff"] == pytest.approx(np.mean(vb) - np.mean(va))
     ci90 = welch.confidence_interval(0.90)
     assert row["bound"] == pytest.approx(max(abs(ci90.low), abs(ci90.high)), rel=1e-12)
@@ -173,23 +185,33 @@ def test_missing_empty_or_damaged_inputs_are_refused(tmp_path, capsys):
 
 def test_an_unknown_metric_is_refused(tmp_path, capsys):
     tree = write_recipe(tmp_path / "a", "digits_vgg4", {"relu": [98.0, 98.2]})
-    assert "no run has metric 'val_top5_best'" in one_line_error(capsys, str(tree), str(tree), "--metric",
-                                                                 "val_top5_best")
+    assert "no run has metric 'val_top5_best'" in one_line_error(
+        capsys, str(tree), str(tree), "--metric", "val_top5_best"
+    )
 
 
 # --- visionbench report --published: the prediction interval of one run ----------------------------------
 
+
 def test_the_one_run_prediction_interval_and_whether_the_paper_lies_in_it():
     # 004 Table 1 (cifar10_vgg4, val_top1_best): rational 81.96, relu 79.03, leaky_relu 79.19
-    ours = pd.DataFrame({"recipe": "cifar10_vgg4", "metric": "val_top1_best", "act": ["rational", "relu", "leaky_relu"],
-                         "mean": [82.3, 82.3, 80.0], "std": [0.3, 0.3, math.nan], "n": [4, 4, 1]})
+    ours = pd.DataFrame(
+        {
+            "recipe": "cifar10_vgg4",
+            "metric": "val_top1_best",
+            "act": ["rational", "relu", "leaky_relu"],
+            "mean": [82.3, 82.3, 80.0],
+            "std": [0.3, 0.3, math.nan],
+            "n": [4, 4, 1],
+        }
+    )
     table, notes = published.attach(ours)
     half = sps.t.ppf(0.975, 3) * 0.3 * math.sqrt(1 + 1 / 4)
     rows = table.set_index("act")
     assert (rows.at["rational", "pi_low"], rows.at["rational", "pi_high"]) == pytest.approx((82.3 - half, 82.3 + half))
     assert reproduction.prediction_interval(82.3, 0.3, 4) == pytest.approx((82.3 - half, 82.3 + half))
     assert rows.at["rational", "published_in_pi"] == "yes"  # 81.96 within 82.3 ± 1.07
-    assert rows.at["relu", "published_in_pi"] == "no"       # 79.03 is not
+    assert rows.at["relu", "published_in_pi"] == "no"  # 79.03 is not
     assert rows.at["leaky_relu", "published_in_pi"] == "" and math.isnan(rows.at["leaky_relu", "pi_low"])
     assert "1 of 2 published numbers lie inside" in notes[0] and "no interval for leaky_relu" in notes[0]
 
@@ -220,8 +242,14 @@ def test_the_never_learned_rule_fires_at_its_stated_rate(q):
 
     def rate(q_a: float, q_b: float) -> float:
         lost_a, lost_b = rng.binomial(n, q_a, draws), rng.binomial(n, q_b, draws)
-        return float(np.mean([bool(_failed_side({"n_a": n - a, "n_b": n - b, "left_out_a": a, "left_out_b": b}))
-                              for a, b in zip(lost_a, lost_b)]))
+        return float(
+            np.mean(
+                [
+                    bool(_failed_side({"n_a": n - a, "n_b": n - b, "left_out_a": a, "left_out_b": b}))
+                    for a, b in zip(lost_a, lost_b)
+                ]
+            )
+        )
 
     false_alarm, expected = rate(q, q), 2 * q**n * (1 - q**n)
     assert abs(false_alarm - expected) < 3 * np.sqrt(expected * (1 - expected) / draws) + 1e-9

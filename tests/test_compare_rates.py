@@ -5,6 +5,7 @@ Each simulated compare has four activations with their own means and seed sds (t
 from A's distribution, or shifted by a number of seed sds, and every activation goes through the code `compare`
 runs: `compare_runs` per activation, then `family_verdicts` (Holm over the activations). `pytest -s` prints the
 rates; the slow test runs enough compares for the figures in the docs."""
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,10 @@ def simulate(compares: int, n: int, shift_sd: float = 0.0, seed: int = 0) -> dic
     rng = np.random.default_rng(seed)
     any_differs = reproduced = 0
     for _ in range(compares):
-        rows = [reproduction.compare_runs(rng.normal(mu, sd, n), rng.normal(mu + shift_sd * sd, sd, n))
-                for mu, sd in ACTS.values()]
+        rows = [
+            reproduction.compare_runs(rng.normal(mu, sd, n), rng.normal(mu + shift_sd * sd, sd, n))
+            for mu, sd in ACTS.values()
+        ]
         _, verdicts = reproduction.family_verdicts(rows, [False] * len(rows), ALPHA)
         any_differs += reproduction.DIFFERS in verdicts
         reproduced += verdicts.count(reproduction.REPRODUCED)
@@ -42,8 +45,10 @@ def bound(rate: float, trials: int) -> float:
 @pytest.mark.parametrize("n", [3, 5, 10])
 def test_a_rerun_that_changed_nothing_reads_differs_in_at_most_5_percent_of_compares(n):
     rates = simulate(300, n, seed=n)
-    print(f"\nsame distribution, {n} seeds/tree, 300 compares of 4 acts: ≥ 1 differs {rates['any_differs']:.1%}, "
-          f"reproduced per act {rates['reproduced']:.1%}")
+    print(
+        f"\nsame distribution, {n} seeds/tree, 300 compares of 4 acts: ≥ 1 differs {rates['any_differs']:.1%}, "
+        f"reproduced per act {rates['reproduced']:.1%}"
+    )
     assert rates["any_differs"] <= bound(ALPHA, 300)
 
 
@@ -52,8 +57,10 @@ def test_the_seeds_the_table_asks_for_make_reproduced_80_percent_likely_and_2_sd
     assert n == 18
     same, off = simulate(150, n, seed=1), simulate(150, n, shift_sd=2.0, seed=2)
     off_small = simulate(150, 5, shift_sd=2.0, seed=3)
-    print(f"\n{n} seeds/tree: reproduced per act {same['reproduced']:.1%} (same distribution), "
-          f"{off['reproduced']:.1%} (2 sd off); 5 seeds, 2 sd off: {off_small['reproduced']:.1%}")
+    print(
+        f"\n{n} seeds/tree: reproduced per act {same['reproduced']:.1%} (same distribution), "
+        f"{off['reproduced']:.1%} (2 sd off); 5 seeds, 2 sd off: {off_small['reproduced']:.1%}"
+    )
     assert same["reproduced"] >= 0.80 - 3 * math.sqrt(0.8 * 0.2 / 600)
     assert off["reproduced"] <= bound(ALPHA, 600) and off_small["reproduced"] <= bound(ALPHA, 600)
 
@@ -63,14 +70,17 @@ def test_the_seeds_the_table_asks_for_make_reproduced_80_percent_likely_and_2_sd
 def test_the_documented_rates(n):
     """docs/reproducing.md's table: 2,000 compares (8,000 activations) per cell."""
     same, off1, off2 = (simulate(2000, n, shift, seed=10 + n) for shift in (0.0, 1.0, 2.0))
-    print(f"\n| {n} | {same['any_differs']:.1%} | {same['reproduced']:.1%} | {off1['reproduced']:.1%} | "
-          f"{off2['reproduced']:.1%} | {reproduction.equivalence_power(1.0, n):.1%} |")
+    print(
+        f"\n| {n} | {same['any_differs']:.1%} | {same['reproduced']:.1%} | {off1['reproduced']:.1%} | "
+        f"{off2['reproduced']:.1%} | {reproduction.equivalence_power(1.0, n):.1%} |"
+    )
     assert same["any_differs"] <= bound(ALPHA, 2000)
     assert off1["reproduced"] <= bound(ALPHA, 8000) and off2["reproduced"] <= bound(ALPHA, 8000)
     assert same["reproduced"] == pytest.approx(reproduction.equivalence_power(1.0, n), abs=4 * math.sqrt(0.25 / 8000))
 
 
 # ---- the exact equivalence test against an independent computation ---------------------------------------
+
 
 def rejection_probability(c: float, n: int, theta: float) -> float:
     """P(|T| < c) by integration, T = (Z + δ) / √(V/ν), V ~ χ²(ν), δ = θ/√(2/n): not scipy's noncentral t."""
@@ -96,8 +106,9 @@ def test_the_equivalence_p_is_the_smallest_alpha_that_rejects():
     t = (b.mean() - a.mean()) / (sd * math.sqrt(2 / 5))
     p = reproduction.equivalence_sd_p(a, b, 1.0)
     assert p == pytest.approx(rejection_probability(abs(t), 5, 1.0), abs=1e-6)
-    assert (abs(t) < reproduction.equivalence_bound(1.0, 5, 5, alpha=p + 1e-6)
-            and abs(t) >= reproduction.equivalence_bound(1.0, 5, 5, alpha=p - 1e-6))
+    assert abs(t) < reproduction.equivalence_bound(1.0, 5, 5, alpha=p + 1e-6) and abs(
+        t
+    ) >= reproduction.equivalence_bound(1.0, 5, 5, alpha=p - 1e-6)
     assert math.isnan(reproduction.equivalence_sd_p([98.0, 98.0], [98.0, 98.0]))  # no spread: no σ
 
 

@@ -7,6 +7,7 @@ clause while the ranking still moves (stats/convergence.py, report/convergence.p
 
 Each flag is a test: its false-alarm rate under no change and its power at a stated change are measured here by
 simulation (`pytest -s` prints them; the slow tests run enough repetitions for the figures in docs/report.md)."""
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,12 @@ STALLS = ("act=relu,gelu", "seeds=2", "optim.lr=1e-9")  # nothing moves in 2 epo
 
 
 def learned(value: float, loss: float = 0.3, final: float | None = None) -> dict:
-    return {"val_top1_best": value, "val_top1_final": value if final is None else final, "train_loss_final": loss,
-            "best_epoch": 3}
+    return {
+        "val_top1_best": value,
+        "val_top1_final": value if final is None else final,
+        "train_loss_final": loss,
+        "best_epoch": 3,
+    }
 
 
 def run(root, act: str, seed: int, metrics: dict, n_classes: int | None = 10, curve=None) -> None:
@@ -40,15 +45,18 @@ def run(root, act: str, seed: int, metrics: dict, n_classes: int | None = 10, cu
     if n_classes is not None:
         write_class_count(path, n_classes, recipe="toy", act=act, setting={}, seed=seed)  # the run's own identity
     if curve is not None:
-        write_csv_rows(layout.files(path).metrics, [{"epoch": e + 1, "train_loss": 0.5, "val_top1": f"{v:.4f}"}
-                                                    for e, v in enumerate(curve)])
+        write_csv_rows(
+            layout.files(path).metrics,
+            [{"epoch": e + 1, "train_loss": 0.5, "val_top1": f"{v:.4f}"} for e, v in enumerate(curve)],
+        )
 
 
 def report(recipe, capsys, *args: str) -> tuple[str, pd.DataFrame]:
     assert report_main([str(recipe), "--no-plots", "--format", "md,csv", *args]) == 0
     capsys.readouterr()
-    return (recipe / "table.md").read_text(), pd.read_csv(recipe / "table.csv", keep_default_na=False,
-                                                          na_values=[""]).set_index("act")
+    return (recipe / "table.md").read_text(), pd.read_csv(
+        recipe / "table.csv", keep_default_na=False, na_values=[""]
+    ).set_index("act")
 
 
 def line(md: str, start: str) -> str:
@@ -56,6 +64,7 @@ def line(md: str, start: str) -> str:
 
 
 # ---- the rule, on numbers ----------------------------------------------------------------------------------------
+
 
 def test_the_stall_thresholds():
     assert conv.stalled_loss(10) == pytest.approx(0.9 * math.log(10))
@@ -83,8 +92,9 @@ def test_a_loss_near_ln_c_after_three_epochs_is_a_stall_whatever_the_accuracy():
 def test_a_run_whose_loss_never_came_down_is_stalled_at_any_length_a_short_learning_run_is_not():
     # two epochs at lr = 1e-9: the loss did not move; stalled even with an accuracy off chance (an unbalanced set)
     reason = conv.stall_reason(2.619, 20.0, 10, final_top1=20.0, train_losses=[2.623, 2.619])
-    assert reason == ("training loss never came down: 2.623 in epoch 1, 2.619 in epoch 2 (down < 5%), never below "
-                      "0.9·ln 10 = 2.072")
+    assert reason == (
+        "training loss never came down: 2.623 in epoch 1, 2.619 in epoch 2 (down < 5%), never below 0.9·ln 10 = 2.072"
+    )
     assert conv.stall_reason(2.0, 20.0, 10, final_top1=20.0, train_losses=[2.05, 2.0]) is None  # below 0.9 ln C
     # a short run that is learning: its loss came down from epoch 1 but not yet below 0.9 ln C, accuracy off chance
     assert conv.stall_reason(2.234, 28.1, 10, final_top1=28.1, train_losses=[2.852, 2.234]) is None
@@ -166,6 +176,7 @@ def test_a_reversal_is_tested_on_the_per_run_gains_with_holm_over_every_pair():
 
 # ---- the report: stalled runs ------------------------------------------------------------------------------------
 
+
 def test_a_stalled_run_is_reclassified_in_the_report_and_its_summary_is_left_alone(tmp_path):
     run(tmp_path, "relu", 0, learned(95.0))
     run(tmp_path, "relu", 1, learned(95.0, loss=2.2, final=11.0))  # learned, then collapsed back to chance
@@ -195,8 +206,10 @@ def test_stalled_runs_are_counted_like_divergences(tmp_path, capsys):
     sentence = line(md, "- gelu is unstable against relu")
     assert "among the runs that learned it is better than relu" in sentence
     assert "but gelu stalled in 1 of 4 runs, relu in 0 of 3 (Fisher exact p = 1.0000)." in sentence
-    assert "- stalled (ended training at chance level; not scored, counted like a divergence): gelu seed 3: " \
-           "final training loss 2.500" in md
+    assert (
+        "- stalled (ended training at chance level; not scored, counted like a divergence): gelu seed 3: "
+        "final training loss 2.500" in md
+    )
     assert csv.loc["gelu", "n_stalled"] == 1 and csv.loc["gelu", "verdict"] == "unstable"
     assert csv.loc["gelu", "stall_p"] == 1.0 and csv.loc["gelu", "base_stalled"] == 0
 
@@ -215,8 +228,10 @@ def test_a_partly_stalled_baseline_marks_every_verdict_against_it(tmp_path, caps
         run(tmp_path, "gelu", seed, learned(v + 5))
     run(tmp_path, "relu", 3, learned(11.0))
     md, _ = report(tmp_path / "toy", capsys)
-    assert ("- relu, the baseline, stalled in 1 of 4 runs (ended training at chance level): every verdict below "
-            "compares with its 3 runs that learned and is marked `relu 1/4 stalled`.") in md
+    assert (
+        "- relu, the baseline, stalled in 1 of 4 runs (ended training at chance level): every verdict below "
+        "compares with its 3 runs that learned and is marked `relu 1/4 stalled`."
+    ) in md
     assert line(md, "| gelu |").endswith("| better (relu 1/4 stalled) |")
     assert md.index("- relu, the baseline") < md.index("- gelu is better than relu")
 
@@ -226,17 +241,22 @@ def test_a_stalled_baseline_withholds_every_verdict_with_one_sentence(tmp_path, 
         run(tmp_path, "relu", seed, learned(10.0, loss=2.3))
         run(tmp_path, "gelu", seed, learned(95.0 + seed))
     md, csv = report(tmp_path / "toy", capsys)
-    assert "- relu, the baseline, stalled in 2 of 2 runs (ended training at chance level): no verdict against " \
-           "it — fewer than two of its runs learned" in md
+    assert (
+        "- relu, the baseline, stalled in 2 of 2 runs (ended training at chance level): no verdict against "
+        "it — fewer than two of its runs learned" in md
+    )
     assert line(md, "| relu |").startswith("| relu | 0 | NaN (2/2 stalled) |")
     assert csv.loc["gelu", "verdict"] == "" or pd.isna(csv.loc["gelu", "verdict"])
     assert "baseline n<2" in line(md, "| gelu |")
     notes = (tmp_path / "toy" / "per_example.md").read_text()
-    assert "- the baseline relu has no completed run (each diverged, stalled or failed): no per-example comparisons" \
+    assert (
+        "- the baseline relu has no completed run (each diverged, stalled or failed): no per-example comparisons"
         in notes
+    )
 
 
 # ---- the report: convergence -------------------------------------------------------------------------------------
+
 
 def test_the_convergence_line_slopes_and_a_ranking_still_moving(tmp_path, capsys):
     """relu flat at 90; gelu overtakes it in the second half and is still rising: its gains (epoch 4 to 8) differ
@@ -255,16 +275,20 @@ def test_the_convergence_line_slopes_and_a_ranking_still_moving(tmp_path, capsys
     assert csv.loc["relu", "slope"] == pytest.approx(0.0, abs=1e-9) and (csv["kendall_tau"] == -1.0).all()
     assert (csv["reversed_pairs"] == 1).all() and csv["ranking_moving"].all()
     conv_line = line(md, "- Convergence of val_top1: ")
-    assert (f"slope per epoch over the last 3 of 8 epochs, mean [95 % t interval] over seeds (still rising: the "
-            f"interval excludes 0 and 3 epochs at the slope move it by ≥ the seed sd at epoch 8): relu +0.00 [+0.00, "
-            f"+0.00]; gelu +4.05 [{low:+.2f}, {high:+.2f}] still rising (3 × slope = +12.15, seed sd 0.60).") \
-        in conv_line
-    assert conv_line.endswith("The ranking of the activations' mean val_top1 at epoch 4 vs 8: Kendall τ = -1.00; 1 of "
-                              "1 pair reversed, 1 beyond noise (Welch test of the per-run gains between the two "
-                              "epochs, α = 0.05): gelu overtook relu (gain test p < 0.0001, Holm p < 0.0001) — still "
-                              "moving.")
+    assert (
+        f"slope per epoch over the last 3 of 8 epochs, mean [95 % t interval] over seeds (still rising: the "
+        f"interval excludes 0 and 3 epochs at the slope move it by ≥ the seed sd at epoch 8): relu +0.00 [+0.00, "
+        f"+0.00]; gelu +4.05 [{low:+.2f}, {high:+.2f}] still rising (3 × slope = +12.15, seed sd 0.60)."
+    ) in conv_line
+    assert conv_line.endswith(
+        "The ranking of the activations' mean val_top1 at epoch 4 vs 8: Kendall τ = -1.00; 1 of "
+        "1 pair reversed, 1 beyond noise (Welch test of the per-run gains between the two "
+        "epochs, α = 0.05): gelu overtook relu (gain test p < 0.0001, Holm p < 0.0001) — still "
+        "moving."
+    )
     assert line(md, "- gelu is better than relu").endswith(
-        "; the ranking was still moving between epoch 4 and 8 (gelu overtook relu, gain test Holm p < 0.0001).")
+        "; the ranking was still moving between epoch 4 and 8 (gelu overtook relu, gain test Holm p < 0.0001)."
+    )
     again, _ = report(tmp_path / "toy", capsys)
     assert again == md  # deterministic text: committed tables are regenerated byte for byte
 
@@ -272,8 +296,11 @@ def test_the_convergence_line_slopes_and_a_ranking_still_moving(tmp_path, capsys
 def test_a_tie_is_no_reversal_and_a_reversal_within_noise_flags_nothing(tmp_path, capsys):
     """gelu and relu tie at epoch 4 (Kendall τ < 1 from the tie alone); rational overtakes both, but its gains are
     within the seeds' noise of theirs: the line says so and no verdict gets the clause."""
-    values = {"relu": ([90.0, 91.0, 92.0], [91.0, 90.0, 92.5]), "gelu": ([91.5, 90.5, 91.0], [92.0, 90.2, 91.0]),
-              "rational": ([90.0, 90.4, 91.0], [91.5, 91.0, 91.3])}
+    values = {
+        "relu": ([90.0, 91.0, 92.0], [91.0, 90.0, 92.5]),
+        "gelu": ([91.5, 90.5, 91.0], [92.0, 90.2, 91.0]),
+        "rational": ([90.0, 90.4, 91.0], [91.5, 91.0, 91.3]),
+    }
     for act, (mid, last) in values.items():
         for seed, (m, e) in enumerate(zip(mid, last)):
             curve = [m] * 4 + [m + (e - m) * k / 4 for k in range(1, 5)]
@@ -281,10 +308,12 @@ def test_a_tie_is_no_reversal_and_a_reversal_within_noise_flags_nothing(tmp_path
     md, csv = report(tmp_path / "toy", capsys)
     assert (csv["reversed_pairs"] == 2).all() and not csv["ranking_moving"].any() and (csv["kendall_tau"] < 1).all()
     conv_line = line(md, "- Convergence of val_top1: ")
-    assert conv_line.endswith("Kendall τ = -0.82; 2 of 3 pairs reversed, none beyond noise (Welch test of the per-run "
-                              "gains between the two epochs, Holm over the 3 pairs, α = 0.05): rational overtook gelu "
-                              "(gain test p = 0.1748, Holm p = 0.5244); rational overtook relu (gain test p = 0.4276, "
-                              "Holm p = 0.8553). 1 pair tied at one of the epochs: no reversal.")
+    assert conv_line.endswith(
+        "Kendall τ = -0.82; 2 of 3 pairs reversed, none beyond noise (Welch test of the per-run "
+        "gains between the two epochs, Holm over the 3 pairs, α = 0.05): rational overtook gelu "
+        "(gain test p = 0.1748, Holm p = 0.5244); rational overtook relu (gain test p = 0.4276, "
+        "Holm p = 0.8553). 1 pair tied at one of the epochs: no reversal."
+    )
     assert "still moving" not in md
 
 
@@ -298,6 +327,7 @@ def test_without_curves_the_line_says_so_once(tmp_path, capsys):
 
 
 # ---- a real run: nothing moves at lr = 1e-9 -----------------------------------------------------------------------
+
 
 def test_a_run_at_lr_1e_9_is_stalled_and_never_better(trained_tree, tmp_path, capsys):
     from visionbench.sweep.preflight import load_config
@@ -342,8 +372,15 @@ def _images(values) -> np.ndarray:
     return (100 * counts.astype(np.float32) / np.float32(N_IMAGES)).astype(float)
 
 
-def ranking_flag_rate(tables: int, seeds: int, crossing: float = 0.0, acts: int = 4, run_sd: float = 0.4,
-                      epoch_sd: float = 0.4, seed: int = 0) -> tuple[float, float]:
+def ranking_flag_rate(
+    tables: int,
+    seeds: int,
+    crossing: float = 0.0,
+    acts: int = 4,
+    run_sd: float = 0.4,
+    epoch_sd: float = 0.4,
+    seed: int = 0,
+) -> tuple[float, float]:
     """(how often the ranking flag fires, how often the old rule Kendall τ < 1 did) over `tables` simulated tables of
     `acts` activations × `seeds` runs at epochs 8 and 15 of 15: one true curve for all (96.5 → 98.0 %), a per-run
     offset (sd `run_sd`) and per-epoch noise (sd `epoch_sd`), counted in images; act a0 gains `crossing` points more
@@ -365,8 +402,15 @@ def ranking_flag_rate(tables: int, seeds: int, crossing: float = 0.0, acts: int 
     return flags / tables, taus / tables
 
 
-def rising_flag_rate(acts: int, seeds: int, slope: float = 0.0, epochs: int = 15, run_sd: float = 0.4,
-                     epoch_sd: float = 0.4, seed: int = 0) -> tuple[float, float]:
+def rising_flag_rate(
+    acts: int,
+    seeds: int,
+    slope: float = 0.0,
+    epochs: int = 15,
+    run_sd: float = 0.4,
+    epoch_sd: float = 0.4,
+    seed: int = 0,
+) -> tuple[float, float]:
     """(how often `still rising` flags an activation, how often the old rule — the interval alone — did) over `acts`
     simulated activations × `seeds` runs of `epochs` epochs rising by `slope` points per epoch from 90 %, with a
     per-run offset and per-epoch noise (sds `run_sd`, `epoch_sd`), counted in images."""
@@ -390,16 +434,20 @@ def _allowed(reps: int) -> float:
 @pytest.mark.parametrize("seeds", [3, 5])
 def test_the_ranking_flag_rarely_fires_without_a_change(seeds):
     rate, tau = ranking_flag_rate(1000, seeds)
-    print(f"\nranking flag, no change, 4 acts × {seeds} seeds on {N_IMAGES} images, 1000 tables: fires {rate:.1%} "
-          f"(Kendall τ < 1: {tau:.1%})")
+    print(
+        f"\nranking flag, no change, 4 acts × {seeds} seeds on {N_IMAGES} images, 1000 tables: fires {rate:.1%} "
+        f"(Kendall τ < 1: {tau:.1%})"
+    )
     assert rate <= _allowed(1000) and tau > 0.9
 
 
 def test_the_ranking_flag_finds_a_real_crossing():
     power3, _ = ranking_flag_rate(500, 3, crossing=3.0, seed=1)
     power5, _ = ranking_flag_rate(500, 5, crossing=2.0, seed=1)
-    print(f"\nranking flag, one act gains more by 3 points (3 seeds) / 2 points (5 seeds), 500 tables: fires "
-          f"{power3:.1%} / {power5:.1%}")
+    print(
+        f"\nranking flag, one act gains more by 3 points (3 seeds) / 2 points (5 seeds), 500 tables: fires "
+        f"{power3:.1%} / {power5:.1%}"
+    )
     assert power3 > 0.7 and power5 > 0.9
 
 
@@ -407,9 +455,11 @@ def test_the_ranking_flag_finds_a_real_crossing():
 def test_still_rising_rarely_fires_on_a_flat_curve_and_finds_a_real_rise(seeds, slope):
     rate, interval = rising_flag_rate(1000, seeds)
     power, power_interval = rising_flag_rate(300, seeds, slope=slope, seed=1)
-    print(f"\nstill rising, {seeds} seeds, 15 epochs, flat curves, 1000 acts: fires {rate:.1%} (interval alone: "
-          f"{interval:.1%}); rising {slope} points/epoch, 300 acts: fires {power:.1%} (interval alone: "
-          f"{power_interval:.1%})")
+    print(
+        f"\nstill rising, {seeds} seeds, 15 epochs, flat curves, 1000 acts: fires {rate:.1%} (interval alone: "
+        f"{interval:.1%}); rising {slope} points/epoch, 300 acts: fires {power:.1%} (interval alone: "
+        f"{power_interval:.1%})"
+    )
     assert rate <= _allowed(1000) and power > 0.6
 
 
@@ -420,10 +470,14 @@ def test_the_flags_error_rates_for_the_docs():
     for seeds in (3, 5):
         for run_sd, epoch_sd in ((0.4, 0.4), (0.2, 0.6), (0.8, 0.2)):
             rate, tau = ranking_flag_rate(5000, seeds, run_sd=run_sd, epoch_sd=epoch_sd, seed=2)
-            print(f"ranking, no change, 4 × {seeds}, run sd {run_sd}, epoch sd {epoch_sd}: {rate:.2%} (τ < 1: {tau:.1%})")
+            print(
+                f"ranking, no change, 4 × {seeds}, run sd {run_sd}, epoch sd {epoch_sd}: {rate:.2%} (τ < 1: {tau:.1%})"
+            )
             assert rate <= _allowed(5000)
         for crossing in (1.0, 2.0, 3.0):
-            print(f"ranking, crossing {crossing} points, 4 × {seeds}: {ranking_flag_rate(2000, seeds, crossing)[0]:.1%}")
+            print(
+                f"ranking, crossing {crossing} points, 4 × {seeds}: {ranking_flag_rate(2000, seeds, crossing)[0]:.1%}"
+            )
         for slope in (0.0, 0.1, 0.2, 0.3):
             rate, interval = rising_flag_rate(5000, seeds, slope=slope, seed=3)
             print(f"still rising, {slope} points/epoch, {seeds} seeds: {rate:.2%} (interval alone {interval:.1%})")

@@ -2,6 +2,7 @@
 every registered activation is as accurate in float32 there as on the CPU, passes float64 gradcheck there, and
 stays close to float32 under bf16 autocast; a training step's bookkeeping queues no device sync; a step under
 `trainer.precision=bf16-mixed` keeps float32 weights; whole runs with `data.on_device=true` train on the GPU."""
+
 from __future__ import annotations
 
 import copy
@@ -58,6 +59,7 @@ def test_triton_kernels_run_on_cuda_and_agree_with_the_compiled_ones(name, monke
     # the default backend picks a family's Triton kernels on CUDA (fused.backend_for); they agree with the
     # torch.compile'd fused kernels (VISIONBENCH_KERNELS=compile) on a training-sized map, NCHW and channels_last
     from visionbench.activations import fused
+
     torch.manual_seed(0)
     act = A.create(name).to(CUDA).train()
     x = 2 * torch.randn(16, 32, 32, 32, device=CUDA)
@@ -129,8 +131,14 @@ def test_a_training_steps_bookkeeping_does_not_sync():
 
 @pytest.mark.parametrize("act", ["relu", "rational", "slaf"])
 def test_a_run_with_data_on_the_device_trains_on_cuda(tmp_path, act):
-    outcome = sweep_small(tmp_path, f"act={act}", "data.on_device=true", "trainer.precision=bf16-mixed",
-                          "data.limit_train=null", "epochs=2")
+    outcome = sweep_small(
+        tmp_path,
+        f"act={act}",
+        "data.on_device=true",
+        "trainer.precision=bf16-mixed",
+        "data.limit_train=null",
+        "epochs=2",
+    )
     assert outcome.status == "completed", outcome.summary.get("error")
     assert outcome.summary["peak_mem_mb"] > 0
     assert "cuda" in str(outcome.summary["environment"]).lower()

@@ -1,7 +1,8 @@
 """visionbench.data: every dataset from tiny fixtures in the exact on-disk formats, offline.
 
-    .venv/bin/python -m pytest tests/test_data.py -q
+.venv/bin/python -m pytest tests/test_data.py -q
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -22,6 +23,7 @@ from visionbench import data
 from visionbench.data.loading import RepeatAugSampler
 
 from .fixtures import CIFAR_TEST_PER_CLASS, CIFAR_TRAIN_PER_CLASS, TINY_WNIDS, cifar_pixel, colour
+
 
 def make(cfg: dict, batch_size: int = 8, seed: int = 0) -> data.VisionDataModule:
     return data.create_datamodule(cfg, batch_size=batch_size, seed=seed)
@@ -109,8 +111,11 @@ def test_same_seed_same_batches(cifar_root):
     loaders[1].sampler.set_epoch(1)
     assert [y.tolist() for _, y in loaders[1]] == epoch1
     # augmented, in worker processes: crops/flips (torch RNG) and RandAugment/erasing (python RNG)
-    aug = {**plain, "num_workers": 2, "augment": {"crop_pad": 4, "hflip": 0.5,
-                                                  "auto_augment": "rand-m9-mstd0.5-inc1", "re_prob": 0.5}}
+    aug = {
+        **plain,
+        "num_workers": 2,
+        "augment": {"crop_pad": 4, "hflip": 0.5, "auto_augment": "rand-m9-mstd0.5-inc1", "re_prob": 0.5},
+    }
     batches = []
     for seed in (0, 0, 1):
         loader = make(aug, batch_size=16, seed=seed).train_dataloader()
@@ -122,8 +127,17 @@ def test_same_seed_same_batches(cifar_root):
 
 # ---- augmentation --------------------------------------------------------------------------
 def test_augment_pipelines(cifar_root):
-    cfg = {"name": "cifar10", "root": str(cifar_root), "augment": {
-        "crop_pad": 4, "hflip": 0.5, "auto_augment": "rand-m9-mstd0.5-inc1", "re_prob": 0.25, "re_mode": "pixel"}}
+    cfg = {
+        "name": "cifar10",
+        "root": str(cifar_root),
+        "augment": {
+            "crop_pad": 4,
+            "hflip": 0.5,
+            "auto_augment": "rand-m9-mstd0.5-inc1",
+            "re_prob": 0.25,
+            "re_mode": "pixel",
+        },
+    }
     dm = make(cfg)
     dm.setup()
     kinds = [type(t) for t in dm.train_set.transform.transforms]
@@ -132,8 +146,14 @@ def test_augment_pipelines(cifar_root):
     assert dm.train_set.transform.transforms[-1].mode == "pixel"
     assert dm.train_set[0][0].shape == (3, 32, 32)
     # ImageNet style: timm's random-resized-crop; 'rand-n2-m9' = 2 ops
-    dm = make({"name": "cifar10", "root": str(cifar_root), "img_size": 48,
-               "augment": {"scale": [0.35, 1.0], "hflip": 0.5, "auto_augment": "rand-n2-m9"}})
+    dm = make(
+        {
+            "name": "cifar10",
+            "root": str(cifar_root),
+            "img_size": 48,
+            "augment": {"scale": [0.35, 1.0], "hflip": 0.5, "auto_augment": "rand-n2-m9"},
+        }
+    )
     dm.setup()
     tfs = dm.train_set.transform.transforms
     assert isinstance(tfs[0], RandomResizedCropAndInterpolation) and tfs[0].scale == (0.35, 1.0)
@@ -207,8 +227,15 @@ def test_imagenet_folder(imagenet_root):
     assert dm.val_set[0][0].shape == (3, 224, 224)
     assert sorted(set(dm.val_set.targets.tolist())) == [0, 2]  # class 1 missing from val, 2 stays 2
     assert Counter(dm.train_set.targets.tolist()) == {0: 3, 1: 3, 2: 3}
-    small = make({"name": "imagenet", "root": str(imagenet_root / "imagenet"), "img_size": 32,
-                  "augment": {"scale": [0.08, 1.0], "hflip": 0.5}}, batch_size=4)
+    small = make(
+        {
+            "name": "imagenet",
+            "root": str(imagenet_root / "imagenet"),
+            "img_size": 32,
+            "augment": {"scale": [0.08, 1.0], "hflip": 0.5},
+        },
+        batch_size=4,
+    )
     x, y = next(iter(small.train_dataloader()))
     assert x.shape == (4, 3, 32, 32)
     with pytest.raises(data.DatasetNotFoundError, match="data.root"):
@@ -234,8 +261,10 @@ def test_digits_split_sizes_and_values():
 
 
 def test_synthetic_is_deterministic_and_sized():
-    cfg = {"name": "synthetic", "synthetic": {"num_train": 40, "num_val": 12, "num_classes": 4,
-                                              "img_size": 16, "in_chans": 3}}
+    cfg = {
+        "name": "synthetic",
+        "synthetic": {"num_train": 40, "num_val": 12, "num_classes": 4, "img_size": 16, "in_chans": 3},
+    }
     a, b, c = make(cfg, seed=1), make(cfg, seed=1), make(cfg, seed=2)
     assert (a.num_classes, a.in_chans, a.img_size) == (4, 3, 16)
     xa, ya = next(iter(a.train_dataloader()))
@@ -247,8 +276,15 @@ def test_synthetic_is_deterministic_and_sized():
 
 # ---- config handling ----------------------------------------------------------------------------
 def test_config_dictconfig_and_errors(cifar_root):
-    cfg = OmegaConf.create({"name": "cifar10", "root": str(cifar_root), "mean": [0.5, 0.5, 0.5],
-                            "std": [0.25, 0.25, 0.25], "augment": {"hflip": 0.5}})
+    cfg = OmegaConf.create(
+        {
+            "name": "cifar10",
+            "root": str(cifar_root),
+            "mean": [0.5, 0.5, 0.5],
+            "std": [0.25, 0.25, 0.25],
+            "augment": {"hflip": 0.5},
+        }
+    )
     dm = make(cfg)
     assert dm.mean == (0.5, 0.5, 0.5) and dm.std == (0.25, 0.25, 0.25)
     with pytest.raises(ValueError, match="data.augment.flip"):
@@ -282,11 +318,19 @@ def test_lightning_trainer_runs_the_datamodule():
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    dm = data.create_datamodule({"name": "digits", "val_split": 0.2, "augment": {"repeated_aug": 2}},
-                                batch_size=32, seed=0, test_in_val=True)
-    trainer = L.Trainer(max_epochs=1, limit_train_batches=3, limit_val_batches=2, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        accelerator="cpu")
+    dm = data.create_datamodule(
+        {"name": "digits", "val_split": 0.2, "augment": {"repeated_aug": 2}}, batch_size=32, seed=0, test_in_val=True
+    )
+    trainer = L.Trainer(
+        max_epochs=1,
+        limit_train_batches=3,
+        limit_val_batches=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
     trainer.fit(Tiny(), datamodule=dm)
     assert isinstance(trainer.train_dataloader.sampler, RepeatAugSampler)
     assert len(trainer.val_dataloaders) == 2  # [held-out val, official test]

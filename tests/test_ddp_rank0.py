@@ -4,6 +4,7 @@ The real check runs a 2-process gloo DDP sweep on CPU through the CLI (Lightning
 launcher re-runs the command as rank 1 with LOCAL_RANK=1); the in-process tests pin the gating
 of a rank > 0 with LOCAL_RANK=1 and a stand-in for training.
 """
+
 from __future__ import annotations
 
 import csv
@@ -42,12 +43,19 @@ def _epochs(run_dir: Path) -> list[int]:
 def test_ddp_on_cpu_writes_and_prints_once_and_ranks_agree_on_skips(tmp_path, fake_training):
     """seed 0 completed before (a stand-in run); the DDP sweep of seeds 0-1 must skip it in both
     ranks and train seed 1 in both: a rank training seed 0 alone would hang or fail the job."""
-    (run, out), = plan(load_config([*shrunk(*TINY, "seeds=1", *LEARNS), *DDP, f"results_dir={tmp_path}"]))
+    ((run, out),) = plan(load_config([*shrunk(*TINY, "seeds=1", *LEARNS), *DDP, f"results_dir={tmp_path}"]))
     assert execute(run, out, progress=False).status == "completed"
     done_before = (tmp_path / "digits_vgg4/relu/seed_0/summary.json").read_text()
     env = {k: v for k, v in os.environ.items() if k not in ranks.RANK_ENV + ("NODE_RANK", "WORLD_SIZE")}
-    cmd = [sys.executable, "-m", "visionbench.cli", "run", *shrunk(*TINY, "seeds=2", *LEARNS), *DDP,
-           f"results_dir={tmp_path}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "visionbench.cli",
+        "run",
+        *shrunk(*TINY, "seeds=2", *LEARNS),
+        *DDP,
+        f"results_dir={tmp_path}",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     log = done.stdout + done.stderr
     assert done.returncode == 0, log
@@ -67,8 +75,7 @@ def test_ddp_on_cpu_writes_and_prints_once_and_ranks_agree_on_skips(tmp_path, fa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("margin, seeds, training", [(None, 5, ["epochs=1"]),
-                                                     (1000, 3, LEARNS)])
+@pytest.mark.parametrize("margin, seeds, training", [(None, 5, ["epochs=1"]), (1000, 3, LEARNS)])
 def test_seeds_auto_under_ddp_runs_the_same_rounds_on_every_rank(tmp_path, margin, seeds, training):
     """seeds=auto under DDP: every rank must make the same decisions. Without a margin tiny runs stay
     inconclusive and both rounds run: a rank 1 that stopped after round 1 would leave rank 0's round 2
@@ -86,7 +93,9 @@ def test_seeds_auto_under_ddp_runs_the_same_rounds_on_every_rank(tmp_path, margi
     assert record["acts"]["gelu"]["decision"] == ("equivalent" if margin else "inconclusive")
     for act in ("relu", "gelu"):
         assert sorted(p.name for p in (tmp_path / "digits_vgg4" / act).iterdir()) == [f"seed_{i}" for i in range(seeds)]
-    assert log.count("seeds=auto round 1/2 (3 seeds)") == 1 and log.count("### digits_vgg4 — test_top1") == 1, log  # by rank 0
+    assert log.count("seeds=auto round 1/2 (3 seeds)") == 1 and log.count("### digits_vgg4 — test_top1") == 1, (
+        log
+    )  # by rank 0
     assert log.count("seeds=auto round 2/2 (5 seeds)") == (0 if margin else 1), log
 
 
@@ -107,8 +116,9 @@ def fake_training(monkeypatch):
 
 
 @pytest.mark.parametrize("fail", [False, True])
-def test_rank_above_zero_trains_every_run_but_writes_and_prints_nothing(tmp_path, monkeypatch, capsys,
-                                                                      fake_training, fail):
+def test_rank_above_zero_trains_every_run_but_writes_and_prints_nothing(
+    tmp_path, monkeypatch, capsys, fake_training, fail
+):
     monkeypatch.setenv("LOCAL_RANK", "1")
     fake_training.fail = fail
     assert main(["run", *shrunk(*TINY, "seeds=2", "epochs=1"), f"results_dir={tmp_path}"]) == 0  # rank 0: the status
@@ -122,7 +132,7 @@ def test_rank_zero_writes_what_other_ranks_leave(tmp_path, monkeypatch, fake_tra
     """The control: the same stand-in run on rank 0 writes config, summary (and error.txt on failure)."""
     monkeypatch.setenv("LOCAL_RANK", "0")
     cfg = load_config([*shrunk(*TINY, "seeds=1", "epochs=1"), f"results_dir={tmp_path}"])
-    (run, out), = plan(cfg)
+    ((run, out),) = plan(cfg)
     assert execute(run, out, progress=False).status == "completed"
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
     assert (out / "config.yaml").exists()
@@ -178,10 +188,14 @@ def _one_step_says(nan: bool) -> str:
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # self.log outside a Trainer
-@pytest.mark.parametrize("nan_here, nan_there, said", [
-    (True, False, "non-finite training loss nan at epoch 1, step 0"),
-    (False, True, "non-finite training loss on another DDP rank at epoch 1, step 0"),
-    (False, False, "no divergence")])
+@pytest.mark.parametrize(
+    "nan_here, nan_there, said",
+    [
+        (True, False, "non-finite training loss nan at epoch 1, step 0"),
+        (False, True, "non-finite training loss on another DDP rank at epoch 1, step 0"),
+        (False, False, "no divergence"),
+    ],
+)
 def test_a_non_finite_loss_on_another_rank_stops_this_one(monkeypatch, nan_here, nan_there, said):
     """The default-suite sibling of the 2-process test below: the check's non-finite flag goes through one MAX
     all-reduce (a stand-in here for the other rank's flag), so either rank's NaN stops this one at the same step

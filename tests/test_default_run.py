@@ -7,6 +7,7 @@ Slow (≈ 3 minutes on 2 cores: 12 runs of 15 epochs) and in `make test-slow`, w
 Bits are only promised where the record was made: the same CPU model with AVX2 (docs/reproducing.md). On another
 CPU model the test does not pass: it is skipped, saying which CPU it ran on, which CPU made the record, and what
 `compare` said, so that a reader sees that the claim was not checked there rather than that it held."""
+
 from __future__ import annotations
 
 import subprocess
@@ -28,31 +29,53 @@ ACTS = {"relu", "gelu", "hermite", "rational"}
 def record_cpu() -> set[str]:
     """The CPU models the committed record's runs were trained on (their summaries' environment)."""
     with opened(RECORD) as tree:
-        return {str(((layout.read_summary(run).get("environment") or {}).get("device") or {}).get("cpu"))
-                for run in layout.find_run_dirs(tree)}
+        return {
+            str(((layout.read_summary(run).get("environment") or {}).get("device") or {}).get("cpu"))
+            for run in layout.find_run_dirs(tree)
+        }
 
 
 @pytest.mark.slow
 def test_the_default_run_reads_identical_to_the_committed_record(tmp_path):
     runs = tmp_path / "runs"
-    trained = subprocess.run([sys.executable, "-m", "visionbench.cli", "run", f"results_dir={runs}"],
-                             capture_output=True, text=True, timeout=1800, cwd=tmp_path)
+    trained = subprocess.run(
+        [sys.executable, "-m", "visionbench.cli", "run", f"results_dir={runs}"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=tmp_path,
+    )
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert "| relu |" in trained.stdout and "p-value" in trained.stdout  # the significance table, printed
     assert (runs / "digits_vgg4" / "table.md").is_file()
     for seed in range(3):  # whatever the CPU: every run completed and learned
         summary = layout.read_summary(runs / "digits_vgg4" / "relu" / f"seed_{seed}")
         assert summary["status"] == "completed" and summary["metrics"]["test_top1_at_best_val"] >= 90.0
-    compared = subprocess.run([sys.executable, "-m", "visionbench.cli", "compare", str(RECORD),
-                               str(runs / "digits_vgg4"), "--out", str(tmp_path / "compare.md")],
-                              capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    compared = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "visionbench.cli",
+            "compare",
+            str(RECORD),
+            str(runs / "digits_vgg4"),
+            "--out",
+            str(tmp_path / "compare.md"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert compared.returncode in (0, 1), compared.stderr[-3000:]
     verdicts = pd.read_csv(tmp_path / "compare.csv").set_index("act")["verdict"].to_dict()
     assert set(verdicts) == ACTS, verdicts
     if set(verdicts.values()) != {"identical"}:
         made_on = record_cpu()
         if cpu_model() not in made_on:
-            pytest.skip(f"not checked: this CPU ({cpu_model()}) is not the one the record was made on "
-                        f"({', '.join(sorted(made_on))}), and bits are promised only there; compare said "
-                        f"{verdicts} (docs/reproducing.md, 'On another CPU')")
+            pytest.skip(
+                f"not checked: this CPU ({cpu_model()}) is not the one the record was made on "
+                f"({', '.join(sorted(made_on))}), and bits are promised only there; compare said "
+                f"{verdicts} (docs/reproducing.md, 'On another CPU')"
+            )
     assert set(verdicts.values()) == {"identical"}, compared.stdout

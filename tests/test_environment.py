@@ -3,6 +3,7 @@ recorded in summary.json, named in each table's footer, mixed environments flagg
 
     .venv/bin/python -m pytest tests/test_environment.py -q
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -54,17 +55,24 @@ def test_environment_names_every_key():
     assert set(env["env"]) == set(ENV_VARS) and isinstance(env["threads"], int)
 
 
-@pytest.mark.parametrize("env,want", [({}, ("reference", "trainer.kernels")),
-                                      ({"VISIONBENCH_KERNELS": "eager"}, ("eager", "VISIONBENCH_KERNELS")),
-                                      ({"VISIONBENCH_FAST": "0"}, ("reference", "VISIONBENCH_FAST"))])
+@pytest.mark.parametrize(
+    "env,want",
+    [
+        ({}, ("reference", "trainer.kernels")),
+        ({"VISIONBENCH_KERNELS": "eager"}, ("eager", "VISIONBENCH_KERNELS")),
+        ({"VISIONBENCH_FAST": "0"}, ("reference", "VISIONBENCH_FAST")),
+    ],
+)
 def test_a_runs_kernels_are_its_key_unless_a_variable_wins(env, want, monkeypatch):
     for name in ("VISIONBENCH_KERNELS", "VISIONBENCH_COMPILE", "VISIONBENCH_FAST"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     before = fused.record()
-    for run in ({"trainer": {"kernels": "reference"}}, config.typed(config.run_config(
-            load_config(["trainer.kernels=reference"]), "relu", 0))):  # config.yaml's dict, the typed config
+    for run in (
+        {"trainer": {"kernels": "reference"}},
+        config.typed(config.run_config(load_config(["trainer.kernels=reference"]), "relu", 0)),
+    ):  # config.yaml's dict, the typed config
         kernels = environment(run)["kernels"]
         assert (kernels["backend"], kernels["from"]) == want
     assert environment({"trainer": {}})["kernels"]["backend"] == (want[0] if env else "auto")  # a config from before
@@ -101,8 +109,9 @@ def test_file_digests_are_cached_and_a_broken_cache_is_rewritten(tmp_path, monke
 
 def test_each_dataset_names_its_data(tmp_path, cifar_root):
     cifar = data.create_datamodule({"name": "cifar10", "root": str(cifar_root)}, batch_size=8)
-    assert sorted(cifar.data_digest()["files"]) == sorted([*(f"data_batch_{i}" for i in range(1, 6)), "test_batch",
-                                                          "batches.meta"])
+    assert sorted(cifar.data_digest()["files"]) == sorted(
+        [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta"]
+    )
     write_fmnist(tmp_path / "f" / "fashion-mnist", gz=True)
     fmnist = data.create_datamodule({"name": "fashion_mnist", "root": str(tmp_path / "f")}, batch_size=8)
     assert len(fmnist.data_digest()["files"]) == 4
@@ -211,8 +220,22 @@ def test_a_sweep_records_the_kernels_its_run_was_given(tmp_path, monkeypatch):
 
     for name in ("VISIONBENCH_KERNELS", "VISIONBENCH_FAST", "VISIONBENCH_COMPILE"):
         monkeypatch.delenv(name, raising=False)
-    assert cli(["run", "act=rational", "seeds=1", "epochs=1", "data.limit_train=64", "data.limit_val=32",
-                "snapshot_epochs=[]", "trainer.kernels=reference", f"results_dir={tmp_path}"]) == 0
+    assert (
+        cli(
+            [
+                "run",
+                "act=rational",
+                "seeds=1",
+                "epochs=1",
+                "data.limit_train=64",
+                "data.limit_val=32",
+                "snapshot_epochs=[]",
+                "trainer.kernels=reference",
+                f"results_dir={tmp_path}",
+            ]
+        )
+        == 0
+    )
     kernels = layout.read_summary(tmp_path / "digits_vgg4" / "rational" / "seed_0")["environment"]["kernels"]
     assert (kernels["backend"], kernels["from"]) == ("reference", "trainer.kernels")
     assert fused.backend() == "auto"  # the run's key ended with the run

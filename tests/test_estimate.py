@@ -5,6 +5,7 @@ It times each (setting, act) of the sweep, projects the run and sweep wall time 
 loader lengths, leaves out completed runs, writes nothing, and fails in one line on a missing
 dataset, a bad config (both in test_bad_inputs.py) or a batch that does not fit in memory.
 """
+
 from __future__ import annotations
 
 import os
@@ -53,16 +54,27 @@ def test_the_loader_is_timed_alone_and_each_row_says_what_bounds_the_run(monkeyp
     cfg = load_config(["act=relu", "seeds=1", "results_dir=/nonexistent/results", *SMALL])
     (row,) = est.estimate(cfg).rows
     assert row.loader_img_s > 0 and row.model_img_s == pytest.approx(64 / row.step_s)
-    assert row.bound == ("model" if row.loader_img_s >= row.model_img_s else
-                         f"loader ({row.model_img_s / row.loader_img_s:.1f}x)")
+    assert row.bound == (
+        "model" if row.loader_img_s >= row.model_img_s else f"loader ({row.model_img_s / row.loader_img_s:.1f}x)"
+    )
     monkeypatch.setattr(measure, "loader_rate", lambda loader, device: row.model_img_s / 2.5)  # a slow loader
     result = est.estimate(cfg)
     (slow,) = result.rows
     assert slow.bound == f"loader ({slow.model_img_s / slow.loader_img_s:.1f}x)"
     cells = _rows(est.format_estimate(result))["relu"]
     assert cells[-3:] == [est.rate(slow.model_img_s), est.rate(slow.loader_img_s), slow.bound]
-    on_device = est.estimate(load_config(["act=relu", "seeds=1", "results_dir=/nonexistent/results", *SMALL,
-                                          "data.on_device=true", "data.augment.crop_pad=1"]))
+    on_device = est.estimate(
+        load_config(
+            [
+                "act=relu",
+                "seeds=1",
+                "results_dir=/nonexistent/results",
+                *SMALL,
+                "data.on_device=true",
+                "data.augment.crop_pad=1",
+            ]
+        )
+    )
     assert on_device.rows[0].train_steps == row.train_steps  # the same epoch, drawn on the device
 
 
@@ -73,13 +85,20 @@ def test_loader_rate_times_batches_over_several_passes_of_a_short_epoch():
     assert est.rate(float("nan")) == "-" and est.rate(12345.6) == "12,346"
 
 
-@pytest.mark.parametrize("extra, steps, evals", [
-    ([], 2, 2),  # 128 / 64; val 64 + test 64 images: one batch each
-    (["trainer.accumulate_grad_batches=2"], 4, 4),  # batch 32 per step: twice the steps
-    (["data.augment.repeated_aug=3"], 6, 2),  # 3 x 128 images per epoch (004 code's epoch)
-    (["trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"], 2, 2),  # 64 images and batch 32 per rank
-    (["ema.decay=0.9"], 2, 4),  # the EMA copy is evaluated too
-])
+@pytest.mark.parametrize(
+    "extra, steps, evals",
+    [
+        ([], 2, 2),  # 128 / 64; val 64 + test 64 images: one batch each
+        (["trainer.accumulate_grad_batches=2"], 4, 4),  # batch 32 per step: twice the steps
+        (["data.augment.repeated_aug=3"], 6, 2),  # 3 x 128 images per epoch (004 code's epoch)
+        (
+            ["trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"],
+            2,
+            2,
+        ),  # 64 images and batch 32 per rank
+        (["ema.decay=0.9"], 2, 4),  # the EMA copy is evaluated too
+    ],
+)
 def test_steps_per_epoch_come_from_the_real_loaders(extra, steps, evals):
     cfg = load_config(["act=relu", "seeds=1", "results_dir=/nonexistent/results", *SMALL, *extra])
     (row,) = est.estimate(cfg).rows
@@ -132,13 +151,13 @@ def test_completed_runs_are_left_out_and_unfinished_ones_count_their_epochs_left
 def test_a_huge_batch_is_one_line_memory_error_and_refused_at_once(tmp_path, capsys):
     """The CPU allocator refuses the 256 GB input outright (more than RAM + swap): nothing is touched.
     (How long the refusal takes is no pass/fail matter here: a loaded machine is slow for nothing.)"""
-    code = main(["estimate", f"results_dir={tmp_path / 'r'}", "act=relu", "seeds=1",
-                 "batch_size=1000000000"])
+    code = main(["estimate", f"results_dir={tmp_path / 'r'}", "act=relu", "seeds=1", "batch_size=1000000000"])
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
-    assert err.startswith("visionbench estimate: batch 1000000000 (per device) does not fit in memory on cpu "
-                          "for vgg4/relu: ")
+    assert err.startswith(
+        "visionbench estimate: batch 1000000000 (per device) does not fit in memory on cpu for vgg4/relu: "
+    )
     assert err.endswith("; lower batch_size or set trainer.accumulate_grad_batches=K")
     assert not (tmp_path / "r").exists()
 
@@ -147,8 +166,7 @@ def test_a_batch_the_allocator_would_grant_is_refused_before_it_swaps(tmp_path, 
     """Below RAM + swap the allocator grants anything (then the machine swaps): the estimate checks the
     step's extrapolated need against the available memory (here: pretended 50 MB) before running it."""
     monkeypatch.setattr(measure, "available_bytes", lambda: 50 * 10**6)
-    assert main(["estimate", f"results_dir={tmp_path / 'r'}", "act=relu", "seeds=1",
-                 "batch_size=4096"]) == 2
+    assert main(["estimate", f"results_dir={tmp_path / 'r'}", "act=relu", "seeds=1", "batch_size=4096"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "does not fit in memory on cpu for vgg4/relu: not enough memory: a step needs about" in err
@@ -156,8 +174,10 @@ def test_a_batch_the_allocator_would_grant_is_refused_before_it_swaps(tmp_path, 
 
 
 def test_out_of_memory_messages_are_recognised():
-    cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
-                       "you tried to allocate 256000000000 bytes. Error code 12 (Cannot allocate memory)")
+    cpu = RuntimeError(
+        "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+        "you tried to allocate 256000000000 bytes. Error code 12 (Cannot allocate memory)"
+    )
     assert measure.out_of_memory(cpu) == "tried to allocate 256.0 GB"
     cuda = torch_oom("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.15 GiB")
     assert measure.out_of_memory(cuda) == "tried to allocate 20.00 GiB"

@@ -1,5 +1,6 @@
 """The decision-boundary experiment (visionbench/experiments/boundaries.py) and its command line,
 `visionbench plot boundaries`: it trains tiny MLPs, so it lives outside the report."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,11 +17,27 @@ from .test_report_plots import assert_not_blank
 def test_decision_boundaries_plot_and_entry_point(tmp_path):
     state = torch.random.get_rng_state()
     threads = torch.get_num_threads()
-    out = plot_decision_boundaries(["relu", "gelu", "polyrelu", "tanh"], tmp_path / "b.png", seed=0, steps=30)  # the figure, not the fit
+    out = plot_decision_boundaries(
+        ["relu", "gelu", "polyrelu", "tanh"], tmp_path / "b.png", seed=0, steps=30
+    )  # the figure, not the fit
     assert_not_blank(out, 20_000)
     assert torch.equal(torch.random.get_rng_state(), state) and torch.get_num_threads() == threads
-    assert boundaries_main(["boundaries", "--acts", "relu,silu", "--datasets", "circles,spirals", "--steps", "10",
-                            "--out", str(tmp_path / "sub" / "b2.png")]) == 0
+    assert (
+        boundaries_main(
+            [
+                "boundaries",
+                "--acts",
+                "relu,silu",
+                "--datasets",
+                "circles,spirals",
+                "--steps",
+                "10",
+                "--out",
+                str(tmp_path / "sub" / "b2.png"),
+            ]
+        )
+        == 0
+    )
     assert_not_blank(tmp_path / "sub" / "b2.png")
 
 

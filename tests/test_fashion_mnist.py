@@ -1,6 +1,7 @@
 """Fashion-MNIST (data/fashion_mnist.py), paper 003's Fashion-MNIST net (models/fmnist_resnet.py), the per-site
 swap (`layers` / `swap_layers`) and the two recipes. Tiny IDX files are written here in the exact format;
 tests that need the real files skip without them (`make data-fashion-mnist`)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -40,6 +41,7 @@ def one_line(err: BaseException, *names: str) -> str:
 
 
 # ---- the loader ------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("folder", ["FashionMNIST/raw", "fashion-mnist", "usr/share/datasets/fashion-mnist", ""])
 @pytest.mark.parametrize("gz", [False, True])
@@ -127,12 +129,15 @@ def _damage(path: Path, how: str) -> None:
         path.write_bytes(raw + b"\0" * 7)
 
 
-@pytest.mark.parametrize("how, words", [
-    ("truncated", "truncated: header announces 60 images (47040 bytes)"),
-    ("header", "shorter than the 16-byte IDX images header"),
-    ("magic", "magic number 2049 (an IDX label file), expected 2051"),
-    ("trailing", "longer than its header says"),
-])
+@pytest.mark.parametrize(
+    "how, words",
+    [
+        ("truncated", "truncated: header announces 60 images (47040 bytes)"),
+        ("header", "shorter than the 16-byte IDX images header"),
+        ("magic", "magic number 2049 (an IDX label file), expected 2051"),
+        ("trailing", "longer than its header says"),
+    ],
+)
 def test_corrupt_image_file_is_one_line_naming_it(tmp_path, how, words):
     write_fmnist(tmp_path)
     _damage(tmp_path / "train-images-idx3-ubyte", how)
@@ -153,8 +158,12 @@ def test_wrong_label_magic_bad_label_and_count_mismatch(tmp_path):
     labels.write_bytes(idx_bytes(test_labels[:-1], 2049))  # one label short: both files are well-formed
     with pytest.raises(CorruptDataError) as e:
         make({"root": str(tmp_path)})
-    one_line(e.value, str(labels), f"{len(test_labels) - 1} labels for the {len(test_images)} images of",
-             str(tmp_path / "t10k-images-idx3-ubyte"))
+    one_line(
+        e.value,
+        str(labels),
+        f"{len(test_labels) - 1} labels for the {len(test_images)} images of",
+        str(tmp_path / "t10k-images-idx3-ubyte"),
+    )
 
     bad = test_labels.copy()
     bad[3] = 10
@@ -182,20 +191,24 @@ def test_torn_gzip_and_wrong_image_size(tmp_path):
 
 # ---- the real files (make data-fashion-mnist) --------------------------------------------------------------
 
+
 def _real_folder() -> Path | None:
     import os
 
     roots = [Path(os.environ[data.DATA_ENV_VAR])] if os.environ.get(data.DATA_ENV_VAR) else []
     for root in roots + [REPO / "data"]:
-        for folder in fm.candidate_dirs(root.resolve())[:-len(fm.SYSTEM_DIRS)] + [Path("/usr/share/datasets/fashion-mnist")]:
+        for folder in fm.candidate_dirs(root.resolve())[: -len(fm.SYSTEM_DIRS)] + [
+            Path("/usr/share/datasets/fashion-mnist")
+        ]:
             if all(fm.file_path(folder, n) for n in fm.FILES):
                 return folder
     return None
 
 
 REAL = _real_folder()
-needs_real = pytest.mark.skipif(REAL is None, reason="the real Fashion-MNIST files are not here "
-                                                     "(make data-fashion-mnist, or set $VISIONBENCH_DATA)")
+needs_real = pytest.mark.skipif(
+    REAL is None, reason="the real Fashion-MNIST files are not here (make data-fashion-mnist, or set $VISIONBENCH_DATA)"
+)
 
 
 @needs_real
@@ -210,16 +223,26 @@ def test_real_files_60000_plus_10000_balanced_and_the_default_statistics():
 
 # ---- the model: paper 003 Table 6's net ------------------------------------------------------------------
 
-FMNIST_RESNET_SITES = ["stem.act", "block1.0.act1", "block1.0.act2", "block2.0.act1", "block2.0.act2",
-                       "fc1.act", "fc2.act"]
+FMNIST_RESNET_SITES = [
+    "stem.act",
+    "block1.0.act1",
+    "block1.0.act2",
+    "block2.0.act1",
+    "block2.0.act2",
+    "fc1.act",
+    "fc2.act",
+]
 
 
-@pytest.mark.parametrize("name, params, sites", [
-    # 003 code fmnist_resnet.py: convs 320 + 1056 + 18,496 + 36,928 + 2,112 + 73,856 + 147,584 + 8,320, BN 1,920,
-    # fc 590,336 + 262,656 + 5,130
-    ("fmnist_resnet", 1_149_738, 7),
-    ("fmnist_slnn", 1_144_554, 8),  # 003 code fmnist_taylor.py, no BN (SLAF coefficients not counted: relu)
-])
+@pytest.mark.parametrize(
+    "name, params, sites",
+    [
+        # 003 code fmnist_resnet.py: convs 320 + 1056 + 18,496 + 36,928 + 2,112 + 73,856 + 147,584 + 8,320, BN 1,920,
+        # fc 590,336 + 262,656 + 5,130
+        ("fmnist_resnet", 1_149_738, 7),
+        ("fmnist_slnn", 1_144_554, 8),  # 003 code fmnist_taylor.py, no BN (SLAF coefficients not counted: relu)
+    ],
+)
 def test_model_forward_backward_28x28x1_and_parameter_count(name, params, sites):
     net = models.create(name, act="relu", num_classes=10, img_size=28, in_chans=1)
     assert sum(p.numel() for p in net.parameters()) == params
@@ -245,8 +268,14 @@ def test_model_layout_follows_003_code():
 
 
 def test_slaf_everywhere_swaps_all_seven():
-    net = models.create("fmnist_resnet", act="slaf", act_kwargs={"degree": 2, "per_channel": True},
-                        num_classes=10, img_size=28, in_chans=1)
+    net = models.create(
+        "fmnist_resnet",
+        act="slaf",
+        act_kwargs={"degree": 2, "per_channel": True},
+        num_classes=10,
+        img_size=28,
+        in_chans=1,
+    )
     assert len(net.swap_report) == 7 and not net.swap_report.kept
     assert not any(isinstance(m, nn.ReLU) for m in net.modules())
     assert [e.num_channels for e in net.swap_report] == [32, 64, 64, 128, 128, 512, 512]
@@ -254,9 +283,16 @@ def test_slaf_everywhere_swaps_all_seven():
 
 # ---- the per-site swap -----------------------------------------------------------------------------------
 
+
 def test_last_layer_only_swaps_exactly_one_site():
-    net = models.create("fmnist_resnet", act="slaf", act_kwargs={"degree": 2, "swap_layers": "last"},
-                        num_classes=10, img_size=28, in_chans=1)
+    net = models.create(
+        "fmnist_resnet",
+        act="slaf",
+        act_kwargs={"degree": 2, "swap_layers": "last"},
+        num_classes=10,
+        img_size=28,
+        in_chans=1,
+    )
     report = net.swap_report
     assert len(report) == 1 and report.paths == ["fc2.act"] and report.sites == FMNIST_RESNET_SITES
     assert report.kept == FMNIST_RESNET_SITES[:-1] and "swapped 1 of 7" in report.summary()
@@ -266,10 +302,21 @@ def test_last_layer_only_swaps_exactly_one_site():
     assert net.fc2.act.weight.grad is not None
 
 
-@pytest.mark.parametrize("layers, expected", [
-    ("first", [0]), ("last", [3]), (-1, [3]), (1, [1]), ([0, -1], [0, 3]), ("1:3", [1, 2]), ("-2:", [2, 3]),
-    ("::2", [0, 2]), ("all", [0, 1, 2, 3]), (None, [0, 1, 2, 3]),
-])
+@pytest.mark.parametrize(
+    "layers, expected",
+    [
+        ("first", [0]),
+        ("last", [3]),
+        (-1, [3]),
+        (1, [1]),
+        ([0, -1], [0, 3]),
+        ("1:3", [1, 2]),
+        ("-2:", [2, 3]),
+        ("::2", [0, 2]),
+        ("all", [0, 1, 2, 3]),
+        (None, [0, 1, 2, 3]),
+    ],
+)
 def test_swap_layers_on_any_model(layers, expected):
     net = models.create("vgg4", num_classes=10, img_size=8, in_chans=1)
     all_sites = [p for p, m in net.named_modules() if isinstance(m, nn.ReLU)]
@@ -277,15 +324,18 @@ def test_swap_layers_on_any_model(layers, expected):
     assert report.paths == [all_sites[i] for i in expected] and report.sites == all_sites
 
 
-@pytest.mark.parametrize("layers, words", [
-    (4, "index 4 is out of range; the model has 4 activation site(s), numbered 0..3 (or -4..-1)"),
-    ([0, -5], "index -5 is out of range"),
-    ("3:1", "the slice selects no site"),
-    ("middle", "unknown word; accepted: all, first, last"),
-    ([0.5], "0.5 is not an integer index"),
-    ([], "empty list"),
-    ("1:2:0", "slice step 0"),
-])
+@pytest.mark.parametrize(
+    "layers, words",
+    [
+        (4, "index 4 is out of range; the model has 4 activation site(s), numbered 0..3 (or -4..-1)"),
+        ([0, -5], "index -5 is out of range"),
+        ("3:1", "the slice selects no site"),
+        ("middle", "unknown word; accepted: all, first, last"),
+        ([0.5], "0.5 is not an integer index"),
+        ([], "empty list"),
+        ("1:2:0", "slice step 0"),
+    ],
+)
 def test_bad_swap_layers_is_one_line_and_leaves_the_model_alone(layers, words):
     net = models.create("vgg4", num_classes=10, img_size=8, in_chans=1)
     with pytest.raises(ValueError) as e:
@@ -305,10 +355,16 @@ def test_swap_layers_given_twice_or_without_act():
 
 # ---- the recipes -----------------------------------------------------------------------------------------
 
+
 def test_fashion_mnist_slaf_recipe_composes_to_003_table_6():
     cfg = recipe_config("fashion_mnist_slaf")
     assert cfg.act == "relu,slaf[swap_layers=last],slaf" and cfg.report.baseline == "relu"
-    assert (cfg.data.name, cfg.data.img_size, list(cfg.data.mean), list(cfg.data.std)) == ("fashion_mnist", 28, [0.0], [1.0])
+    assert (cfg.data.name, cfg.data.img_size, list(cfg.data.mean), list(cfg.data.std)) == (
+        "fashion_mnist",
+        28,
+        [0.0],
+        [1.0],
+    )
     assert not cfg.data.augment.crop_pad and not cfg.data.augment.hflip  # 003 Table 6: no augmentation
     assert (cfg.model.name, cfg.optim.name, cfg.optim.lr, cfg.batch_size) == ("fmnist_resnet", "adamw", 1e-3, 64)
     arms = {}
@@ -339,7 +395,19 @@ def test_vgg4_recipe_smoke_run_on_tiny_files(tmp_path):
     from visionbench.cli import main
 
     write_fmnist(tmp_path / "data" / "fashion-mnist")
-    code = main(["run", "recipe=fashion_mnist_vgg4", f"results_dir={tmp_path / 'results'}", f"data.root={tmp_path / 'data'}",
-                 "act=relu", "seeds=1", "epochs=1", "batch_size=10", "data.val_split=0.5", "snapshot_epochs=[-1]"])
+    code = main(
+        [
+            "run",
+            "recipe=fashion_mnist_vgg4",
+            f"results_dir={tmp_path / 'results'}",
+            f"data.root={tmp_path / 'data'}",
+            "act=relu",
+            "seeds=1",
+            "epochs=1",
+            "batch_size=10",
+            "data.val_split=0.5",
+            "snapshot_epochs=[-1]",
+        ]
+    )
     assert code == 0
     assert (tmp_path / "results" / "fashion_mnist_vgg4" / "relu" / "seed_0" / "summary.json").exists()

@@ -4,6 +4,7 @@ Eager kernels are checked for every family and configuration (cheap); compiled k
 representative families in the default run (each compilation costs seconds on a CPU) and for
 all of them under `-m slow`.
 """
+
 from __future__ import annotations
 
 import copy
@@ -18,11 +19,27 @@ from visionbench.activations import fused, triton_ops
 from .fixtures import gradcheck_module
 
 CASES = [
-    ("rational", {"version": "A"}), ("rational", {"version": "B"}), ("rational", {"version": "C"}),
-    ("rational", {"version": "D"}), ("polyrelu", {}), ("polynorm", {}), ("hermite", {}),
-    ("hermite", {"clamp": True}), ("fourier", {}), ("tropical", {}), ("tropical_rational", {}), ("slaf", {}),
-    ("prelu", {}), ("swish_beta", {}), ("acon_c", {}), ("star_relu", {}),
-    ("apl", {}), ("kaf", {}), ("bspline", {}), ("bspline", {"residual": "linear"}), ("bspline", {"residual": "none"}),
+    ("rational", {"version": "A"}),
+    ("rational", {"version": "B"}),
+    ("rational", {"version": "C"}),
+    ("rational", {"version": "D"}),
+    ("polyrelu", {}),
+    ("polynorm", {}),
+    ("hermite", {}),
+    ("hermite", {"clamp": True}),
+    ("fourier", {}),
+    ("tropical", {}),
+    ("tropical_rational", {}),
+    ("slaf", {}),
+    ("prelu", {}),
+    ("swish_beta", {}),
+    ("acon_c", {}),
+    ("star_relu", {}),
+    ("apl", {}),
+    ("kaf", {}),
+    ("bspline", {}),
+    ("bspline", {"residual": "linear"}),
+    ("bspline", {"residual": "none"}),
 ]
 IDS = [name + "".join(f"-{v}" for v in kw.values()) for name, kw in CASES]
 TOL = {torch.float32: {"rtol": 2e-4, "atol": 2e-5}, torch.float64: {"rtol": 1e-9, "atol": 1e-10}}
@@ -123,6 +140,7 @@ def test_failed_compilation_falls_back_to_eager(monkeypatch):
     def broken(fn, **kwargs):
         def run(*args):
             raise RuntimeError("no C++ compiler")
+
         return run
 
     monkeypatch.setattr(fused, "BACKEND", "compile")
@@ -175,8 +193,13 @@ def test_fit_runs_on_reference_path():
 DEFAULT_COMPILED = {"rational-A", "hermite-True", "slaf"}
 
 
-@pytest.mark.parametrize("name,kwargs", [
-    pytest.param(n, k, id=i, marks=() if i in DEFAULT_COMPILED else pytest.mark.slow) for (n, k), i in zip(CASES, IDS)])
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [
+        pytest.param(n, k, id=i, marks=() if i in DEFAULT_COMPILED else pytest.mark.slow)
+        for (n, k), i in zip(CASES, IDS)
+    ],
+)
 def test_compiled_kernels_match_reference(compiled, name, kwargs):
     compare(name, kwargs, torch.float32, per_channel=False, training=True)
     family = A.get_class(name).registry_name
@@ -213,10 +236,16 @@ def no_switches(monkeypatch):
     monkeypatch.setattr(fused, "SOURCE", fused.SOURCE)
 
 
-@pytest.mark.parametrize("env,backend,source", [
-    ({}, "auto", "default"), ({"VISIONBENCH_KERNELS": "Triton"}, "triton", "VISIONBENCH_KERNELS"),
-    ({"VISIONBENCH_COMPILE": "0"}, "eager", "VISIONBENCH_COMPILE"), ({"VISIONBENCH_FAST": "0"}, "reference", "VISIONBENCH_FAST"),
-    ({"VISIONBENCH_KERNELS": "compile", "VISIONBENCH_FAST": "0"}, "compile", "VISIONBENCH_KERNELS")])
+@pytest.mark.parametrize(
+    "env,backend,source",
+    [
+        ({}, "auto", "default"),
+        ({"VISIONBENCH_KERNELS": "Triton"}, "triton", "VISIONBENCH_KERNELS"),
+        ({"VISIONBENCH_COMPILE": "0"}, "eager", "VISIONBENCH_COMPILE"),
+        ({"VISIONBENCH_FAST": "0"}, "reference", "VISIONBENCH_FAST"),
+        ({"VISIONBENCH_KERNELS": "compile", "VISIONBENCH_FAST": "0"}, "compile", "VISIONBENCH_KERNELS"),
+    ],
+)
 def test_one_switch_picks_the_kernels(env, backend, source, no_switches, monkeypatch):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -231,6 +260,7 @@ def test_one_switch_picks_the_kernels(env, backend, source, no_switches, monkeyp
 
 def test_the_schema_offers_the_backends_fused_knows():
     from visionbench.config.schema import KERNELS, RunConfig
+
     assert KERNELS == fused.BACKENDS and RunConfig().trainer.kernels == "auto" == fused.BACKENDS[0]
 
 
@@ -238,11 +268,17 @@ def test_set_backend_and_use_backend_are_the_one_setter(no_switches):
     fused.set_backend("eager")
     assert (fused.backend(), fused.source()) == ("eager", "set_backend")
     with fused.use_backend("reference", "trainer.kernels"):
-        assert fused.record() == {"backend": "reference", "from": "trainer.kernels",
-                                  "compile_min_numel": fused.COMPILE_MIN_NUMEL}
+        assert fused.record() == {
+            "backend": "reference",
+            "from": "trainer.kernels",
+            "compile_min_numel": fused.COMPILE_MIN_NUMEL,
+        }
         assert fused.switch() == "trainer.kernels=reference"
         assert not fused.fast_enabled(torch.randn(3))  # every reader asks backend()
-    assert (fused.backend(), fused.source()) == ("eager", "set_backend") and fused.switch() == "VISIONBENCH_KERNELS=eager"
+    assert (fused.backend(), fused.source()) == (
+        "eager",
+        "set_backend",
+    ) and fused.switch() == "VISIONBENCH_KERNELS=eager"
     with pytest.raises(ValueError, match=r"^set_backend='fast' is not a kernel backend; accepted: auto, triton, "):
         fused.set_backend("fast")
     assert fused.backend() == "eager"
@@ -269,7 +305,11 @@ def test_a_run_trains_with_its_key_unless_the_variable_says_otherwise(env, no_sw
     before = fused.record()
     cfg = {"trainer": {"kernels": "reference"}}
     train.train_run(cfg, tmp_path)
-    want = {"backend": "eager", "from": "VISIONBENCH_KERNELS"} if env else {"backend": "reference", "from": "trainer.kernels"}
+    want = (
+        {"backend": "eager", "from": "VISIONBENCH_KERNELS"}
+        if env
+        else {"backend": "reference", "from": "trainer.kernels"}
+    )
     assert seen == [{**want, "compile_min_numel": fused.COMPILE_MIN_NUMEL}]
     assert fused.record() == before
     recorded = kernels(cfg)
@@ -282,9 +322,13 @@ def test_every_family_with_a_fast_path_is_in_the_cases():
     from visionbench.activations.base import LearnableActivation
     from visionbench.bench.act_speed import CASES as BENCH_CASES
 
-    fast = {A.get_class(name).registry_name for name in A.names()
-            if issubclass(cls := A.get_class(name), LearnableActivation) and cls.__module__.startswith("visionbench.")
-            and (cls.fast_forward is not LearnableActivation.fast_forward or cls.triton_kernels)}
+    fast = {
+        A.get_class(name).registry_name
+        for name in A.names()
+        if issubclass(cls := A.get_class(name), LearnableActivation)
+        and cls.__module__.startswith("visionbench.")
+        and (cls.fast_forward is not LearnableActivation.fast_forward or cls.triton_kernels)
+    }
     assert fast >= {"rational", "hermite", "slaf", "bspline", "prelu"}  # the rule finds them
     tested = {A.get_class(name).registry_name for name, _ in CASES}
     benched = {A.get_class(name).registry_name for name, _ in BENCH_CASES.values()}
@@ -294,6 +338,7 @@ def test_every_family_with_a_fast_path_is_in_the_cases():
 
 def test_a_bad_kernels_switch_is_one_line(monkeypatch, capsys):
     from visionbench import cli
+
     monkeypatch.setenv("VISIONBENCH_KERNELS", "fast")
     monkeypatch.setattr(fused, "BACKEND", "fast")
     assert cli.main(["list"]) == 2

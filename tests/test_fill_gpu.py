@@ -3,6 +3,7 @@ end to end in a subprocess (worker processes, a case per K, the bit check, the C
 refusals, and its pure parts — the --k list, the private MPS daemon's start and quit (a fake
 nvidia-cuda-mps-control), the GPU-busy sampler's fallback from NVML to nvidia-smi to "—", the state digest and the
 report's rows and verdicts. No GPU here: nothing asserts a time or a speed-up."""
+
 from __future__ import annotations
 
 import argparse
@@ -39,24 +40,59 @@ def table_rows(text: str, first: str) -> list[dict[str, str]]:
 
 def test_the_dry_run_writes_a_row_per_case_and_the_bit_check(tmp_path):
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "visionbench.bench", "fill", "recipe=cifar10_vgg8", "act=relu",
-                           "--device", "cpu", "--k", "2,1", "--seconds", "0.3", "--bits", "2", "--bit-steps", "2",
-                           "--mps", "--capture", "batch_size=2", "--out", str(out), "--name", "dry"],
-                          capture_output=True, text=True, timeout=150, cwd=tmp_path, check=False,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "visionbench.bench",
+            "fill",
+            "recipe=cifar10_vgg8",
+            "act=relu",
+            "--device",
+            "cpu",
+            "--k",
+            "2,1",
+            "--seconds",
+            "0.3",
+            "--bits",
+            "2",
+            "--bit-steps",
+            "2",
+            "--mps",
+            "--capture",
+            "batch_size=2",
+            "--out",
+            str(out),
+            "--name",
+            "dry",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        cwd=tmp_path,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     text = (out / "dry.md").read_text()
     assert text.startswith("# Filling the CPU: K training processes of vgg8 at once")
     assert "torch " in text and "triton " in text and "batch 2 x 3x32x32" in text
     rows = {(r["mode"], r["K"]): r for r in table_rows(text, "activation | mode")}
-    assert set(rows) == {("eager", "1"), ("eager", "2"), ("eager, MPS", "1"), ("eager, MPS", "2"),
-                         ("CUDA graph (whole step)", "1"), ("torch.compile reduce-overhead", "1")}
+    assert set(rows) == {
+        ("eager", "1"),
+        ("eager", "2"),
+        ("eager, MPS", "1"),
+        ("eager, MPS", "2"),
+        ("CUDA graph (whole step)", "1"),
+        ("torch.compile reduce-overhead", "1"),
+    }
     for k in ("1", "2"):
         row = rows[("eager", k)]
         assert float(row["img/s (all K)"]) > 0 and row["GPU busy %"] == "—" and row["note"] == "—", row
     assert rows[("eager", "1")]["× 1 process"] == "1"
-    assert all(rows[key]["note"] == "CUDA only" and rows[key]["img/s (all K)"] == "—" for key in rows
-               if key[0] != "eager")
+    assert all(
+        rows[key]["note"] == "CUDA only" and rows[key]["img/s (all K)"] == "—" for key in rows if key[0] != "eager"
+    )
     bits = table_rows(text, "activation | seed")
     assert [(b["seed"], b["bits"]) for b in bits] == [("0", "same"), ("1", "same")]
     assert bits[0]["alone (sha256)"] != bits[1]["alone (sha256)"]  # two seeds, two networks
@@ -68,15 +104,19 @@ def test_the_dry_run_writes_a_row_per_case_and_the_bit_check(tmp_path):
 OUT = "--out={tmp}/out"
 
 
-@pytest.mark.parametrize("argv, text", [
-    (["--k", "0"], "argument --k: must be comma-separated integers >= 1 (e.g. 1,4,8,16), got '0'"),
-    (["--k", "1,x"], "argument --k: must be comma-separated integers >= 1"),
-    (["--bits", "1"], "argument --bits: must be an integer >= 2 (seeds trained alone, then all at once), got '1'"),
-    (["--seconds", "0"], "argument --seconds: must be a number of seconds > 0, got '0'"),
-    (["--device", "nope"], "argument --device: not a torch device, got 'nope'"),
-    (["act=relux"], "visionbench bench fill: unknown activation 'relux'"),
-    (["recipe=nope"], "visionbench bench fill: unknown recipe 'nope'"),
-], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+@pytest.mark.parametrize(
+    "argv, text",
+    [
+        (["--k", "0"], "argument --k: must be comma-separated integers >= 1 (e.g. 1,4,8,16), got '0'"),
+        (["--k", "1,x"], "argument --k: must be comma-separated integers >= 1"),
+        (["--bits", "1"], "argument --bits: must be an integer >= 2 (seeds trained alone, then all at once), got '1'"),
+        (["--seconds", "0"], "argument --seconds: must be a number of seconds > 0, got '0'"),
+        (["--device", "nope"], "argument --device: not a torch device, got 'nope'"),
+        (["act=relux"], "visionbench bench fill: unknown activation 'relux'"),
+        (["recipe=nope"], "visionbench bench fill: unknown recipe 'nope'"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
 def test_a_bad_input_fails_in_one_line_and_writes_nothing(argv, text, tmp_path, capsys):
     out = tmp_path / "out"
     code = cli_main(["bench", "fill", "recipe=cifar10_vgg8", "act=relu", *argv, f"--out={out}"])
@@ -114,8 +154,11 @@ def fake_tool(folder: Path, name: str, body: str) -> Path:
 
 def test_a_private_mps_daemon_is_started_with_its_own_pipe_and_quit_even_on_error(tmp_path, monkeypatch):
     log = tmp_path / "calls"
-    fake_tool(tmp_path / "bin", "nvidia-cuda-mps-control",
-              f'echo "args=$* pipe=$CUDA_MPS_PIPE_DIRECTORY logdir=$CUDA_MPS_LOG_DIRECTORY stdin=$(cat)" >> {log}\n')
+    fake_tool(
+        tmp_path / "bin",
+        "nvidia-cuda-mps-control",
+        f'echo "args=$* pipe=$CUDA_MPS_PIPE_DIRECTORY logdir=$CUDA_MPS_LOG_DIRECTORY stdin=$(cat)" >> {log}\n',
+    )
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     folder = tmp_path / "mps"
     with pytest.raises(RuntimeError, match="a case failed"), F.mps_daemon(folder) as (env, why):
@@ -190,15 +233,24 @@ def test_state_digest_is_the_bits():
 
 
 def test_rows_ratios_and_verdicts():
-    rows = [F.Row("relu", "mps", 4, img_s=400.0, busy=95.0), F.Row("relu", "eager", 4, img_s=250.0, busy=60.0),
-            F.Row("relu", "eager", 1, img_s=100.0, busy=30.0), F.Row("relu", "graph", 1, note="CUDA only")]
+    rows = [
+        F.Row("relu", "mps", 4, img_s=400.0, busy=95.0),
+        F.Row("relu", "eager", 4, img_s=250.0, busy=60.0),
+        F.Row("relu", "eager", 1, img_s=100.0, busy=30.0),
+        F.Row("relu", "graph", 1, note="CUDA only"),
+    ]
     table = F.throughput_rows(rows)
-    assert [(r[1], r[2]) for r in table] == [("eager", 1), ("eager", 4), ("eager, MPS", 4),
-                                           ("CUDA graph (whole step)", 1)]
+    assert [(r[1], r[2]) for r in table] == [
+        ("eager", 1),
+        ("eager", 4),
+        ("eager, MPS", 4),
+        ("CUDA graph (whole step)", 1),
+    ]
     assert [r[4] for r in table] == [1.0, 2.5, 4.0, None]
-    line, = F.verdicts(rows, torch.device("cuda"))
-    assert line == ("relu: best 400 img/s (eager, MPS, K=4), 4.00× one process (met: ≥ 3×); GPU busy at most 95 % "
-                    "(met: ≥ 90 %)")
+    (line,) = F.verdicts(rows, torch.device("cuda"))
+    assert line == (
+        "relu: best 400 img/s (eager, MPS, K=4), 4.00× one process (met: ≥ 3×); GPU busy at most 95 % (met: ≥ 90 %)"
+    )
     same = [F.BitRow("relu", 0, "a" * 64, "a" * 64), F.BitRow("relu", 1, "b" * 64, "c" * 64)]
     assert F.bit_verdict(same[:1], 10).startswith("bit check: the same — every seed's final weights (1 seeds")
     assert F.bit_verdict(same, 10) == "bit check: DIFFERENT — 1 of 2 seed runs changed with 2 at once: relu seed 1"
@@ -238,12 +290,22 @@ class FakePool:
 def fake_bench(monkeypatch, tmp_path, device="cuda", budget=None, **flags):
     FakePool.made = []
     monkeypatch.setattr(F, "Pool", FakePool)
-    monkeypatch.setattr(F.BusySampler, "mean_until",
-                        lambda self, start, end: 50.0 if self.device.type == "cuda" else None)
+    monkeypatch.setattr(
+        F.BusySampler, "mean_until", lambda self, start, end: 50.0 if self.device.type == "cuda" else None
+    )
     monkeypatch.setattr(F, "START_LEAD_S", 0.0)
     monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
-    args = argparse.Namespace(k=[1, 4, 8, 16], seconds=0.01, mps=False, capture=False, capture_k=[1, 8], bits=None,
-                              bit_steps=2, budget=budget, device=device)
+    args = argparse.Namespace(
+        k=[1, 4, 8, 16],
+        seconds=0.01,
+        mps=False,
+        capture=False,
+        capture_k=[1, 8],
+        bits=None,
+        bit_steps=2,
+        budget=budget,
+        device=device,
+    )
     vars(args).update(flags)
 
     def spec(act, mode, seed):
@@ -259,7 +321,9 @@ def test_the_cuda_cases_in_order_mps_absent_said(monkeypatch, tmp_path):
         *[(a, "eager", k) for a in ("relu", "rational") for k in (1, 4, 8, 16)],
         *[(a, "graph", k) for a in ("relu", "rational") for k in (1, 8)],
         *[(a, "mps", k) for a in ("relu", "rational") for k in (1, 4, 8, 16)],
-        ("relu", "compile", 1), ("rational", "compile", 1)]
+        ("relu", "compile", 1),
+        ("rational", "compile", 1),
+    ]
     by = {(r.act, r.mode, r.k): r for r in bench.rows}
     assert by[("relu", "eager", 8)].img_s == 8 * 10 * 8 / 1.0 and by[("relu", "eager", 8)].busy == 50.0
     assert by[("relu", "eager", 8)].peak_mb == 3.0 and by[("relu", "eager", 8)].steps == (10, 10)
@@ -269,8 +333,11 @@ def test_the_cuda_cases_in_order_mps_absent_said(monkeypatch, tmp_path):
     prepared = [sent[0]["spec"] for command, sent in FakePool.made[0].commands if command == "prepare"]
     assert {s.mode for s in prepared} == {"eager", "bits", "graph"}
     assert [(r.seed, r.alone == r.together) for r in bench.bit_rows[:8]] == [(s, True) for s in range(8)]
-    alone = [sent for command, sent in FakePool.made[0].commands if command == "prepare" and len(sent) == 1
-             and sent[0]["spec"].mode == "bits"]
+    alone = [
+        sent
+        for command, sent in FakePool.made[0].commands
+        if command == "prepare" and len(sent) == 1 and sent[0]["spec"].mode == "bits"
+    ]
     assert [s[0]["spec"].seed for s in alone[:8]] == list(range(8))  # alone: seed by seed, in worker 0
 
 
@@ -280,8 +347,12 @@ def test_the_mps_pool_gets_the_private_daemons_variables(monkeypatch, tmp_path):
     bench.run_all(["relu"])
     plain, mps = FakePool.made
     assert plain.env == {} and mps.env["CUDA_MPS_PIPE_DIRECTORY"].endswith("/pipe")
-    assert [(r.mode, r.k, r.note) for r in bench.rows] == [("eager", 1, ""), ("eager", 2, ""), ("mps", 1, ""),
-                                                          ("mps", 2, "")]
+    assert [(r.mode, r.k, r.note) for r in bench.rows] == [
+        ("eager", 1, ""),
+        ("eager", 2, ""),
+        ("mps", 1, ""),
+        ("mps", 2, ""),
+    ]
 
 
 def test_a_failing_worker_or_the_budget_is_said_in_the_row(monkeypatch, tmp_path):

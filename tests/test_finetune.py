@@ -1,6 +1,7 @@
 """Fine-tuning a trained backbone's activations (paper 001 App O): checkpoint formats, fitted swap
 reproducing the source network, freezing (bit-identical frozen tensors, BatchNorm statistics included),
 the optimizer's parameters, clear errors, and the fine-tune recipe end to end on CPU fixtures."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,17 +25,26 @@ from visionbench.sweep.sweep import run_sweep
 from .helpers import shrunk
 
 # a ResNet-32 on digits, one epoch, one validation batch: the deltas to tests/helpers.py's shrink
-RESNET32 = ("recipe=digits_resnet32", "seeds=1", "epochs=1", "data.limit_train=128", "data.limit_val=64",
-            "trainer.limit_val_batches=1", "snapshot_epochs=[-1]")
+RESNET32 = (
+    "recipe=digits_resnet32",
+    "seeds=1",
+    "epochs=1",
+    "data.limit_train=128",
+    "data.limit_val=64",
+    "trainer.limit_val_batches=1",
+    "snapshot_epochs=[-1]",
+)
 # Relative logit error ||f_fitted(x) - f(x)|| / ||f(x)|| on the 360 digits test images of a VGG4 trained
 # 3 epochs with the source act (measured: docs/finetune.md). Fits are on [-3, 3]; this VGG4's act inputs
 # reach ~4-7, where polynomials grow. Hermite needs degree ~10 for GELU; the paper's degree 3 misses GELU
 # by 0.21 on [-3, 3] and does not reproduce the network (rel ~6) -- it is a starting point, not a copy.
-TOLERANCE = [("gelu", "rational", {}, 0.05),            # measured 0.033
-             ("relu", "rational", {}, 0.05),            # measured 0.021 (ReLU's kink: derivative error 0.49)
-             ("gelu", "hermite", {"degree": 10}, 0.05),  # measured 0.013
-             ("gelu", "fourier", {"degree": 6}, 0.01),   # measured 0.0003
-             ("relu", "tropical_rational", {"degree": 6}, 0.01)]  # measured 0.0006
+TOLERANCE = [
+    ("gelu", "rational", {}, 0.05),  # measured 0.033
+    ("relu", "rational", {}, 0.05),  # measured 0.021 (ReLU's kink: derivative error 0.49)
+    ("gelu", "hermite", {"degree": 10}, 0.05),  # measured 0.013
+    ("gelu", "fourier", {"degree": 6}, 0.01),  # measured 0.0003
+    ("relu", "tropical_rational", {"degree": 6}, 0.01),
+]  # measured 0.0006
 
 
 @pytest.fixture(autouse=True)
@@ -55,8 +65,17 @@ def digits(train: bool, n: int | None = None):
 
 def builder(name: str, **kw):
     def build(act, act_kwargs, num_classes, pretrained):
-        return models.create(name, act=act, act_kwargs=act_kwargs, num_classes=num_classes, img_size=8, in_chans=1,
-                             pretrained=pretrained, **kw)
+        return models.create(
+            name,
+            act=act,
+            act_kwargs=act_kwargs,
+            num_classes=num_classes,
+            img_size=8,
+            in_chans=1,
+            pretrained=pretrained,
+            **kw,
+        )
+
     return build
 
 
@@ -115,8 +134,9 @@ def test_same_fixed_act_reproduces_the_source_exactly(vgg4_sources):
 
 def test_batchnorm_resnet_frozen_tensors_stay_bit_identical_in_training(tmp_path):
     torch.manual_seed(0)
-    source = train_briefly(models.create("resnet32", act="gelu", num_classes=10, img_size=8, in_chans=1),
-                           epochs=1, steps=3, lr=0.05)
+    source = train_briefly(
+        models.create("resnet32", act="gelu", num_classes=10, img_size=8, in_chans=1), epochs=1, steps=3, lr=0.05
+    )
     torch.save({"state_dict": source.state_dict(), "epoch": 1}, tmp_path / "r32.pth")  # timm train.py nesting
     for act in ("hermite", "rational"):
         net = finetune.prepare(builder("resnet32"), tmp_path / "r32.pth", act, num_classes=10, source_act="gelu")
@@ -153,9 +173,11 @@ def test_frozen_batchnorm_is_eval_batchnorm_bit_for_bit():
 def test_train_choices(vgg4_sources, train):
     net = finetune.prepare(builder("vgg4"), vgg4_sources["relu"][1], "hermite", num_classes=5, train=train)
     names = {n for n, p in net.named_parameters() if p.requires_grad}
-    want = {"head": {"head.weight", "head.bias"},
-            "act": {n for n, _ in net.named_parameters() if ".act" in n},  # stages.*.act*.weight
-            "all": {n for n, _ in net.named_parameters()}}[train]
+    want = {
+        "head": {"head.weight", "head.bias"},
+        "act": {n for n, _ in net.named_parameters() if ".act" in n},  # stages.*.act*.weight
+        "all": {n for n, _ in net.named_parameters()},
+    }[train]
     assert names == want and len(want) >= 2 and net.get_classifier().out_features == 5
 
 
@@ -178,11 +200,21 @@ def test_checkpoint_layouts(tmp_path, layout):
 
         save_file(state, str(path))
     else:
-        obj = {"plain": state, "state_dict": {"state_dict": state, "optimizer": {}},
-               "model": {"model": state, "args": 1}, "module": {f"module.{k}": v for k, v in state.items()},
-               "ema": {"state_dict": {k: v * 0 for k, v in state.items()}, "state_dict_ema": state},
-               "timm_train": {"epoch": 3, "arch": "vb_vgg4", "state_dict": state, "optimizer": {},
-                              "args": argparse.Namespace(lr=0.1), "version": 2}}[layout]
+        obj = {
+            "plain": state,
+            "state_dict": {"state_dict": state, "optimizer": {}},
+            "model": {"model": state, "args": 1},
+            "module": {f"module.{k}": v for k, v in state.items()},
+            "ema": {"state_dict": {k: v * 0 for k, v in state.items()}, "state_dict_ema": state},
+            "timm_train": {
+                "epoch": 3,
+                "arch": "vb_vgg4",
+                "state_dict": state,
+                "optimizer": {},
+                "args": argparse.Namespace(lr=0.1),
+                "version": 2,
+            },
+        }[layout]
         torch.save(obj, path)
     ckpt = read_checkpoint(path, ema=layout == "ema")
     assert ckpt.kind == "state_dict" and set(ckpt.state_dict) == set(state)
@@ -207,13 +239,17 @@ def test_errors_say_what_is_wrong_and_what_is_accepted(vgg4_sources, tmp_path):
         finetune.prepare(build, tmp_path / "opt.pth", "hermite", num_classes=10)
     # VGG4 into VGG8 (and back): every key the two do not share is listed, the replaced head is not
     torch.save(models.create("vgg8", num_classes=3, in_chans=1).state_dict(), tmp_path / "vgg8.pth")
-    with pytest.raises(ValueError, match=r"does not match VGG \(the classifier head\.\* excluded\): 8 unexpected: "
-                                         r"stages\.0\.conv2\.weight, stages\.0\.conv2\.bias, stages\.1\.conv2") as e:
+    with pytest.raises(
+        ValueError,
+        match=r"does not match VGG \(the classifier head\.\* excluded\): 8 unexpected: "
+        r"stages\.0\.conv2\.weight, stages\.0\.conv2\.bias, stages\.1\.conv2",
+    ) as e:
         finetune.prepare(build, tmp_path / "vgg8.pth", "hermite", num_classes=10)
     assert "head." not in str(e.value).split("excluded")[1]
     with pytest.raises(ValueError, match=r"8 missing: stages\.0\.conv2\.weight, .*stages\.3\.conv2\.bias"):
-        finetune.prepare(lambda a, kw, n, p: models.create("vgg8", act=a, num_classes=n, in_chans=1), path, "hermite",
-                         num_classes=10)
+        finetune.prepare(
+            lambda a, kw, n, p: models.create("vgg8", act=a, num_classes=n, in_chans=1), path, "hermite", num_classes=10
+        )
     with pytest.raises(ValueError, match=r"another shape: stages\.0\.conv1\.weight \(64, 3, 3, 3\) vs model \(64, 1"):
         torch.save(models.create("vgg4", num_classes=3, in_chans=3).state_dict(), tmp_path / "rgb.pth")
         finetune.prepare(build, tmp_path / "rgb.pth", "hermite", num_classes=10)
@@ -251,15 +287,25 @@ def test_finetune_run_trains_only_act_and_head(source_run, tmp_path, monkeypatch
 
     def spy(self):
         out = configure(self)
-        seen.append(dict(optimized={id(p) for g in out["optimizer"].param_groups for p in g["params"]},
-                         trainable={id(p) for p in self.model.parameters() if p.requires_grad},
-                         names=set(self.model.finetune_report.trainable),
-                         init={k: v.clone() for k, v in self.model.state_dict().items()}))
+        seen.append(
+            dict(
+                optimized={id(p) for g in out["optimizer"].param_groups for p in g["params"]},
+                trainable={id(p) for p in self.model.parameters() if p.requires_grad},
+                names=set(self.model.finetune_report.trainable),
+                init={k: v.clone() for k, v in self.model.state_dict().items()},
+            )
+        )
         return out
 
     monkeypatch.setattr(ClassificationModule, "configure_optimizers", spy)
-    cfg = load_config([f"results_dir={tmp_path}", *shrunk(*RESNET32, "act=hermite,rational"),
-                       f"finetune.checkpoint={source_run}", "act_options.hermite.clamp=true"])
+    cfg = load_config(
+        [
+            f"results_dir={tmp_path}",
+            *shrunk(*RESNET32, "act=hermite,rational"),
+            f"finetune.checkpoint={source_run}",
+            "act_options.hermite.clamp=true",
+        ]
+    )
     with one_thread():
         outcomes = run_sweep(cfg, progress=False)
     source = read_checkpoint(source_run).state_dict
@@ -299,11 +345,21 @@ def _recipe_on_fixture(tmp_path, cifar_root, model_name: str, *extra: str):
     kwargs = {"img_size": 32} if model_name == "vgg4" else {}
     src = models.create(model_name, num_classes=7, **kwargs)  # a 7-class "pretrained" net: the head is replaced
     torch.save(src.state_dict(), tmp_path / "src.pth")
-    cfg = load_config(["recipe=finetune_cifar10_convnext_t", f"results_dir={tmp_path}", f"data.root={cifar_root}",
-                       f"model.name={model_name}", f"finetune.checkpoint={tmp_path / 'src.pth'}", "epochs=1",
-                       "seeds=1", "snapshot_epochs=[-1]", *extra,
-                       # the recipe pins convnext_tiny's weight tag (fb_in1k), which no other model has
-                       *(["model.kwargs.pretrained_cfg=null"] if model_name != "convnext_t" else [])])
+    cfg = load_config(
+        [
+            "recipe=finetune_cifar10_convnext_t",
+            f"results_dir={tmp_path}",
+            f"data.root={cifar_root}",
+            f"model.name={model_name}",
+            f"finetune.checkpoint={tmp_path / 'src.pth'}",
+            "epochs=1",
+            "seeds=1",
+            "snapshot_epochs=[-1]",
+            *extra,
+            # the recipe pins convnext_tiny's weight tag (fb_in1k), which no other model has
+            *(["model.kwargs.pretrained_cfg=null"] if model_name != "convnext_t" else []),
+        ]
+    )
     with one_thread():
         return run_sweep(cfg, progress=False)
 

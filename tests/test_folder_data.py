@@ -1,7 +1,8 @@
 """data.name=folder: your own images in the ImageFolder layout (visionbench/data/folder.py, docs/data.md).
 
-    .venv/bin/python -m pytest tests/test_folder_data.py -q
+.venv/bin/python -m pytest tests/test_folder_data.py -q
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,7 @@ def shape(c: int, k: int, size: int = 12, gray: bool = False) -> Image.Image:
     return img.convert("L") if gray else img
 
 
-def write_folder(root: Path, splits=("train", "test"), per_class: int = 10, gray: bool = False,
-                 sizes=None) -> Path:
+def write_folder(root: Path, splits=("train", "test"), per_class: int = 10, gray: bool = False, sizes=None) -> Path:
     """root/<split>/<class>/<k>.png: 3 classes of 12x12 shapes, `per_class` in train, 4 in val/test."""
     for split in splits:
         for c, name in enumerate(CLASSES):
@@ -56,15 +56,18 @@ def make(root: Path, **cfg) -> data.VisionDataModule:
     return data.create_datamodule({"name": "folder", "root": str(root), **cfg}, batch_size=8, seed=0)
 
 
-@pytest.mark.parametrize("splits, val_split, sizes", [
-    (("train",), 0.0, (24, 6, None)),          # test = a fixed 20 % of train/, which is val without val_split
-    (("train",), 0.2, (19, 5, 6)),
-    (("train", "test"), 0.0, (30, 12, None)),
-    (("train", "test"), 0.2, (24, 6, 12)),
-    (("train", "val"), 0.0, (30, 12, None)),   # val/ alone: the official set, as ImageNet's
-    (("train", "val", "test"), 0.0, (30, 12, 12)),
-    (("train", "val", "test"), 0.2, (30, 12, 12)),  # val/ selects: val_split unused
-])
+@pytest.mark.parametrize(
+    "splits, val_split, sizes",
+    [
+        (("train",), 0.0, (24, 6, None)),  # test = a fixed 20 % of train/, which is val without val_split
+        (("train",), 0.2, (19, 5, 6)),
+        (("train", "test"), 0.0, (30, 12, None)),
+        (("train", "test"), 0.2, (24, 6, 12)),
+        (("train", "val"), 0.0, (30, 12, None)),  # val/ alone: the official set, as ImageNet's
+        (("train", "val", "test"), 0.0, (30, 12, 12)),
+        (("train", "val", "test"), 0.2, (30, 12, 12)),  # val/ selects: val_split unused
+    ],
+)
 def test_layouts_split_as_the_builtins(tmp_path, splits, val_split, sizes):
     dm = make(write_folder(tmp_path / "d", splits), val_split=val_split)
     assert (dm.num_classes, dm.in_chans, dm.img_size, dm.classes) == (3, 3, 12, CLASSES)
@@ -90,8 +93,12 @@ def test_statistics_are_those_of_the_training_images(tmp_path):
     root = write_folder(tmp_path / "d", ("train",))
     dm = make(root)
     dm.setup()
-    pixels = np.concatenate([np.asarray(Image.open(p).convert("RGB"), dtype=np.float64).reshape(-1, 3) / 255
-                             for p in dm.train_set.source.paths])  # the training source: train/ less its test part
+    pixels = np.concatenate(
+        [
+            np.asarray(Image.open(p).convert("RGB"), dtype=np.float64).reshape(-1, 3) / 255
+            for p in dm.train_set.source.paths
+        ]
+    )  # the training source: train/ less its test part
     np.testing.assert_allclose(dm.mean, pixels.mean(0), atol=1e-6)
     np.testing.assert_allclose(dm.std, pixels.std(0), atol=1e-6)
     given = make(root, img_size=16, mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25])
@@ -237,8 +244,9 @@ def test_a_folder_trains_and_reports(tmp_path, capsys):
     root = write_folder(tmp_path / "d")
     before = listing(root)
     results = tmp_path / "r"
-    code = main(["run", "data.name=folder", f"data.root={root}", "act=relu", "seeds=1", "epochs=1",
-                 f"results_dir={results}"])
+    code = main(
+        ["run", "data.name=folder", f"data.root={root}", "act=relu", "seeds=1", "epochs=1", f"results_dir={results}"]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert "relu               seed 0: completed" in out and "| relu | 1 |" in out

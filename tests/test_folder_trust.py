@@ -5,6 +5,7 @@ front; each refusal one line, exit 2, nothing written.
 
     .venv/bin/python -m pytest tests/test_folder_trust.py -q
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,9 @@ def _cache_and_alarm(tmp_path, monkeypatch):
     signal.signal(signal.SIGALRM, previous)
 
 
-def write_gray(root: Path, classes: dict[str, int], n: int = 5, dtype=np.uint16, splits=("train",),
-               per_split: dict | None = None) -> Path:
+def write_gray(
+    root: Path, classes: dict[str, int], n: int = 5, dtype=np.uint16, splits=("train",), per_split: dict | None = None
+) -> Path:
     """root/<split>/<class>/<k>.png: n constant images of each class's value (+k), 16-bit unless dtype says."""
     for split in splits:
         for name, value in classes.items():
@@ -69,8 +71,18 @@ def refused(tmp_path, monkeypatch, capsys, root: Path, *args: str) -> str:
 
     monkeypatch.setattr(sweep, "execute_jobs", lambda *a, **k: pytest.fail("a bad folder reached training"))
     monkeypatch.chdir(tmp_path)
-    code = main(["run", "data.name=folder", f"data.root={root}", "act=relu", "seeds=1", "epochs=1",
-                 f"results_dir={tmp_path / 'r'}", *args])
+    code = main(
+        [
+            "run",
+            "data.name=folder",
+            f"data.root={root}",
+            "act=relu",
+            "seeds=1",
+            "epochs=1",
+            f"results_dir={tmp_path / 'r'}",
+            *args,
+        ]
+    )
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
@@ -83,8 +95,9 @@ def refused(tmp_path, monkeypatch, capsys, root: Path, *args: str) -> str:
 def test_16_bit_classes_stay_distinguishable_not_clipped_to_white(tmp_path):
     """Two classes of 16-bit PNGs (20000 and 40000): PIL's convert("L") made both all 255; scaled by their
     16-bit range they are 78 and 156, and the statistics are theirs, not white's."""
-    root = write_gray(tmp_path / "d", {"dark": 20000, "bright": 40000}, splits=("train", "test"),
-                      per_split={"train": 5, "test": 2})
+    root = write_gray(
+        tmp_path / "d", {"dark": 20000, "bright": 40000}, splits=("train", "test"), per_split={"train": 5, "test": 2}
+    )
     assert Image.open(root / "train" / "dark" / "0.png").mode.startswith("I;16")
     dm = make(root)
     assert dm.in_chans == 1 and dm.facts.value_range == [0.0, 65535.0]
@@ -132,9 +145,11 @@ def test_a_symlink_loop_is_refused_not_followed(tmp_path, monkeypatch, capsys):
     root = write_gray(tmp_path / "d", {"cat": 100, "dog": 200}, dtype=np.uint8)
     os.symlink("..", root / "train" / "cat" / "loop")
     line = refused(tmp_path, monkeypatch, capsys, root)
-    assert line == (f"visionbench run: {root}/train/cat/loop: a symlink to a folder (..); refused: visionbench follows "
-                    "no folder link inside data.root (a loop, or another folder's images read under this name); "
-                    "replace the link by the folder itself or delete it")
+    assert line == (
+        f"visionbench run: {root}/train/cat/loop: a symlink to a folder (..); refused: visionbench follows "
+        "no folder link inside data.root (a loop, or another folder's images read under this name); "
+        "replace the link by the folder itself or delete it"
+    )
 
 
 def test_a_symlinked_class_folder_is_refused(tmp_path):
@@ -150,8 +165,10 @@ def test_a_symlink_out_of_data_root_is_refused(tmp_path, monkeypatch, capsys):
     Image.new("L", (8, 8)).save(secret)
     os.symlink(secret, root / "train" / "dog" / "x.png")
     line = refused(tmp_path, monkeypatch, capsys, root)
-    assert line == (f"visionbench run: {root}/train/dog/x.png: a symlink leading outside data.root {root} (to "
-                    f"{secret}); refused: an image must lie inside data.root; copy the file in (or hard-link it)")
+    assert line == (
+        f"visionbench run: {root}/train/dog/x.png: a symlink leading outside data.root {root} (to "
+        f"{secret}); refused: an image must lie inside data.root; copy the file in (or hard-link it)"
+    )
 
 
 def test_a_symlink_to_an_image_inside_data_root_is_read(tmp_path):
@@ -166,8 +183,10 @@ def test_a_dangling_symlink_is_one_line(tmp_path, monkeypatch, capsys):
     root = write_gray(tmp_path / "d", {"cat": 100, "dog": 200}, dtype=np.uint8)
     os.symlink("gone.png", root / "train" / "cat" / "x.png")
     line = refused(tmp_path, monkeypatch, capsys, root)
-    assert line == (f"visionbench run: {root}/train/cat/x.png: a dangling symlink (to gone.png: No such file or "
-                    "directory); point it at the image or delete it")
+    assert line == (
+        f"visionbench run: {root}/train/cat/x.png: a dangling symlink (to gone.png: No such file or "
+        "directory); point it at the image or delete it"
+    )
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
@@ -175,8 +194,10 @@ def test_a_fifo_named_png_is_refused_never_opened(tmp_path, monkeypatch, capsys)
     root = write_gray(tmp_path / "d", {"cat": 100, "dog": 200}, dtype=np.uint8)
     os.mkfifo(root / "train" / "cat" / "f.png")
     line = refused(tmp_path, monkeypatch, capsys, root)
-    assert line == (f"visionbench run: {root}/train/cat/f.png: a FIFO (named pipe), not a regular file; refused "
-                    "(never opened): visionbench reads only regular image files; delete it or replace it with the image")
+    assert line == (
+        f"visionbench run: {root}/train/cat/f.png: a FIFO (named pipe), not a regular file; refused "
+        "(never opened): visionbench reads only regular image files; delete it or replace it with the image"
+    )
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
@@ -202,13 +223,16 @@ def test_the_walk_lists_files_in_torchvisions_order(tmp_path):
 def test_one_image_per_class_with_a_test_folder_is_refused_up_front(tmp_path, monkeypatch, capsys):
     """digits_vgg4 selects on a stratified 0.2 of train/ (data.val_split=0.2): one image per class cannot be split;
     it failed inside every run, now once, before any, saying what is needed."""
-    root = write_gray(tmp_path / "d", {"a": 30, "b": 200}, dtype=np.uint8, splits=("train", "test"),
-                      per_split={"train": 1, "test": 2})
+    root = write_gray(
+        tmp_path / "d", {"a": 30, "b": 200}, dtype=np.uint8, splits=("train", "test"), per_split={"train": 1, "test": 2}
+    )
     line = refused(tmp_path, monkeypatch, capsys, root)
-    assert line == (f"visionbench run: {root}/train: data.val_split=0.2 holds out a stratified 0.2 of train/ for model "
-                    "selection, which needs at least 2 images of every class and at least 2 images (2 classes) on each "
-                    "side; it has 2 images, class 'a' only 1; add training images, give a val/ folder (it then "
-                    "selects), or set data.val_split=0 (the official set then selects as well)")
+    assert line == (
+        f"visionbench run: {root}/train: data.val_split=0.2 holds out a stratified 0.2 of train/ for model "
+        "selection, which needs at least 2 images of every class and at least 2 images (2 classes) on each "
+        "side; it has 2 images, class 'a' only 1; add training images, give a val/ folder (it then "
+        "selects), or set data.val_split=0 (the official set then selects as well)"
+    )
     make(root, val_split=0.0).setup()  # without the split it is a (tiny) valid folder
 
 
@@ -218,9 +242,19 @@ def test_a_stats_file_inside_the_folder_is_neither_read_nor_written(tmp_path):
     anything: the facts come from the images, cached in visionbench's own cache, and DIR is left as it was."""
     root = write_gray(tmp_path / "d", {"a": 30, "b": 200}, dtype=np.uint8)
     classes, splits = folder_mod.layout(root, "data.root")
-    forged = {"version": folder_mod.STATS_VERSION, "digest": folder_mod.digest(splits, root), "classes": classes,
-              "counts": {"train": 10}, "sizes": {"8x8": 8}, "in_chans": 3, "native_size": 8, "img_size": 8,
-              "mean": [0.9, 0.9, 0.9], "std": [0.01, 0.01, 0.01], "value_range": None}
+    forged = {
+        "version": folder_mod.STATS_VERSION,
+        "digest": folder_mod.digest(splits, root),
+        "classes": classes,
+        "counts": {"train": 10},
+        "sizes": {"8x8": 8},
+        "in_chans": 3,
+        "native_size": 8,
+        "img_size": 8,
+        "mean": [0.9, 0.9, 0.9],
+        "std": [0.01, 0.01, 0.01],
+        "value_range": None,
+    }
     (root / ".visionbench_stats.json").write_text(json.dumps(forged))
     before = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
     dm = make(root)

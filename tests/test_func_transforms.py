@@ -6,6 +6,7 @@ fused kernels batch under vmap (`VmapFusedFunction`'s generated rule) and refuse
 they would get wrong. Every comparison is against autograd on the ordinary fast path (no transform) and against
 the reference path under the same transform.
 """
+
 from __future__ import annotations
 
 import copy
@@ -105,7 +106,9 @@ def test_vmap_ensemble_and_vmap_grad(name, per_channel, monkeypatch):
         return (functional_call(base, (params, buffers), (x,)) * g).sum()
 
     for reference in (False, True):
-        monkeypatch.setattr(fused, "BACKEND", "reference" if reference else "auto")  # what VISIONBENCH_KERNELS=reference sets
+        monkeypatch.setattr(
+            fused, "BACKEND", "reference" if reference else "auto"
+        )  # what VISIONBENCH_KERNELS=reference sets
         what = "reference" if reference else "fast"
         params, buffers = stack_module_state(acts)
         xs = x.clone().requires_grad_(True)
@@ -163,8 +166,9 @@ def test_transforms_take_the_plain_formulas():
     act.fast_forward = lambda x: pytest.fail("the fused path ran under a torch.func transform")
     x = torch.randn(4, 5, dtype=torch.float64)
     torch.testing.assert_close(vmap(act)(x), ref(x), **TOL)
-    results = [(torch.func.hessian(lambda x: m(x).sum())(x[0]), jvp(m, (x,), (torch.ones_like(x),))[1])
-               for m in (act, ref)]
+    results = [
+        (torch.func.hessian(lambda x: m(x).sum())(x[0]), jvp(m, (x,), (torch.ones_like(x),))[1]) for m in (act, ref)
+    ]
     for got, want in zip(*results):
         torch.testing.assert_close(got, want, **TOL)
 
@@ -174,8 +178,10 @@ def test_vmapped_rational_vgg4_ensemble(monkeypatch):
     vmap(functional_call): every parameter gets the reference path's gradient (before the fix 2 of
     26 did), equal to training the three models one by one on the fast path."""
     torch.manual_seed(0)
-    nets = [models.create("vgg4", act="rational", in_chans=1, img_size=8, num_classes=10, norm="group").double()
-            for _ in range(COPIES)]
+    nets = [
+        models.create("vgg4", act="rational", in_chans=1, img_size=8, num_classes=10, norm="group").double()
+        for _ in range(COPIES)
+    ]
     x = torch.randn(COPIES, 4, 1, 8, 8, dtype=torch.float64)
     labels = torch.randint(0, 10, (COPIES, 4))
     base = copy.deepcopy(nets[0]).to("meta")
@@ -185,7 +191,9 @@ def test_vmapped_rational_vgg4_ensemble(monkeypatch):
 
     grads = {}
     for reference in (False, True):
-        monkeypatch.setattr(fused, "BACKEND", "reference" if reference else "auto")  # what VISIONBENCH_KERNELS=reference sets
+        monkeypatch.setattr(
+            fused, "BACKEND", "reference" if reference else "auto"
+        )  # what VISIONBENCH_KERNELS=reference sets
         params, buffers = stack_module_state(nets)
         vmap(loss)(params, buffers, x, labels).sum().backward()
         assert len(params) == 26

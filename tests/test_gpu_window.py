@@ -2,6 +2,7 @@
 report and log; a stage whose imports fail is recorded with its ImportError while the others run; a stage the
 budget cannot hold is skipped with its reason; a hung stage is stopped at its timeout. And scripts/pack_site.py,
 which packs what the lent GPUs lack. Nothing here asserts a time."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,8 +20,12 @@ TIMEOUT = 240  # seconds for a whole dry window (about 60 s on a loaded 2-core m
 
 
 def window(out: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--out", str(out), *args],
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--device", "cpu", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
 
 
 def statuses(out: Path) -> dict[str, str]:
@@ -62,17 +67,31 @@ def test_a_budget_too_small_skips_each_stage_with_its_reason(tmp_path):
     done = window(tmp_path, "--budget", "5")
     assert done.returncode == 0, done.stderr
     status = statuses(tmp_path)
-    assert list(status) == ["activations", "activations_per_channel", "train_vgg8_rational", "train_convnext_t_hermite",
-                            "fill_vgg8", "sweep_vgg8", "kernel_tests"]
-    assert status["activations"].startswith("skipped: ") and "of the 5 s budget left, the stage needs 60 s" in \
-        status["activations"]
+    assert list(status) == [
+        "activations",
+        "activations_per_channel",
+        "train_vgg8_rational",
+        "train_convnext_t_hermite",
+        "fill_vgg8",
+        "sweep_vgg8",
+        "kernel_tests",
+    ]
+    assert (
+        status["activations"].startswith("skipped: ")
+        and "of the 5 s budget left, the stage needs 60 s" in status["activations"]
+    )
     assert all(s.startswith("skipped: ") for s in status.values())
 
 
 def test_a_hung_stage_is_stopped_at_its_timeout(tmp_path, monkeypatch):
     gpu_window = load_script(monkeypatch)
-    status, _ = gpu_window.run_stage([sys.executable, "-c", "import time; print('hung', flush=True); time.sleep(600)"],
-                                     tmp_path / "log", 1, dict(os.environ), str(tmp_path))
+    status, _ = gpu_window.run_stage(
+        [sys.executable, "-c", "import time; print('hung', flush=True); time.sleep(600)"],
+        tmp_path / "log",
+        1,
+        dict(os.environ),
+        str(tmp_path),
+    )
     assert status == "timed out after 1 s"
     assert "hung" in (tmp_path / "log").read_text()
 
@@ -88,22 +107,36 @@ def test_the_stages_are_a_registry_a_later_issue_appends_to(monkeypatch):
 
 
 def test_pack_site_copies_a_pure_python_package_importable_from_pythonpath(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "pack_site.py"), str(tmp_path), "omegaconf"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "pack_site.py"), str(tmp_path), "omegaconf"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
-    where = subprocess.run([sys.executable, "-c", "import omegaconf; print(omegaconf.__file__)"], text=True,
-                           capture_output=True, env=dict(os.environ, PYTHONPATH=str(tmp_path)), check=True,
-                           timeout=60).stdout
+    where = subprocess.run(
+        [sys.executable, "-c", "import omegaconf; print(omegaconf.__file__)"],
+        text=True,
+        capture_output=True,
+        env=dict(os.environ, PYTHONPATH=str(tmp_path)),
+        check=True,
+        timeout=60,
+    ).stdout
     assert Path(where.strip()).is_relative_to(tmp_path)
-    refused = subprocess.run([sys.executable, str(ROOT / "scripts" / "pack_site.py"), str(tmp_path / "t"), "torch"],
-                             capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "pack_site.py"), str(tmp_path / "t"), "torch"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert refused.returncode == 2 and "torch is not pure Python" in refused.stderr
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_make_gpu_window_runs_the_script_on_its_device():
-    out = subprocess.run(["make", "-n", "gpu-window", "DEVICE=cpu"], cwd=ROOT, capture_output=True, text=True,
-                         check=True, timeout=60).stdout
+    out = subprocess.run(
+        ["make", "-n", "gpu-window", "DEVICE=cpu"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     assert "scripts/gpu_window.py --device cpu" in out
 
 
@@ -114,12 +147,15 @@ def test_the_whole_dry_window(tmp_path):
     done = window(tmp_path)
     assert done.returncode == 0, done.stderr
     assert set(statuses(tmp_path).values()) == {"ok"}
-    expect = {"activations_cpu.md": "shared coefficients", "activations_per_channel_cpu.md": "per-channel coefficients",
-              "train_vgg8_rational_cpu.md": "vgg8 with rational vs ReLU",
-              "train_convnext_t_hermite_cpu.md": "convnext_t with hermite vs GELU",
-              "fill_vgg8_cpu.md": "bit check: the same",
-              "sweep_vgg8_cpu.md": "bit check: every seed gave the same bits at every K",
-              "kernel_tests_cpu.xml": 'failures="0"'}
+    expect = {
+        "activations_cpu.md": "shared coefficients",
+        "activations_per_channel_cpu.md": "per-channel coefficients",
+        "train_vgg8_rational_cpu.md": "vgg8 with rational vs ReLU",
+        "train_convnext_t_hermite_cpu.md": "convnext_t with hermite vs GELU",
+        "fill_vgg8_cpu.md": "bit check: the same",
+        "sweep_vgg8_cpu.md": "bit check: every seed gave the same bits at every K",
+        "kernel_tests_cpu.xml": 'failures="0"',
+    }
     for name, says in expect.items():
         assert says in (tmp_path / name).read_text(), name
     assert "kernels triton (VISIONBENCH_KERNELS=triton)" in (tmp_path / "activations_cpu.md").read_text()

@@ -7,6 +7,7 @@ The repetitions go through the same functions the report calls (`significance.di
 is a fixed number, and ±1.5 points is three Monte Carlo standard errors at 2,000 repetitions.
 docs/report.md quotes the numbers (`coverage` below prints them with `pytest -s`).
 """
+
 from __future__ import annotations
 
 import math

@@ -1,6 +1,7 @@
 """The layers are enforced, not claimed: `lint-imports` checks pyproject.toml's contracts (data flows
 up from results/stats/config to the CLI; the report and the statistics import no torch), and the
 contract would catch the imports that once ran both ways (report -> sweep, stats -> report)."""
+
 from __future__ import annotations
 
 import shutil
@@ -17,8 +18,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def _lint(cwd: Path) -> subprocess.CompletedProcess:
     exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
     assert exe, "import-linter is a dev dependency (pip install -e '.[dev]')"
-    return subprocess.run([exe, "--no-cache"], cwd=cwd, capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": str(cwd), "PATH": str(Path(sys.executable).parent)})
+    return subprocess.run(
+        [exe, "--no-cache"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(cwd), "PATH": str(Path(sys.executable).parent)},
+    )
 
 
 def test_every_import_follows_the_layers():
@@ -27,12 +34,15 @@ def test_every_import_follows_the_layers():
     assert "broken" not in result.stdout.lower() or "0 broken" in result.stdout
 
 
-@pytest.mark.parametrize("module, line", [
-    ("report/summary.py", "from ..sweep import locks"),            # the report reading the sweep
-    ("stats/significance.py", "from ..report import collect"),    # statistics above the report
-    ("report/collect.py", "import torch"),                         # the report loading torch
-    ("results/layout.py", "from ..train import step"),             # the bottom floor reaching up
-])
+@pytest.mark.parametrize(
+    "module, line",
+    [
+        ("report/summary.py", "from ..sweep import locks"),  # the report reading the sweep
+        ("stats/significance.py", "from ..report import collect"),  # statistics above the report
+        ("report/collect.py", "import torch"),  # the report loading torch
+        ("results/layout.py", "from ..train import step"),  # the bottom floor reaching up
+    ],
+)
 def test_the_contract_fails_on_an_upward_import(tmp_path, module, line):
     tree = tmp_path / "tree"
     shutil.copytree(ROOT / "visionbench", tree / "visionbench", ignore=shutil.ignore_patterns("__pycache__"))
@@ -45,7 +55,7 @@ def test_the_contract_fails_on_an_upward_import(tmp_path, module, line):
 
 # one fresh interpreter imports the bottom floor, then the report on it, checking after each import what it loaded
 # (the contract above checks the import statements; this, what importing really loads: lazy imports, plugins)
-NO_TORCH = '''
+NO_TORCH = """
 import importlib, json, sys
 heavy = lambda: sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "torchvision", "lightning", "timm"))
 importlib.import_module("visionbench.config")
@@ -55,7 +65,7 @@ for module in ("visionbench.results", "visionbench.stats", "visionbench.report")
     importlib.import_module(module)
     loaded[module] = heavy()
 print(json.dumps(loaded))
-'''
+"""
 
 
 def test_reading_results_loads_no_torch():

@@ -4,6 +4,7 @@ file (`run-<id>.wandb`, wandb's protobuf records), Lightning's CSV and TensorBoa
 two tracker runs of one group, each closed; a run that fails is closed as failed and, resumed, continues its
 tracker runs. Bad input: an unknown name, a tracker whose package is missing (one line, before training).
 The tracker tests skip only where the `mlflow` / `wandb` extra is not installed (`make install` adds both)."""
+
 from __future__ import annotations
 
 import json
@@ -47,11 +48,11 @@ def wandb_records(run_dir: Path) -> list:
         data, records, pos, block, chunks = path.read_bytes(), [], 7, 32768, b""
         assert struct.unpack("<4sHB", data[:7])[:2] == (b":W&B", 0xBEE1)
         while pos + 7 <= len(data):
-            _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+            _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
             if block - pos % block < 7 or (kind, length) == (0, 0):  # a block's padding
                 pos += block - pos % block
                 continue
-            chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+            chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
             chunks = chunk if kind in (1, 2) else chunks + chunk  # full, first | middle, last
             if kind in (1, 4):
                 record = pb.Record()
@@ -63,6 +64,7 @@ def wandb_records(run_dir: Path) -> list:
 
 def wandb_run(records: list) -> dict:
     """What one offline W&B run holds: its run record, history rows, final summary and exit code."""
+
     def items(entries):
         return {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in entries}
 
@@ -88,8 +90,13 @@ def mlflow_runs(results: Path, experiment: str = "digits_vgg4") -> dict:
 
     client = MlflowClient(mlflow_uri(results))
     runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
-    return {r.info.run_name: (r, [m.value for m in sorted(client.get_metric_history(r.info.run_id, "val_top1"),
-                                                          key=lambda m: m.step)]) for r in runs}
+    return {
+        r.info.run_name: (
+            r,
+            [m.value for m in sorted(client.get_metric_history(r.info.run_id, "val_top1"), key=lambda m: m.step)],
+        )
+        for r in runs
+    }
 
 
 def val_top1(run_dir: Path) -> list[float]:
@@ -113,7 +120,11 @@ def test_two_seeds_are_two_tracker_runs_of_one_group_read_back_offline(offline):
         run, history = runs[f"relu seed {seed}"]
         assert run.info.status == "FINISHED" and run.info.run_id == ids[seed]["mlflow"]
         assert {k: run.data.tags[k] for k in ("recipe", "act", "seed", "status")} == {
-            "recipe": "digits_vgg4", "act": "relu", "seed": str(seed), "status": "completed"}
+            "recipe": "digits_vgg4",
+            "act": "relu",
+            "seed": str(seed),
+            "status": "completed",
+        }
         assert run.data.params["seed"] == str(seed) and run.data.params["epochs"] == "1"
         assert run.data.params["trainer/loggers"] == "['tensorboard', 'csv', 'mlflow', 'wandb']"
         assert history == pytest.approx(val_top1(d))  # the same numbers as metrics.csv, the report's source
@@ -121,12 +132,17 @@ def test_two_seeds_are_two_tracker_runs_of_one_group_read_back_offline(offline):
         (records,) = wandb_records(d)
         w = wandb_run(records)
         assert (w["run"].run_id, w["run"].run_group, w["run"].display_name, w["run"].project) == (
-            ids[seed]["wandb"], "digits_vgg4/relu", f"relu seed {seed}", "digits_vgg4")
+            ids[seed]["wandb"],
+            "digits_vgg4/relu",
+            f"relu seed {seed}",
+            "digits_vgg4",
+        )
         assert [h["val_top1"] for h in w["history"] if "val_top1" in h] == pytest.approx(val_top1(d))
         assert w["summary"]["status"] == "completed" and w["exit_code"] == 0
         # Lightning's own files
-        assert [float(r["val_top1"]) for r in metric_rows(d / "csv" / "metrics.csv") if r["val_top1"]] == \
-            pytest.approx(val_top1(d))
+        assert [float(r["val_top1"]) for r in metric_rows(d / "csv" / "metrics.csv") if r["val_top1"]] == pytest.approx(
+            val_top1(d)
+        )
         assert list((d / "tb").glob("events.out.tfevents.*"))
     assert ids[0]["wandb"] != ids[1]["wandb"] and ids[0]["mlflow"] != ids[1]["mlflow"]
 
@@ -164,8 +180,9 @@ def test_failed_run_closes_its_tracker_runs_and_resume_continues_them(offline, m
     assert history == pytest.approx(val_top1(d))  # epoch 1 from the first session, epoch 2 from the resumed one
     first, second = wandb_records(d)
     assert wandb_run(second)["run"].run_id == ids["wandb"] and wandb_run(second)["exit_code"] == 0
-    assert [float(r["val_top1"]) for r in metric_rows(d / "csv" / "metrics.csv") if r["val_top1"]] == \
-        pytest.approx(val_top1(d))  # Lightning's CSV keeps the first session's rows
+    assert [float(r["val_top1"]) for r in metric_rows(d / "csv" / "metrics.csv") if r["val_top1"]] == pytest.approx(
+        val_top1(d)
+    )  # Lightning's CSV keeps the first session's rows
 
 
 # ---- the value's grammar, and bad input ---------------------------------------------------------------------
@@ -207,4 +224,6 @@ def test_a_file_store_asked_for_by_name_is_used(tmp_path, monkeypatch):
     assert trackers.os.environ["MLFLOW_ALLOW_FILE_STORE"] == "true"
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
-    assert trackers.mlflow_uri(tmp_path).startswith("sqlite:///") and "MLFLOW_ALLOW_FILE_STORE" not in trackers.os.environ
+    assert (
+        trackers.mlflow_uri(tmp_path).startswith("sqlite:///") and "MLFLOW_ALLOW_FILE_STORE" not in trackers.os.environ
+    )

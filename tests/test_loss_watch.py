@@ -1,5 +1,6 @@
 """The divergence check without a device sync per step (train/loss_watch.py) and the GPU's busy share of a
 run (train/callbacks.GpuBusy), on CPU; tests/test_cuda.py checks on a GPU that neither syncs."""
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,10 @@ def test_finite_losses_pass_the_check():
     assert watch.check() is None
 
 
-@pytest.mark.parametrize("batch_idx, num_batches, due", [(0, 10, False), (3, 10, True), (7, 10, True),
-                                                         (8, 10, False), (9, 10, True), (5, math.inf, False)])
+@pytest.mark.parametrize(
+    "batch_idx, num_batches, due",
+    [(0, 10, False), (3, 10, True), (7, 10, True), (8, 10, False), (9, 10, True), (5, math.inf, False)],
+)
 def test_checks_fall_every_n_batches_and_on_each_epochs_last(batch_idx, num_batches, due):
     assert LossWatch(every=4).due(batch_idx, num_batches) is due
 
@@ -72,6 +75,7 @@ def test_gpu_busy_is_none_on_a_cpu_and_without_nvml(monkeypatch):
     def no_nvml(device=None):
         asked.append(device)
         raise ModuleNotFoundError("pynvml does not seem to be installed")
+
     monkeypatch.setattr(torch.cuda, "utilization", no_nvml)
     for epoch in range(3):
         busy.on_train_epoch_start(None, _module("cuda"))
@@ -87,6 +91,7 @@ def test_a_cpu_run_records_no_busy_share(tmp_path):
 
 
 # ---- the epoch's mean loss: weighted by batch size (train/batch_mean.py) ---------------------------
+
 
 def test_a_batch_mean_weighs_each_batch_by_its_images():
     from visionbench.train.batch_mean import BatchMean

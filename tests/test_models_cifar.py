@@ -1,4 +1,5 @@
 """The CIFAR models: VGG4/VGG8 (paper 004) and ResNet-32 (He et al.), their norms and timm registration."""
+
 import pytest
 import timm
 import torch
@@ -17,9 +18,13 @@ def test_registered_in_timm():
         timm.create_model("vb_vgg4", pretrained=True)
 
 
-@pytest.mark.parametrize("name,convs", [
-    ("vgg4", [64, 128, 256, 256]), ("vgg8", [64, 64, 128, 128, 256, 256, 512, 512]),
-])
+@pytest.mark.parametrize(
+    "name,convs",
+    [
+        ("vgg4", [64, 128, 256, 256]),
+        ("vgg8", [64, 64, 128, 128, 256, 256, 512, 512]),
+    ],
+)
 def test_vgg_layout(name, convs):
     model = models.create(name, num_classes=10)
     got = [m.out_channels for m in model.modules() if isinstance(m, nn.Conv2d)]

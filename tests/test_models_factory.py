@@ -1,4 +1,5 @@
 """models.create: names, pass-through, toggles (norm-free transformers, Swin at 64 px), errors."""
+
 import pytest
 import timm
 import torch
@@ -19,12 +20,15 @@ def test_unknown_act_lists_accepted_before_building():
         models.create("vgg4", act="hermite", act_kwargs={"degre": 3})
 
 
-@pytest.mark.parametrize("name,kwargs,supported", [
-    ("vit_s8", dict(norm="group"), "resnet50, vgg4, vgg8, resnet32"),
-    ("convnext_t", dict(norm="group"), "resnet50, vgg4, vgg8, resnet32"),
-    ("vgg8", dict(norm_free=True), "vit_s8, cait_s24, swin_t"),
-    ("resnet50", dict(norm_free=True), "vit_s8, cait_s24, swin_t"),
-])
+@pytest.mark.parametrize(
+    "name,kwargs,supported",
+    [
+        ("vit_s8", dict(norm="group"), "resnet50, vgg4, vgg8, resnet32"),
+        ("convnext_t", dict(norm="group"), "resnet50, vgg4, vgg8, resnet32"),
+        ("vgg8", dict(norm_free=True), "vit_s8, cait_s24, swin_t"),
+        ("resnet50", dict(norm_free=True), "vit_s8, cait_s24, swin_t"),
+    ],
+)
 def test_unsupported_toggle_names_supported_models(name, kwargs, supported):
     with pytest.raises(ValueError, match=f"not supported by '{name}'; supported models: {supported}"):
         models.create(name, **kwargs)

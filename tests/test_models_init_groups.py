@@ -1,4 +1,5 @@
 """LSUV init, optimizer parameter groups and parameter counts."""
+
 import pytest
 import torch
 from torch import nn
@@ -25,6 +26,7 @@ def test_lsuv_vgg8_every_layer_within_tolerance(act):
     def record(name):
         def hook(module, inputs, output):
             seen[name] = float(output.var())
+
         return hook
 
     hooks = [model.get_submodule(n).register_forward_hook(record(n)) for n in layers]
@@ -66,11 +68,14 @@ def _ids(params):
     return {id(p) for p in params}
 
 
-@pytest.mark.parametrize("name,kwargs", [
-    ("vgg8", dict(act="rational", norm="group", num_classes=10)),
-    ("vit_tiny_patch16_224", dict(act="hermite", img_size=32, num_classes=10)),  # cls/pos tokens, LayerNorm
-    ("convnext_atto", dict(act="slaf", num_classes=10)),
-])
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [
+        ("vgg8", dict(act="rational", norm="group", num_classes=10)),
+        ("vit_tiny_patch16_224", dict(act="hermite", img_size=32, num_classes=10)),  # cls/pos tokens, LayerNorm
+        ("convnext_atto", dict(act="slaf", num_classes=10)),
+    ],
+)
 def test_param_groups_partition(name, kwargs):
     model = models.create(name, **kwargs)
     groups = models.param_groups(model, lr=0.02, weight_decay=5e-4, act_lr_mult=0.5)

@@ -3,6 +3,7 @@ left, coefficient count, forward + backward. Big backbones are built once and sw
 the cheap CIFAR models go through `models.create(act=...)`. Default run: every combination of the
 CIFAR models, and baseline + one learnable family per big backbone; the rest is `slow`.
 """
+
 import copy
 import functools
 
@@ -16,19 +17,35 @@ from visionbench import activations, models
 # Expected swap counts from architecture arithmetic (not from the code under test):
 EXPECTED = {
     "resnet50": 1 + 3 * (3 + 4 + 6 + 3),  # stem ReLU + act1..act3 in each of 16 bottlenecks = 49
-    "convnext_t": 3 + 3 + 9 + 3,          # one GELU per block MLP, depths (3, 3, 9, 3) = 18
-    "vit_s8": 12,                         # depth 12, one GELU per block MLP
-    "cait_s24": 24 + 2,                   # 24 self-attention + 2 class-attention blocks = 26
-    "swin_t": 2 + 2 + 6 + 2,              # depths (2, 2, 6, 2) = 12
-    "vgg4": 1 + 1 + 2,                    # one act per conv: (1x64, 1x128, 2x256) = 4
-    "vgg8": 2 + 2 + 2 + 2,                # (2x64, 2x128, 2x256, 2x512) = 8
-    "resnet32": 1 + 3 * 5 * 2,            # stem + 2 per basic block, 3 stages x 5 blocks = 31 (paper 003)
+    "convnext_t": 3 + 3 + 9 + 3,  # one GELU per block MLP, depths (3, 3, 9, 3) = 18
+    "vit_s8": 12,  # depth 12, one GELU per block MLP
+    "cait_s24": 24 + 2,  # 24 self-attention + 2 class-attention blocks = 26
+    "swin_t": 2 + 2 + 6 + 2,  # depths (2, 2, 6, 2) = 12
+    "vgg4": 1 + 1 + 2,  # one act per conv: (1x64, 1x128, 2x256) = 4
+    "vgg8": 2 + 2 + 2 + 2,  # (2x64, 2x128, 2x256, 2x512) = 8
+    "resnet32": 1 + 3 * 5 * 2,  # stem + 2 per basic block, 3 stages x 5 blocks = 31 (paper 003)
 }
-BASELINE = {"resnet50": "relu", "vgg4": "relu", "vgg8": "relu", "resnet32": "relu",
-            "convnext_t": "gelu", "vit_s8": "gelu", "cait_s24": "gelu", "swin_t": "gelu"}
+BASELINE = {
+    "resnet50": "relu",
+    "vgg4": "relu",
+    "vgg8": "relu",
+    "resnet32": "relu",
+    "convnext_t": "gelu",
+    "vit_s8": "gelu",
+    "cait_s24": "gelu",
+    "swin_t": "gelu",
+}
 ORIGINAL = {"relu": (nn.ReLU,), "gelu": (nn.GELU, timm_acts.GELU)}  # what each model was built with
-SIZE = {"resnet50": (32, 10), "convnext_t": (32, 10), "vit_s8": (64, 200), "cait_s24": (64, 200),
-        "swin_t": (64, 200), "vgg4": (32, 10), "vgg8": (32, 10), "resnet32": (32, 10)}
+SIZE = {
+    "resnet50": (32, 10),
+    "convnext_t": (32, 10),
+    "vit_s8": (64, 200),
+    "cait_s24": (64, 200),
+    "swin_t": (64, 200),
+    "vgg4": (32, 10),
+    "vgg8": (32, 10),
+    "resnet32": (32, 10),
+}
 CHEAP = ("vgg4", "vgg8", "resnet32")
 LEARNABLE = ("rational", "hermite", "polynorm", "slaf", "tropical")
 # the learnable family each big backbone runs by default (chosen to cover NHWC ConvNeXt with a
@@ -39,8 +56,13 @@ LEARNABLE = ("rational", "hermite", "polynorm", "slaf", "tropical")
 # like 45 x for |x| >> 3, the cubic Hermite like x^3 / 6 -- hence Hermite's soft clamp there.
 ACT_KWARGS = {("rational", "relu"): {"init": "leaky_relu"}}
 MODEL_ACT_KWARGS = {("resnet32", "hermite"): {"clamp": True}}
-DEFAULT_LEARNABLE = {"resnet50": "slaf", "convnext_t": "polynorm", "vit_s8": "rational",
-                     "cait_s24": "hermite", "swin_t": "tropical"}
+DEFAULT_LEARNABLE = {
+    "resnet50": "slaf",
+    "convnext_t": "polynorm",
+    "vit_s8": "rational",
+    "cait_s24": "hermite",
+    "swin_t": "tropical",
+}
 
 
 def _cases():

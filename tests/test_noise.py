@@ -5,6 +5,7 @@ the report's noise section (report/noise.py) on written trees: noise.md/csv, the
 recipe-level table, the outlier notes, and one sentence, never a number, for a design that cannot give a variance.
 
 `pytest -s tests/test_noise.py` prints the measured figures (docs/report.md, "Where the noise comes from")."""
+
 from __future__ import annotations
 
 import json
@@ -64,9 +65,15 @@ def test_known_components_are_recovered_and_the_chi2_intervals_cover_95_percent(
     inside = 100 * np.mean([p["sum"]["inside"] for p in parts])
     consistent = 100 * np.mean([p["sum"]["consistent"] for p in parts])
     assert inside > 95 and consistent > 95  # the sources add up: the check rarely says otherwise
-    report_rates("additive sources, no test-set part", n,
-                 {**{f"{k} coverage": f"{v:.1f} %" for k, v in coverage.items()}, "sum inside": f"{inside:.1f} %",
-                  "difference holds 0": f"{consistent:.1f} %"})
+    report_rates(
+        "additive sources, no test-set part",
+        n,
+        {
+            **{f"{k} coverage": f"{v:.1f} %" for k, v in coverage.items()},
+            "sum inside": f"{inside:.1f} %",
+            "difference holds 0": f"{consistent:.1f} %",
+        },
+    )
 
 
 def chaotic_design(rng, n: int, q: np.ndarray) -> tuple[dict, dict]:
@@ -103,10 +110,17 @@ def test_the_test_set_part_is_subtracted_per_arm_under_chaotic_training(n):
     raw = [nz.decompose(values) for values, _ in designs]
     excess = np.mean([r["sum"]["var"] - r[nz.ALL]["var"] for r in raw])
     assert excess == pytest.approx(2 * tau_true, rel=0.35) and np.isnan(raw[0][nz.TEST]["var"])
-    report_rates("chaotic training, test-set part subtracted", n,
-                 {**{f"{k} coverage": f"{v:.1f} %" for k, v in coverage.items()}, "sum inside": f"{inside:.1f} %",
-                  "difference holds 0": f"{consistent:.1f} %", "excess without predictions": f"{excess:.2f}",
-                  "2τ²": f"{2 * tau_true:.2f}"})
+    report_rates(
+        "chaotic training, test-set part subtracted",
+        n,
+        {
+            **{f"{k} coverage": f"{v:.1f} %" for k, v in coverage.items()},
+            "sum inside": f"{inside:.1f} %",
+            "difference holds 0": f"{consistent:.1f} %",
+            "excess without predictions": f"{excess:.2f}",
+            "2τ²": f"{2 * tau_true:.2f}",
+        },
+    )
 
 
 def test_an_arm_left_out_does_not_stop_the_subtraction_from_the_others():
@@ -158,8 +172,9 @@ def write_design_run(root, act: str, arm: str, k: int, *, predictions: bool = Tr
     """Run k of `act` in `arm`: accuracy 0.97 + the sources' effects (deterministic in the sources' seeds) + `off`
     points; every image re-drawn for each distinct set of seeds (chaotic training)."""
     seeds = {s: seed_of(arm, s, k) for s in nz.SOURCES}
-    shift = off + sum(np.random.default_rng([zlib.crc32(f"{act}/{s}".encode()), seeds[s]]).normal(0, SD[act][s])
-                for s in nz.SOURCES)
+    shift = off + sum(
+        np.random.default_rng([zlib.crc32(f"{act}/{s}".encode()), seeds[s]]).normal(0, SD[act][s]) for s in nz.SOURCES
+    )
     draws = np.random.default_rng([zlib.crc32(act.encode()), *seeds.values()])
     right = draws.random(N_IMG) < 0.97 + shift / 100
     setting = {"noise": arm}
@@ -167,16 +182,29 @@ def write_design_run(root, act: str, arm: str, k: int, *, predictions: bool = Tr
     run.mkdir(parents=True)
     accuracy = 100 * float(right.mean())
     layout.write_config(run, {"recipe": RECIPE, "act": act, "seed": k, "noise": arm})
-    layout.write_summary(run, {
-        "schema": layout.SCHEMA, "recipe": RECIPE, "act": act, "seed": k, "status": "completed", "setting": setting,
-        "metrics": {"test_top1_at_best_val": accuracy, "val_top1_best": accuracy, "best_epoch": 3},
-        "val_split": 0.1, "baseline": "relu", "report": {"metric": "test_top1_at_best_val"}})
+    layout.write_summary(
+        run,
+        {
+            "schema": layout.SCHEMA,
+            "recipe": RECIPE,
+            "act": act,
+            "seed": k,
+            "status": "completed",
+            "setting": setting,
+            "metrics": {"test_top1_at_best_val": accuracy, "val_top1_best": accuracy, "best_epoch": 3},
+            "val_split": 0.1,
+            "baseline": "relu",
+            "report": {"metric": "test_top1_at_best_val"},
+        },
+    )
     if predictions:
         pred = np.where(right, TARGET, (TARGET + 1) % N_CLASSES)
         conf = np.full(N_IMG, 0.8)
-        write_predictions(run / "predictions.npz", {"raw": dict(
-            pred=pred, p_true=np.where(right, conf, 0.1), confidence=conf, target=TARGET, epoch=3)},
-            meta={"recipe": RECIPE, "act": act, "setting": setting, "seed": k, "n_classes": N_CLASSES})
+        write_predictions(
+            run / "predictions.npz",
+            {"raw": dict(pred=pred, p_true=np.where(right, conf, 0.1), confidence=conf, target=TARGET, epoch=3)},
+            meta={"recipe": RECIPE, "act": act, "setting": setting, "seed": k, "n_classes": N_CLASSES},
+        )
 
 
 def write_design(root, arms=nz.ARMS, seeds: int = 5, **kwargs):
@@ -203,8 +231,10 @@ def test_the_report_writes_the_noise_section_of_a_noise_design(tmp_path, capsys)
     text = (recipe / "noise.md").read_text()
     assert text in out and not (recipe / "noise.tex").exists()
     assert text.startswith(f"### {RECIPE} — where the noise comes from\n")
-    assert ("noise section (where the seed-to-seed variance comes from: init, data order, augmentation, the test "
-            "set): noise.md") in notes_of(recipe / "table.md")
+    assert (
+        "noise section (where the seed-to-seed variance comes from: init, data order, augmentation, the test "
+        "set): noise.md"
+    ) in notes_of(recipe / "table.md")
     for act in SD:  # every part of both acts, in the table
         for part in ("init", "order", "aug", "test set", "sum", "all-vary"):
             assert re.search(rf"^\| {act} \| {part} \|", text, re.M), (act, part)
@@ -223,13 +253,21 @@ def test_the_report_writes_the_noise_section_of_a_noise_design(tmp_path, capsys)
         rf"relu: the components, in points²: init {x} \(\d+ %\), order .*, aug .*, test set {x} \(\d+ %\); .* "
         rf"dominates.*\. Their sum {x} lies (inside|outside) the all-vary arm's 95 % interval \[{x}, {x}\] \(s² = "
         rf"{x}\); sum − s² = {signed} \[{signed}, {signed}\], which holds 0: the components are consistent with the "
-        "ordinary runs' variance", lines[0]), lines[0]
-    assert re.fullmatch(r"gelu vs relu: (less stable in|not shown less stable in) .*init \(ratio \d+\.\d\d, "
-                        r"one-sided F p [=<] [\d.]+\).* \(at α = 0\.05\)", lines[2]), lines[2]
-    assert re.fullmatch(r"gelu vs relu: (≈ \d+ seeds per group|more than .*) for 80 % power to detect Δ = "
-                        r"[+-]\d+\.\d\d \(the all-vary arms'\), d = \d+\.\d\d with the variance of an ordinary "
-                        r"run taken as the sum of the components that vary in it \(those above 0\), pooled with "
-                        r"relu's", lines[3]), lines[3]
+        "ordinary runs' variance",
+        lines[0],
+    ), lines[0]
+    assert re.fullmatch(
+        r"gelu vs relu: (less stable in|not shown less stable in) .*init \(ratio \d+\.\d\d, "
+        r"one-sided F p [=<] [\d.]+\).* \(at α = 0\.05\)",
+        lines[2],
+    ), lines[2]
+    assert re.fullmatch(
+        r"gelu vs relu: (≈ \d+ seeds per group|more than .*) for 80 % power to detect Δ = "
+        r"[+-]\d+\.\d\d \(the all-vary arms'\), d = \d+\.\d\d with the variance of an ordinary "
+        r"run taken as the sum of the components that vary in it \(those above 0\), pooled with "
+        r"relu's",
+        lines[3],
+    ), lines[3]
     # deterministic: a second report writes the same bytes
     first = {name: (recipe / name).read_bytes() for name in ("noise.md", "noise.csv")}
     assert main([str(recipe), "--format", "md,csv"]) == 0
@@ -248,10 +286,14 @@ def test_an_arm_with_an_outlying_seed_is_named_with_what_it_makes_unreliable(tmp
     assert "χ² intervals assume normal seeds: an arm with an outlying seed is named in the notes" in text
     base_note, note = [n for n in notes_of(recipe / "noise.md") if "outlier" in n]
     assert base_note.startswith("relu noise=order: seed 3 (") and base_note.endswith(
-        "the seeds are not normal there, so this arm's χ² interval is unreliable")  # the baseline: no F test
-    assert re.fullmatch(r"gelu noise=all: seed 2 \([78]\d\.\d\d\) lies far from the arm's other seeds \(outlier test at "
-                        r"α = 0\.01, docs/report\.md, \"Where the noise comes from\"\): the seeds are not normal there, so "
-                        r"this arm's χ² interval and its F test against relu are unreliable", note), note
+        "the seeds are not normal there, so this arm's χ² interval is unreliable"
+    )  # the baseline: no F test
+    assert re.fullmatch(
+        r"gelu noise=all: seed 2 \([78]\d\.\d\d\) lies far from the arm's other seeds \(outlier test at "
+        r"α = 0\.01, docs/report\.md, \"Where the noise comes from\"\): the seeds are not normal there, so "
+        r"this arm's χ² interval and its F test against relu are unreliable",
+        note,
+    ), note
     assert plain_lines(text)[1].endswith("(an outlying seed in all-vary: its interval unreliable, see the notes)")
     data = pd.read_csv(recipe / "noise.csv", dtype={"outliers": str}).set_index(["act", "part"])
     assert data.loc[("gelu", "all-vary"), "outliers"] == "2" and data.loc[("relu", "order"), "outliers"] == "3"
@@ -262,8 +304,10 @@ def test_a_design_with_one_seed_per_arm_says_so_in_one_sentence(tmp_path, capsys
     recipe = write_design(tmp_path, seeds=1)
     assert main([str(recipe), "--format", "md"]) == 0
     (line,) = [n for n in notes_of(recipe / "table.md") if "noise" in n]
-    assert line == ("no noise section: every arm has one seed, and there is no variance without 2 seeds per arm; run "
-                    f"more, e.g. `visionbench run recipe={RECIPE} noise=init,order,aug seeds=5`")
+    assert line == (
+        "no noise section: every arm has one seed, and there is no variance without 2 seeds per arm; run "
+        f"more, e.g. `visionbench run recipe={RECIPE} noise=init,order,aug seeds=5`"
+    )
     assert not (recipe / "noise.md").exists() and line in capsys.readouterr().out
 
 
@@ -274,8 +318,10 @@ def test_missing_arms_and_single_seeds_are_named_and_the_sum_is_not_checked(tmp_
     assert main([str(recipe), "--format", "md"]) == 0
     text = (recipe / "noise.md").read_text()
     notes = notes_of(recipe / "noise.md")
-    assert ("no runs of the arm(s) noise=order, noise=aug: their component is blank and the sum is not checked "
-            "against the all-vary arm") in notes
+    assert (
+        "no runs of the arm(s) noise=order, noise=aug: their component is blank and the sum is not checked "
+        "against the all-vary arm"
+    ) in notes
     assert "gelu: noise=init (1): fewer than 2 completed seeds, no variance without 2 seeds; left blank" in notes
     assert "the sum is not checked (an arm has fewer than 2 seeds or no runs)" in plain_lines(text)[0]
     assert "| relu | order | 0 |  |  |  |  |  |  |" in text and "| gelu | init | 1 |  |  |  |  |  |  |" in text
@@ -291,9 +337,10 @@ def test_an_arm_whose_seeds_all_give_the_same_value_is_named_as_drawing_nothing(
         summary["metrics"] = json.loads((path.parent.parent / "seed_0" / "summary.json").read_text())["metrics"]
         path.write_text(json.dumps(summary))
     assert main([str(recipe), "--format", "md,csv"]) == 0
-    assert ("relu: noise=aug: every seed gave the same value, so nothing in these runs drew from that seed (e.g. aug "
-            "in a recipe without augmentation, dropout or Mixup): its component is 0 by construction, not measured"
-            ) in notes_of(recipe / "noise.md")
+    assert (
+        "relu: noise=aug: every seed gave the same value, so nothing in these runs drew from that seed (e.g. aug "
+        "in a recipe without augmentation, dropout or Mixup): its component is 0 by construction, not measured"
+    ) in notes_of(recipe / "noise.md")
     assert not any(n.startswith("gelu: noise=") for n in notes_of(recipe / "noise.md"))
     assert pd.read_csv(recipe / "noise.csv").set_index(["act", "part"]).loc[("relu", "aug"), "var"] == 0
 
@@ -301,8 +348,10 @@ def test_an_arm_whose_seeds_all_give_the_same_value_is_named_as_drawing_nothing(
 def test_a_design_without_the_all_vary_arm_gives_no_section(tmp_path, capsys):
     recipe = write_design(tmp_path, arms=("init", "order"), seeds=2)
     assert main([str(recipe), "--format", "md"]) == 0
-    assert ("no noise section: the all-vary arm (noise=all: the ordinary runs every component is measured against) "
-            "has no runs") in notes_of(recipe / "table.md")
+    assert (
+        "no noise section: the all-vary arm (noise=all: the ordinary runs every component is measured against) "
+        "has no runs"
+    ) in notes_of(recipe / "table.md")
     assert not (recipe / "noise.md").exists()
 
 
@@ -312,8 +361,10 @@ def test_without_predictions_the_components_keep_the_test_set_part_and_say_so(tm
     data = pd.read_csv(recipe / "noise.csv").set_index(["act", "part"])
     assert data.loc[("relu", "init"), "var"] == pytest.approx(data.loc[("relu", "init"), "arm_var"])
     assert np.isnan(data.loc[("relu", "test set"), "var"])
-    assert any(n.startswith("no test-set component: no run has usable predictions.npz (the components keep the "
-                            "test-set part") for n in notes_of(recipe / "noise.md"))
+    assert any(
+        n.startswith("no test-set component: no run has usable predictions.npz (the components keep the test-set part")
+        for n in notes_of(recipe / "noise.md")
+    )
 
 
 def test_an_ordinary_factor_sweep_gets_no_noise_section(tmp_path, capsys):
@@ -321,9 +372,18 @@ def test_an_ordinary_factor_sweep_gets_no_noise_section(tmp_path, capsys):
         for k in range(2):
             run = layout.run_path(tmp_path, RECIPE, "relu", k, f"model.lsuv={arm}")
             run.mkdir(parents=True)
-            layout.write_summary(run, {"schema": layout.SCHEMA, "recipe": RECIPE, "act": "relu", "seed": k,
-                                       "status": "completed", "setting": {"model.lsuv": arm == "true"},
-                                       "metrics": {"val_top1_best": 90.0 + k}})
+            layout.write_summary(
+                run,
+                {
+                    "schema": layout.SCHEMA,
+                    "recipe": RECIPE,
+                    "act": "relu",
+                    "seed": k,
+                    "status": "completed",
+                    "setting": {"model.lsuv": arm == "true"},
+                    "metrics": {"val_top1_best": 90.0 + k},
+                },
+            )
     assert main([str(tmp_path / RECIPE), "--format", "md"]) == 0
     assert not (tmp_path / RECIPE / "noise.md").exists()
     assert not any("noise" in n for n in notes_of(tmp_path / RECIPE / "table.md"))

@@ -5,6 +5,7 @@ are not normal enough for the χ² intervals — its false flags under normal se
 hermite runs it names.
 
 `pytest -s tests/test_noise_assumptions.py` prints the measured figures (docs/report.md, "Validated by simulation")."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,7 +28,7 @@ def true_tau(q_logit: np.ndarray, quality: float) -> float:
     """Σ_i q_i(1 − q_i)/N² with q_i the image's chance over the runs (Gauss–Hermite over u), fractions²."""
     nodes, weights = np.polynomial.hermite_e.hermegauss(40)
     q = expit(q_logit[:, None] + quality * nodes[None, :]) @ (weights / weights.sum())
-    return float(np.sum(q * (1 - q)) / q.size ** 2)
+    return float(np.sum(q * (1 - q)) / q.size**2)
 
 
 def normal_over_images(correct: np.ndarray) -> tuple[float, float]:
@@ -35,7 +36,7 @@ def normal_over_images(correct: np.ndarray) -> tuple[float, float]:
     v = correct.astype(float).var(axis=0, ddof=1)
     n_img = v.size
     half = 1.96 * v.std(ddof=1) / (n_img * np.sqrt(n_img))
-    return v.sum() / n_img ** 2 - half, v.sum() / n_img ** 2 + half
+    return v.sum() / n_img**2 - half, v.sum() / n_img**2 + half
 
 
 @pytest.mark.parametrize("n", [3, 5, 10])
@@ -71,8 +72,11 @@ def test_the_test_set_interval_is_deterministic_and_has_edge_cases():
 
 # ---- the outlier flag: the χ² intervals assume normal seeds ----------------------------------------------
 HERMITE = {"all": [94.44, 97.22, 78.33, 95.56, 95.83], "order": [94.17, 93.61, 76.11, 92.78, 93.33]}  # results/noise
-RELU = {"all": [96.67, 98.61, 96.11, 97.5, 97.22], "order": [97.5, 95.0, 98.33, 98.33, 97.5],
-        "aug": [95.28, 95.28, 95.28, 96.39, 95.83]}  # the same design's relu: three seeds tied on 360 images
+RELU = {
+    "all": [96.67, 98.61, 96.11, 97.5, 97.22],
+    "order": [97.5, 95.0, 98.33, 98.33, 97.5],
+    "aug": [95.28, 95.28, 95.28, 96.39, 95.83],
+}  # the same design's relu: three seeds tied on 360 images
 
 
 def flag_rate(arms: np.ndarray, resolution: float = 0.0) -> float:

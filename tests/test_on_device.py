@@ -1,6 +1,7 @@
 """`data.on_device=true` (data/on_device.py, docs/data.md): the training set as a uint8 tensor on
 the device, cropped, flipped and normalised there in the loader path's distribution, in the loader path's
 order, seeded per (seed, epoch, position), so a resumed run repeats the uninterrupted one."""
+
 from __future__ import annotations
 
 
@@ -88,8 +89,10 @@ def test_each_draw_is_the_torchvision_crop_and_flip_and_the_distribution_is_the_
     device = list(zip(dy.tolist(), dx.tolist(), flip.tolist()))
 
     for i, span in ((0, 5), (1, 5), (2, 2)):  # row offsets, column offsets, flips: loader vs device counts
-        table = [[sum(c[i] == v for c in sample) for v in (range(span) if span > 2 else (False, True))]
-                 for sample in (loader, device)]
+        table = [
+            [sum(c[i] == v for c in sample) for v in (range(span) if span > 2 else (False, True))]
+            for sample in (loader, device)
+        ]
         assert stats.chi2_contingency(table).pvalue > 0.01, table
         expected = [n / len(table[1])] * len(table[1])
         assert stats.chisquare(table[1], expected).pvalue > 0.01, table[1]
@@ -117,8 +120,12 @@ def test_an_unaugmented_on_device_run_trains_exactly_as_the_loader_path(tmp_path
 def test_bench_data_times_both_paths_and_refuses_what_on_device_cannot_draw(tmp_path, capsys):
     from visionbench.cli import main
 
-    assert main(["bench", "data", "recipe=digits_vgg4_aug", "data.limit_train=256", "--rounds", "1",
-                 "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            ["bench", "data", "recipe=digits_vgg4_aug", "data.limit_train=256", "--rounds", "1", "--out", str(tmp_path)]
+        )
+        == 0
+    )
     report = (tmp_path / "data_digits_vgg4_aug.md").read_text()
     assert "| loader | 0 workers, cpu |" in report and "| on device | cpu |" in report
     capsys.readouterr()

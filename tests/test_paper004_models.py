@@ -1,4 +1,5 @@
 """Paper 004's CIFAR VGGs as 004 code builds them (flattened head) and 004 code's LSUV variant."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,8 +17,10 @@ VGG_RECIPES = ("cifar10_vgg4", "cifar10_vgg8", "cifar10_vgg4_aug", "cifar10_vgg8
 # 004 code (VGGCIFARSmall): VGG4 4x4x256 -> Linear(4096, 10), VGG8 2x2x512 -> Linear(2048, 10)
 HEAD_IN = {"vgg4": 4096, "vgg8": 2048}
 PARAMS_RELU = {"vgg4": 1_001_866, "vgg8": 4_705_866}
-CONVS = {"vgg4": ["stages.0.conv1", "stages.1.conv1", "stages.2.conv1", "stages.2.conv2"],
-         "vgg8": [f"stages.{s}.conv{c}" for s in range(4) for c in (1, 2)]}
+CONVS = {
+    "vgg4": ["stages.0.conv1", "stages.1.conv1", "stages.2.conv1", "stages.2.conv2"],
+    "vgg8": [f"stages.{s}.conv{c}" for s in range(4) for c in (1, 2)],
+}
 
 
 def _recipe_model(recipe: str, cifar_root, act: str = "relu", *extra: str) -> tuple[dict, nn.Module]:
@@ -33,7 +36,10 @@ def test_recipe_builds_004_codes_vgg(recipe, cifar_root):
     run, model = _recipe_model(recipe, cifar_root)
     name = run["model"]["name"]
     assert run["model"]["global_pool"] == "flatten" and run["model"]["lsuv_variant"] == "paper004"
-    assert isinstance(model.head, nn.Linear) and (model.head.in_features, model.head.out_features) == (HEAD_IN[name], 10)
+    assert isinstance(model.head, nn.Linear) and (model.head.in_features, model.head.out_features) == (
+        HEAD_IN[name],
+        10,
+    )
     assert sum(p.numel() for p in model.parameters()) == PARAMS_RELU[name]
     assert [n for n, m in model.named_modules() if isinstance(m, nn.Conv2d)] == CONVS[name]
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
@@ -50,8 +56,11 @@ def _pre_mean_and_post_var(model: nn.Module, x: torch.Tensor) -> dict[str, tuple
     """Per conv / linear, independently of lsuv.py: (mean of its output, population variance of the
     activation right after it, or of its own output for the classifier), model in eval mode."""
     outs: dict[str, torch.Tensor] = {}
-    hooks = [m.register_forward_hook(lambda mod, i, o, n=n: outs.setdefault(n, o))
-             for n, m in model.named_modules() if isinstance(m, (nn.Conv2d, nn.Linear, swappable_types()))]
+    hooks = [
+        m.register_forward_hook(lambda mod, i, o, n=n: outs.setdefault(n, o))
+        for n, m in model.named_modules()
+        if isinstance(m, (nn.Conv2d, nn.Linear, swappable_types()))
+    ]
     model.eval()
     with torch.no_grad():
         model(x)
@@ -69,8 +78,14 @@ def _pre_mean_and_post_var(model: nn.Module, x: torch.Tensor) -> dict[str, tuple
 @pytest.mark.parametrize("act", ["relu", "rational"])
 def test_paper004_lsuv_sets_post_activation_variance(name, act):
     torch.manual_seed(0)
-    model = models.create(name, act=act, act_kwargs={"init": "leaky_relu"} if act == "rational" else {},
-                          num_classes=10, img_size=32, global_pool="flatten")
+    model = models.create(
+        name,
+        act=act,
+        act_kwargs={"init": "leaky_relu"} if act == "rational" else {},
+        num_classes=10,
+        img_size=32,
+        global_pool="flatten",
+    )
     before = {n: m.weight.detach().clone() for n, m in model.named_modules() if isinstance(m, (nn.Conv2d, nn.Linear))}
     model.train()
     batch = torch.randn(128, 3, 32, 32)
@@ -176,9 +191,22 @@ def test_run_uses_the_recipes_lsuv_variant_on_64_images(tmp_path, monkeypatch):
         return real(model, batch, variant=variant, **kw)
 
     monkeypatch.setattr(one_run.models, "lsuv_init", spy)
-    cfg = load_config(["recipe=digits_vgg4", f"results_dir={tmp_path}", "act=relu", "seeds=1", "epochs=1",
-                       "batch_size=32", "data.limit_train=128", "data.limit_val=64", "snapshot_epochs=[]",
-                       "model.lsuv=true", "model.lsuv_variant=paper004", "trainer.portable=false"])
+    cfg = load_config(
+        [
+            "recipe=digits_vgg4",
+            f"results_dir={tmp_path}",
+            "act=relu",
+            "seeds=1",
+            "epochs=1",
+            "batch_size=32",
+            "data.limit_train=128",
+            "data.limit_val=64",
+            "snapshot_epochs=[]",
+            "model.lsuv=true",
+            "model.lsuv_variant=paper004",
+            "trainer.portable=false",
+        ]
+    )
     (o,) = run_sweep(cfg, progress=False)
     assert o.status == "completed", o.summary.get("error")
     assert seen == [("paper004", 64)]  # two batches of 32 joined

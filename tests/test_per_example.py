@@ -2,6 +2,7 @@
 predictions — the two-level interval (wider than Welch's on a small test set, Welch's in the limit, 95 %
 coverage by simulation), the variance share, churn and its permutation test, the seed ensemble, NLL and
 ECE — and the report's section (report/per_example.py) through `visionbench report` on written trees."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,9 @@ def hierarchical(reps: int, n: int, n_img: int, *, beta=(4.0, 1.0), shift=-0.3, 
     za = logit(np.clip(big.beta(*beta, 500_000), 1e-9, 1 - 1e-9))
     zb = za + shift + big.normal(0, spread, za.size)
     nodes, weights = np.polynomial.hermite_e.hermegauss(24)
-    true = sum(w * (expit(za + tau * x).mean() - expit(zb + tau * x).mean())
-               for x, w in zip(nodes, weights / weights.sum()))
+    true = sum(
+        w * (expit(za + tau * x).mean() - expit(zb + tau * x).mean()) for x, w in zip(nodes, weights / weights.sum())
+    )
     za = logit(np.clip(rng.beta(*beta, (reps, 1, n_img)), 1e-9, 1 - 1e-9))
     zb = za + shift + rng.normal(0, spread, (reps, 1, n_img))
     ca = rng.random((reps, n, n_img)) < expit(za + rng.normal(0, tau, (reps, n, 1)))
@@ -104,7 +106,7 @@ def test_paired_over_images_and_mcnemar():
     assert pex.paired_over_images(better, c)["p_value"] < 1e-6
     assert pex.mcnemar_p(c[0], c[0]) == 1.0
     a, b = np.r_[np.ones(20, bool), np.zeros(80, bool)], np.zeros(100, bool)
-    assert pex.mcnemar_p(a, b) == pytest.approx(2 * 0.5 ** 20)
+    assert pex.mcnemar_p(a, b) == pytest.approx(2 * 0.5**20)
 
 
 # ---- churn -----------------------------------------------------------------------------------
@@ -129,6 +131,7 @@ def test_churn_permutation_test_is_exact_and_says_what_few_runs_can_show():
             flip = rng.random(row.size) < 0.02
             row[flip] = rng.integers(0, 10, flip.sum())
         return out
+
     few = pex.churn_test(arm(0, 3), arm(1, 3))
     assert few["between"] > few["within"] and few["exact"] and few["n_relabelings"] == 20
     assert few["p_value"] == pytest.approx(0.1) and few["min_p"] == pytest.approx(0.1)
@@ -180,8 +183,18 @@ N_IMG, N_CLASSES = 400, 10
 TARGET = np.random.default_rng(10).integers(0, N_CLASSES, N_IMG)
 
 
-def write_predicted_run(root, act: str, seed: int, accuracy: float, *, hard=None, val_split: float = 0.1,
-                        predictions: bool = True, target=TARGET, variant: str = "raw"):
+def write_predicted_run(
+    root,
+    act: str,
+    seed: int,
+    accuracy: float,
+    *,
+    hard=None,
+    val_split: float = 0.1,
+    predictions: bool = True,
+    target=TARGET,
+    variant: str = "raw",
+):
     """A completed run of `digits_vgg4` whose predictions.npz is right on a random `accuracy` share of images
     (never on the `hard` ones); summary.json's val_top1_best is the same accuracy, in points."""
     rng = np.random.default_rng(zlib.crc32(f"{act}/{seed}".encode()))  # not hash(): salted per process
@@ -195,8 +208,14 @@ def write_predicted_run(root, act: str, seed: int, accuracy: float, *, hard=None
     if predictions:
         pred = np.where(right, target, (target + 1 + rng.integers(0, N_CLASSES - 1, target.size)) % N_CLASSES)
         conf = np.clip(rng.normal(accuracy, 0.05, target.size), 0.1, 1.0)
-        write_predictions(run / "predictions.npz", {variant: dict(
-            pred=pred, p_true=np.where(right, conf, (1 - conf) / 2), confidence=conf, target=target, epoch=3)})
+        write_predictions(
+            run / "predictions.npz",
+            {
+                variant: dict(
+                    pred=pred, p_true=np.where(right, conf, (1 - conf) / 2), confidence=conf, target=target, epoch=3
+                )
+            },
+        )
     return run
 
 
@@ -216,14 +235,17 @@ def test_report_writes_the_per_example_section_with_a_plain_words_line(tmp_path,
     assert "per_example.md" in (recipe / "table.md").read_text() and not (recipe / "per_example.tex").exists()
     assert text in out  # printed too
     (line,) = plain_lines(text)
-    assert re.match(r"rational vs relu: Δ = [+-]\d+\.\d\d \[two-level [+-]\d+\.\d\d, [+-]\d+\.\d\d\]; one run's "
-                    r"accuracy varies by ±\d\.\d\d over test sets of this size \(share of seed variance \d+ %\), while "
-                    r"the test set's part of this Δ \(√E: its sd over new test sets, both arms on the same images\) is "
-                    r"±\d\.\d\d( \(E estimated at 0: lost in each image's seed noise\))?; churn "
-                    r"between seeds \d+\.\d %, between activations \d+\.\d % \(permutation p = 0\.\d+\): too few runs "
-                    r"to tell .* \(the smallest p at 3 vs 3 runs is 0\.10\); ensemble \d+\.\d\d vs \d+\.\d\d \(McNemar "
-                    r"p = [\d.]+\); NLL \d\.\d{3} vs \d\.\d{3} \(Student p = [\d.]+\), ECE [\d.]+ % vs [\d.]+ % "
-                    r"\(Student p = [\d.]+\)$", line), line
+    assert re.match(
+        r"rational vs relu: Δ = [+-]\d+\.\d\d \[two-level [+-]\d+\.\d\d, [+-]\d+\.\d\d\]; one run's "
+        r"accuracy varies by ±\d\.\d\d over test sets of this size \(share of seed variance \d+ %\), while "
+        r"the test set's part of this Δ \(√E: its sd over new test sets, both arms on the same images\) is "
+        r"±\d\.\d\d( \(E estimated at 0: lost in each image's seed noise\))?; churn "
+        r"between seeds \d+\.\d %, between activations \d+\.\d % \(permutation p = 0\.\d+\): too few runs "
+        r"to tell .* \(the smallest p at 3 vs 3 runs is 0\.10\); ensemble \d+\.\d\d vs \d+\.\d\d \(McNemar "
+        r"p = [\d.]+\); NLL \d\.\d{3} vs \d\.\d{3} \(Student p = [\d.]+\), ECE [\d.]+ % vs [\d.]+ % "
+        r"\(Student p = [\d.]+\)$",
+        line,
+    ), line
     csv = pd.read_csv(recipe / "per_example.csv").set_index("act")
     table = pd.read_csv(recipe / "table.csv").set_index("act")
     # Δ recomputed from the predictions is the table's (the summaries hold the same accuracies)
@@ -247,8 +269,10 @@ def test_the_test_sets_part_of_delta_is_root_e_in_the_sentence_the_table_and_the
     assert paired > root_e and f"{paired:.2f}" != f"{root_e:.2f}"
     text = (recipe / "per_example.md").read_text()
     (line,) = plain_lines(text)
-    assert f"the test set's part of this Δ (√E: its sd over new test sets, both arms on the same images) is ±{root_e:.2f};" \
-        in line, line
+    assert (
+        f"the test set's part of this Δ (√E: its sd over new test sets, both arms on the same images) is ±{root_e:.2f};"
+        in line
+    ), line
     header = next(row for row in text.splitlines() if row.startswith("| Act."))
     cells = next(row for row in text.splitlines() if row.startswith("| rational |"))
     column = [h.strip() for h in header.split("|")].index("test set's part of Δ")
@@ -273,8 +297,10 @@ def test_old_results_without_predictions_report_everything_else_and_say_what_the
     assert main([str(tmp_path / "digits_vgg4"), "--format", "md,csv"]) == 0
     table = (tmp_path / "digits_vgg4" / "table.md").read_text()
     assert "| gelu | 3 |" in table
-    assert ("no run has predictions.npz (results from before per-example predictions): the per-example columns "
-            "(two-level interval, variance share, churn, ensemble, NLL, ECE) are not computed") in table
+    assert (
+        "no run has predictions.npz (results from before per-example predictions): the per-example columns "
+        "(two-level interval, variance share, churn, ensemble, NLL, ECE) are not computed"
+    ) in table
     assert not (tmp_path / "digits_vgg4" / "per_example.md").exists()
 
 
@@ -285,9 +311,11 @@ def test_some_runs_without_predictions_are_named_with_the_columns_they_lack(tmp_
         write_predicted_run(tmp_path, "rational", seed, 0.9, predictions=seed > 0)
     assert main([str(tmp_path / "digits_vgg4"), "--format", "md"]) == 0
     text = (tmp_path / "digits_vgg4" / "per_example.md").read_text()
-    assert ("4 of 9 completed runs have no predictions.npz (results from before per-example predictions): columns "
-            "two-level interval, variance share, churn, ensemble, NLL, ECE not computed for gelu; rational computed "
-            "on the runs that have it") in text
+    assert (
+        "4 of 9 completed runs have no predictions.npz (results from before per-example predictions): columns "
+        "two-level interval, variance share, churn, ensemble, NLL, ECE not computed for gelu; rational computed "
+        "on the runs that have it"
+    ) in text
     assert "| gelu | 0/3 |" in text and "| rational | 2/3 |" in text
     assert "(4 of 9 completed runs have no predictions.npz)" in (tmp_path / "digits_vgg4" / "table.md").read_text()
 
@@ -301,7 +329,9 @@ def test_runs_that_scored_different_images_give_one_line_and_no_section(tmp_path
     assert len(notes) == 1 and re.fullmatch(
         r"- per-example statistics not computed: the runs did not score the same images \(relu/seed_0 vs "
         r"gelu/seed_0: \d+ of 400 targets differ\); per-example statistics need every run scored on one test set "
-        r"in one order", notes[0]), notes
+        r"in one order",
+        notes[0],
+    ), notes
     assert not (tmp_path / "digits_vgg4" / "per_example.md").exists()
 
 
@@ -315,7 +345,8 @@ def test_the_section_reads_the_weights_the_metric_scores_and_names_the_val_set(t
     assert "the EMA weights" in text and "scored on the val set (the recipe holds out no split" in text
     (recipe / "per_example.md").unlink()
     assert main([str(recipe), "--format", "md"]) == 0  # val_top1_best scores the trained weights: not in the files
-    assert ("per-example columns (two-level interval, variance share, churn, ensemble, NLL, ECE) not computed: "
-            "gelu/seed_0: predictions.npz has no 'raw' predictions (has ema) (and 3 more)"
-            ) in (recipe / "table.md").read_text()
+    assert (
+        "per-example columns (two-level interval, variance share, churn, ensemble, NLL, ECE) not computed: "
+        "gelu/seed_0: predictions.npz has no 'raw' predictions (has ema) (and 3 more)"
+    ) in (recipe / "table.md").read_text()
     assert not (recipe / "per_example.md").exists()

@@ -3,6 +3,7 @@ by CUDA_VISIBLE_DEVICES; `parallel=auto`'s rule from given measurements; MPS det
 runs out of memory among K is run again with fewer; a seed trained among others gives the bits it gives alone.
 No GPU is needed: CUDA's answers are stood in for (torch.cuda.is_available / device_count), the GPU a worker
 takes is read back from its environment, and out-of-memory is raised by a hook in the workers."""
+
 from __future__ import annotations
 
 import json
@@ -34,16 +35,23 @@ TINY = ("act=relu", "data.limit_train=192", "data.limit_val=64", "snapshot_epoch
 
 # ---- parallel=auto: the rule, from given measurements --------------------------------------------------------------
 
-@pytest.mark.parametrize("given, k, bound", [
-    (dict(busy=0.27, run_bytes=GB, free_bytes=80 * GB, cores=16, gpus=1, jobs=20), 4, "27% busy"),  # the H100 VGG8
-    (dict(busy=0.05, run_bytes=12 * GB, free_bytes=80 * GB, cores=64, gpus=1, jobs=20), 5, "fit in memory"),
-    (dict(busy=0.05, run_bytes=GB, free_bytes=80 * GB, cores=16, gpus=2, jobs=40), 8, "16 CPU cores for 2 GPUs"),
-    (dict(busy=0.05, run_bytes=GB, free_bytes=80 * GB, cores=64, gpus=2, jobs=5), 3, "5 runs on 2 GPUs"),
-    (dict(busy=0.1, run_bytes=GB, free_bytes=80 * GB, cores=16, gpus=1, jobs=20, loader_workers=3), 4,
-     "4 processes a run"),
-    (dict(busy=1.0, run_bytes=100 * GB, free_bytes=80 * GB, cores=1, gpus=1, jobs=1), 1, ""),  # never below 1
-    (dict(busy=None, run_bytes=None, free_bytes=None, cores=8, gpus=1, jobs=20), 8, "8 CPU cores"),  # unmeasured
-])
+
+@pytest.mark.parametrize(
+    "given, k, bound",
+    [
+        (dict(busy=0.27, run_bytes=GB, free_bytes=80 * GB, cores=16, gpus=1, jobs=20), 4, "27% busy"),  # the H100 VGG8
+        (dict(busy=0.05, run_bytes=12 * GB, free_bytes=80 * GB, cores=64, gpus=1, jobs=20), 5, "fit in memory"),
+        (dict(busy=0.05, run_bytes=GB, free_bytes=80 * GB, cores=16, gpus=2, jobs=40), 8, "16 CPU cores for 2 GPUs"),
+        (dict(busy=0.05, run_bytes=GB, free_bytes=80 * GB, cores=64, gpus=2, jobs=5), 3, "5 runs on 2 GPUs"),
+        (
+            dict(busy=0.1, run_bytes=GB, free_bytes=80 * GB, cores=16, gpus=1, jobs=20, loader_workers=3),
+            4,
+            "4 processes a run",
+        ),
+        (dict(busy=1.0, run_bytes=100 * GB, free_bytes=80 * GB, cores=1, gpus=1, jobs=1), 1, ""),  # never below 1
+        (dict(busy=None, run_bytes=None, free_bytes=None, cores=8, gpus=1, jobs=20), 8, "8 CPU cores"),  # unmeasured
+    ],
+)
 def test_auto_picks_the_least_of_its_limits_and_names_the_one_that_binds(given, k, bound):
     chosen, why = choose(**given)
     assert chosen == k and why.startswith(f"parallel=auto: {k} per GPU, bound by") and bound in why, why
@@ -75,9 +83,16 @@ def test_the_projection_shares_a_gpu_by_its_busy_share():
     assert eight.wall_s == pytest.approx(one.total_s / 4)  # more than fill it: no faster
     assert two_gpus.wall_s == pytest.approx(one.total_s / 8)
     assert est._wall(two_gpus, "H100").startswith(
-        f"; ≈ {est.duration(two_gpus.wall_s)} wall with parallel=4 per GPU x 2 GPUs")
-    unmeasured = est.Estimate([est.Row("", "relu", 1, 100, 0, 0.01, 0.0, GB, 10, 10, 10, 100)], torch.device("cuda"),
-                              1, 128, parallel=4, gpus=1)
+        f"; ≈ {est.duration(two_gpus.wall_s)} wall with parallel=4 per GPU x 2 GPUs"
+    )
+    unmeasured = est.Estimate(
+        [est.Row("", "relu", 1, 100, 0, 0.01, 0.0, GB, 10, 10, 10, 100)],
+        torch.device("cuda"),
+        1,
+        128,
+        parallel=4,
+        gpus=1,
+    )
     assert unmeasured.wall_s == pytest.approx(unmeasured.total_s)  # busy unknown: no gain promised
 
 
@@ -85,16 +100,19 @@ def test_an_explicit_k_above_auto_says_which_limit_it_passes_and_what_happens_ou
     k, why = choose(busy=0.05, run_bytes=12 * GB, free_bytes=80 * GB, cores=64, gpus=1, jobs=20)
     note = est.over_auto(8, k, why, 12 * GB, 80 * GB)
     assert note.startswith("parallel=8 per GPU is more than parallel=auto's 5 (5 runs fit in memory")
-    assert note.endswith("8 runs need ≈ 100.7 GB of the 80.0 GB free: the runs that run out of memory will be run "
-                         "again with K halved")
+    assert note.endswith(
+        "8 runs need ≈ 100.7 GB of the 80.0 GB free: the runs that run out of memory will be run again with K halved"
+    )
     assert "free" not in est.over_auto(2, 1, "parallel=auto: 1 per GPU, bound by 1 run on 1 GPU", GB, 80 * GB)
 
 
 # ---- where: the devices -------------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def gpus(monkeypatch, tmp_path):
     """A machine with `n` GPUs as torch sees them, and no MPS daemon (its pipe directory empty)."""
+
     def machine(n: int, visible: str | None = None):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
@@ -103,12 +121,15 @@ def gpus(monkeypatch, tmp_path):
         else:
             monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
         monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "mps"))
+
     return machine
 
 
 def cfg(parallel=1, devices=1, mps=None, accelerator="auto", num_nodes=1):
-    return SimpleNamespace(parallel=parallel, trainer=SimpleNamespace(devices=devices, mps=mps, accelerator=accelerator,
-                                                                       num_nodes=num_nodes))
+    return SimpleNamespace(
+        parallel=parallel,
+        trainer=SimpleNamespace(devices=devices, mps=mps, accelerator=accelerator, num_nodes=num_nodes),
+    )
 
 
 def test_k_workers_per_visible_gpu_each_pinned_interleaved(gpus):
@@ -176,8 +197,10 @@ def test_determinism_on_cuda_by_default_and_as_a_recorded_lever(gpus):
     assert determinism(t) == {"deterministic": None}  # the CPU: kernels chosen without timing, as before
     gpus(1)
     assert determinism(t) == {"deterministic": "warn"}
-    assert determinism(SimpleNamespace(accelerator="gpu", portable=False, deterministic=False)) == \
-        {"deterministic": False, "benchmark": True}
+    assert determinism(SimpleNamespace(accelerator="gpu", portable=False, deterministic=False)) == {
+        "deterministic": False,
+        "benchmark": True,
+    }
 
 
 def test_bad_parallel_values_are_one_line():
@@ -189,20 +212,27 @@ def test_bad_parallel_values_are_one_line():
 
 # ---- the report's footer names K and MPS --------------------------------------------------------------------------
 
+
 def test_the_footer_names_k_and_mps_and_k_is_no_difference():
     def run(seed, k, gpu, mps):
-        env = {"python": "3.11", "threads": 1, "placement": {"parallel": k, "workers": 2 * k, "visible_gpu": gpu,
-                                                             "mps": mps}}
+        env = {
+            "python": "3.11",
+            "threads": 1,
+            "placement": {"parallel": k, "workers": 2 * k, "visible_gpu": gpu, "mps": mps},
+        }
         return {"act": "relu", "seed": seed, "status": "completed", "environment": json.dumps(env, sort_keys=True)}
 
     runs = pd.DataFrame([run(0, 4, "0", True), run(1, 4, "1", True), run(2, 1, None, None)])
     assert report_env.environment_footer(runs).endswith(" · parallel=1/4 per GPU (8 workers), MPS on")
     assert report_env.mixed_environments(runs) == []  # where a run trained is not an environment of its numbers
     old = pd.DataFrame([{"act": "relu", "seed": 0, "status": "completed", "environment": json.dumps({"threads": 1})}])
-    assert "parallel" not in report_env.environment_footer(old)  # committed records from before: their footers unchanged
+    assert "parallel" not in report_env.environment_footer(
+        old
+    )  # committed records from before: their footers unchanged
 
 
 # ---- end to end on the CPU: among K, the bits of alone; out of memory, again with fewer ---------------------------
+
 
 def _trained(results: Path) -> dict:
     """Per run: its predictions' arrays, its metrics without times, its placement."""
@@ -237,7 +267,7 @@ def test_a_seed_among_k_gives_the_bits_it_gives_alone(tmp_path):
 
 # in the workers (sitecustomize): a run among more than VB_TEST_FAIL_ABOVE per device runs out of GPU memory, or
 # (VB_TEST_FAIL=kill) its worker process is killed, as the kernel's OOM killer does
-FAIL_HOOK = '''
+FAIL_HOOK = """
 import os
 if os.environ.get("VB_TEST_FAIL_ABOVE"):
     import signal
@@ -252,7 +282,7 @@ if os.environ.get("VB_TEST_FAIL_ABOVE"):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (a test's)")
         return _real(*args, **kwargs)
     _run.train_run = _train
-'''
+"""
 
 
 def _failing_workers(tmp_path, monkeypatch, how: str) -> None:
@@ -270,8 +300,12 @@ def test_out_of_memory_among_k_fails_that_run_clearly_and_it_runs_again_with_few
     jobs, notes, seen = plan(cfg), [], []
     outcomes = execute_jobs(jobs, Placement(2), progress=False, on_outcome=seen.append, note=notes.append)
     assert [o.status for o in seen] == ["failed", "failed", "completed", "completed"]  # each said as it ended
-    assert all(o.summary["error"].startswith("out of memory with 2 run(s) per device (2 workers): OutOfMemoryError: "
-                                             "CUDA out of memory") for o in seen[:2])
+    assert all(
+        o.summary["error"].startswith(
+            "out of memory with 2 run(s) per device (2 workers): OutOfMemoryError: CUDA out of memory"
+        )
+        for o in seen[:2]
+    )
     assert notes == ["note: 2 runs ran out of memory with 2 on the CPU: running them again with 1 on the CPU"]
     assert [o.status for o in outcomes] == ["completed", "completed"]
     assert all(o.summary["environment"]["placement"]["parallel"] == 1 for o in outcomes)

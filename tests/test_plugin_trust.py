@@ -4,6 +4,7 @@ activation is named before it fails inside a conv, and `visionbench check` does 
 
     .venv/bin/python -m pytest tests/test_plugin_trust.py -q
 """
+
 from __future__ import annotations
 
 import importlib
@@ -17,7 +18,7 @@ from visionbench.cli import main
 
 from .test_plugins import MY_ACTS, isolated, write  # noqa: F401 - `isolated` is a fixture
 
-USES_HELPER = '''
+USES_HELPER = """
 import json
 import torch
 from visionbench.activations import register
@@ -31,22 +32,22 @@ class HelpedAct(torch.nn.Module):
 
     def forward(self, x):
         return acts_helper.shape(torch.relu(x)) * scale()
-'''
-HELPER = '''
+"""
+HELPER = """
 import acts_deeper
 
 def shape(x):
     return acts_deeper.same(x)
-'''
-DEEPER = '''
+"""
+DEEPER = """
 def same(x):
     return x * {factor}
-'''
-SCALE = '''
+"""
+SCALE = """
 def scale():
     return 1.0
-'''
-WIDE = '''
+"""
+WIDE = """
 import torch
 from visionbench.activations import register
 
@@ -57,8 +58,8 @@ class Wide(torch.nn.Module):
 
     def forward(self, x):
         return torch.cat([x, x], dim=1).relu()
-'''
-NAN = '''
+"""
+NAN = """
 import torch
 from visionbench.activations import register
 
@@ -70,7 +71,7 @@ class NanAct(torch.nn.Module):
 
     def forward(self, x):
         return x * self.b
-'''
+"""
 
 
 def one_line(capsys) -> str:
@@ -106,8 +107,14 @@ def test_the_sha256_covers_the_helper_modules_and_an_edited_helper_is_a_new_vers
     assert sorted(plugin.helpers) == ["acts_deeper", "acts_helper", "acts_scale"]  # not json, torch, visionbench
     assert plugin.sha256 != plugins._digest(str(path))  # the file alone is not the version
     run = plugins.record({"recipe": "r", "seed": 0, "act": "helped_act", "model": {"name": "vgg4"}})
-    assert run["plugins"] == [{"module": "helped", "version": None, "sha256": plugin.sha256,
-                               "helpers": ["acts_deeper", "acts_helper", "acts_scale"]}]
+    assert run["plugins"] == [
+        {
+            "module": "helped",
+            "version": None,
+            "sha256": plugin.sha256,
+            "helpers": ["acts_deeper", "acts_helper", "acts_scale"],
+        }
+    ]
     run_dir = tmp_path / "r" / "helped_act" / "seed_0"
     run_dir.mkdir(parents=True)
     layout.write_config(run_dir, run)
@@ -134,22 +141,29 @@ def test_a_plugin_calling_sys_exit_is_one_line_naming_it(isolated, tmp_path, cap
     write(isolated, "p_exit", "import sys\nsys.exit(3)\n")
     args = [f"results_dir={tmp_path / 'r'}", "act=relu", "seeds=1"] if command == "run" else []
     assert main([command, "imports=p_exit", *args]) == 2
-    assert one_line(capsys) == (f"visionbench {command}: imports=p_exit: plugin module 'p_exit' called sys.exit(3) "
-                                "while being imported; a plugin module must only define and register (no exit at "
-                                "import time)")
+    assert one_line(capsys) == (
+        f"visionbench {command}: imports=p_exit: plugin module 'p_exit' called sys.exit(3) "
+        "while being imported; a plugin module must only define and register (no exit at "
+        "import time)"
+    )
     assert not (tmp_path / "r").exists()
 
 
-@pytest.mark.parametrize("given, hint", [
-    ("./p_ok.py", "imports=p_ok (a module in the current directory or on PYTHONPATH)"),
-    ("p_ok.py", "imports=p_ok (a module in the current directory or on PYTHONPATH)"),
-    ("plugins/p_ok.py", "imports=plugins.p_ok (a module in the current directory or on PYTHONPATH)"),
-    ("/opt/mine/p_ok.py", "imports=p_ok with PYTHONPATH=/opt/mine (the folder that holds it)"),
-])
+@pytest.mark.parametrize(
+    "given, hint",
+    [
+        ("./p_ok.py", "imports=p_ok (a module in the current directory or on PYTHONPATH)"),
+        ("p_ok.py", "imports=p_ok (a module in the current directory or on PYTHONPATH)"),
+        ("plugins/p_ok.py", "imports=plugins.p_ok (a module in the current directory or on PYTHONPATH)"),
+        ("/opt/mine/p_ok.py", "imports=p_ok with PYTHONPATH=/opt/mine (the folder that holds it)"),
+    ],
+)
 def test_a_file_path_in_imports_gets_the_module_name_hint(isolated, capsys, given, hint):
     assert main(["list", f"imports={given}"]) == 2
-    assert one_line(capsys) == (f"visionbench list: imports={given}: {given!r} is a file path or a relative name, "
-                                f"not a module name; give the module's name: {hint}")
+    assert one_line(capsys) == (
+        f"visionbench list: imports={given}: {given!r} is a file path or a relative name, "
+        f"not a module name; give the module's name: {hint}"
+    )
 
 
 def test_a_wrong_shape_activation_is_named_before_training(isolated, tmp_path, capsys):
@@ -158,7 +172,8 @@ def test_a_wrong_shape_activation_is_named_before_training(isolated, tmp_path, c
     assert one_line(capsys) == (
         "visionbench run: act wide_act: activation 'wide_act' returns shape (2, 8, 3, 3) for an input of shape "
         "(2, 4, 3, 3); an activation must return a tensor of its input's shape (elementwise), or the layer after it "
-        "fails; run `visionbench check imports=p_shape act=wide_act`")
+        "fails; run `visionbench check imports=p_shape act=wide_act`"
+    )
     assert not (tmp_path / "r").exists()
 
 
@@ -168,8 +183,11 @@ def test_a_wrong_shape_activation_is_named_when_a_model_is_swapped(isolated):
 
     write(isolated, "p_shape", WIDE)
     plugins.load(["p_shape"])
-    with pytest.raises(ValueError, match=r"activation 'wide_act' returns shape \(2, 128, 3, 3\) for an input of shape "
-                                         r"\(2, 64, 3, 3\);.* run `visionbench check act=wide_act`"):
+    with pytest.raises(
+        ValueError,
+        match=r"activation 'wide_act' returns shape \(2, 128, 3, 3\) for an input of shape "
+        r"\(2, 64, 3, 3\);.* run `visionbench check act=wide_act`",
+    ):
         create("vgg4", act="wide_act", num_classes=10, in_chans=1)
 
 
@@ -193,8 +211,9 @@ def test_a_nan_activation_gets_only_the_true_diagnoses(isolated):
     write(isolated, "p_nan", NAN)
     plugins.load(["p_nan"])
     subject, device = Subject("nan_act"), torch.device("cpu")
-    results = {name: MODULE_CHECKS[name](subject, device) for name in ("state_dict", "deepcopy", "deterministic",
-                                                                        "finite")}
+    results = {
+        name: MODULE_CHECKS[name](subject, device) for name in ("state_dict", "deepcopy", "deterministic", "finite")
+    }
     assert results["state_dict"][0] and results["deepcopy"][0] and results["deterministic"][0], results
     assert not results["finite"][0] and "NaN" in results["finite"][1]  # the one that is true
     nan = torch.tensor([1.0, float("nan")])

@@ -4,6 +4,7 @@ each run records the plugin's module, version and sha256; bad plugins fail in on
 
 Every test writes its plugin modules into tmp_path; the `isolated` fixture puts the registries, sys.path and
 sys.modules back after it (a plugin's activation must not join the registry-wide tests of other files)."""
+
 from __future__ import annotations
 
 import importlib
@@ -44,15 +45,15 @@ class MyAct(LearnableActivation):
     def reference_forward(self, x):
         return self.coef(self.a, 0, x) * torch.relu(x)
 '''
-MY_MODELS = '''
+MY_MODELS = """
 import torch
 from timm.models import register_model
 
 @register_model
 def my_tiny_net(pretrained=False, num_classes=10, **kwargs):
     return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(num_classes))
-'''
-CLASH = '''
+"""
+CLASH = """
 import torch
 from visionbench.activations import register
 
@@ -60,7 +61,7 @@ from visionbench.activations import register
 class MyGelu(torch.nn.Module):
     def __init__(self, inplace=False):
         super().__init__()
-'''
+"""
 
 
 @pytest.fixture
@@ -90,8 +91,9 @@ def write(where: Path, module: str, text: str) -> Path:
 def test_the_example_plugin_runs_and_is_reported(isolated, monkeypatch, tmp_path, capsys):
     monkeypatch.syspath_prepend(str(EXAMPLE))  # as PYTHONPATH=examples/my_activation (never pip-installed in tests)
     results = tmp_path / "results"
-    code = main(["run", f"results_dir={results}", *shrunk(), "epochs=1", "imports=my_activation", "act=relu,my_act",
-                 "seeds=1"])
+    code = main(
+        ["run", f"results_dir={results}", *shrunk(), "epochs=1", "imports=my_activation", "act=relu,my_act", "seeds=1"]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert "my_act             seed 0: completed" in out
@@ -198,13 +200,23 @@ def test_the_report_flags_two_versions_of_one_plugin(tmp_path, capsys):
 # ---- bad plugins: one line, exit 2, before any training ------------------------------------------------------
 BAD = [
     ("nope_module", None, "imports=nope_module: no module named 'nope_module' in the current directory or on sys.path"),
-    ("broken", "import numpy_that_is_not_there\n",
-     "imports=broken: plugin module 'broken' failed to import: ModuleNotFoundError: No module named "
-     "'numpy_that_is_not_there'"),
-    ("raises", "raise RuntimeError('no GPU here')\n",
-     "imports=raises: plugin module 'raises' failed to import: RuntimeError: no GPU here"),
-    ("clash", CLASH, "imports=clash: plugin module 'clash' is refused: activation 'gelu' of clash.MyGelu is already "
-                     "registered by visionbench.activations.fixed"),
+    (
+        "broken",
+        "import numpy_that_is_not_there\n",
+        "imports=broken: plugin module 'broken' failed to import: ModuleNotFoundError: No module named "
+        "'numpy_that_is_not_there'",
+    ),
+    (
+        "raises",
+        "raise RuntimeError('no GPU here')\n",
+        "imports=raises: plugin module 'raises' failed to import: RuntimeError: no GPU here",
+    ),
+    (
+        "clash",
+        CLASH,
+        "imports=clash: plugin module 'clash' is refused: activation 'gelu' of clash.MyGelu is already "
+        "registered by visionbench.activations.fixed",
+    ),
 ]
 
 
@@ -262,8 +274,13 @@ def test_snapshot_and_restore_forget_a_plugin_and_what_it_registered(isolated):
 def test_a_researchers_module_in_a_temporary_directory_runs_in_parallel(tmp_path):
     write(tmp_path, "my_acts", MY_ACTS.format(name="my_act"))
     exe = Path(sys.executable).parent / "visionbench"
-    out = subprocess.run([str(exe), "run", "imports=my_acts", "act=relu,my_act", "seeds=1", *shrunk(), "epochs=1",
-                          "parallel=2"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [str(exe), "run", "imports=my_acts", "act=relu,my_act", "seeds=1", *shrunk(), "epochs=1", "parallel=2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "my_act             seed 0: completed" in out.stdout
     # the default results_dir: runs/ in the working directory

@@ -1,6 +1,7 @@
 """Per-example predictions (predictions.npz, docs/layout.md): every completed run keeps, for the checkpoint
 its recipe reports, the predicted class and the probability of the true class of each scored image
 (visionbench/results/predictions.py, train/predictions.py). Tiny digits runs, 2 epochs."""
+
 from __future__ import annotations
 
 import math
@@ -79,6 +80,7 @@ def test_ema_and_raw_predictions_without_a_test_set_score_val(tmp_path):
 def test_a_resumed_run_writes_the_predictions_of_an_uninterrupted_one(tmp_path, monkeypatch, lr):
     """Killed at the start of epoch 2, resumed. The file is deleted after the kill: the selection
     (epoch, arrays) comes from the checkpoint. With lr=0 epoch 1 stays selected in both variants."""
+
     def crash(self):
         if self.current_epoch == 1:
             raise RuntimeError("simulated kill")
@@ -121,8 +123,15 @@ def test_a_diverged_run_leaves_no_predictions_file(tmp_path, monkeypatch):
 def test_selection_is_metrics_from_rows_rule():
     """Strictly greater wins (first epoch of the max), non-finite never beats finite, and with
     nothing finite the latest epoch: the epoch results/layout.metrics_from_rows reports."""
-    cases = [[50, 60, 60, 55], [math.nan, 40, math.nan, 40], [math.nan, math.nan], [30, math.inf, 20],
-             [70], [10, 20, 30], [math.nan, 5, 6, 6, math.nan]]
+    cases = [
+        [50, 60, 60, 55],
+        [math.nan, 40, math.nan, 40],
+        [math.nan, math.nan],
+        [30, math.inf, 20],
+        [70],
+        [10, 20, 30],
+        [math.nan, 5, 6, 6, math.nan],
+    ]
     for values in cases:
         best, epoch = None, None
         for e, v in enumerate(values, 1):
@@ -135,8 +144,9 @@ def test_selection_is_metrics_from_rows_rule():
 @pytest.mark.parametrize("n,world", [(10, 3), (9, 3), (7, 4), (5, 1)])
 def test_interleave_undoes_the_eval_distributed_sampler(n, world):
     data = torch.arange(100, 100 + n)
-    sampler = [list(torch.utils.data.DistributedSampler(data, num_replicas=world, rank=r, shuffle=False))
-               for r in range(world)]
+    sampler = [
+        list(torch.utils.data.DistributedSampler(data, num_replicas=world, rank=r, shuffle=False)) for r in range(world)
+    ]
     shards = torch.stack([data[idx] for idx in sampler])  # what each rank scored, padded by repetition
     counts = torch.tensor([len(s) for s in sampler])
     assert torch.equal(interleave(shards, counts, n), data)
@@ -153,8 +163,13 @@ def test_compact_probabilities_in_float32():
 def test_file_round_trip_is_compact(tmp_path):
     n = 10_000
     rng = np.random.default_rng(0)
-    arrays = {"pred": rng.integers(0, 10, n), "target": rng.integers(0, 10, n),
-              "p_true": rng.random(n), "confidence": rng.random(n), "epoch": 7}
+    arrays = {
+        "pred": rng.integers(0, 10, n),
+        "target": rng.integers(0, 10, n),
+        "p_true": rng.random(n),
+        "confidence": rng.random(n),
+        "epoch": 7,
+    }
     path = tmp_path / "predictions.npz"
     write_predictions(path, {"raw": arrays})
     back = read_predictions(path)["raw"]
@@ -168,9 +183,23 @@ def test_ddp_gathers_every_rank_in_loader_order(tmp_path):
     """2-process gloo DDP on CPU, 63 test images: rank 1 scores a padded copy of image 0, which the
     file must not hold; the arrays come back in loader order (rank r scored images r, r+2, ...)."""
     env = {k: v for k, v in os.environ.items() if k not in ranks.RANK_ENV + ("NODE_RANK", "WORLD_SIZE")}
-    cmd = [sys.executable, "-m", "visionbench.cli", "run", "recipe=digits_vgg4", "act=relu", "seeds=1", "epochs=2",
-           "batch_size=64", "data.limit_train=128", "data.limit_val=63", "trainer.accelerator=cpu",
-           "trainer.devices=2", "trainer.strategy=ddp", f"results_dir={tmp_path}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "visionbench.cli",
+        "run",
+        "recipe=digits_vgg4",
+        "act=relu",
+        "seeds=1",
+        "epochs=2",
+        "batch_size=64",
+        "data.limit_train=128",
+        "data.limit_val=63",
+        "trainer.accelerator=cpu",
+        "trainer.devices=2",
+        "trainer.strategy=ddp",
+        f"results_dir={tmp_path}",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = tmp_path / "digits_vgg4" / "relu" / "seed_0"

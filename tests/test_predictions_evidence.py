@@ -2,6 +2,7 @@
 file from another run, a damaged one never stops it, and a deleted one is rewritten from the run's
 checkpoint, identical. One tiny sweep (relu, gelu × 2 seeds, 2 epochs) is trained once per module and
 copied per test (results/evidence.py, train/rewrite.py, report/per_example.py)."""
+
 from __future__ import annotations
 
 import json
@@ -66,7 +67,11 @@ def test_a_file_names_its_run_and_passes_the_checks(trained):
     variants, meta = read_evidence(layout.files(run).predictions)
     summary = layout.read_summary(run)
     assert {k: meta[k] for k in ("recipe", "act", "seed", "setting")} == {
-        "recipe": "digits_vgg4", "act": "gelu", "seed": 1, "setting": {}}
+        "recipe": "digits_vgg4",
+        "act": "gelu",
+        "seed": 1,
+        "setting": {},
+    }
     assert meta["config_hash"] == summary["config_hash"] and meta["n_classes"] == 10 and meta["n_images"] == 100
     assert summary["predictions"] == "predictions.npz"
     assert evidence.judge(run, summary, "raw").kind == evidence.OK
@@ -84,19 +89,22 @@ def test_a_file_copied_from_another_run_is_refused_with_a_note(tree, capsys, sou
     assert "| relu | 1/2 |" in pex and "1 refused as damaged or not the run's" in table
 
 
-@pytest.mark.parametrize("change,why", [
-    (dict(raw_epoch=np.int64(1)), "raw predictions of epoch 1, the run selected epoch"),
-    (dict(raw_pred="right"), "raw top-1 100.00 from the file"),
-    (dict(raw_p_true=np.full(100, np.nan, np.float32)), "probabilities outside [0, 1]"),
-    (dict(raw_confidence=np.full(100, 2.0, np.float32)), "probabilities outside [0, 1]"),
-    (dict(raw_pred=np.full(100, 99, np.int16)), "raw_pred has class 99 outside [0, 10)"),
-    (dict(raw_target=None), "no raw_target"),
-    (dict(raw_epoch=None), "no raw_epoch"),
-    (dict(raw_pred="cut"), "arrays of shapes"),
-    (dict(raw_pred="2d"), "arrays of shapes"),
-    (dict(meta=None, raw_pred="cut", raw_target="cut", raw_p_true="cut", raw_confidence="cut"), "gelu/seed_1"),
-    (dict(meta=np.array("{not json")), "no JSON mapping"),
-])
+@pytest.mark.parametrize(
+    "change,why",
+    [
+        (dict(raw_epoch=np.int64(1)), "raw predictions of epoch 1, the run selected epoch"),
+        (dict(raw_pred="right"), "raw top-1 100.00 from the file"),
+        (dict(raw_p_true=np.full(100, np.nan, np.float32)), "probabilities outside [0, 1]"),
+        (dict(raw_confidence=np.full(100, 2.0, np.float32)), "probabilities outside [0, 1]"),
+        (dict(raw_pred=np.full(100, 99, np.int16)), "raw_pred has class 99 outside [0, 10)"),
+        (dict(raw_target=None), "no raw_target"),
+        (dict(raw_epoch=None), "no raw_epoch"),
+        (dict(raw_pred="cut"), "arrays of shapes"),
+        (dict(raw_pred="2d"), "arrays of shapes"),
+        (dict(meta=None, raw_pred="cut", raw_target="cut", raw_p_true="cut", raw_confidence="cut"), "gelu/seed_1"),
+        (dict(meta=np.array("{not json")), "no JSON mapping"),
+    ],
+)
 def test_a_damaged_or_mismatching_file_leaves_the_table_and_names_the_run(tree, capsys, change, why):
     _, recipe = tree
     path = recipe / "gelu" / "seed_1" / "predictions.npz"
@@ -138,7 +146,9 @@ def test_a_deleted_file_is_rewritten_identically_by_the_command_and_by_the_sweep
             f.unlink()
         run_sweep(load_config([f"results_dir={root}", *ARGS]), progress=False)
         back = read_evidence(path)
-        assert back[1] == original[1] and all(np.array_equal(back[0]["raw"][k], v) for k, v in original[0]["raw"].items())
+        assert back[1] == original[1] and all(
+            np.array_equal(back[0]["raw"][k], v) for k, v in original[0]["raw"].items()
+        )
 
 
 def test_old_results_read_as_such(tree, capsys):

@@ -1,6 +1,7 @@
 """The papers' published tables shipped as data (docs/report.md, "Published numbers"): every number reads back from the
 paper's text, `visionbench papers` recomputes p from mean ± std (n), and `visionbench report
 --published` puts the paper's number beside ours."""
+
 from __future__ import annotations
 
 import csv
@@ -26,8 +27,9 @@ from visionbench.sweep.preflight import load_config
 from .helpers import write_run
 
 PAPERS = Path(__file__).resolve().parents[1].parent / "shared" / "papers"
-needs_papers = pytest.mark.skipif(not PAPERS.is_dir(), reason=f"paper texts not found at {PAPERS} (../shared/papers "
-                                                               "beside the repository)")
+needs_papers = pytest.mark.skipif(
+    not PAPERS.is_dir(), reason=f"paper texts not found at {PAPERS} (../shared/papers beside the repository)"
+)
 
 
 def raw_rows() -> list[dict]:
@@ -36,6 +38,7 @@ def raw_rows() -> list[dict]:
 
 
 # --- the data: every number is in its paper ---------------------------------------------------------
+
 
 def _paper_lines(paper: str) -> list[str]:
     (path,) = PAPERS.glob(f"{paper}_*.txt")
@@ -52,9 +55,9 @@ def _table_window(lines: list[str], paper: str, table: str) -> list[str]:
     here = next(i for i in captions if lines[i].startswith(f"{table}:"))
     if paper == "003":
         before = max([i for i in captions if i < here], default=here - 20)
-        return lines[max(before + 1, here - 20):here]
+        return lines[max(before + 1, here - 20) : here]
     after = min([i for i in captions if i > here], default=here + 30)
-    return lines[here:min(after, here + 30)]
+    return lines[here : min(after, here + 30)]
 
 
 def _has_number(line: str, text: str) -> bool:
@@ -63,8 +66,9 @@ def _has_number(line: str, text: str) -> bool:
 
 
 @needs_papers
-@pytest.mark.parametrize("row", raw_rows(), ids=lambda r: f"{r['paper']}-{r['table']}-{r['group']}-{r['label']}-"
-                                                       f"{r['metric']}")
+@pytest.mark.parametrize(
+    "row", raw_rows(), ids=lambda r: f"{r['paper']}-{r['table']}-{r['group']}-{r['label']}-{r['metric']}"
+)
 def test_every_shipped_number_is_printed_in_its_table(row):
     window = _table_window(_paper_lines(row["paper"]), row["paper"], row["table"])
     word = row["label"].split()[0]
@@ -80,13 +84,22 @@ def test_every_shipped_number_is_printed_in_its_table(row):
 
 # tables whose `label` is the printed row's leading cells (tab-separated in the paper text, joined by a space):
 # each number is then checked in its own cell, on its own row, under the header the row's printed_column names
-CELL_EXACT = {("001", "Table 3"), ("001", "Table 4"), ("001", "Table 5"), ("001", "Table 6"), ("003", "Table 4"),
-              ("003", "Table 6")}
+CELL_EXACT = {
+    ("001", "Table 3"),
+    ("001", "Table 4"),
+    ("001", "Table 5"),
+    ("001", "Table 6"),
+    ("003", "Table 4"),
+    ("003", "Table 6"),
+}
 
 
 @needs_papers
-@pytest.mark.parametrize("row", [r for r in raw_rows() if (r["paper"], r["table"]) in CELL_EXACT],
-                         ids=lambda r: f"{r['paper']}-{r['table']}-{r['label']}-{r['metric']}")
+@pytest.mark.parametrize(
+    "row",
+    [r for r in raw_rows() if (r["paper"], r["table"]) in CELL_EXACT],
+    ids=lambda r: f"{r['paper']}-{r['table']}-{r['label']}-{r['metric']}",
+)
 def test_each_number_sits_in_its_printed_cell(row):
     """001 Tables 3-6 and 003 Tables 4, 6 print one number per cell (no std, no n): the row whose
     leading cells are the label holds the mean, as printed, in the column `printed_column` names."""
@@ -94,18 +107,33 @@ def test_each_number_sits_in_its_printed_cell(row):
     cells = [[c.strip() for c in line.split("\t")] for line in window]
     header = next(c for c in cells if row["printed_column"] in c)
     col = header.index(row["printed_column"])
-    printed = [c for c in cells if len(c) == len(header) and c is not header
-               and any(" ".join(c[:k]) == row["label"] for k in range(1, col + 1))]
+    printed = [
+        c
+        for c in cells
+        if len(c) == len(header) and c is not header and any(" ".join(c[:k]) == row["label"] for k in range(1, col + 1))
+    ]
     assert [c[col] for c in printed] == [row["mean"]], (row["label"], printed)
     assert row["std"] == "" and row["n"] == "", "these tables print one number per cell: no std, no n"
 
 
 def test_the_required_tables_are_all_shipped_in_full():
     counts = published.load().groupby(["paper", "table"]).size().to_dict()
-    assert counts == {("000", "App H"): 6, ("001", "Table 1"): 12, ("001", "Table 2"): 20, ("001", "Table 7"): 10,
-                      ("001", "Table 3"): 30, ("001", "Table 4"): 12, ("001", "Table 5"): 18, ("001", "Table 6"): 6,
-                      ("003", "Table 4"): 2, ("003", "Table 5"): 4, ("003", "Table 6"): 3,
-                      ("004", "Table 1"): 10, ("004", "Table 2"): 24, ("004", "Table 5"): 12}
+    assert counts == {
+        ("000", "App H"): 6,
+        ("001", "Table 1"): 12,
+        ("001", "Table 2"): 20,
+        ("001", "Table 7"): 10,
+        ("001", "Table 3"): 30,
+        ("001", "Table 4"): 12,
+        ("001", "Table 5"): 18,
+        ("001", "Table 6"): 6,
+        ("003", "Table 4"): 2,
+        ("003", "Table 5"): 4,
+        ("003", "Table 6"): 3,
+        ("004", "Table 1"): 10,
+        ("004", "Table 2"): 24,
+        ("004", "Table 5"): 12,
+    }
 
 
 # typed again from the papers, independently of the CSV: (paper, table, model, act, setting, metric) -> mean, std, n
@@ -127,7 +155,11 @@ DOUBLE_ENTRY = {
     ("000", "App H", "resnet50", "polynorm", "", "val_top5_final"): (92.099, math.nan, 1),
     ("003", "Table 5", "resnet32", "slaf", "", "test_error"): (8.50, math.nan, math.nan),
     ("003", "Table 4", "mnist_cnn", "slaf", "", "test_top1_at_best_val"): (99.55, math.nan, math.nan),
-    ("003", "Table 6", "fmnist_resnet", "slaf[swap_layers=last]", "", "test_top1_at_best_val"): (93.71, math.nan, math.nan),
+    ("003", "Table 6", "fmnist_resnet", "slaf[swap_layers=last]", "", "test_top1_at_best_val"): (
+        93.71,
+        math.nan,
+        math.nan,
+    ),
     ("001", "Table 3", "convnext_t", "tropical[degree=1]", "", "val_top1_final"): (81.60, math.nan, math.nan),
     ("001", "Table 3", "convnext_t", "fourier[degree=5]", "", "val_top5_final"): (95.41, math.nan, math.nan),
     ("001", "Table 3", "convnext_t", "hermite[degree=2]", "", "train_loss_final"): (2.833, math.nan, math.nan),
@@ -143,8 +175,14 @@ DOUBLE_ENTRY = {
 def test_double_entry_of_key_rows():
     rows = published.load()
     for (paper, table, model, act, setting, metric), expected in DOUBLE_ENTRY.items():
-        hit = rows[(rows.paper == paper) & (rows.table == table) & (rows.model == model) & (rows.activation == act)
-                   & (rows.setting == setting) & (rows.metric == metric)]
+        hit = rows[
+            (rows.paper == paper)
+            & (rows.table == table)
+            & (rows.model == model)
+            & (rows.activation == act)
+            & (rows.setting == setting)
+            & (rows.metric == metric)
+        ]
         assert len(hit) == 1, (paper, table, model, act, metric)
         got = tuple(hit.iloc[0][["mean", "std", "n"]])
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9, err_msg=str((paper, table, model, act)))
@@ -171,8 +209,9 @@ def test_rows_use_the_recipes_labels_settings_metrics_and_baselines():
     configs = {r: load_config([f"recipe={r}"]) for r in set(rows["recipe"]) - {""}}
     for _, row in rows[rows["recipe"] != ""].iterrows():
         cfg = configs[row["recipe"]]
-        assert row["activation"] in [spec.label for spec in parse_acts(cfg.act)] or \
-            _runs_variant(row["recipe"], row["activation"], cfg), (row["recipe"], row["activation"])
+        assert row["activation"] in [spec.label for spec in parse_acts(cfg.act)] or _runs_variant(
+            row["recipe"], row["activation"], cfg
+        ), (row["recipe"], row["activation"])
         setting = parse_setting_label(row["setting"])
         kept = {k: list(v) for k, v in cfg.factors.items() if k not in cfg.report.best_of}
         assert set(setting) == set(kept) and all(v in kept[k] for k, v in setting.items()), row["setting"]
@@ -189,6 +228,7 @@ def test_rows_use_the_recipes_labels_settings_metrics_and_baselines():
 
 # --- visionbench papers: p recomputed from the printed statistics -----------------------------------
 
+
 def test_recomputed_p_equals_scipy_from_stats_and_degenerate_rows_are_marked():
     rows = published.recompute(published.load(paper="001", table="Table 7"))
     four = rows[(rows.activation == "fourier") & (rows.metric == "val_top1_final")].iloc[0]
@@ -198,7 +238,8 @@ def test_recomputed_p_equals_scipy_from_stats_and_degenerate_rows_are_marked():
     welch = published.recompute(published.load(paper="001", table="Table 7"), "welch")
     four_w = welch[(welch.activation == "fourier") & (welch.metric == "val_top1_final")].iloc[0]
     assert four_w["p_value"] == pytest.approx(
-        ttest_ind_from_stats(91.23, 0.65, 10, 90.47, 0.20, 10, equal_var=False).pvalue, rel=1e-12)
+        ttest_ind_from_stats(91.23, 0.65, 10, 90.47, 0.20, 10, equal_var=False).pvalue, rel=1e-12
+    )
 
     marks = published.recompute(published.load()).set_index(["paper", "table", "group", "activation", "metric"])["mark"]
     assert marks[("004", "Table 5", "vit_s8", "rational", "ema_val_top1_best")] == "n=1"
@@ -208,8 +249,10 @@ def test_recomputed_p_equals_scipy_from_stats_and_degenerate_rows_are_marked():
     assert marks[("003", "Table 5", "resnet", "slaf", "test_error")] == "n not stated"
     assert marks[("001", "Table 7", "cifar10", "gelu", "val_top1_final")] == "baseline"
     # 001's ablations: each activation's variants against the recipe's own configuration of it, n not stated
-    assert marks[("001", "Table 3", "convnext_t tropical degree", "tropical[degree=1]", "val_top1_final")] == \
-        "n not stated"
+    assert (
+        marks[("001", "Table 3", "convnext_t tropical degree", "tropical[degree=1]", "val_top1_final")]
+        == "n not stated"
+    )
     assert marks[("001", "Table 6", "convnext_t hermite clamp", "hermite", "val_top1_final")] == "baseline"
     assert marks[("003", "Table 4", "mnist_cnn", "slaf", "test_top1_at_best_val")] == "n not stated"
 
@@ -224,13 +267,16 @@ def test_printed_significance_checks_student_holds_welch_does_not_for_two_rows()
     assert sorted(zip(failing.table, failing.activation)) == [("Table 1", "fourier"), ("Table 2", "hermite")]
 
 
-@pytest.mark.parametrize("printed, p, low, high, expected", [
-    ("0.0345 (*)", 0.0331, 0.022, 0.049, published.HOLDS),
-    ("0.0345 (*)", 0.06, 0.04, 0.07, published.HOLDS_ROUNDED),
-    ("0.0345 (*)", 0.06, 0.055, 0.07, published.FAILS),
-    ("< 0.0001 (****)", 3e-7, 1e-7, 5e-7, published.HOLDS),
-    ("", 0.01, 0.005, 0.02, ""),
-])
+@pytest.mark.parametrize(
+    "printed, p, low, high, expected",
+    [
+        ("0.0345 (*)", 0.0331, 0.022, 0.049, published.HOLDS),
+        ("0.0345 (*)", 0.06, 0.04, 0.07, published.HOLDS_ROUNDED),
+        ("0.0345 (*)", 0.06, 0.055, 0.07, published.FAILS),
+        ("< 0.0001 (****)", 3e-7, 1e-7, 5e-7, published.HOLDS),
+        ("", 0.01, 0.005, 0.02, ""),
+    ],
+)
 def test_check_compares_stars_then_the_rounding_range(printed, p, low, high, expected):
     assert published.check(printed, p, low, high) == expected
 
@@ -250,14 +296,23 @@ def test_papers_cli_md_and_csv(capsys):
 
 # --- visionbench report --published -------------------------------------------------------------------
 
+
 def values_with(mean: float, std: float, n: int) -> list[float]:
     """n values whose mean and sample std (ddof = 1) are exactly `mean` and `std`."""
     z = np.arange(n) - (n - 1) / 2
     return list(mean + std * z / z.std(ddof=1))
 
 
-def write_runs(root, recipe: str, act: str, values, metric: str = "val_top1_best", setting: dict | None = None,
-               report: dict | None = None, val_split: float | None = None):
+def write_runs(
+    root,
+    recipe: str,
+    act: str,
+    values,
+    metric: str = "val_top1_best",
+    setting: dict | None = None,
+    report: dict | None = None,
+    val_split: float | None = None,
+):
     folder = f"{recipe}/{setting_label(setting)}" if setting else recipe
     for seed, v in enumerate(values):
         run = write_run(root, folder, act, seed, metrics={metric: v, "best_epoch": 3})
@@ -271,9 +326,9 @@ def write_runs(root, recipe: str, act: str, values, metric: str = "val_top1_best
 
 
 def test_published_columns_give_p_1_for_the_papers_own_numbers(tmp_path, capsys):
-    write_runs(tmp_path, "cifar10_vgg4", "rational", values_with(81.96, 0.33, 5))     # 004 Table 1
+    write_runs(tmp_path, "cifar10_vgg4", "rational", values_with(81.96, 0.33, 5))  # 004 Table 1
     write_runs(tmp_path, "cifar10_vgg4", "leaky_relu", values_with(80.0, 0.5, 4))
-    write_runs(tmp_path, "cifar10_vgg4", "mish", values_with(80.5, 0.4, 3))            # no published counterpart
+    write_runs(tmp_path, "cifar10_vgg4", "mish", values_with(80.5, 0.4, 3))  # no published counterpart
     assert report_main([str(tmp_path / "cifar10_vgg4"), "--published", "--no-plots"]) == 0
     table = pd.read_csv(tmp_path / "cifar10_vgg4" / "table.csv").set_index("act")
     rational = table.loc["rational"]
@@ -283,7 +338,8 @@ def test_published_columns_give_p_1_for_the_papers_own_numbers(tmp_path, capsys)
     assert rational["published_ref"] == "004 Table 1"
     leaky = table.loc["leaky_relu"]  # Welch from summary statistics, ours vs the paper's 79.19 ± 0.44 (5)
     assert leaky["published_p"] == pytest.approx(
-        ttest_ind_from_stats(80.0, 0.5, 4, 79.19, 0.44, 5, equal_var=False).pvalue, rel=1e-9)
+        ttest_ind_from_stats(80.0, 0.5, 4, 79.19, 0.44, 5, equal_var=False).pvalue, rel=1e-9
+    )
     assert table.loc["mish", ["published_mean", "published_std", "published_n", "published_p"]].isna().all()
     md = (tmp_path / "cifar10_vgg4" / "table.md").read_text()
     assert "published (004 Table 1)" in md and "81.96 ± 0.33 (n=5); Δ +0.00; p 1.0000 (ns)" in md
@@ -301,10 +357,17 @@ def test_table2_is_matched_in_the_recipe_level_table_best_of_inits(tmp_path, cap
     report = {"metric": "val_top1_best", "best_of": ["model.lsuv"], "baseline": "leaky_relu"}
     for lsuv, shift in ((False, -0.5), (True, 0.0)):  # LSUV wins for rational[init=gelu]
         setting = {"model.norm": None, "model.lsuv": lsuv}
-        write_runs(tmp_path, "cifar10_vgg4_aug", "rational[init=gelu]", values_with(90.67 + shift, 0.17, 5),
-                   setting=setting, report=report)
-        write_runs(tmp_path, "cifar10_vgg4_aug", "leaky_relu", values_with(88.5, 0.2, 5), setting=setting,
-                   report=report)
+        write_runs(
+            tmp_path,
+            "cifar10_vgg4_aug",
+            "rational[init=gelu]",
+            values_with(90.67 + shift, 0.17, 5),
+            setting=setting,
+            report=report,
+        )
+        write_runs(
+            tmp_path, "cifar10_vgg4_aug", "leaky_relu", values_with(88.5, 0.2, 5), setting=setting, report=report
+        )
     root = tmp_path / "cifar10_vgg4_aug"
     assert report_main([str(root), "--published", "--no-plots"]) == 0
     layout = pd.read_csv(root / "table.csv").set_index("act")
@@ -320,8 +383,14 @@ def test_table2_is_matched_in_the_recipe_level_table_best_of_inits(tmp_path, cap
 
 def test_n1_published_rows_are_marked_and_other_metrics_or_splits_are_not_compared(tmp_path, capsys):
     ema = {"metric": "ema_val_top1_best", "baseline": "gelu"}
-    write_runs(tmp_path / "a", "tinyimagenet_vit_s8", "rational", values_with(58.0, 0.3, 3),
-               metric="ema_val_top1_best", report=ema)
+    write_runs(
+        tmp_path / "a",
+        "tinyimagenet_vit_s8",
+        "rational",
+        values_with(58.0, 0.3, 3),
+        metric="ema_val_top1_best",
+        report=ema,
+    )
     assert report_main([str(tmp_path / "a"), "--published", "--no-plots"]) == 0
     row = pd.read_csv(tmp_path / "a" / "tinyimagenet_vit_s8" / "table.csv").iloc[0]
     assert (row["published_mean"], row["published_n"], row["published_mark"]) == (58.35, 1, "published n=1")
@@ -332,12 +401,20 @@ def test_n1_published_rows_are_marked_and_other_metrics_or_splits_are_not_compar
     write_runs(tmp_path / "b", "tinyimagenet_vit_s8", "rational", values_with(58.0, 0.3, 3), report=ema)
     assert report_main([str(tmp_path / "b"), "--published", "--no-plots"]) == 0
     assert pd.read_csv(tmp_path / "b" / "tinyimagenet_vit_s8" / "table.csv")["published_mean"].isna().all()
-    assert "are ema_val_top1_best; this table scores val_top1_best: not compared" in \
-        (tmp_path / "b" / "tinyimagenet_vit_s8" / "table.md").read_text()
+    assert (
+        "are ema_val_top1_best; this table scores val_top1_best: not compared"
+        in (tmp_path / "b" / "tinyimagenet_vit_s8" / "table.md").read_text()
+    )
 
     # a held-out val split is not the paper's test set
-    write_runs(tmp_path / "c", "cifar10_vgg4", "rational", values_with(81.96, 0.33, 5), val_split=0.1,
-               report={"metric": "val_top1_best"})
+    write_runs(
+        tmp_path / "c",
+        "cifar10_vgg4",
+        "rational",
+        values_with(81.96, 0.33, 5),
+        val_split=0.1,
+        report={"metric": "val_top1_best"},
+    )
     assert report_main([str(tmp_path / "c"), "--published", "--no-plots"]) == 0
     assert pd.read_csv(tmp_path / "c" / "cifar10_vgg4" / "table.csv")["published_mean"].isna().all()
     assert "data.val_split=0.1): not compared" in (tmp_path / "c" / "cifar10_vgg4" / "table.md").read_text()
@@ -349,8 +426,15 @@ def test_a_held_out_split_compares_test_metrics_and_refuses_val_metrics_in_one_l
     the held-out part of the training images: not compared, one note saying why."""
     held_out = {"metric": "test_top1_at_best_val", "baseline": "relu"}  # fashion_mnist_slaf's own protocol
     for act, mean in (("relu", 93.3), ("slaf", 92.97)):
-        write_runs(tmp_path / "a", "fashion_mnist_slaf", act, values_with(mean, 0.2, 3),
-                   metric="test_top1_at_best_val", report=held_out, val_split=0.1)
+        write_runs(
+            tmp_path / "a",
+            "fashion_mnist_slaf",
+            act,
+            values_with(mean, 0.2, 3),
+            metric="test_top1_at_best_val",
+            report=held_out,
+            val_split=0.1,
+        )
     assert report_main([str(tmp_path / "a"), "--published", "--no-plots"]) == 0
     root = tmp_path / "a" / "fashion_mnist_slaf"
     table = pd.read_csv(root / "table.csv").set_index("act")
@@ -361,22 +445,35 @@ def test_a_held_out_split_compares_test_metrics_and_refuses_val_metrics_in_one_l
 
     # test_top1_final on the official split is the paper's val_top1_final (001 Table 1: the ImageNet val set)
     final = {"metric": "test_top1_final", "baseline": "gelu"}
-    write_runs(tmp_path / "b", "imagenet_convnext_t", "hermite", values_with(82.22, 0.064, 5),
-               metric="test_top1_final", report=final, val_split=0.01)
+    write_runs(
+        tmp_path / "b",
+        "imagenet_convnext_t",
+        "hermite",
+        values_with(82.22, 0.064, 5),
+        metric="test_top1_final",
+        report=final,
+        val_split=0.01,
+    )
     assert report_main([str(tmp_path / "b"), "--published", "--no-plots"]) == 0
     row = pd.read_csv(tmp_path / "b" / "imagenet_convnext_t" / "table.csv").iloc[0]
     assert (row["published_mean"], row["published_n"], row["published_ref"]) == (82.22, 5, "001 Table 1")
     assert row["published_p"] == pytest.approx(1.0, abs=1e-9)
 
     # the same runs scored on their held-out split: not the paper's split
-    write_runs(tmp_path / "c", "imagenet_convnext_t", "hermite", values_with(82.22, 0.064, 5),
-               metric="val_top1_final", report={"metric": "val_top1_final", "baseline": "gelu"}, val_split=0.01)
+    write_runs(
+        tmp_path / "c",
+        "imagenet_convnext_t",
+        "hermite",
+        values_with(82.22, 0.064, 5),
+        metric="val_top1_final",
+        report={"metric": "val_top1_final", "baseline": "gelu"},
+        val_split=0.01,
+    )
     assert report_main([str(tmp_path / "c"), "--published", "--no-plots"]) == 0
     assert pd.read_csv(tmp_path / "c" / "imagenet_convnext_t" / "table.csv")["published_mean"].isna().all()
     md = (tmp_path / "c" / "imagenet_convnext_t" / "table.md").read_text()
     assert md.count("not compared") == 1
-    assert ("val_top1_final here on a held-out part of the training images (data.val_split=0.01): not compared"
-            in md)
+    assert "val_top1_final here on a held-out part of the training images (data.val_split=0.01): not compared" in md
 
 
 def test_ablation_variants_match_their_table_and_the_recipes_act_its_seeded_table(tmp_path):
@@ -384,14 +481,18 @@ def test_ablation_variants_match_their_table_and_the_recipes_act_its_seeded_tabl
     `hermite` is compared with Table 1; `hermite[clamp=true]` with Table 6, `tropical[degree=1]` with Table 3."""
     final = {"metric": "val_top1_final", "baseline": "gelu"}
     for act, mean in (("hermite", 82.22), ("hermite[clamp=true]", 81.98), ("tropical[degree=1]", 81.0)):
-        write_runs(tmp_path, "imagenet_convnext_t", act, values_with(mean, 0.1, 3), metric="val_top1_final",
-                   report=final)
+        write_runs(
+            tmp_path, "imagenet_convnext_t", act, values_with(mean, 0.1, 3), metric="val_top1_final", report=final
+        )
     assert report_main([str(tmp_path / "imagenet_convnext_t"), "--published", "--no-plots"]) == 0
     table = pd.read_csv(tmp_path / "imagenet_convnext_t" / "table.csv").set_index("act")
     assert tuple(table.loc["hermite", ["published_mean", "published_n", "published_ref"]]) == (82.22, 5, "001 Table 1")
     clamp = table.loc["hermite[clamp=true]"]
-    assert (clamp["published_mean"], clamp["published_ref"], clamp["published_mark"]) == \
-        (81.98, "001 Table 6", "published n not stated")
+    assert (clamp["published_mean"], clamp["published_ref"], clamp["published_mark"]) == (
+        81.98,
+        "001 Table 6",
+        "published n not stated",
+    )
     assert tuple(table.loc["tropical[degree=1]", ["published_mean", "published_ref"]]) == (81.60, "001 Table 3")
     assert clamp["published_diff"] == pytest.approx(0.0, abs=1e-9)
 
@@ -407,8 +508,15 @@ def test_runs_that_depart_from_the_packaged_recipe_say_where_beside_the_publishe
     held_out = {"metric": "test_top1_at_best_val", "baseline": "relu"}
     for folder, change in (("short", {"epochs": 2, "milestones": [1]}), ("as_recipe", {})):
         for act, mean in (("relu", 91.7), ("slaf", 90.8)):
-            write_runs(tmp_path / folder, "fashion_mnist_slaf", act, values_with(mean, 0.3, 3),
-                       metric="test_top1_at_best_val", report=held_out, val_split=0.1)
+            write_runs(
+                tmp_path / folder,
+                "fashion_mnist_slaf",
+                act,
+                values_with(mean, 0.3, 3),
+                metric="test_top1_at_best_val",
+                report=held_out,
+                val_split=0.1,
+            )
             for seed in range(3):
                 config = run_config(recipe_config("fashion_mnist_slaf"), act, seed)
                 config["epochs"] = change.get("epochs", config["epochs"])
@@ -417,9 +525,10 @@ def test_runs_that_depart_from_the_packaged_recipe_say_where_beside_the_publishe
                 (run / "config.yaml").write_text(yaml.safe_dump(config))
         assert report_main([str(tmp_path / folder), "--published", "--no-plots"]) == 0
     short = (tmp_path / "short" / "fashion_mnist_slaf" / "table.md").read_text()
-    assert ("fashion_mnist_slaf: these runs depart from the packaged recipe, whose protocol the published numbers "
-            "follow — epochs: these runs 2, the recipe 24; sched.milestones: these runs [1], the recipe [12, 18]"
-            in short)
+    assert (
+        "fashion_mnist_slaf: these runs depart from the packaged recipe, whose protocol the published numbers "
+        "follow — epochs: these runs 2, the recipe 24; sched.milestones: these runs [1], the recipe [12, 18]" in short
+    )
     assert "depart" not in (tmp_path / "as_recipe" / "fashion_mnist_slaf" / "table.md").read_text()
     assert report_main([str(tmp_path / "short"), "--no-plots"]) == 0  # without --published: no comparison, no note
     assert "depart" not in (tmp_path / "short" / "fashion_mnist_slaf" / "table.md").read_text()

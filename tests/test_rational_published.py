@@ -1,5 +1,6 @@
 """Rational's `init_source="rational_activations"`: the coefficients rational-activations 0.2.0 ships
 (paper 004's starting point, 004 App G / 004 code), evaluated as the package evaluates them."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,12 +17,28 @@ from visionbench.sweep.preflight import load_config
 # "Rational_version_A5/4" -> approx_func -> (init_w_numerator, init_w_denominator): a second copy,
 # so that a slip in visionbench/activations/rational_published.py fails here.
 PACKAGE = {
-    "leaky_relu": ([0.029792778657264946, 0.6183735264987601, 2.323309062531321, 3.051936237265109,
-                    1.4854203263828845, 0.2510244961111299],
-                   [-1.1419548357285474, 4.393159974992486, 0.8714712309957245, 0.34719662339598834]),
-    "gelu": ([-0.0012423594497499122, 0.5080497063245629, 0.41586363182937475, 0.13022718688035761,
-              0.024355900098993424, 0.00290283948155535],
-             [-0.06675015696494944, 0.17927646217001553, 0.03746682605496631, 1.6561610853276082e-10]),
+    "leaky_relu": (
+        [
+            0.029792778657264946,
+            0.6183735264987601,
+            2.323309062531321,
+            3.051936237265109,
+            1.4854203263828845,
+            0.2510244961111299,
+        ],
+        [-1.1419548357285474, 4.393159974992486, 0.8714712309957245, 0.34719662339598834],
+    ),
+    "gelu": (
+        [
+            -0.0012423594497499122,
+            0.5080497063245629,
+            0.41586363182937475,
+            0.13022718688035761,
+            0.024355900098993424,
+            0.00290283948155535,
+        ],
+        [-0.06675015696494944, 0.17927646217001553, 0.03746682605496631, 1.6561610853276082e-10],
+    ),
 }
 
 
@@ -141,12 +158,15 @@ def test_published_init_per_channel_and_default_init():
     assert "init_source='rational_activations'" in repr(act)
 
 
-@pytest.mark.parametrize("kwargs, names", [
-    ({"init": "relu"}, "init 'relu'"),
-    ({"init": "gelu", "version": "B"}, "version B"),
-    ({"init": "gelu", "degrees": (3, 2)}, "degrees (3, 2)"),
-    ({"init": "variance_preserving"}, "init 'variance_preserving'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, names",
+    [
+        ({"init": "relu"}, "init 'relu'"),
+        ({"init": "gelu", "version": "B"}, "version B"),
+        ({"init": "gelu", "degrees": (3, 2)}, "degrees (3, 2)"),
+        ({"init": "variance_preserving"}, "init 'variance_preserving'"),
+    ],
+)
 def test_unpublished_combinations_raise_a_clear_error(kwargs, names):
     with pytest.raises(ValueError, match="no published coefficients") as info:
         activations.create("rational", init_source="rational_activations", **kwargs)
@@ -160,12 +180,15 @@ def test_unknown_init_source_is_refused():
         activations.create("rational", init_source="pau")
 
 
-@pytest.mark.parametrize("recipe, label, init", [
-    ("cifar10_vgg4", "rational", "leaky_relu"),
-    ("tinyimagenet_vit_s8", "rational", "gelu"),
-    ("cifar10_vgg4_aug", "rational[init=gelu]", "gelu"),       # Rational 2: the bracket keeps the source
-    ("cifar10_vgg4_aug", "rational[init=leaky_relu]", "leaky_relu"),
-])
+@pytest.mark.parametrize(
+    "recipe, label, init",
+    [
+        ("cifar10_vgg4", "rational", "leaky_relu"),
+        ("tinyimagenet_vit_s8", "rational", "gelu"),
+        ("cifar10_vgg4_aug", "rational[init=gelu]", "gelu"),  # Rational 2: the bracket keeps the source
+        ("cifar10_vgg4_aug", "rational[init=leaky_relu]", "leaky_relu"),
+    ],
+)
 def test_recipes_start_the_rational_from_the_published_coefficients(recipe, label, init):
     cfg = load_config([f"recipe={recipe}", f"act={label}"])
     family, options = act_options(cfg, label)

@@ -1,6 +1,7 @@
 """A results tree's record (docs/reproducing.md): `visionbench export` writes it, `visionbench report RECORD` reads it as it
 reads the runs, a damaged record is refused in one line, and the packed predictions stay small and exact enough
 (results/record.py, report/export.py)."""
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,10 @@ def test_a_record_holds_every_run_whole(tree, tmp_path):
         assert layout.read_summary(again) == layout.read_summary(run)
         assert layout.read_config(again) == layout.read_config(run)
         assert layout.files(again).metrics.read_text() == layout.files(run).metrics.read_text()
-        (ours, meta), (theirs, meta_again) = read_evidence(layout.files(run).predictions), \
-            read_evidence(layout.files(again).predictions)
+        (ours, meta), (theirs, meta_again) = (
+            read_evidence(layout.files(run).predictions),
+            read_evidence(layout.files(again).predictions),
+        )
         assert meta_again == {k: v for k, v in meta.items()}
         for variant, arrays in ours.items():
             for key, value in arrays.items():
@@ -80,6 +83,7 @@ def test_packed_predictions_of_10000_images_are_exact_and_about_30_kB():
     variant = {"pred": pred, "p_true": p_true, "confidence": confidence, "target": target}
     packed = record.pack(variant, classes)
     import io
+
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **packed)
     assert len(buffer.getvalue()) < 31_000  # ≈ 3 bytes an image: the low mantissa bytes of p(true) are noise
@@ -95,14 +99,23 @@ def test_changes_are_undone_by_apply():
     assert type(record.apply(base, record.changes(base, d))["a"]) is float
 
 
-@pytest.mark.parametrize("damage, says", [
-    (lambda out: (out / "record.json").write_text((out / "record.json").read_text()[:500]), "truncated"),
-    (lambda out: record.predictions_path(out).write_bytes(record.predictions_path(out).read_bytes()[:1000]),
-     "truncated or edited"),
-    (lambda out: (out / "record.json").write_text((out / "record.json").read_text().replace('"version": 2', '"version": 99')),
-     "format version 99"),
-    (lambda out: record.predictions_path(out).unlink(), "missing"),
-])
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        (lambda out: (out / "record.json").write_text((out / "record.json").read_text()[:500]), "truncated"),
+        (
+            lambda out: record.predictions_path(out).write_bytes(record.predictions_path(out).read_bytes()[:1000]),
+            "truncated or edited",
+        ),
+        (
+            lambda out: (out / "record.json").write_text(
+                (out / "record.json").read_text().replace('"version": 2', '"version": 99')
+            ),
+            "format version 99",
+        ),
+        (lambda out: record.predictions_path(out).unlink(), "missing"),
+    ],
+)
 def test_a_damaged_record_is_refused_in_one_line_and_nothing_is_written(tree, capsys, damage, says):
     _, out = tree
     damage(out)

@@ -3,6 +3,7 @@ exported (record.json's SHA-256 of its own content, the predictions file's), is 
 whatever is wrong with it — or with what export would pack — is one line, exit 2, with nothing written; the notes
 on a record's runs name the record; `compare` names the settings of factor sweeps and leaves stalled runs out
 (results/record.py, report/export.py, report/compare.py). Written trees only: no training, a few seconds in all."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -41,14 +42,15 @@ def write_tree(root: Path, values: dict[str, list[float]], recipe: str = "digits
                 summary["setting"] = dict(item.split("=") for item in setting.split(","))
             layout.write_summary(run, summary)
             wrong = np.zeros(N, bool)
-            wrong[:round(N * (1 - v / 100))] = True
+            wrong[: round(N * (1 - v / 100))] = True
             pred = np.where(wrong, (TARGET + 1) % C, TARGET)
             p_true = np.where(wrong, rng.uniform(0.0, 0.3, N), rng.uniform(0.5, 1.0, N)).astype(np.float32)
             confidence = np.where(wrong, np.maximum(p_true, 0.6), p_true).astype(np.float32)
-            write_predictions(layout.files(run).predictions,
-                              {"raw": {"pred": pred, "target": TARGET, "p_true": p_true, "confidence": confidence,
-                                       "epoch": 3}},
-                              meta={"recipe": recipe, "act": act, "seed": seed, "n_classes": C})
+            write_predictions(
+                layout.files(run).predictions,
+                {"raw": {"pred": pred, "target": TARGET, "p_true": p_true, "confidence": confidence, "epoch": 3}},
+                meta={"recipe": recipe, "act": act, "seed": seed, "n_classes": C},
+            )
     return root / recipe
 
 
@@ -82,17 +84,22 @@ def reseal(out: Path, change) -> None:
 
 # ---- 1. a record writes where it says, and only inside its tree -------------------------------------------------
 
-@pytest.mark.parametrize("change, says", [
-    (lambda r, victim: r["runs"][0].__setitem__("path", str(victim)), "it is absolute"),
-    (lambda r, victim: r["runs"][0].__setitem__("path", "../../../victim/digits_vgg4/relu/seed_0"), "'..'"),
-    (lambda r, victim: r.__setitem__("root", ".."), "root '..' cannot name a folder"),
-    (lambda r, victim: r.__setitem__("root", "a/b"), "root 'a/b' cannot name a folder"),
-    (lambda r, victim: r.__setitem__("files", {str(victim.parent / "sequential.json"): {}}), "it is absolute"),
-    (lambda r, victim: r.__setitem__("files", {"digits_vgg4/../../x/sequential.json": {}}), "'..'"),
-])
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda r, victim: r["runs"][0].__setitem__("path", str(victim)), "it is absolute"),
+        (lambda r, victim: r["runs"][0].__setitem__("path", "../../../victim/digits_vgg4/relu/seed_0"), "'..'"),
+        (lambda r, victim: r.__setitem__("root", ".."), "root '..' cannot name a folder"),
+        (lambda r, victim: r.__setitem__("root", "a/b"), "root 'a/b' cannot name a folder"),
+        (lambda r, victim: r.__setitem__("files", {str(victim.parent / "sequential.json"): {}}), "it is absolute"),
+        (lambda r, victim: r.__setitem__("files", {"digits_vgg4/../../x/sequential.json": {}}), "'..'"),
+    ],
+)
 @pytest.mark.parametrize("command", ["report", "compare"])
-def test_a_record_path_that_leaves_its_tree_is_refused_before_anything_is_written(tree, tmp_path, capsys, change,
-                                                                                  says, command):
+def test_a_record_path_that_leaves_its_tree_is_refused_before_anything_is_written(
+    tree, tmp_path, capsys, change, says, command
+):
     recipe, out = tree
     victim = write_tree(tmp_path / "victim", {"relu": [90.0]}) / "relu" / "seed_0"
     reseal(out, lambda r: change(r, victim))
@@ -105,6 +112,7 @@ def test_a_record_path_that_leaves_its_tree_is_refused_before_anything_is_writte
 
 # ---- 1. record.json carries the SHA-256 of its own content --------------------------------------------------------
 
+
 def _edit_metric(text: str) -> str:
     return text.replace('"val_top1_best"], 98.4]', '"val_top1_best"], 99.9]', 1)
 
@@ -116,8 +124,15 @@ def _delete_a_run(text: str) -> str:
     return "".join(lines)
 
 
-@pytest.mark.parametrize("edit", [_edit_metric, _delete_a_run, lambda t: t.replace("relu/seed_1", "relu/seed_7"),
-                                  lambda t: t.replace(' "version": 2,', ' "version": 2, "extra": 1,')])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        _edit_metric,
+        _delete_a_run,
+        lambda t: t.replace("relu/seed_1", "relu/seed_7"),
+        lambda t: t.replace(' "version": 2,', ' "version": 2, "extra": 1,'),
+    ],
+)
 def test_an_edited_record_is_refused_as_changed_since_export(tree, capsys, edit):
     recipe, out = tree
     text = (out / record.RECORD).read_text()
@@ -166,6 +181,7 @@ def test_a_format_1_record_is_refused_and_the_upgrade_script_seals_it(tree, tmp_
 
 # ---- 7. export replaces a record in one step ------------------------------------------------------------------------
 
+
 class Killed(BaseException):
     """The process killed (SIGKILL) at this point: nothing after it runs."""
 
@@ -178,10 +194,12 @@ def _change_a_metric(recipe: Path) -> None:
     layout.write_summary(run, summary)
     with np.load(layout.files(run).predictions) as z:
         arrays = {k: z[k] for k in z.files}
-    arrays["raw_p_true"] = arrays["raw_confidence"] = np.where(arrays["raw_pred"] == arrays["raw_target"], 0.75,
-                                                               arrays["raw_p_true"]).astype(np.float32)
-    arrays["raw_confidence"] = np.maximum(arrays["raw_confidence"], np.where(arrays["raw_pred"] == arrays["raw_target"],
-                                                                             0, 0.6)).astype(np.float32)
+    arrays["raw_p_true"] = arrays["raw_confidence"] = np.where(
+        arrays["raw_pred"] == arrays["raw_target"], 0.75, arrays["raw_p_true"]
+    ).astype(np.float32)
+    arrays["raw_confidence"] = np.maximum(
+        arrays["raw_confidence"], np.where(arrays["raw_pred"] == arrays["raw_target"], 0, 0.6)
+    ).astype(np.float32)
     with open(layout.files(run).predictions, "wb") as f:
         np.savez(f, **arrays)
 
@@ -216,8 +234,9 @@ def test_a_kill_before_the_commit_leaves_the_old_record_whole(tree, tmp_path, mo
     assert _relu_seed_0(out, tmp_path / "again")["val_top1_final"] == 12.5
 
 
-def test_a_kill_after_the_commit_leaves_the_new_record_and_a_stray_file_the_next_export_removes(tree, tmp_path,
-                                                                                               monkeypatch):
+def test_a_kill_after_the_commit_leaves_the_new_record_and_a_stray_file_the_next_export_removes(
+    tree, tmp_path, monkeypatch
+):
     recipe, out = tree
     old_blob = record.predictions_path(out)
     _change_a_metric(recipe)
@@ -256,19 +275,40 @@ def test_a_folder_left_by_a_first_export_killed_before_its_commit_is_exported_in
 
 # ---- 7. export checks what it packs; a damaged or malformed record is one line ----------------------------------
 
+
 def _savez(path: Path, **arrays) -> None:
     with open(path, "wb") as f:
         np.savez(f, schema=np.int64(1), **arrays)
 
 
-@pytest.mark.parametrize("damage, says", [
-    (lambda p: _savez(p, raw_pred=TARGET, raw_target=TARGET, raw_p_true=np.ones(N - 10, np.float32),
-                      raw_confidence=np.ones(N, np.float32), raw_epoch=np.int64(3)), "not one entry per image"),
-    (lambda p: _savez(p, raw_pred=TARGET, raw_target=TARGET, raw_p_true=np.full(N, 0.5, np.float32),
-                      raw_confidence=np.full(N, 0.7, np.float32), raw_epoch=np.int64(3)),
-     "its raw_confidence would not come back exactly from the record"),
-    (lambda p: p.write_bytes(b"PK\x03\x04 not a zip"), "is not a readable predictions file"),
-])
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        (
+            lambda p: _savez(
+                p,
+                raw_pred=TARGET,
+                raw_target=TARGET,
+                raw_p_true=np.ones(N - 10, np.float32),
+                raw_confidence=np.ones(N, np.float32),
+                raw_epoch=np.int64(3),
+            ),
+            "not one entry per image",
+        ),
+        (
+            lambda p: _savez(
+                p,
+                raw_pred=TARGET,
+                raw_target=TARGET,
+                raw_p_true=np.full(N, 0.5, np.float32),
+                raw_confidence=np.full(N, 0.7, np.float32),
+                raw_epoch=np.int64(3),
+            ),
+            "its raw_confidence would not come back exactly from the record",
+        ),
+        (lambda p: p.write_bytes(b"PK\x03\x04 not a zip"), "is not a readable predictions file"),
+    ],
+)
 def test_export_refuses_predictions_it_cannot_pack_in_one_line(tree, tmp_path, capsys, damage, says):
     recipe, _ = tree
     damaged = layout.files(recipe / "gelu" / "seed_1").predictions
@@ -291,28 +331,50 @@ def _shorter_p_true(out: Path) -> None:
         np.savez_compressed(f, **arrays)
     digest = __import__("hashlib").sha256((out / "new.npz").read_bytes()).hexdigest()
     (out / "new.npz").rename(out / record.blob_name(digest))
-    reseal(out, lambda r: (r.__setitem__("predictions", record.blob_name(digest)),
-                           r.__setitem__("sha256", {record.blob_name(digest): digest})))
+    reseal(
+        out,
+        lambda r: (
+            r.__setitem__("predictions", record.blob_name(digest)),
+            r.__setitem__("sha256", {record.blob_name(digest): digest}),
+        ),
+    )
 
 
-@pytest.mark.parametrize("damage, says", [
-    (lambda out: reseal(out, lambda r: r["runs"][0]["summary"].__setitem__("base", 99)),
-     "is malformed: runs[0].summary names base 99, not one of the 2 bases"),
-    (lambda out: reseal(out, lambda r: r.__setitem__("runs", "every run")), "is malformed: runs is no list"),
-    (lambda out: reseal(out, lambda r: r["runs"][0].__setitem__("snapshots", [{"epoch": "3", "layers": []}])),
-     "runs[0].snapshots[0] has no epoch"),
-    (lambda out: reseal(out, lambda r: r["runs"][1].__setitem__("path", r["runs"][0]["path"])),
-     "runs[1].path 'gelu/seed_0' repeats runs[0].path"),
-    (lambda out: reseal(out, lambda r: r["runs"][0]["summary"].__setitem__(
-        "set", [[["metrics"], 1], [["metrics", "x"], 2]])), "runs[0] (gelu/seed_0) cannot be written back (TypeError"),
-    (lambda out: reseal(out, lambda r: r["runs"][0]["predictions"]["variants"]["raw"].__setitem__("target", 5)),
-     "does not hold what record.json says of runs[0] (gelu/seed_0): it lacks target_5"),
-    (_shorter_p_true, "does not hold what record.json says of runs[0] (gelu/seed_0): its raw arrays have shapes"),
-    (lambda out: reseal(out, lambda r: r.__setitem__("predictions", "../predictions.npz")),
-     "is malformed: predictions"),
-    (lambda out: (out / record.RECORD).write_text("[1, 2]"), "is not a visionbench record"),
-    (lambda out: (out / record.RECORD).write_text("[" * 100_000), "is not a complete JSON file"),
-])
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        (
+            lambda out: reseal(out, lambda r: r["runs"][0]["summary"].__setitem__("base", 99)),
+            "is malformed: runs[0].summary names base 99, not one of the 2 bases",
+        ),
+        (lambda out: reseal(out, lambda r: r.__setitem__("runs", "every run")), "is malformed: runs is no list"),
+        (
+            lambda out: reseal(out, lambda r: r["runs"][0].__setitem__("snapshots", [{"epoch": "3", "layers": []}])),
+            "runs[0].snapshots[0] has no epoch",
+        ),
+        (
+            lambda out: reseal(out, lambda r: r["runs"][1].__setitem__("path", r["runs"][0]["path"])),
+            "runs[1].path 'gelu/seed_0' repeats runs[0].path",
+        ),
+        (
+            lambda out: reseal(
+                out, lambda r: r["runs"][0]["summary"].__setitem__("set", [[["metrics"], 1], [["metrics", "x"], 2]])
+            ),
+            "runs[0] (gelu/seed_0) cannot be written back (TypeError",
+        ),
+        (
+            lambda out: reseal(out, lambda r: r["runs"][0]["predictions"]["variants"]["raw"].__setitem__("target", 5)),
+            "does not hold what record.json says of runs[0] (gelu/seed_0): it lacks target_5",
+        ),
+        (_shorter_p_true, "does not hold what record.json says of runs[0] (gelu/seed_0): its raw arrays have shapes"),
+        (
+            lambda out: reseal(out, lambda r: r.__setitem__("predictions", "../predictions.npz")),
+            "is malformed: predictions",
+        ),
+        (lambda out: (out / record.RECORD).write_text("[1, 2]"), "is not a visionbench record"),
+        (lambda out: (out / record.RECORD).write_text("[" * 100_000), "is not a complete JSON file"),
+    ],
+)
 def test_a_malformed_record_is_one_line_naming_the_file(tree, capsys, damage, says):
     recipe, out = tree
     damage(out)
@@ -325,6 +387,7 @@ def test_a_malformed_record_is_one_line_naming_the_file(tree, capsys, damage, sa
 
 
 # ---- 7. the notes on a record's runs name the record, not its temporary folder ----------------------------------
+
 
 def test_the_notes_on_a_records_runs_name_the_record_and_how_to_fix_it(tmp_path, capsys):
     recipe = write_tree(tmp_path / "runs", {"relu": [98.0, 98.4, 97.9], "gelu": [98.1, 98.3, 98.6]})
@@ -346,13 +409,16 @@ def test_the_notes_on_a_records_runs_name_the_record_and_how_to_fix_it(tmp_path,
 
 # ---- 7. compare: the settings of factor sweeps, and stalled runs -------------------------------------------------
 
+
 def test_compare_of_factor_sweeps_without_a_shared_setting_names_the_settings(tmp_path, capsys):
     a = write_tree(tmp_path / "a", {"relu": [98.0, 98.4]}, setting="lr=0.1")
     b = write_tree(tmp_path / "b", {"relu": [98.0, 98.4], "gelu": [98.1, 98.2]}, setting="lr=0.2")
     assert cli(["compare", str(a), str(b)]) == 2
     err = one_line(capsys, "compare")
-    assert err.endswith("A and B share no activation of digits_vgg4 in one setting: A has relu at lr=0.1; B has "
-                        "gelu at lr=0.2, relu at lr=0.2"), err
+    assert err.endswith(
+        "A and B share no activation of digits_vgg4 in one setting: A has relu at lr=0.1; B has "
+        "gelu at lr=0.2, relu at lr=0.2"
+    ), err
 
 
 def test_compare_leaves_stalled_runs_out_of_its_scoring_and_says_so(tmp_path, capsys):

@@ -4,6 +4,7 @@ The sections follow the items of the issue that asked for it (numbered as there)
 the message, the exit code and the rest of the sweep. Bad keys and values on the command line (item 7)
 are in test_bad_inputs.py; the random kill -9 test and the two-process race are in
 test_reliability_kill.py (slow)."""
+
 from __future__ import annotations
 
 import errno
@@ -128,9 +129,16 @@ def _fake_slurm(tmp_path: Path) -> tuple[dict, Path]:
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
     (bin_dir / "scontrol").chmod(0o755)
-    return {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "sweep", "SLURM_JOB_ID": "4242", "SLURM_PROCID": "0",
-            "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost",
-            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}, calls
+    return {
+        "SLURM_NTASKS": "1",
+        "SLURM_JOB_NAME": "sweep",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+        "SLURM_NODELIST": "localhost",
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+    }, calls
 
 
 def test_slurm_requeue_signal_in_an_epoch_requeues_and_stops_with_138(tmp_path, capsys, monkeypatch, signal_in_epoch_2):
@@ -180,9 +188,16 @@ def test_slurm_requeue_signal_requeues_the_job_and_the_run_resumes_at_an_epoch_e
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
     (bin_dir / "scontrol").chmod(0o755)
-    slurm = {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "sweep", "SLURM_JOB_ID": "4242", "SLURM_PROCID": "0",
-             "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost",
-             "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    slurm = {
+        "SLURM_NTASKS": "1",
+        "SLURM_JOB_NAME": "sweep",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+        "SLURM_NODELIST": "localhost",
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+    }
     proc = spawn(tmp_path, results, "act=relu,gelu", "seeds=1", "epochs=3", pause=1.0, env=slurm)
     d = seed_dir(results, "relu", 0)
     wait_for(lambda: training(d), what="the first epoch")
@@ -213,8 +228,12 @@ def _column(path: Path, name: str) -> list[str]:
 # KeyboardInterrupt and a Ctrl-C a test sends is lost: the default sweep ran 25 min). A tiny exec trampoline (-S: no
 # site, so no test hook runs in it) sets it in the child, before the real command starts; no preexec_fn (not safe
 # with the threads a test process may hold).
-SIGINT_DEFAULT = [sys.executable, "-S", "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                  "os.execv(sys.argv[1], sys.argv[1:])"]
+SIGINT_DEFAULT = [
+    sys.executable,
+    "-S",
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])",
+]
 
 
 def with_default_sigint(cmd: list[str]) -> list[str]:
@@ -222,7 +241,7 @@ def with_default_sigint(cmd: list[str]) -> list[str]:
 
 
 # a sitecustomize that sends SIGINT to its own process when torch is first imported: Ctrl-C during start-up
-SIGINT_AT_IMPORT = '''
+SIGINT_AT_IMPORT = """
 import os, signal, sys
 class _CtrlC:
     def find_spec(self, name, path=None, target=None):
@@ -231,7 +250,7 @@ class _CtrlC:
             os.kill(os.getpid(), signal.SIGINT)
         return None
 sys.meta_path.insert(0, _CtrlC())
-'''
+"""
 
 
 def test_ctrl_c_during_the_start_up_imports_is_one_line_and_exit_130(tmp_path):
@@ -242,9 +261,16 @@ def test_ctrl_c_during_the_start_up_imports_is_one_line_and_exit_130(tmp_path):
     # trainer.portable=false: the imports of this process are the subject (a portable run imports torch in its worker)
     # SIGINT at its default in the child (with_default_sigint), and a timeout: were the signal lost, this would train
     # the whole default sweep
-    done = subprocess.run(with_default_sigint([sys.executable, "-m", "visionbench.cli", "run",
-                                               f"results_dir={tmp_path / 'r'}", "trainer.portable=false"]),
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        with_default_sigint(
+            [sys.executable, "-m", "visionbench.cli", "run", f"results_dir={tmp_path / 'r'}", "trainer.portable=false"]
+        ),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert done.returncode == 130, done.stderr
     assert done.stderr.strip() == "visionbench run: interrupted by Ctrl-C; rerun the same command", done.stderr
     assert not (tmp_path / "r").exists()
@@ -295,13 +321,33 @@ def test_parallel_interrupted_while_its_workers_start_is_one_line(how, tmp_path)
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(HOOK)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
-           "VB_TEST_EPOCH_PAUSE": "30"}  # no run gets past its first epoch's start before the signal
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
+        "VB_TEST_EPOCH_PAUSE": "30",
+    }  # no run gets past its first epoch's start before the signal
     results = tmp_path / "r"
-    proc = subprocess.Popen(with_default_sigint([sys.executable, "-m", "visionbench.cli", "run", f"results_dir={results}",
-                                                 *shrunk(), "act=relu,gelu", "seeds=1", "parallel=2"]),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-                            start_new_session=True)  # its own group: ours is not hit; Ctrl-C at its default there
+    proc = subprocess.Popen(
+        with_default_sigint(
+            [
+                sys.executable,
+                "-m",
+                "visionbench.cli",
+                "run",
+                f"results_dir={results}",
+                *shrunk(),
+                "act=relu,gelu",
+                "seeds=1",
+                "parallel=2",
+            ]
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+    )  # its own group: ours is not hit; Ctrl-C at its default there
     wait_for(lambda: len(_workers(proc.pid)) == 2, what="both workers started")
     workers = _workers(proc.pid)
     if how == "ctrl-c to the group":
@@ -329,9 +375,17 @@ def test_parallel_workers_start_with_ctrl_c_ignored_and_sigterm_held():
     previous_term = signal.signal(signal.SIGTERM, lambda *a: received.append("SIGTERM"))
     try:
         with starting_workers():
-            child = subprocess.run([sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT) == "
-                                    "signal.SIG_IGN, signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []))"],
-                                   capture_output=True, text=True, timeout=60)
+            child = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "import signal; print(signal.getsignal(signal.SIGINT) == "
+                    "signal.SIG_IGN, signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []))",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             # to the main thread, the one `starting_workers` blocks it in: a signal sent to the process goes to any
             # thread that has it unblocked (here, threads earlier tests in this worker left), and Python runs the
             # handler in the main thread anyway
@@ -344,9 +398,14 @@ def test_parallel_workers_start_with_ctrl_c_ignored_and_sigterm_held():
     assert signal.getsignal(signal.SIGINT) is before
 
 
-@pytest.mark.parametrize("recorded, says", [(0, "while no run was training (none recorded as 'interrupted')"),
-                                            (1, "the run in progress is recorded as 'interrupted'"),
-                                            (2, "the 2 runs in progress are recorded as 'interrupted'")])
+@pytest.mark.parametrize(
+    "recorded, says",
+    [
+        (0, "while no run was training (none recorded as 'interrupted')"),
+        (1, "the run in progress is recorded as 'interrupted'"),
+        (2, "the 2 runs in progress are recorded as 'interrupted'"),
+    ],
+)
 def test_the_interrupt_line_says_how_many_runs_were_recorded(recorded, says, tmp_path, capsys, monkeypatch):
     from visionbench.sweep import sweep as sweep_module
     from visionbench.sweep.signals import Interrupted
@@ -365,14 +424,14 @@ def test_the_interrupt_line_says_how_many_runs_were_recorded(recorded, says, tmp
 
 # a middle process starts a child that calls `_die_with_parent` (as every parallel worker does, signals.init_worker)
 # and prints the child's pid; the test kills the middle process with kill -9
-ORPHAN = '''
+ORPHAN = """
 import subprocess, sys
 child = subprocess.Popen([sys.executable, "-c", "import time; from visionbench.sweep import signals; "
                           "signals._die_with_parent(); print(flush=True); time.sleep(300)"], stdout=subprocess.PIPE)
 child.stdout.readline()  # the child's line: its death is tied to this process now
 print(child.pid, flush=True)
 child.wait()
-'''
+"""
 
 
 def test_a_worker_gets_sigterm_when_its_parent_is_killed_9():
@@ -449,31 +508,57 @@ def _drop_last_row(path: Path) -> None:
 
 
 CORRUPTIONS = {  # name: (damage, words of the one-line message, what the message tells the user to delete)
-    "summary_not_utf8": (lambda d: (d / "summary.json").write_bytes(b"\xff\xfe{\x00garbage"),
-                         ["summary.json is corrupt", "delete it"], "summary.json"),
-    "summary_not_a_dict": (lambda d: (d / "summary.json").write_text("[1, 2]"),
-                           ["summary.json holds list", "delete it"], "summary.json"),
-    "config_garbage": (lambda d: (d / "config.yaml").write_text("recipe: [unclosed\n  : :\n"),
-                       ["config.yaml is corrupt", "delete the run directory"], "."),
-    "config_truncated": (lambda d: _truncate(d / "config.yaml"),
-                         ["config.yaml is", "delete the run directory"], "."),
-    "metrics_garbage_unfinished": (lambda d: (_unfinished(d), (d / "metrics.csv").write_bytes(b"\x00\x01\xff,,\n;;\n")),
-                                   ["metrics.csv", "delete the run directory"], "."),
-    "metrics_torn_row_unfinished": (lambda d: (_unfinished(d), _cut_inside_row(d / "metrics.csv")),
-                                    ["metrics.csv is torn (no final newline", "delete the run directory"], "."),
-    "metrics_torn_row_with_newline": (lambda d: (_unfinished(d), _cut_inside_row(d / "metrics.csv"),
-                                                 (d / "metrics.csv").open("a").write("\n")),
-                                      ["metrics.csv is torn (the row of epoch 1 has fewer fields than the header)",
-                                       "delete the run directory"], "."),
-    "metrics_last_row_missing": (lambda d: (_unfinished(d), _drop_last_row(d / "metrics.csv")),
-                                 ["metrics.csv has rows for epochs [1], its checkpoint completed epochs 1..2",
-                                  "delete the run directory"], "."),
-    "metrics_deleted_unfinished": (lambda d: (_unfinished(d), (d / "metrics.csv").unlink()),
-                                   ["has no metrics.csv beside it", "delete the run directory"], "."),
-    "config_deleted_unfinished": (lambda d: (_unfinished(d), (d / "config.yaml").unlink()),
-                                  ["has no config.yaml beside it", "delete the run directory"], "."),
-    "last_ckpt_truncated": (lambda d: (_unfinished(d), _truncate(d / "checkpoints" / "last.ckpt")),
-                            ["last.ckpt is unreadable", "delete it"], "checkpoints/last.ckpt"),
+    "summary_not_utf8": (
+        lambda d: (d / "summary.json").write_bytes(b"\xff\xfe{\x00garbage"),
+        ["summary.json is corrupt", "delete it"],
+        "summary.json",
+    ),
+    "summary_not_a_dict": (
+        lambda d: (d / "summary.json").write_text("[1, 2]"),
+        ["summary.json holds list", "delete it"],
+        "summary.json",
+    ),
+    "config_garbage": (
+        lambda d: (d / "config.yaml").write_text("recipe: [unclosed\n  : :\n"),
+        ["config.yaml is corrupt", "delete the run directory"],
+        ".",
+    ),
+    "config_truncated": (lambda d: _truncate(d / "config.yaml"), ["config.yaml is", "delete the run directory"], "."),
+    "metrics_garbage_unfinished": (
+        lambda d: (_unfinished(d), (d / "metrics.csv").write_bytes(b"\x00\x01\xff,,\n;;\n")),
+        ["metrics.csv", "delete the run directory"],
+        ".",
+    ),
+    "metrics_torn_row_unfinished": (
+        lambda d: (_unfinished(d), _cut_inside_row(d / "metrics.csv")),
+        ["metrics.csv is torn (no final newline", "delete the run directory"],
+        ".",
+    ),
+    "metrics_torn_row_with_newline": (
+        lambda d: (_unfinished(d), _cut_inside_row(d / "metrics.csv"), (d / "metrics.csv").open("a").write("\n")),
+        ["metrics.csv is torn (the row of epoch 1 has fewer fields than the header)", "delete the run directory"],
+        ".",
+    ),
+    "metrics_last_row_missing": (
+        lambda d: (_unfinished(d), _drop_last_row(d / "metrics.csv")),
+        ["metrics.csv has rows for epochs [1], its checkpoint completed epochs 1..2", "delete the run directory"],
+        ".",
+    ),
+    "metrics_deleted_unfinished": (
+        lambda d: (_unfinished(d), (d / "metrics.csv").unlink()),
+        ["has no metrics.csv beside it", "delete the run directory"],
+        ".",
+    ),
+    "config_deleted_unfinished": (
+        lambda d: (_unfinished(d), (d / "config.yaml").unlink()),
+        ["has no config.yaml beside it", "delete the run directory"],
+        ".",
+    ),
+    "last_ckpt_truncated": (
+        lambda d: (_unfinished(d), _truncate(d / "checkpoints" / "last.ckpt")),
+        ["last.ckpt is unreadable", "delete it"],
+        "checkpoints/last.ckpt",
+    ),
 }
 
 
@@ -597,8 +682,10 @@ CIFAR_DAMAGE = {
     "truncated": (lambda p: _truncate(p, 0.3), "not a readable CIFAR-10 pickle"),
     "empty": (lambda p: p.write_bytes(b""), "not a readable CIFAR-10 pickle (EOFError"),
     "label_out_of_range": (lambda p: _cifar_batch(p, {b"labels": [10] + [0] * 19}), "labels must be 0..9, found 0..10"),
-    "pixels_above_255": (lambda p: _cifar_batch(p, {b"data": np.full((20, 3072), 300, dtype=np.int16)}),
-                         "pixel values must be 0..255 bytes, found int16 values 300..300"),
+    "pixels_above_255": (
+        lambda p: _cifar_batch(p, {b"data": np.full((20, 3072), 300, dtype=np.int16)}),
+        "pixel values must be 0..255 bytes, found int16 values 300..300",
+    ),
 }
 
 
@@ -609,8 +696,16 @@ def test_corrupt_cifar_batches_stop_the_sweep_before_training_naming_the_file(ca
     root = write_cifar10(tmp_path / "data")
     bad = root / "cifar-10-batches-py" / "data_batch_3"
     damage(bad)
-    code, _, err = run(capsys, tmp_path / "r", "recipe=cifar10_vgg4", f"data.root={root}", "act=relu", "seeds=1",
-                       "epochs=1", "data.limit_train=20")
+    code, _, err = run(
+        capsys,
+        tmp_path / "r",
+        "recipe=cifar10_vgg4",
+        f"data.root={root}",
+        "act=relu",
+        "seeds=1",
+        "epochs=1",
+        "data.limit_train=20",
+    )
     assert code == 2
     (line,) = err.strip().splitlines()
     assert f"{bad}: {words}" in line and "replace the file" in line, line
@@ -622,8 +717,9 @@ def test_truncated_jpeg_fails_the_run_naming_the_path(tmp_path, capsys):
     root = write_tiny_imagenet(tmp_path / "data")
     bad = sorted((root / "tiny-imagenet-200" / "train").rglob("*.JPEG"))[3]
     _truncate(bad, 0.4)
-    code, out, err = run(capsys, tmp_path / "r", "data.name=tiny_imagenet", f"data.root={root}", "act=relu,gelu",
-                         "seeds=1", "epochs=1")
+    code, out, err = run(
+        capsys, tmp_path / "r", "data.name=tiny_imagenet", f"data.root={root}", "act=relu,gelu", "seeds=1", "epochs=1"
+    )
     assert code == 1
     lines = failed_lines(err)
     assert len(lines) == 2 and all(f"{bad}: unreadable image" in line for line in lines), lines
@@ -641,20 +737,30 @@ def test_report_of_an_all_diverged_recipe_prints_nan_rows(tmp_path, capsys):
 def test_report_skips_a_garbage_act_snapshot_naming_it(tmp_path, capsys):
     from visionbench.report.collect import read_snapshots
 
-    recipe = write_recipe(tmp_path, "toy", {"relu": [90.0, 90.5], "rational": [91.0, 91.2]}, epochs=3,
-                          snapshot_epochs=(0, 3))
+    recipe = write_recipe(
+        tmp_path, "toy", {"relu": [90.0, 90.5], "rational": [91.0, 91.2]}, epochs=3, snapshot_epochs=(0, 3)
+    )
     run = recipe / "rational" / "seed_0"
-    garbage = {"epoch_007.json": "not json at all", "epoch_008.json": json.dumps([1, 2]),
-               "epoch_009.json": json.dumps({"epoch": 9, "layers": [{"name": "a", "x": [0, 1], "y": [0]}]}),
-               "epoch_010.json": json.dumps({"epoch": 10, "layers": [{"name": "a", "x": [0, 1], "y": [0, 1],
-                                                                     "hist_edges": [0, 1], "hist_counts": [1, 2]}]})}
+    garbage = {
+        "epoch_007.json": "not json at all",
+        "epoch_008.json": json.dumps([1, 2]),
+        "epoch_009.json": json.dumps({"epoch": 9, "layers": [{"name": "a", "x": [0, 1], "y": [0]}]}),
+        "epoch_010.json": json.dumps(
+            {
+                "epoch": 10,
+                "layers": [{"name": "a", "x": [0, 1], "y": [0, 1], "hist_edges": [0, 1], "hist_counts": [1, 2]}],
+            }
+        ),
+    }
     for name, text in garbage.items():
         (run / "act_snapshots" / name).write_text(text)
     assert [s["epoch"] for s in read_snapshots(run)] == [0, 3]
     notes = [line for line in capsys.readouterr().err.splitlines() if "act_snapshots" in line]
-    assert len(notes) == 4 and all(line.startswith(f"note: {run / 'act_snapshots'}/epoch_0") and
-                                   line.endswith("; not plotted (delete it, or rerun the run to rewrite it)")
-                                   for line in notes), notes
+    assert len(notes) == 4 and all(
+        line.startswith(f"note: {run / 'act_snapshots'}/epoch_0")
+        and line.endswith("; not plotted (delete it, or rerun the run to rewrite it)")
+        for line in notes
+    ), notes
     assert "x and y are not two lists of as many numbers" in notes[2]
     assert "hist_counts is not one number per bin of hist_edges" in notes[3]
     assert main(["report", str(recipe)]) == 0
@@ -733,24 +839,28 @@ def _deny_writes_under(monkeypatch, root: Path) -> None:
 
 
 @pytest.mark.parametrize("tree", ["empty", "with results"])
-def test_an_unwritable_results_dir_fails_in_one_line_before_any_training(tree, finished_sweep, tmp_path, capsys,
-                                                                         monkeypatch):
+def test_an_unwritable_results_dir_fails_in_one_line_before_any_training(
+    tree, finished_sweep, tmp_path, capsys, monkeypatch
+):
     results = tmp_path / "r"
     results.mkdir() if tree == "empty" else copy_tree(finished_sweep, results)
     before = _tree(results)
     _deny_writes_under(monkeypatch, results)
     code, out, err = run(capsys, results, "act=relu", "seeds=3")
     where = results if tree == "empty" else results / "digits_vgg4"
-    assert code == 2 and err.strip() == (f"visionbench run: results_dir {results}: {where} is not writable (permission "
-                                         f"denied); make it writable (chmod -R u+w {where}) or pass "
-                                         "results_dir=<a writable directory>"), err
+    assert code == 2 and err.strip() == (
+        f"visionbench run: results_dir {results}: {where} is not writable (permission "
+        f"denied); make it writable (chmod -R u+w {where}) or pass "
+        "results_dir=<a writable directory>"
+    ), err
     if tree == "with results":
         assert main(["report", str(results)]) == 2
         err = capsys.readouterr().err
         assert err.strip().splitlines()[-1] == (
             f"visionbench report: error: argument RESULTS_DIR: {results} is not writable (permission denied); the "
             f"report writes its tables and plots there: make it writable (chmod -R u+w {results}) or copy the "
-            "results to a writable directory and report that"), err
+            "results to a writable directory and report that"
+        ), err
     assert _tree(results) == before
 
 
@@ -773,7 +883,8 @@ def test_results_dir_moved_during_the_sweep_stops_it_in_one_line(tmp_path, capsy
     assert err.strip().splitlines() == [
         f"visionbench run: the results directory {results / 'digits_vgg4'} was deleted or moved during the sweep; "
         "stopped so that results are not split across two trees — put it back (or rerun the command with "
-        "results_dir=<its new place>) to resume"], err
+        "results_dir=<its new place>) to resume"
+    ], err
     assert not results.exists() and not seed_dir(moved, "relu", 1).exists()
     assert summary(seed_dir(moved, "relu", 0))["status"] == "running"  # resumable where it went
 
@@ -784,8 +895,18 @@ def test_hydra_entry_point_exits_nonzero_with_the_line_when_the_run_failed(tmp_p
     d = seed_dir(tmp_path, "relu", 0)
     d.mkdir(parents=True)
     (d / "summary.json").write_text("[]")
-    cmd = [sys.executable, "-m", "visionbench.sweep.hydra_app", "act=relu", "seed=0", f"results_dir={tmp_path}",
-           "epochs=1", "data.limit_train=100", "data.limit_val=50", f"hydra.run.dir={tmp_path / 'hydra'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "visionbench.sweep.hydra_app",
+        "act=relu",
+        "seed=0",
+        f"results_dir={tmp_path}",
+        "epochs=1",
+        "data.limit_train=100",
+        "data.limit_val=50",
+        f"hydra.run.dir={tmp_path / 'hydra'}",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode != 0
     assert f"{d / 'summary.json'} holds list, not the summary mapping; delete it" in done.stderr, done.stderr[-2000:]

@@ -1,6 +1,7 @@
 """The hostile-user checks that take minutes: random kill -9 during a sweep, then a
 rerun, must give results identical to an uninterrupted sweep; two `visionbench run` on one
 results directory must share the runs, training each exactly once."""
+
 from __future__ import annotations
 
 import os
@@ -63,8 +64,14 @@ def test_two_processes_on_one_results_dir_share_the_runs(tmp_path):
     procs = [spawn(tmp_path, results, *args, pause=0.5) for _ in range(2)]
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [e for _, e in outs]
-    trained = [{line.split(":")[0].split()[0] + line.split(":")[0].split()[-1]
-                for line in out.splitlines() if ": completed" in line} for out, _ in outs]
+    trained = [
+        {
+            line.split(":")[0].split()[0] + line.split(":")[0].split()[-1]
+            for line in out.splitlines()
+            if ": completed" in line
+        }
+        for out, _ in outs
+    ]
     assert trained[0].isdisjoint(trained[1]) and len(trained[0] | trained[1]) == 4, trained
     assert any("locked" in out for out, _ in outs)
     for d in [seed_dir(results, a, s) for a in ("relu", "gelu") for s in (0, 1)]:

@@ -1,5 +1,6 @@
 """Repeated augmentation makes the epoch longer (004 App G, Table 10; 004 code's sampler), and
 metrics.csv's `step`/`samples` columns show it."""
+
 from __future__ import annotations
 
 import csv
@@ -62,11 +63,15 @@ def test_deit_option_keeps_the_usual_epoch_length():
     assert len(RepeatAugSampler(dataset, num_replicas=2, rank=0, num_repeats=3)) == 384
 
 
-@pytest.mark.parametrize("mode, cls, length", [("expand", KeyedExpandedRepeatAugSampler, 150),
-                                               ("deit", KeyedRepeatAugSampler, 50)])
+@pytest.mark.parametrize(
+    "mode, cls, length", [("expand", KeyedExpandedRepeatAugSampler, 150), ("deit", KeyedRepeatAugSampler, 50)]
+)
 def test_datamodule_picks_the_sampler_of_repeated_aug_epoch(mode, cls, length):
-    dm = create_datamodule({"name": "digits", "limit_train": 50,
-                            "augment": {"repeated_aug": 3, "repeated_aug_epoch": mode}}, batch_size=10, seed=0)
+    dm = create_datamodule(
+        {"name": "digits", "limit_train": 50, "augment": {"repeated_aug": 3, "repeated_aug_epoch": mode}},
+        batch_size=10,
+        seed=0,
+    )
     loader = dm.train_dataloader()
     assert type(loader.sampler) is cls and len(loader.sampler) == length and len(loader) == length // 10
 
@@ -89,10 +94,23 @@ def read_rows(path) -> list[dict]:
 @pytest.mark.parametrize("mode, epoch_factor", [("expand", 3), ("deit", 1)])
 def test_one_digits_run_shows_the_epoch_length_in_metrics_csv(tmp_path, mode, epoch_factor):
     batch, limit, lr = 32, 64, 0.01
-    args = [f"results_dir={tmp_path}", "act=relu", "seeds=1", "epochs=2", f"batch_size={batch}",
-            f"data.limit_train={limit}", "data.limit_val=64", "snapshot_epochs=[]",
-            "data.augment.repeated_aug=3", f"data.augment.repeated_aug_epoch={mode}",
-            f"optim.lr={lr}", "sched.name=cosine", "sched.warmup_epochs=1", "sched.warmup_lr=0.0", "sched.min_lr=0.0"]
+    args = [
+        f"results_dir={tmp_path}",
+        "act=relu",
+        "seeds=1",
+        "epochs=2",
+        f"batch_size={batch}",
+        f"data.limit_train={limit}",
+        "data.limit_val=64",
+        "snapshot_epochs=[]",
+        "data.augment.repeated_aug=3",
+        f"data.augment.repeated_aug_epoch={mode}",
+        f"optim.lr={lr}",
+        "sched.name=cosine",
+        "sched.warmup_epochs=1",
+        "sched.warmup_lr=0.0",
+        "sched.min_lr=0.0",
+    ]
     cfg = load_config(args)
     dm = create_datamodule(cfg.data, batch_size=batch, seed=0)
     dm.setup()
@@ -120,7 +138,9 @@ def test_resume_keeps_rows_written_before_step_and_samples(tmp_path):
     writer.load_existing(upto_epoch=2)
     assert [list(r) for r in writer.rows] == [["epoch", "step", "samples", "train_loss", "val_top1", "lr"]] * 2
     assert [(r["epoch"], r["step"], r["samples"], r["val_top1"]) for r in writer.rows] == [
-        ("1", "", "", "10.0"), ("2", "", "", "20.0")]
+        ("1", "", "", "10.0"),
+        ("2", "", "", "20.0"),
+    ]
 
 
 def test_samples_count_the_batches_trained():

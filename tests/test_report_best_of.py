@@ -1,5 +1,6 @@
 """The recipe-level table of a factor sweep (report/best_of.py) picks the best setting in the metric's
 direction: with a lower-is-better metric (`--metric epochs_to_90`) the fastest setting, not the slowest."""
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,10 @@ def write_sweep(root) -> None:
 def test_best_of_table_picks_the_fewest_epochs_for_epochs_to(tmp_path):
     write_sweep(tmp_path)
     runs = curves.add_metric(load_runs(tmp_path / RECIPE), "epochs_to_90")
-    summaries = pd.concat([summarize(g, "epochs_to_90").assign(setting=setting)
-                           for setting, g in runs.groupby("setting")], ignore_index=True)
+    summaries = pd.concat(
+        [summarize(g, "epochs_to_90").assign(setting=setting) for setting, g in runs.groupby("setting")],
+        ignore_index=True,
+    )
     table = best_of_table(summaries, ["model.lsuv"]).set_index("act")
     assert table.loc["relu", "chosen"] == "model.lsuv=false" and table.loc["relu", "mean"] == pytest.approx(7 / 3)
     assert table.loc["rational", "chosen"] == "model.lsuv=false"

@@ -1,5 +1,6 @@
 """`visionbench report` end to end on a written results tree: tables agree. Its errors on a bad
 flag or results dir: test_bad_inputs.py."""
+
 from __future__ import annotations
 
 import math
@@ -65,8 +66,21 @@ def test_report_end_to_end_md_csv_tex_carry_the_same_numbers(tree, capsys):
     csv = pd.read_csv(recipe / "table.csv", keep_default_na=False, na_values=[""]).set_index("act")
     assert md in out and "### digits_vgg4" in out  # both recipes printed
     assert "hermite/seed_2: still running; ignored" in err and "hermite/seed_2" in md
-    assert {"act", "n", "mean", "std", "diff", "p_value", "stars", "n_diverged", "n_failed", "p_holm",
-            "cohen_d", "ci_low", "ci_high"} <= set(csv.columns) | {"act"}
+    assert {
+        "act",
+        "n",
+        "mean",
+        "std",
+        "diff",
+        "p_value",
+        "stars",
+        "n_diverged",
+        "n_failed",
+        "p_holm",
+        "cohen_d",
+        "ci_low",
+        "ci_high",
+    } <= set(csv.columns) | {"act"}
     md_rows, tex_rows = parse_md(md), parse_tex(tex)
     assert md_rows == tex_rows  # same cells, only the markup differs
     assert set(md_rows) == set(csv.index) == {"relu", "gelu", "silu", "rational", "mish", "hermite"}

@@ -1,5 +1,6 @@
 """The results-tree helpers of tests/helpers.py (`write_run`, `write_recipe`, `write_snapshot`)
 read back through the report's loader as the results layout says (visionbench/results/layout.py)."""
+
 from __future__ import annotations
 
 from visionbench.report import load_runs
@@ -12,7 +13,11 @@ def test_helper_tree_reads_back(tmp_path):
     write_run(tmp_path, "toy", "gelu", 5, summary=False)  # crashed before writing a summary
     runs = load_runs(tmp_path / "toy")
     assert sorted(zip(runs.act, runs.seed.astype(int), runs.status)) == [
-        ("gelu", 0, "completed"), ("relu", 0, "completed"), ("relu", 1, "completed"), ("relu", 2, "diverged")]
+        ("gelu", 0, "completed"),
+        ("relu", 0, "completed"),
+        ("relu", 1, "completed"),
+        ("relu", 2, "diverged"),
+    ]
     notes = " ".join(runs.attrs["notes"])
     assert "gelu/seed_1: still running" in notes and "gelu/seed_5: no summary.json" in notes
     assert runs.loc[runs.status == "completed", "val_top1_best"].tolist() == [92.0, 90.0, 91.0]

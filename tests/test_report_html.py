@@ -8,6 +8,7 @@ decodes as a PNG, no script, style or font from outside); the index links every 
 never a traceback; and in a real browser (chromium headless, skipped without it) the page logs no console error, has
 no broken image, sorts on a click, and is screenshotted. The committed default's page is checked in
 tests/test_committed_results.py (the one test file that reads the repository's results/)."""
+
 from __future__ import annotations
 
 import base64
@@ -112,7 +113,7 @@ def same_text(page_file: Path, md_files: list[Path]) -> None:
     html = Page(page_file.read_text(encoding="utf-8"))
     expected = [t for f in md_files for t in md_tables(f.read_text(encoding="utf-8"))]
     assert expected, "no table in the Markdown"
-    assert html.tables[:len(expected)] == expected
+    assert html.tables[: len(expected)] == expected
     blocks = set(html.blocks)
     for f in md_files:
         for sentence in md_sentences(f.read_text(encoding="utf-8")):
@@ -145,17 +146,21 @@ def assert_offline(text: str, n_images: int | None = None) -> None:
 
 # ---- the Markdown converter -------------------------------------------------------------------------------------------
 def test_the_converter_renders_what_the_report_writes():
-    md = ("### a — b\n\nA caption: * p < 0.05, ** < 0.01, *** < 0.001, **** < 0.0001. Best mean **bold**, "
-          "second <ins>underlined</ins>, `code_x` and *italic*.\n\n"
-          "| Act. | p | note |\n|:---|---:|:---:|\n| **re\\|lu** | < 0.0001 (****) | <ins>x</ins> |\n| a | 0.0043 (**) |\n\n"
-          "Verdicts (α = 0.05):\n- one & <two>\n- three\n  continued\n\n    indented code <x>\n\n```\nfenced | code\n```\n"
-          "[per_example.md](per_example.md) and [site](https://example.com) ![fig](https://example.com/x.png)\n")
+    md = (
+        "### a — b\n\nA caption: * p < 0.05, ** < 0.01, *** < 0.001, **** < 0.0001. Best mean **bold**, "
+        "second <ins>underlined</ins>, `code_x` and *italic*.\n\n"
+        "| Act. | p | note |\n|:---|---:|:---:|\n| **re\\|lu** | < 0.0001 (****) | <ins>x</ins> |\n| a | 0.0043 (**) |\n\n"
+        "Verdicts (α = 0.05):\n- one & <two>\n- three\n  continued\n\n    indented code <x>\n\n```\nfenced | code\n```\n"
+        "[per_example.md](per_example.md) and [site](https://example.com) ![fig](https://example.com/x.png)\n"
+    )
     out = page.markdown_to_html(md)
     assert '<h3 id="a-b">a — b</h3>' in out
-    assert ("* p &lt; 0.05, ** &lt; 0.01, *** &lt; 0.001, **** &lt; 0.0001. Best mean <strong>bold</strong>, second "
-            "<ins>underlined</ins>, <code>code_x</code> and <em>italic</em>.") in out
+    assert (
+        "* p &lt; 0.05, ** &lt; 0.01, *** &lt; 0.001, **** &lt; 0.0001. Best mean <strong>bold</strong>, second "
+        "<ins>underlined</ins>, <code>code_x</code> and <em>italic</em>."
+    ) in out
     assert '<td style="text-align:left"><strong>re|lu</strong></td>' in out
-    assert "<td style=\"text-align:right\">&lt; 0.0001 (****)</td><td style=\"text-align:center\"><ins>x</ins></td>" in out
+    assert '<td style="text-align:right">&lt; 0.0001 (****)</td><td style="text-align:center"><ins>x</ins></td>' in out
     assert '<td style="text-align:right">0.0043 (**)</td><td style="text-align:center"></td>' in out  # padded row
     assert '<table class="sortable">' in out
     assert "<p>Verdicts (α = 0.05):</p>\n<ul><li>one &amp; &lt;two&gt;</li><li>three\ncontinued</li></ul>" in out
@@ -187,8 +192,15 @@ def test_the_page_shows_table_md_cell_by_cell_and_sorts(tree, capsys):
 def test_figures_are_embedded_and_decode(tmp_path):
     for act, values in ACTS.items():
         for seed, value in enumerate(values):
-            write_run(tmp_path / "runs", "digits_vgg4", act, seed, value, epochs=4,
-                      snapshot_epochs=(0, 3) if act == "rational" else ())
+            write_run(
+                tmp_path / "runs",
+                "digits_vgg4",
+                act,
+                seed,
+                value,
+                epochs=4,
+                snapshot_epochs=(0, 3) if act == "rational" else (),
+            )
     folder = tmp_path / "runs" / "digits_vgg4"
     assert report([str(folder), "--html"]) == 0
     pngs = sorted(p.name for p in folder.glob("*.png"))
@@ -203,7 +215,9 @@ def test_figures_are_embedded_and_decode(tmp_path):
 def test_the_index_links_every_recipe_and_shows_the_suite(tmp_path, capsys):
     root = tmp_path / "runs"
     for i, recipe in enumerate(["digits_vgg4", "digits_vgg8", "digits_resnet32"]):
-        write_recipe(root, recipe, {act: [v - i * (k == 2) for v in vals] for k, (act, vals) in enumerate(ACTS.items())})
+        write_recipe(
+            root, recipe, {act: [v - i * (k == 2) for v in vals] for k, (act, vals) in enumerate(ACTS.items())}
+        )
     assert report([str(root), "--html"]) == 0
     index = (root / page.INDEX).read_text(encoding="utf-8")
     hrefs = [v for t, a, v in Page(index).links if t == "a" and not v.startswith("#")]
@@ -251,11 +265,15 @@ def test_where_matplotlib_cannot_draw_the_page_says_so_in_one_line(tree, monkeyp
     assert report([str(folder), "--html"]) == 0
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    assert "note: matplotlib cannot draw here (RuntimeError: backend 'nonesuch' cannot draw); the pages are written " \
-           "without figures" in err
+    assert (
+        "note: matplotlib cannot draw here (RuntimeError: backend 'nonesuch' cannot draw); the pages are written "
+        "without figures" in err
+    )
     text = (folder / page.PAGE).read_text(encoding="utf-8")
-    assert ("Figures not drawn: matplotlib cannot draw here (RuntimeError: backend 'nonesuch' cannot draw)."
-            in Page(text).blocks)
+    assert (
+        "Figures not drawn: matplotlib cannot draw here (RuntimeError: backend 'nonesuch' cannot draw)."
+        in Page(text).blocks
+    )
     assert "<img" not in text and not list(folder.glob("*.png"))
     same_text(folder / page.PAGE, [folder / "table.md"])
 
@@ -270,8 +288,10 @@ def test_where_matplotlib_cannot_draw_the_page_says_so_in_one_line(tree, monkeyp
 def test_html_without_markdown_is_refused_in_one_line(tree, capsys):
     assert report([str(tree / "digits_vgg4"), "--html", "--format", "csv"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("visionbench report: error: --html renders the Markdown the report writes: keep md in --format "
-                   "(e.g. --format md,csv)")
+    assert err == (
+        "visionbench report: error: --html renders the Markdown the report writes: keep md in --format "
+        "(e.g. --format md,csv)"
+    )
     assert not list((tree / "digits_vgg4").glob("table.*"))
 
 
@@ -294,8 +314,16 @@ document.getElementById("page").addEventListener("load", function () {{
 }});
 </script></body></html>
 """
-BROWSER = [CHROMIUM or "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
-           "--no-first-run", "--disable-extensions"]
+BROWSER = [
+    CHROMIUM or "chromium",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--no-first-run",
+    "--disable-extensions",
+]
 
 
 def in_browser(html_file: Path, tmp_path: Path) -> tuple[dict, list[str]]:
@@ -305,15 +333,29 @@ def in_browser(html_file: Path, tmp_path: Path) -> tuple[dict, list[str]]:
     harness = tmp_path / "harness.html"
     harness.write_text(HARNESS.format(src=html_file.resolve().as_uri()), encoding="utf-8")
     profile = tmp_path / "profile"
-    run = subprocess.run([*BROWSER, f"--user-data-dir={profile}", "--allow-file-access-from-files", "--dump-dom",
-                          harness.as_uri()], capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [*BROWSER, f"--user-data-dir={profile}", "--allow-file-access-from-files", "--dump-dom", harness.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     found = re.search(r'<pre id="result">(.*?)</pre>', run.stdout, re.S)
     assert found, f"chromium dumped no result (exit {run.returncode}): {run.stderr[-2000:]}"
     assert not found.group(1).startswith(("pending", "error")), found.group(1)
     console = [line for line in run.stderr.splitlines() if ":CONSOLE" in line]
     shot = tmp_path / "screenshot.png"
-    subprocess.run([*BROWSER, f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1280,2400",
-                    html_file.resolve().as_uri()], capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [
+            *BROWSER,
+            f"--user-data-dir={profile}",
+            f"--screenshot={shot}",
+            "--window-size=1280,2400",
+            html_file.resolve().as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     assert shot.is_file() and shot.read_bytes().startswith(page.PNG_SIGNATURE)
     return json.loads(found.group(1)), console
 
@@ -334,8 +376,15 @@ def check_in_browser(html_file: Path, tmp_path: Path, n_images: int) -> dict:
 def test_the_page_in_a_browser(tmp_path):
     for act, values in ACTS.items():
         for seed, value in enumerate(values):
-            write_run(tmp_path / "runs", "digits_vgg4", act, seed, value, epochs=4,
-                      snapshot_epochs=(0, 3) if act == "rational" and seed == 0 else ())
+            write_run(
+                tmp_path / "runs",
+                "digits_vgg4",
+                act,
+                seed,
+                value,
+                epochs=4,
+                snapshot_epochs=(0, 3) if act == "rational" and seed == 0 else (),
+            )
     folder = tmp_path / "runs" / "digits_vgg4"
     assert report([str(folder), "--html"]) == 0
     seen = check_in_browser(folder / page.PAGE, tmp_path, n_images=2)

@@ -1,4 +1,5 @@
 """Report figures exist and are not blank: curves and learned shapes (report/figures.py)."""
+
 from __future__ import annotations
 
 import matplotlib.image as mpimg

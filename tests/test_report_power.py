@@ -1,5 +1,6 @@
 """Per recipe (docs/report.md): mde / seeds_needed, TOST, probability of improvement, verdicts and the curve metrics
 (epochs_to_X, <column>_auc), each checked against an independent computation on fabricated runs."""
+
 from __future__ import annotations
 
 import itertools
@@ -20,8 +21,8 @@ from visionbench.stats.metrics import higher_is_better
 from .helpers import write_recipe, write_run
 
 RNG = np.random.default_rng(11)
-A = RNG.normal(90.6, 0.4, 5)   # an act
-B = RNG.normal(90.0, 0.5, 6)   # its baseline
+A = RNG.normal(90.6, 0.4, 5)  # an act
+B = RNG.normal(90.0, 0.5, 6)  # its baseline
 
 
 def nct_power(d: float, n1: int, n2: int | None = None, alpha: float = 0.05) -> float:
@@ -48,6 +49,7 @@ def pooled(a, b) -> float:
 
 
 # --- power.py ---------------------------------------------------------------------------------------------------
+
 
 def test_mde_equals_statsmodels_and_the_noncentral_t():
     d_sm = TTestIndPower().solve_power(effect_size=None, nobs1=5, ratio=6 / 5, alpha=0.05, power=0.8)
@@ -93,15 +95,18 @@ def test_tost_p_equals_ttost_ind_and_a_hand_computation(margin):
     assert power.tost_p(A, B, margin) == pytest.approx(ttost_ind(A, B, -margin, margin)[0], rel=1e-9)
     assert power.tost_p(A, B, margin) == pytest.approx(scipy_tost(A, B, margin), rel=1e-9)
     assert power.tost_p(A, B, margin, test="welch") == pytest.approx(
-        ttost_ind(A, B, -margin, margin, usevar="unequal")[0], rel=1e-9)
+        ttost_ind(A, B, -margin, margin, usevar="unequal")[0], rel=1e-9
+    )
     assert power.tost_p(A, B, margin, test="welch") == pytest.approx(scipy_tost(A, B, margin, welch=True), rel=1e-9)
     assert power.tost_p(A[:5], B[:5], margin, test="paired") == pytest.approx(
-        ttost_paired(A[:5], B[:5], -margin, margin)[0], rel=1e-9)
+        ttost_paired(A[:5], B[:5], -margin, margin)[0], rel=1e-9
+    )
     with pytest.raises(ValueError, match="margin must be > 0"):
         power.tost_p(A, B, 0)
 
 
 # --- improvement.py ---------------------------------------------------------------------------------------------
+
 
 def direct_count(x, y, higher_better=True) -> float:
     wins = 0.0
@@ -158,26 +163,30 @@ def test_probability_of_improvement_not_estimable_without_two_runs_or_spread():
 
 def test_suite_table_mean_over_estimable_recipes_without_an_interval():
     x, y = [91.0, 92.0, 90.0, 92.0], [90.0, 92.0, 89.5]
-    blocks = {"r1": {"values": {"relu": y, "gelu": x}, "higher_better": False},
-              "r2": {"values": {"relu": B, "gelu": A}, "higher_better": True},
-              "r3": {"values": {"relu": B, "gelu": [95.0]}, "higher_better": True}}  # one run: not estimable
+    blocks = {
+        "r1": {"values": {"relu": y, "gelu": x}, "higher_better": False},
+        "r2": {"values": {"relu": B, "gelu": A}, "higher_better": True},
+        "r3": {"values": {"relu": B, "gelu": [95.0]}, "higher_better": True},
+    }  # one run: not estimable
     frame = improvement.table(blocks, "relu").set_index("block")
     p1 = improvement.recipe_interval(x, y, higher_better=False)[0]
     p2 = improvement.recipe_interval(A, B)[0]
     assert frame.loc["all", "p_improve"] == pytest.approx((p1 + p2) / 2) and frame.loc["all", "n_blocks"] == 2
     assert math.isnan(frame.loc["all", "ci_low"]) and math.isnan(frame.loc["r3", "p_improve"])
     assert frame.loc["r3", "p_improve_empirical"] == direct_count([95.0], B)
-    assert frame.loc["all", "p_improve_empirical"] == pytest.approx((direct_count(x, y, False) + direct_count(A, B)) / 2)
+    assert frame.loc["all", "p_improve_empirical"] == pytest.approx(
+        (direct_count(x, y, False) + direct_count(A, B)) / 2
+    )
 
 
 # --- verdict.py -------------------------------------------------------------------------------------------------
 
 VERDICT_VALUES = {
     "relu": [90.0, 90.4, 89.8, 90.1, 90.3, 90.2],
-    "up": [91.5, 91.9, 91.4, 91.8, 91.6, 91.7],       # far above: better
-    "down": [88.5, 88.9, 88.4, 88.8, 88.7, 88.6],     # far below: worse
-    "same": [90.1, 90.3, 89.9, 90.2, 90.2, 90.0],     # inside ±1: equivalent
-    "noisy": [89.0, 92.0, 90.5, 88.8, 91.9, 90.9],    # wide spread: inconclusive
+    "up": [91.5, 91.9, 91.4, 91.8, 91.6, 91.7],  # far above: better
+    "down": [88.5, 88.9, 88.4, 88.8, 88.7, 88.6],  # far below: worse
+    "same": [90.1, 90.3, 89.9, 90.2, 90.2, 90.0],  # inside ±1: equivalent
+    "noisy": [89.0, 92.0, 90.5, 88.8, 91.9, 90.9],  # wide spread: inconclusive
     "edge": [90.40, 90.70, 90.10, 90.45, 90.60, 90.50],  # p < 0.05 but not after Holm
 }
 
@@ -191,8 +200,13 @@ def verdict_table(tmp_path, *argv) -> pd.DataFrame:
 def test_verdict_rules(tmp_path):
     table = verdict_table(tmp_path, "--margin", "1")
     assert table["verdict"].fillna("").to_dict() == {
-        "relu": "", "up": "better", "down": "worse", "same": "equivalent", "noisy": "inconclusive",
-        "edge": "equivalent"}  # edge: Δ ≈ +0.4 is real (p < 0.05) but inside ±1: the margin decides
+        "relu": "",
+        "up": "better",
+        "down": "worse",
+        "same": "equivalent",
+        "noisy": "inconclusive",
+        "edge": "equivalent",
+    }  # edge: Δ ≈ +0.4 is real (p < 0.05) but inside ±1: the margin decides
     assert table.loc["same", "tost_p"] < 0.05 <= table.loc["noisy", "tost_p"]
     assert table.loc["edge", "p_value"] < 0.05 and "but inside the margin" in table.loc["edge", "verdict_text"]
     noisy = table.loc["noisy"]
@@ -203,8 +217,9 @@ def test_verdict_rules(tmp_path):
     assert table.loc["up", "verdict_text"] == "up is better than relu: Δ = +1.52 (Student p < 0.0001; n = 6 vs 6)."
     assert table.loc["down", "verdict_text"].startswith("down is worse than relu: Δ = -1.48 (Student p < 0.0001")
     same = table.loc["same"]
-    assert same["verdict_text"] == (f"same is equivalent to relu within ±1.00: Δ = {same['diff']:+.2f}, "
-                                    "TOST p < 0.0001 (n = 6 vs 6).")
+    assert same["verdict_text"] == (
+        f"same is equivalent to relu within ±1.00: Δ = {same['diff']:+.2f}, TOST p < 0.0001 (n = 6 vs 6)."
+    )
     assert same["tost_p"] < 1e-4 and "TOST p = 0.0" in table.loc["edge", "verdict_text"]
 
 
@@ -243,8 +258,7 @@ def test_effect_and_alpha_drive_seeds_needed(tmp_path):
 
 
 def test_annotate_api_and_lower_is_better(tmp_path):
-    root = write_recipe(tmp_path, "toy", {"relu": [5.0, 5.2, 5.1, 4.9], "fast": [3.0, 3.1, 2.9, 3.2]},
-                        metrics=None)
+    root = write_recipe(tmp_path, "toy", {"relu": [5.0, 5.2, 5.1, 4.9], "fast": [3.0, 3.1, 2.9, 3.2]}, metrics=None)
     runs = load_runs(root).rename(columns={"val_top1_best": "val_loss_final"})
     summary = summarize(runs, "val_loss_final")
     out = verdict.annotate(summary, runs).set_index("act")
@@ -258,21 +272,35 @@ def test_untested_rows_get_a_reason_not_a_verdict(tmp_path):
     root = write_recipe(tmp_path, "toy", {"relu": [90.0, 90.5, 90.2], "solo": [91.0]})
     assert main([str(root), "--no-plots"]) == 0
     table = pd.read_csv(root / "table.csv").set_index("act")
-    assert pd.isna(table.loc["solo", "verdict"]) and table.loc["solo", "verdict_text"] == \
-        "solo: no verdict against relu (n<2: no test)."
+    assert (
+        pd.isna(table.loc["solo", "verdict"])
+        and table.loc["solo", "verdict_text"] == "solo: no verdict against relu (n<2: no test)."
+    )
 
 
 def test_cli_writes_the_columns_and_the_sentences(tmp_path, capsys):
     table = verdict_table(tmp_path, "--margin", "1", "--extras")
-    for col in ("mde", "seeds_needed", "tost_p", "tost_p_holm", "verdict", "verdict_text", "p_improve",
-                "p_improve_low", "p_improve_high", "d_for_seeds"):
+    for col in (
+        "mde",
+        "seeds_needed",
+        "tost_p",
+        "tost_p_holm",
+        "verdict",
+        "verdict_text",
+        "p_improve",
+        "p_improve_low",
+        "p_improve_high",
+        "d_for_seeds",
+    ):
         assert col in table.columns
     up = table.loc["up"]
     assert up["p_improve_empirical"] == 1.0 and up["mde"] == pytest.approx(
-        power.mde_d(6, 6) * pooled(VERDICT_VALUES["up"], VERDICT_VALUES["relu"]), rel=1e-6)
+        power.mde_d(6, 6) * pooled(VERDICT_VALUES["up"], VERDICT_VALUES["relu"]), rel=1e-6
+    )
     assert table.loc["noisy", "p_improve_empirical"] == direct_count(VERDICT_VALUES["noisy"], VERDICT_VALUES["relu"])
-    assert table.loc["noisy", "p_improve"] == pytest.approx(improvement.recipe_interval(
-        VERDICT_VALUES["noisy"], VERDICT_VALUES["relu"])[0])
+    assert table.loc["noisy", "p_improve"] == pytest.approx(
+        improvement.recipe_interval(VERDICT_VALUES["noisy"], VERDICT_VALUES["relu"])[0]
+    )
     md = (tmp_path / "toy" / "table.md").read_text()
     assert "| verdict |" in md and "equivalent (±1.00) |" in md and "P(> relu) [95% CI]" in md
     assert "Verdicts (α = 0.05, equivalence margin ±1 (TOST)):" in md
@@ -285,10 +313,12 @@ def test_cli_writes_the_columns_and_the_sentences(tmp_path, capsys):
 
 def test_survivors_better_with_diverged_runs_is_unstable_never_better(tmp_path):
     """2 of 5 runs diverged, the 3 that finished beat the baseline (p < 0.01): not 'better'."""
-    values = {"relu": [90.0, 90.4, 89.8, 90.1, 90.3],
-              "rational": [91.5, 91.9, 91.4, "diverged", "diverged"],   # survivors far above relu
-              "gelu": [90.2, 90.6, 89.9, 90.5, 90.1],
-              "bad": [88.5, 88.9, "diverged", 88.4, 88.7]}              # worse and diverging: stays worse
+    values = {
+        "relu": [90.0, 90.4, 89.8, 90.1, 90.3],
+        "rational": [91.5, 91.9, 91.4, "diverged", "diverged"],  # survivors far above relu
+        "gelu": [90.2, 90.6, 89.9, 90.5, 90.1],
+        "bad": [88.5, 88.9, "diverged", 88.4, 88.7],
+    }  # worse and diverging: stays worse
     root = write_recipe(tmp_path, "toy", values)
     assert main([str(root), "--no-plots", "--extras"]) == 0
     table = pd.read_csv(root / "table.csv").set_index("act")
@@ -296,10 +326,13 @@ def test_survivors_better_with_diverged_runs_is_unstable_never_better(tmp_path):
     assert rational["p_value"] < 0.01 and rational["verdict"] == "unstable"
     fisher = sps.fisher_exact([[2, 1 + 2], [0, 5]]).pvalue
     assert rational["div_p"] == pytest.approx(fisher) and (rational["base_diverged"], rational["base_runs"]) == (0, 5)
-    assert rational["verdict_text"].startswith("rational is unstable against relu: among the runs that finished it "
-                                               "is better than relu — Δ = +1.48 (Student p = 0.0002 < 0.05")
+    assert rational["verdict_text"].startswith(
+        "rational is unstable against relu: among the runs that finished it "
+        "is better than relu — Δ = +1.48 (Student p = 0.0002 < 0.05"
+    )
     assert rational["verdict_text"].endswith(
-        f"n = 3 vs 5); but rational diverged in 2 of 5 runs, relu in 0 of 5 (Fisher exact p = {fisher:.4f}).")
+        f"n = 3 vs 5); but rational diverged in 2 of 5 runs, relu in 0 of 5 (Fisher exact p = {fisher:.4f})."
+    )
     assert table.loc["bad", "verdict"] == "worse" and "bad diverged in 1 of 5 runs" in table.loc["bad", "verdict_text"]
     assert "diverged" not in table.loc["gelu", "verdict_text"] and table.loc["gelu", "div_p"] == 1.0
     md = (root / "table.md").read_text()
@@ -310,22 +343,29 @@ def test_survivors_better_with_diverged_runs_is_unstable_never_better(tmp_path):
 
 
 def test_a_diverging_baseline_is_named_in_every_sentence(tmp_path):
-    values = {"relu": [90.0, 90.4, "diverged", 90.1, "diverged"], "up": [91.5, 91.9, 91.4, 91.8, 91.6],
-              "none": ["diverged", "diverged"]}
+    values = {
+        "relu": [90.0, 90.4, "diverged", 90.1, "diverged"],
+        "up": [91.5, 91.9, 91.4, 91.8, 91.6],
+        "none": ["diverged", "diverged"],
+    }
     root = write_recipe(tmp_path, "toy", values)
     assert main([str(root), "--no-plots"]) == 0
     table = pd.read_csv(root / "table.csv").set_index("act")
     assert table.loc["up", "verdict"] == "better"  # the act itself never diverged
-    assert table.loc["up", "verdict_text"].endswith("; up diverged in 0 of 5 runs, relu in 2 of 5 "
-                                                    f"(Fisher exact p = {sps.fisher_exact([[0, 5], [2, 3]]).pvalue:.4f}).")
-    assert table.loc["none", "verdict_text"].startswith("none: no verdict against relu (no completed run: no test); "
-                                                        "none diverged in 2 of 2 runs, relu in 2 of 5")
+    assert table.loc["up", "verdict_text"].endswith(
+        "; up diverged in 0 of 5 runs, relu in 2 of 5 "
+        f"(Fisher exact p = {sps.fisher_exact([[0, 5], [2, 3]]).pvalue:.4f})."
+    )
+    assert table.loc["none", "verdict_text"].startswith(
+        "none: no verdict against relu (no completed run: no test); none diverged in 2 of 2 runs, relu in 2 of 5"
+    )
     assert "| better (relu 2/5 diverged) |" in (root / "table.md").read_text()
     gone = write_recipe(tmp_path / "gone", "toy", {"relu": ["diverged"] * 3, "up": [91.5, 91.9, 91.4]})
     assert main([str(gone), "--no-plots"]) == 0  # no baseline run finished: still a sentence with the counts
     assert pd.read_csv(gone / "table.csv").set_index("act").loc["up", "verdict_text"] == (
         "up: no verdict against relu (baseline n<2: no test); up diverged in 0 of 3 runs, relu in 3 of 3 "
-        "(Fisher exact p = 0.1000).")
+        "(Fisher exact p = 0.1000)."
+    )
 
 
 def test_welch_marks_p_improve_not_estimable(tmp_path):
@@ -336,8 +376,18 @@ def test_welch_marks_p_improve_not_estimable(tmp_path):
 
 # --- curves.py --------------------------------------------------------------------------------------------------
 
-def write_curve(root, recipe: str, act: str, seed: int, val_top1: list[float], *, status="completed",
-                first_epoch: int = 1, extra_rows: str = ""):
+
+def write_curve(
+    root,
+    recipe: str,
+    act: str,
+    seed: int,
+    val_top1: list[float],
+    *,
+    status="completed",
+    first_epoch: int = 1,
+    extra_rows: str = "",
+):
     """A run whose metrics.csv has the given val_top1 curve (epochs first_epoch, first_epoch + 1, ...)."""
     run = write_run(root, recipe, act, seed, max(val_top1), status=status)
     lines = ["epoch,val_top1,val_loss"] + [f"{first_epoch + i},{v},{1 / (1 + v)}" for i, v in enumerate(val_top1)]
@@ -346,17 +396,19 @@ def write_curve(root, recipe: str, act: str, seed: int, val_top1: list[float], *
 
 
 def test_epochs_to_and_auc_on_one_curve(tmp_path):
-    run = write_curve(tmp_path, "toy", "relu", 0, [10.0, 50.0, 80.0, 90.0, 85.0],
-                      extra_rows="3,81.0,0.1\n")  # epoch 3 logged again after a resume: the last row counts
+    run = write_curve(
+        tmp_path, "toy", "relu", 0, [10.0, 50.0, 80.0, 90.0, 85.0], extra_rows="3,81.0,0.1\n"
+    )  # epoch 3 logged again after a resume: the last row counts
     frame = pd.read_csv(run / "metrics.csv")
-    assert curves.epochs_to(frame, "val_top1", 90) == 3        # 90 % of the best 90 is 81: epoch 3 (81.0)
-    assert curves.epochs_to(frame, "val_top1", 50) == 2        # 45
+    assert curves.epochs_to(frame, "val_top1", 90) == 3  # 90 % of the best 90 is 81: epoch 3 (81.0)
+    assert curves.epochs_to(frame, "val_top1", 50) == 2  # 45
     assert curves.epochs_to(frame, "val_top1", 100) == 4
     assert curves.epochs_to(frame, "val_top1", 85, absolute=True) == 4
     assert math.isnan(curves.epochs_to(frame, "val_top1", 95, absolute=True))  # never reached
     assert curves.auc(frame, "val_top1") == pytest.approx(np.mean([10, 50, 81, 90, 85]))
     assert curves.parse("ema_val_top1_epochs_to_97.5") == curves.CurveMetric(
-        "ema_val_top1_epochs_to_97.5", "ema_val_top1", "epochs_to", 97.5, False)
+        "ema_val_top1_epochs_to_97.5", "ema_val_top1", "epochs_to", 97.5, False
+    )
     assert curves.parse("epochs_to_95_abs").absolute and curves.parse("val_top1_best") is None
     assert not higher_is_better("epochs_to_90") and higher_is_better("val_top1_auc")
     assert not higher_is_better("val_loss_auc")

@@ -1,6 +1,7 @@
 """The recipe decides what a table scores (docs/report.md, "What is scored"): EMA top-1 at the best epoch
 for 004's Tiny ImageNet, the final epoch for 001, best-over-training for 004 CIFAR; the caption
 names it, and --metric still overrides."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,13 @@ from visionbench.report.protocol import describe_metric, packaged_report
 
 from .helpers import write_run
 
-METRICS = {"val_top1_best": 60.0, "val_top1_final": 55.0, "ema_val_top1_best": 70.0, "ema_val_top1_final": 69.0,
-           "best_epoch": 90}
+METRICS = {
+    "val_top1_best": 60.0,
+    "val_top1_final": 55.0,
+    "ema_val_top1_best": 70.0,
+    "ema_val_top1_final": 69.0,
+    "best_epoch": 90,
+}
 
 
 def fabricate(root, recipe, acts=("gelu", "rational"), report=None):
@@ -29,13 +35,16 @@ def fabricate(root, recipe, acts=("gelu", "rational"), report=None):
     return root / recipe
 
 
-@pytest.mark.parametrize("recipe, metric", [
-    ("tinyimagenet_vit_s8", "ema_val_top1_best"),   # 004 Sec 5.3
-    ("tinyimagenet_vit_s8_nonorm", "ema_val_top1_best"),
-    ("cifar10_convnext_t", "val_top1_final"),       # 001 Sec 4.3: a fixed (final) epoch
-    ("imagenet_resnet50", "val_top1_final"),
-    ("cifar10_vgg8", "val_top1_best"),              # 004 Table 6: best test accuracy over training
-])
+@pytest.mark.parametrize(
+    "recipe, metric",
+    [
+        ("tinyimagenet_vit_s8", "ema_val_top1_best"),  # 004 Sec 5.3
+        ("tinyimagenet_vit_s8_nonorm", "ema_val_top1_best"),
+        ("cifar10_convnext_t", "val_top1_final"),  # 001 Sec 4.3: a fixed (final) epoch
+        ("imagenet_resnet50", "val_top1_final"),
+        ("cifar10_vgg8", "val_top1_best"),  # 004 Table 6: best test accuracy over training
+    ],
+)
 def test_report_scores_the_metric_the_recipe_declares(tmp_path, capsys, recipe, metric):
     assert packaged_report(recipe)["metric"] == metric
     recipe_dir = fabricate(tmp_path, recipe)  # summaries without a report block: the packaged recipe decides
@@ -72,14 +81,17 @@ def test_each_recipe_of_a_tree_gets_its_own_metric(tmp_path, capsys):
     assert set(pd.read_csv(tmp_path / "cifar10_convnext_t" / "table.csv")["metric"]) == {"val_top1_final"}
 
 
-@pytest.mark.parametrize("metric, val_split, words", [
-    ("val_top1_best", 0.0, ["best over training epochs", "official test/val split", "optimistic"]),
-    ("ema_val_top1_best", 0.0, ["of the EMA weights", "best over training epochs"]),
-    ("val_top1_final", 0.0, ["at the final epoch"]),
-    ("test_top1_at_best_val", 0.2, ["at the epoch of best validation top-1", "official test split"]),
-    ("val_top1_best", 0.2, ["held-out validation split"]),
-    ("throughput_img_s", None, ["`throughput_img_s`"]),
-])
+@pytest.mark.parametrize(
+    "metric, val_split, words",
+    [
+        ("val_top1_best", 0.0, ["best over training epochs", "official test/val split", "optimistic"]),
+        ("ema_val_top1_best", 0.0, ["of the EMA weights", "best over training epochs"]),
+        ("val_top1_final", 0.0, ["at the final epoch"]),
+        ("test_top1_at_best_val", 0.2, ["at the epoch of best validation top-1", "official test split"]),
+        ("val_top1_best", 0.2, ["held-out validation split"]),
+        ("throughput_img_s", None, ["`throughput_img_s`"]),
+    ],
+)
 def test_metric_descriptions_name_aggregate_and_split(metric, val_split, words):
     text = describe_metric(metric, val_split)
     assert all(w in text for w in words), text

@@ -1,5 +1,6 @@
 """The one table renderer (report/render.py): Markdown escapes `|`, LaTeX escapes its specials, the
 marks and alignments come out as every table of the project writes them, and every table goes through it."""
+
 from __future__ import annotations
 
 import io
@@ -13,16 +14,21 @@ from .helpers import write_recipe
 
 
 def small(**kwargs) -> render.Table:
-    rows = [["relu", render.Cell("98.70 ± 0.42", "bold")], ["a|b", render.Cell("97.31", "underline", " (x=1)")],
-            ["50%_{#}", "—"]]
+    rows = [
+        ["relu", render.Cell("98.70 ± 0.42", "bold")],
+        ["a|b", render.Cell("97.31", "underline", " (x=1)")],
+        ["50%_{#}", "—"],
+    ]
     return render.Table(["Act.", "max |Δ| & mean"], rows, **kwargs)
 
 
 def test_markdown_escapes_pipes_in_header_and_cells_and_marks_only_the_text():
     text = render.markdown(small(title="t", intro=["caption | stays prose"], outro=["after"], notes=["n1", "n2"]))
-    assert text == ("### t\n\ncaption | stays prose\n\n"
-                    "| Act. | max \\|Δ\\| & mean |\n|:---|---:|\n| relu | **98.70 ± 0.42** |\n"
-                    "| a\\|b | <ins>97.31</ins> (x=1) |\n| 50%_{#} | — |\n\nafter\n\nNotes:\n- n1\n- n2\n")
+    assert text == (
+        "### t\n\ncaption | stays prose\n\n"
+        "| Act. | max \\|Δ\\| & mean |\n|:---|---:|\n| relu | **98.70 ± 0.42** |\n"
+        "| a\\|b | <ins>97.31</ins> (x=1) |\n| 50%_{#} | — |\n\nafter\n\nNotes:\n- n1\n- n2\n"
+    )
 
 
 def test_alignment_letters_and_the_default_rule():
@@ -44,7 +50,9 @@ def test_latex_escapes_specials_and_marks_with_booktabs():
 
 def test_csv_is_the_data_frame_when_given_else_the_plain_cells(tmp_path):
     assert pd.read_csv(io.StringIO(render.csv_text(small()))).to_dict("list") == {
-        "Act.": ["relu", "a|b", "50%_{#}"], "max |Δ| & mean": ["98.70 ± 0.42", "97.31 (x=1)", "—"]}
+        "Act.": ["relu", "a|b", "50%_{#}"],
+        "max |Δ| & mean": ["98.70 ± 0.42", "97.31 (x=1)", "—"],
+    }
     data = pd.DataFrame({"act": ["relu"], "mean": [98.7012345678]})
     paths = render.write(small(data=data), tmp_path / "table", ("csv", "md"))
     assert [p.name for p in paths] == ["table.csv", "table.md"]
@@ -61,8 +69,10 @@ def test_every_table_of_the_project_goes_through_the_renderer(tmp_path, monkeypa
     from visionbench.bench import timing
     from visionbench.report import main, papers, published, suite
 
-    assert timing.markdown(["act", "max |Δ| vs ref"], [["a|b", 1.5e-6], ["c", None]]) == \
-        "| act | max \\|Δ\\| vs ref |\n| --- | --- |\n| a\\|b | 1.5e-06 |\n| c | — |"
+    assert (
+        timing.markdown(["act", "max |Δ| vs ref"], [["a|b", 1.5e-6], ["c", None]])
+        == "| act | max \\|Δ\\| vs ref |\n| --- | --- |\n| a\\|b | 1.5e-06 |\n| c | — |"
+    )
     pi = pd.DataFrame([{"act": "x|y", "block": "all", "p_improve": 0.5, "ci_low": 0.1, "ci_high": 0.9, "n_blocks": 2}])
     assert "| x\\|y | 0.50 [0.10, 0.90] (2) |" in suite.improvement_markdown(pi, "relu")
     rows = published.recompute(papers.select("001", "1"))

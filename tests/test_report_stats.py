@@ -1,5 +1,6 @@
 """Statistics of the report: tests equal scipy, stars, Holm, effect size, the t interval of Δ, the legacy
 bootstrap, divergence (Fisher), degenerate cases."""
+
 from __future__ import annotations
 
 import math
@@ -22,10 +23,22 @@ def runs_frame(values: dict[str, list], recipe: str = "toy", baseline: str | Non
             if v is None:
                 continue
             done = not isinstance(v, str)
-            rows.append({"recipe": recipe, "act": act, "seed": seed, "status": "completed" if done else v,
-                         "val_top1_best": v if done else np.nan, "baseline": baseline, "train_time_s": 10.0 + seed,
-                         "throughput_img_s": 100.0, "act_params": 6 if act == "rational" else 0, "params": 99,
-                         "recipe_dir": f"/r/{recipe}", "run_dir": f"/r/{recipe}/{act}/seed_{seed}"})
+            rows.append(
+                {
+                    "recipe": recipe,
+                    "act": act,
+                    "seed": seed,
+                    "status": "completed" if done else v,
+                    "val_top1_best": v if done else np.nan,
+                    "baseline": baseline,
+                    "train_time_s": 10.0 + seed,
+                    "throughput_img_s": 100.0,
+                    "act_params": 6 if act == "rational" else 0,
+                    "params": 99,
+                    "recipe_dir": f"/r/{recipe}",
+                    "run_dir": f"/r/{recipe}/{act}/seed_{seed}",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -71,15 +84,31 @@ def test_paired_uses_only_seeds_both_acts_completed():
 
 
 def test_paired_with_fewer_than_two_shared_seeds_is_marked():
-    table = summarize(runs_frame({"relu": [90.0, 91.0, None, None], "gelu": [None, 92.0, 93.0, 94.0]}),
-                      "val_top1_best", "relu", "paired")
+    table = summarize(
+        runs_frame({"relu": [90.0, 91.0, None, None], "gelu": [None, 92.0, 93.0, 94.0]}),
+        "val_top1_best",
+        "relu",
+        "paired",
+    )
     assert row(table, "gelu")["mark"] == "<2 shared seeds" and math.isnan(row(table, "gelu")["p_value"])
 
 
-@pytest.mark.parametrize("p,expected", [
-    (0.05, "ns"), (0.0499999, "*"), (0.01, "*"), (0.00999, "**"), (0.001, "**"), (0.000999, "***"),
-    (0.0001, "***"), (0.0000999, "****"), (0.0, "****"), (0.5, "ns"), (float("nan"), ""),
-])
+@pytest.mark.parametrize(
+    "p,expected",
+    [
+        (0.05, "ns"),
+        (0.0499999, "*"),
+        (0.01, "*"),
+        (0.00999, "**"),
+        (0.001, "**"),
+        (0.000999, "***"),
+        (0.0001, "***"),
+        (0.0000999, "****"),
+        (0.0, "****"),
+        (0.5, "ns"),
+        (float("nan"), ""),
+    ],
+)
 def test_star_thresholds(p, expected):
     assert stars(p) == expected
 
@@ -121,7 +150,7 @@ def t_interval_by_hand(a, b, test: str, level: float = 0.95) -> tuple[float, flo
             se, df = math.sqrt(sp2 * (1 / na + 1 / nb)), na + nb - 2
         else:
             se = math.sqrt(va / na + vb / nb)
-            df = se ** 4 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
+            df = se**4 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
     half = sps.t.ppf((1 + level) / 2, df) * se
     return delta - half, delta + half
 
@@ -181,8 +210,9 @@ def test_single_run_gets_no_std_and_no_test():
 
 
 def test_zero_variance_in_both_groups_is_marked_not_infinite():
-    table = summarize(runs_frame({"relu": [90.1] * 3, "gelu": [90.3] * 3, "silu": [90.1, 90.2, 90.3]}),
-                      "val_top1_best", "relu")
+    table = summarize(
+        runs_frame({"relu": [90.1] * 3, "gelu": [90.3] * 3, "silu": [90.1, 90.2, 90.3]}), "val_top1_best", "relu"
+    )
     assert row(table, "gelu")["mark"] == "zero variance" and math.isnan(row(table, "gelu")["p_value"])
     assert row(table, "silu")["mark"] == "" and np.isfinite(row(table, "silu")["p_value"])  # one group varies
     paired = summarize(runs_frame({"relu": [90.0, 91.0], "gelu": [90.5, 91.5]}), "val_top1_best", "relu", "paired")
@@ -190,8 +220,9 @@ def test_zero_variance_in_both_groups_is_marked_not_infinite():
 
 
 def test_all_diverged_is_counted_and_marked():
-    table = summarize(runs_frame({"relu": B, "rational": ["diverged", "diverged", "failed", "diverged"]}),
-                      "val_top1_best", "relu")
+    table = summarize(
+        runs_frame({"relu": B, "rational": ["diverged", "diverged", "failed", "diverged"]}), "val_top1_best", "relu"
+    )
     got = row(table, "rational")
     assert (got["n"], got["n_runs"], got["n_diverged"], got["n_failed"]) == (0, 4, 3, 1)
     assert math.isnan(got["mean"]) and got["mark"] == "no completed run" and got["stars"] == ""
@@ -258,12 +289,24 @@ def test_holm_is_statsmodels_and_equals_the_rule_with_nans_left_out():
     assert np.isnan(holm([np.nan, np.nan])).all() and holm([]).size == 0
 
 
-@pytest.mark.parametrize("metric, higher", [
-    ("val_top1_best", True), ("ema_val_top1_best", True), ("test_top1_at_best_val", True), ("val_top1_auc", True),
-    ("val_loss_final", False), ("val_loss_auc", False), ("train_time_s", False), ("peak_mem_mb", False),
-    ("top1_err", False), ("epochs_to_90", False), ("epochs_to_95_abs", False), ("ema_val_top1_epochs_to_97.5", False),
-    ("epochs_to_150", False),  # an invalid level still counts epochs
-])
+@pytest.mark.parametrize(
+    "metric, higher",
+    [
+        ("val_top1_best", True),
+        ("ema_val_top1_best", True),
+        ("test_top1_at_best_val", True),
+        ("val_top1_auc", True),
+        ("val_loss_final", False),
+        ("val_loss_auc", False),
+        ("train_time_s", False),
+        ("peak_mem_mb", False),
+        ("top1_err", False),
+        ("epochs_to_90", False),
+        ("epochs_to_95_abs", False),
+        ("ema_val_top1_epochs_to_97.5", False),
+        ("epochs_to_150", False),  # an invalid level still counts epochs
+    ],
+)
 def test_one_higher_is_better_knows_every_metric_name(metric, higher):
     from visionbench.stats.metrics import higher_is_better
 

@@ -2,6 +2,7 @@
 mean ranks, Friedman test with Iman–Davenport's F, Nemenyi CD, probability of improvement; checked
 against scipy / pandas / a direct pairwise count / Demšar's worked example on a fabricated
 6-recipe x 4-activation x 5-seed tree."""
+
 from __future__ import annotations
 
 import itertools
@@ -78,12 +79,24 @@ def test_mean_ranks_equal_pandas_average_ranks_with_ties(tree):
 
 
 def test_lower_is_better_metrics_rank_the_smallest_first():
-    scores = suite.scores_frame([
-        {"task": "a", "metric": "val_loss_best", "higher_better": False, "baseline": "relu",
-         "values": {"relu": [1.0, 1.1], "gelu": [0.5, 0.6], "silu": [2.0, 2.1]}},
-        {"task": "b", "metric": "val_top1_best", "higher_better": True, "baseline": "relu",
-         "values": {"relu": [90.0], "gelu": [91.0], "silu": [89.0]}},
-    ])
+    scores = suite.scores_frame(
+        [
+            {
+                "task": "a",
+                "metric": "val_loss_best",
+                "higher_better": False,
+                "baseline": "relu",
+                "values": {"relu": [1.0, 1.1], "gelu": [0.5, 0.6], "silu": [2.0, 2.1]},
+            },
+            {
+                "task": "b",
+                "metric": "val_top1_best",
+                "higher_better": True,
+                "baseline": "relu",
+                "values": {"relu": [90.0], "gelu": [91.0], "silu": [89.0]},
+            },
+        ]
+    )
     got = ranking.rank_table(scores).set_index("act")["mean_rank"]
     assert got.to_dict() == {"gelu": 1.0, "relu": 2.0, "silu": 3.0}
 
@@ -124,8 +137,10 @@ def test_report_writes_the_suite_files_and_a_single_recipe_none(tree, tmp_path_f
     write_recipe(single, "r0", {act: values(0, j) for j, act in enumerate(ACTS)})
     for where in (single, single / "r0"):
         assert main([str(where)]) == 0
-        assert not any((where / n).exists() for n in ("ranks.csv", "ranks.md", "cd_diagram.png", "improvement.csv",
-                                                      "improvement.png"))
+        assert not any(
+            (where / n).exists()
+            for n in ("ranks.csv", "ranks.md", "cd_diagram.png", "improvement.csv", "improvement.png")
+        )
 
     off = tmp_path_factory.mktemp("off")
     for i in range(2):
@@ -147,21 +162,41 @@ def test_too_few_acts_or_recipes_give_a_note_not_a_test(tmp_path):
 
 
 def test_complete_block_drops_the_act_that_ran_least():
-    scores = suite.scores_frame([
-        {"task": t, "metric": "m", "higher_better": True, "baseline": "relu",
-         "values": {a: [float(i)] for i, a in enumerate(acts)}}
-        for t, acts in [("a", ["relu", "gelu", "silu", "x"]), ("b", ["relu", "gelu", "silu"]),
-                        ("c", ["relu", "gelu", "silu"])]])
+    scores = suite.scores_frame(
+        [
+            {
+                "task": t,
+                "metric": "m",
+                "higher_better": True,
+                "baseline": "relu",
+                "values": {a: [float(i)] for i, a in enumerate(acts)},
+            }
+            for t, acts in [
+                ("a", ["relu", "gelu", "silu", "x"]),
+                ("b", ["relu", "gelu", "silu"]),
+                ("c", ["relu", "gelu", "silu"]),
+            ]
+        ]
+    )
     assert ranking.complete_block(scores) == (["gelu", "relu", "silu"], ["a", "b", "c"])
     assert ranking.cliques({"a": 1.0, "b": 1.5, "c": 3.0}, cd=1.0) == [["a", "b"]]
 
 
 @pytest.mark.plots
 def test_improvement_plot_needs_an_aggregate(tmp_path):
-    frame = pd.DataFrame([{"act": "gelu", "block": "r0", "p_improve": 0.7, "ci_low": 0.5, "ci_high": 0.9, "n_blocks": 1}])
+    frame = pd.DataFrame(
+        [{"act": "gelu", "block": "r0", "p_improve": 0.7, "ci_low": 0.5, "ci_high": 0.9, "n_blocks": 1}]
+    )
     assert figures.plot_improvement(frame, "relu", tmp_path / "a.png") is None
     assert not (tmp_path / "a.png").exists()
-    agg = {"act": "gelu", "block": "all", "p_improve": 0.7, "ci_low": float("nan"), "ci_high": float("nan"), "n_blocks": 1}
+    agg = {
+        "act": "gelu",
+        "block": "all",
+        "p_improve": 0.7,
+        "ci_low": float("nan"),
+        "ci_high": float("nan"),
+        "n_blocks": 1,
+    }
     out = figures.plot_improvement(pd.concat([frame, pd.DataFrame([agg])]), "relu", tmp_path / "b.png")
     assert out.read_bytes()[:4] == b"\x89PNG"
 
@@ -170,7 +205,7 @@ def test_iman_davenport_equals_demsar_2006_worked_example():
     """Demšar (2006) Sec 3.2.2: four classifiers on N = 14 data sets, mean ranks 3.143, 2.000, 2.893, 1.964:
     χ²_F = 9.28 and F_F = 3.69 on (3, 39) df, above the critical F(3, 39) = 2.85 at α = 0.05."""
     n, k, mean_ranks = 14, 4, np.array([3.143, 2.000, 2.893, 1.964])
-    chi2 = 12 * n / (k * (k + 1)) * (np.sum(mean_ranks ** 2) - k * (k + 1) ** 2 / 4)
+    chi2 = 12 * n / (k * (k + 1)) * (np.sum(mean_ranks**2) - k * (k + 1) ** 2 / 4)
     assert chi2 == pytest.approx(9.28, abs=0.01)
     f, p, df1, df2 = ranking.iman_davenport(chi2, n, k)
     assert f == pytest.approx(3.69, abs=0.005) and (df1, df2) == (3, 39)

@@ -1,5 +1,6 @@
 """The results tree is owned by `visionbench.results` (docs/layout.md): one schema, one status list,
 one summary reader for sweep and report; MetricsWriter's columns ('/' in a metric key)."""
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def _grep(pattern: str) -> list[str]:
     """`path:line:text` of each line of visionbench/**/*.py matching `pattern` (grep -E); grep failing is an error,
     not an empty answer."""
-    done = subprocess.run(["grep", "-rnE", pattern, "visionbench", "--include=*.py"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["grep", "-rnE", pattern, "visionbench", "--include=*.py"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode in (0, 1), done.stderr  # 1: no line matched; 2: grep could not search
     return done.stdout.splitlines()
 
@@ -43,12 +45,16 @@ def test_models_know_neither_lightning_nor_the_run_layout():
 
 
 # the name of every file of a run directory (layout.files), as a path literal
-RUN_FILES = (r'"(config\.yaml|summary\.json|metrics\.csv|error\.txt|predictions\.npz|trackers\.json|last\.ckpt'
-             r'|best\.ckpt)"')
+RUN_FILES = (
+    r'"(config\.yaml|summary\.json|metrics\.csv|error\.txt|predictions\.npz|trackers\.json|last\.ckpt'
+    r'|best\.ckpt)"'
+)
 # the literals outside visionbench/results/ that are no run file written by hand, each with why
 NOT_RUN_FILES = {
-    ("visionbench/train/trackers.py", 'path = Path(logger.log_dir) / "metrics.csv"'):
-        "Lightning's CSVLogger's own file, in <run>/csv/ (trainer.loggers=csv)",
+    (
+        "visionbench/train/trackers.py",
+        'path = Path(logger.log_dir) / "metrics.csv"',
+    ): "Lightning's CSVLogger's own file, in <run>/csv/ (trainer.loggers=csv)",
 }
 
 
@@ -65,7 +71,8 @@ def test_the_sweep_training_and_report_reach_run_files_through_results_only():
     elsewhere = [(path, text.strip()) for path, _, text in hits if not path.startswith("visionbench/results/")]
     assert [h for h in elsewhere if h not in NOT_RUN_FILES] == []
     assert {path for path, _, _ in (h.split(":", 2) for h in _grep(r"os\.replace\(|mkstemp\("))} == {
-        "visionbench/results/io.py"}
+        "visionbench/results/io.py"
+    }
 
 
 def _summary(tmp_path, **fields) -> Path:
@@ -75,8 +82,10 @@ def _summary(tmp_path, **fields) -> Path:
     return run
 
 
-@pytest.mark.parametrize("status, note", [(layout.RUNNING, "still running"), (layout.INTERRUPTED, "interrupted"),
-                                          ("done", "unknown status 'done'")])
+@pytest.mark.parametrize(
+    "status, note",
+    [(layout.RUNNING, "still running"), (layout.INTERRUPTED, "interrupted"), ("done", "unknown status 'done'")],
+)
 def test_report_skips_what_the_layout_does_not_score(tmp_path, status, note):
     row, why = run_row(_summary(tmp_path, status=status))
     assert row is None and note in why
@@ -100,9 +109,14 @@ def test_schema_mismatch_is_named(tmp_path):
 
 def _trainer(metrics: dict) -> SimpleNamespace:
     opt = SimpleNamespace(param_groups=[{"lr": 0.1}])
-    return SimpleNamespace(callback_metrics={k: torch.tensor(v) for k, v in metrics.items()}, optimizers=[opt],
-                           is_global_zero=True, current_epoch=0, global_step=5,
-                           strategy=SimpleNamespace(reduce=lambda t, reduce_op: t))
+    return SimpleNamespace(
+        callback_metrics={k: torch.tensor(v) for k, v in metrics.items()},
+        optimizers=[opt],
+        is_global_zero=True,
+        current_epoch=0,
+        global_step=5,
+        strategy=SimpleNamespace(reduce=lambda t, reduce_op: t),
+    )
 
 
 def test_metric_keys_with_a_slash_are_kept_step_values_left_out(tmp_path):
@@ -126,15 +140,25 @@ def test_run_checkpoint_format_lives_in_results(tmp_path):
     from visionbench.results.checkpoint import EMA_PREFIX, LIGHTNING_MARKER, MODEL_PREFIX
 
     run = layout.run_path(tmp_path, "r", "gelu", 0)
-    layout.write_config(run, {"recipe": "r", "act": "gelu", "seed": 0, "act_options": {"gelu": {"approximate": "tanh"}},
-                              "model": {"name": "vgg4"}})
+    layout.write_config(
+        run,
+        {
+            "recipe": "r",
+            "act": "gelu",
+            "seed": 0,
+            "act_options": {"gelu": {"approximate": "tanh"}},
+            "model": {"name": "vgg4"},
+        },
+    )
     files = layout.files(run)
     files.checkpoints.mkdir()
     w = torch.ones(2)
-    torch.save({LIGHTNING_MARKER: "2", "epoch": 2, "state_dict": {MODEL_PREFIX + "w": w, EMA_PREFIX + "w": 2 * w}},
-               files.last)
+    torch.save(
+        {LIGHTNING_MARKER: "2", "epoch": 2, "state_dict": {MODEL_PREFIX + "w": w, EMA_PREFIX + "w": 2 * w}}, files.last
+    )
     ckpt = read_checkpoint(files.last, ema=True)
     assert ckpt.kind == "visionbench" and torch.equal(ckpt.state_dict["w"], 2 * w)
     assert (ckpt.trained_act, ckpt.trained_act_kwargs, ckpt.trained_model) == ("gelu", {"approximate": "tanh"}, "vgg4")
     from visionbench.results.checkpoint import checkpoint_epoch
+
     assert checkpoint_epoch(files.last) == 3

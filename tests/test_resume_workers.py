@@ -1,6 +1,7 @@
 """Augmentation randomness is a function of (seed, epoch, position), not of the process that loads
 (docs/data.md#determinism): a run resumed with loader workers repeats the
 uninterrupted run, and `num_workers`, the worker a sample lands on and the DDP rank do not matter."""
+
 from __future__ import annotations
 
 import itertools
@@ -20,8 +21,7 @@ AUGMENT = {"crop_pad": 1, "hflip": 0.5, "auto_augment": "rand-m9-mstd0.5-inc1", 
 
 
 def digits(num_workers: int = 0, seed: int = 0) -> data.VisionDataModule:
-    cfg = {"name": "digits", "val_split": 0.2, "limit_train": 256, "num_workers": num_workers,
-           "augment": AUGMENT}
+    cfg = {"name": "digits", "val_split": 0.2, "limit_train": 256, "num_workers": num_workers, "augment": AUGMENT}
     return data.create_datamodule(cfg, batch_size=64, seed=seed)
 
 

@@ -1,5 +1,6 @@
 """`seeds=auto`: rounds of seeds, each activation stopped once decided (sweep/rounds.py), the
 record it leaves (sequential.json) and the report's `stopped` column."""
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,10 @@ def cfg_for(tmp_path, *extra):
     return load_config(["act=relu,gelu,silu", "seeds=auto", f"results_dir={tmp_path}", *extra])
 
 
-@pytest.mark.parametrize("seeds_max, want", [(10, (3, 5, 7, 10)), (3, (3,)), (4, (3, 4)), (5, (3, 5)),
-                                             (6, (3, 6)), (8, (3, 5, 8)), (12, (3, 5, 7, 9, 12))])
+@pytest.mark.parametrize(
+    "seeds_max, want",
+    [(10, (3, 5, 7, 10)), (3, (3,)), (4, (3, 4)), (5, (3, 5)), (6, (3, 6)), (8, (3, 5, 8)), (12, (3, 5, 7, 9, 12))],
+)
 def test_looks(seeds_max, want):
     assert rounds.looks(seeds_max) == want
 
@@ -53,9 +56,9 @@ def test_stops_decided_acts_and_keeps_the_baseline_running(tmp_path):
     execute = FakeExecute()
     outcomes = rounds.run_rounds(cfg_for(tmp_path), plan, execute)
     seeds = {act: sorted(s for a, s in execute.calls if a == act) for act in MEANS}
-    assert seeds["gelu"] == [0, 1, 2]               # worse by 30 sd: decided at the first look
-    assert seeds["silu"] == list(range(10))         # no effect: runs to seeds_max, inconclusive
-    assert seeds["relu"] == list(range(10))         # the baseline runs while any comparison is open
+    assert seeds["gelu"] == [0, 1, 2]  # worse by 30 sd: decided at the first look
+    assert seeds["silu"] == list(range(10))  # no effect: runs to seeds_max, inconclusive
+    assert seeds["relu"] == list(range(10))  # the baseline runs while any comparison is open
     assert len(outcomes) == len(execute.calls) == 23
     record = layout.read_sequential(tmp_path / "digits_vgg4")
     assert record["looks"] == [3, 5, 7, 10] and record["metric"] == METRIC and record["baseline_seeds"] == 10
@@ -91,9 +94,17 @@ def test_rerun_makes_the_same_decisions(tmp_path):
 def test_runs_without_the_metric_keep_the_comparison_open(tmp_path):
     def execute(jobs):
         # a diverged run keeps the metrics of its epochs before divergence (here far below relu's)
-        return [Outcome(r["act_label"], r["seed"], status := "diverged" if r["act_label"] == "gelu" else "completed",
-                        {"status": status, "metrics": {METRIC: 10.0 if status == "diverged" else 90.0 + r["seed"]}}, d)
-                for r, d in jobs]
+        return [
+            Outcome(
+                r["act_label"],
+                r["seed"],
+                status := "diverged" if r["act_label"] == "gelu" else "completed",
+                {"status": status, "metrics": {METRIC: 10.0 if status == "diverged" else 90.0 + r["seed"]}},
+                d,
+            )
+            for r, d in jobs
+        ]
+
     rounds.run_rounds(cfg_for(tmp_path, "act=relu,gelu", "seeds_max=5"), plan, execute)
     entry = layout.read_sequential(tmp_path / "digits_vgg4")["acts"]["gelu"]
     assert entry["decision"] == "inconclusive" and "diverged" in entry["history"][-1]["why"]
@@ -102,19 +113,27 @@ def test_runs_without_the_metric_keep_the_comparison_open(tmp_path):
 def test_a_stalled_baseline_decides_nothing(tmp_path):
     """A baseline that completed at chance (training loss ≈ ln 10, top-1 ≈ chance) is counted like a divergence, as
     in the report (stats/convergence.py `run_stall_reason`): gelu is never `better` than it, and the why says so."""
+
     def execute(jobs):
         out = []
         for run, run_dir in jobs:
             stalled = run["act_label"] == "relu"
-            metrics = {METRIC: 10.0 + run["seed"] if stalled else 90.0 + run["seed"], "val_top1_best": 11.0,
-                       "train_loss_final": 2.30 if stalled else 0.2}
+            metrics = {
+                METRIC: 10.0 + run["seed"] if stalled else 90.0 + run["seed"],
+                "val_top1_best": 11.0,
+                "train_loss_final": 2.30 if stalled else 0.2,
+            }
             if not stalled:
                 metrics["val_top1_best"] = 91.0
             run_dir.mkdir(parents=True, exist_ok=True)
             write_class_count(run_dir, 10)
-            out.append(Outcome(run["act_label"], run["seed"], "completed", {"status": "completed", "metrics": metrics},
-                               run_dir))
+            out.append(
+                Outcome(
+                    run["act_label"], run["seed"], "completed", {"status": "completed", "metrics": metrics}, run_dir
+                )
+            )
         return out
+
     rounds.run_rounds(cfg_for(tmp_path, "act=relu,gelu", "seeds_max=5"), plan, execute)
     entry = layout.read_sequential(tmp_path / "digits_vgg4")["acts"]["gelu"]
     assert entry["decision"] == "inconclusive" and entry["seeds"] == 5
@@ -122,9 +141,13 @@ def test_a_stalled_baseline_decides_nothing(tmp_path):
     assert "5 run(s) without the metric (diverged, stalled or failed)" == entry["history"][-1]["why"]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["act=gelu,silu"], "report.baseline='relu'"), (["act=relu"], "at least one other"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["act=gelu,silu"], "report.baseline='relu'"),
+        (["act=relu"], "at least one other"),
+    ],
+)
 def test_needs_the_baseline_and_another_act(tmp_path, args, message):
     with pytest.raises(ConfigError, match=message):
         rounds.check(cfg_for(tmp_path, *args))
@@ -137,12 +160,28 @@ def test_report_marks_where_each_act_stopped(tmp_path, capsys):
         write_run(tmp_path, "r", "silu", seed, 90 + rng.normal())
     for seed in range(3):
         write_run(tmp_path, "r", "gelu", seed, 60 + rng.normal())
-    record = {"metric": "val_top1_best", "baseline": "relu", "baseline_seeds": 5, "looks": [3, 5], "alpha": 0.05,
-              "nominal_alphas": [0.0114, 0.0386], "margin": None, "rule": "test rule",
-              "acts": {"gelu": {"decision": "worse", "seeds": 3, "history": [
-                  {"seeds": 3, "diff": -30.0, "p": 1e-6, "level": 0.0114, "decision": "worse"}]},
-                  "silu": {"decision": "inconclusive", "seeds": 5, "history": [
-                      {"seeds": 5, "diff": 0.1, "p": 0.8, "level": 0.0386, "decision": "inconclusive"}]}}}
+    record = {
+        "metric": "val_top1_best",
+        "baseline": "relu",
+        "baseline_seeds": 5,
+        "looks": [3, 5],
+        "alpha": 0.05,
+        "nominal_alphas": [0.0114, 0.0386],
+        "margin": None,
+        "rule": "test rule",
+        "acts": {
+            "gelu": {
+                "decision": "worse",
+                "seeds": 3,
+                "history": [{"seeds": 3, "diff": -30.0, "p": 1e-6, "level": 0.0114, "decision": "worse"}],
+            },
+            "silu": {
+                "decision": "inconclusive",
+                "seeds": 5,
+                "history": [{"seeds": 5, "diff": 0.1, "p": 0.8, "level": 0.0386, "decision": "inconclusive"}],
+            },
+        },
+    }
     layout.write_sequential(tmp_path / "r", record)
     assert report_main([str(tmp_path / "r"), "--no-plots"]) == 0
     table = (tmp_path / "r" / "table.md").read_text()
@@ -172,8 +211,17 @@ def test_the_command_stops_early_and_the_report_says_so(tmp_path, capsys, monkey
         return one_run.RunResult(rows=[{"epoch": 1, "val_top1": top, "test_top1": top, "train_loss": 1.0}], params=10)
 
     monkeypatch.setattr(one_run, "train_run", fake)
-    code = main(["run", "act=relu,sigmoid", "seeds=auto", "seeds_max=5", "epochs=1", f"results_dir={tmp_path}",
-                 "trainer.portable=false"])  # in process: the patched train_run
+    code = main(
+        [
+            "run",
+            "act=relu,sigmoid",
+            "seeds=auto",
+            "seeds_max=5",
+            "epochs=1",
+            f"results_dir={tmp_path}",
+            "trainer.portable=false",
+        ]
+    )  # in process: the patched train_run
     out, err = capsys.readouterr()
     assert code == 0 and "seeds=auto round 1/2 (3 seeds): sigmoid worse" in out, out + err
     _assert_sigmoid_stopped_at_3_seeds(tmp_path / "digits_vgg4")
@@ -184,8 +232,17 @@ def test_real_sweep_stops_early_and_the_report_says_so(tmp_path, capsys):
     """digits_vgg4, 10 epochs: sigmoid (≈ 90 %) against relu (≈ 99 %) is decided at the first look, so
     neither trains seeds 3-4; the table marks it. (At 6 epochs sigmoid's training loss is still ≥ 0.9·ln 10 at
     25-40 % accuracy: stalled, not scored.)"""
-    code = main(["run", "act=relu,sigmoid", "seeds=auto", "seeds_max=5", "epochs=10", "snapshot_epochs=[-1]",
-                 f"results_dir={tmp_path}"])
+    code = main(
+        [
+            "run",
+            "act=relu,sigmoid",
+            "seeds=auto",
+            "seeds_max=5",
+            "epochs=10",
+            "snapshot_epochs=[-1]",
+            f"results_dir={tmp_path}",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "seeds=auto round 1/2 (3 seeds): sigmoid worse" in out
     _assert_sigmoid_stopped_at_3_seeds(tmp_path / "digits_vgg4")

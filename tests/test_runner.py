@@ -1,5 +1,6 @@
 """The multi-seed sweep end to end on the embedded digits data: results schema, resume,
 divergence, failures, determinism, config mismatch. The CLI's errors on bad input: test_bad_inputs.py."""
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,12 @@ def test_digits_run_writes_the_full_schema(tmp_path):
     assert o.status == "completed"
     d = tmp_path / "digits_vgg4" / "hermite" / "seed_0"
     s = json.loads((d / "summary.json").read_text())
-    assert s["schema"] == 1 and (s["recipe"], s["act"], s["seed"], s["status"]) == ("digits_vgg4", "hermite", 0, "completed")
+    assert s["schema"] == 1 and (s["recipe"], s["act"], s["seed"], s["status"]) == (
+        "digits_vgg4",
+        "hermite",
+        0,
+        "completed",
+    )
     for key in ("val_top1_best", "val_top1_final", "test_top1_at_best_val", "best_epoch"):
         assert key in s["metrics"]
     for key in ("train_time_s", "params", "act_params", "throughput_img_s", "peak_mem_mb", "versions"):
@@ -70,8 +76,9 @@ def test_interrupted_seed_resumes_from_last_checkpoint(tmp_path, crash_in_epoch_
 
 def test_divergence_is_recorded_the_sweep_goes_on_and_the_command_exits_nonzero(tmp_path, capsys):
     """A sweep whose every run diverged exits 1 (a cluster's job status tells) and lists the runs."""
-    code = main(["run", f"results_dir={tmp_path}", *shrunk(), "act=relu,gelu", "seeds=1", "optim.lr=1e6",
-                 "act_lr_mult.gelu=1"])
+    code = main(
+        ["run", f"results_dir={tmp_path}", *shrunk(), "act=relu,gelu", "seeds=1", "optim.lr=1e6", "act_lr_mult.gelu=1"]
+    )
     err = capsys.readouterr().err
     assert code == 1, err
     listed = err.split("diverged runs:\n", 1)[1].splitlines()[:2]
@@ -100,7 +107,9 @@ def test_failure_is_recorded_and_the_command_exits_nonzero(tmp_path, monkeypatch
     s = json.loads((tmp_path / "digits_vgg4" / "gelu" / "seed_0" / "summary.json").read_text())
     assert s["status"] == "failed" and "boom" in s["error"]
     assert (tmp_path / "digits_vgg4" / "gelu" / "seed_0" / "error.txt").exists()
-    assert json.loads((tmp_path / "digits_vgg4" / "relu" / "seed_0" / "summary.json").read_text())["status"] == "completed"
+    assert (
+        json.loads((tmp_path / "digits_vgg4" / "relu" / "seed_0" / "summary.json").read_text())["status"] == "completed"
+    )
 
 
 def test_same_config_and_seed_give_identical_metrics(tmp_path):
@@ -178,9 +187,19 @@ def test_hydra_multirun_entry_point_writes_the_same_tree_and_fails_with_a_failed
     bad = tmp_path / "digits_vgg4" / "silu" / "seed_1"
     bad.mkdir(parents=True)
     (bad / "summary.json").write_text("[]")
-    cmd = [sys.executable, "-m", "visionbench.sweep.hydra_app", "-m", "act=relu,gelu,silu", "seed=1",
-           f"results_dir={tmp_path}", "epochs=1", "data.limit_train=100", "data.limit_val=50",
-           f"hydra.sweep.dir={tmp_path / 'multirun'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "visionbench.sweep.hydra_app",
+        "-m",
+        "act=relu,gelu,silu",
+        "seed=1",
+        f"results_dir={tmp_path}",
+        "epochs=1",
+        "data.limit_train=100",
+        "data.limit_val=50",
+        f"hydra.sweep.dir={tmp_path / 'multirun'}",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode != 0, done.stderr[-2000:]
     assert f"{bad / 'summary.json'} holds list, not the summary mapping; delete it" in done.stderr, done.stderr[-2000:]

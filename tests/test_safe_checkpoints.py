@@ -6,6 +6,7 @@ predictions.npz, and resuming an interrupted run (our epoch read first, then Lig
 
 The planted call is harmless: `open(MARKER, "w")`, which creates an empty file; the marker's absence is the proof
 that nothing in the file ran (and a plain unpickling of the same file does create it: the payload is live)."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,16 @@ class Planted:
 
 def plant(path: Path, marker: Path) -> Path:
     """A Lightning-looking checkpoint at `path` whose callback state pickles the call."""
-    torch.save({"epoch": 0, "global_step": 4, "pytorch-lightning_version": "2.6.6", "state_dict": {},
-                "callbacks": {"PredictionsWriter": Planted(marker)}}, path)
+    torch.save(
+        {
+            "epoch": 0,
+            "global_step": 4,
+            "pytorch-lightning_version": "2.6.6",
+            "state_dict": {},
+            "callbacks": {"PredictionsWriter": Planted(marker)},
+        },
+        path,
+    )
     return path
 
 

@@ -5,6 +5,7 @@ results_dir — one line on stderr, exit 2, before any run.
 
 The helpers themselves: visionbench/results/safe_paths.py (`inside`, `component`, `within`) and
 visionbench/results/io.py (`atomic_path`, `atomic_write_bytes`)."""
+
 from __future__ import annotations
 
 import importlib
@@ -60,11 +61,29 @@ def predicted_run(root: Path, act: str, seed: int, right: np.ndarray, epochs: in
     """A completed run whose predictions.npz is right on `right` (its summary's accuracy the same)."""
     target = np.arange(right.size) % 10
     acc = 100 * right.mean()
-    run = write_run(root, R, act, seed, metrics={"val_top1_best": acc, "best_epoch": 3}, epochs=epochs, value=acc,
-                    snapshot_epochs=snapshot_epochs)
+    run = write_run(
+        root,
+        R,
+        act,
+        seed,
+        metrics={"val_top1_best": acc, "best_epoch": 3},
+        epochs=epochs,
+        value=acc,
+        snapshot_epochs=snapshot_epochs,
+    )
     pred = np.where(right, target, (target + 1) % 10)
-    write_predictions(layout.files(run).predictions, {"raw": dict(
-        pred=pred, p_true=np.where(right, 0.9, 0.05), confidence=np.full(right.size, 0.9), target=target, epoch=3)})
+    write_predictions(
+        layout.files(run).predictions,
+        {
+            "raw": dict(
+                pred=pred,
+                p_true=np.where(right, 0.9, 0.05),
+                confidence=np.full(right.size, 0.9),
+                target=target,
+                epoch=3,
+            )
+        },
+    )
     return run
 
 
@@ -77,8 +96,15 @@ def test_report_replaces_planted_symlinks_and_leaves_their_targets_untouched(tmp
         predicted_run(tree, "relu", seed, rng.random(200) < 0.8, epochs=3, snapshot_epochs=(0, 2) if seed == 0 else ())
         predicted_run(tree, "gelu", seed, rng.random(200) < 0.85, epochs=3)
     recipe = tree / R
-    names = ["table.md", "table.csv", "table.tex", "per_example.md", "per_example.csv", "curves_val_top1.png",
-             "act_shapes_relu_seed0.png"]
+    names = [
+        "table.md",
+        "table.csv",
+        "table.tex",
+        "per_example.md",
+        "per_example.csv",
+        "curves_val_top1.png",
+        "act_shapes_relu_seed0.png",
+    ]
     before = plant(recipe, names, tmp_path / "outside")
     assert main(["report", str(tree), "--format", "md,csv,tex", "--plots"]) == 0
     capsys.readouterr()
@@ -159,9 +185,19 @@ def test_a_record_reports_into_its_folder_and_refuses_a_folder_linked_out_of_it(
 
 
 # ---- item 4: labels and registered names that are no folder name ------------------------------------------------
-@pytest.mark.parametrize("label", ["rational[init=gelu]", "rational[version=B,init=leaky_relu]",
-                                   "rational[degrees=[5,4]]", "hermite[degree=4]", "gelu[approximate=tanh]",
-                                   "spline[grid_range=[-3.0,3.0]]", "my-act.v2", "x[tag={a: 1}]"])
+@pytest.mark.parametrize(
+    "label",
+    [
+        "rational[init=gelu]",
+        "rational[version=B,init=leaky_relu]",
+        "rational[degrees=[5,4]]",
+        "hermite[degree=4]",
+        "gelu[approximate=tanh]",
+        "spline[grid_range=[-3.0,3.0]]",
+        "my-act.v2",
+        "x[tag={a: 1}]",
+    ],
+)
 def test_legitimate_labels_make_one_folder_level(tmp_path, label):
     assert run_dir(tmp_path, R, label, 3) == tmp_path / R / label / "seed_3"
     setting = {"model.norm": None, "data.root": "/a/b", "data.augment.scale": [0.6, 1.0]}
@@ -169,18 +205,31 @@ def test_legitimate_labels_make_one_folder_level(tmp_path, label):
     assert out.parent.parent.parent == tmp_path / R and out.parent.name == label
 
 
-@pytest.mark.parametrize("recipe, label, seed, setting, why", [
-    (R, "gelu[approximate=../../../x]", 0, None, "activation label 'gelu[approximate=../../../x]' cannot name a "
-                                                 "folder: it holds a '/'"),
-    (R, "tagact[tag=/etc]", 0, None, "it holds a '/'"),
-    (R, "..", 0, None, "it has an empty, '.' or '..' component"),
-    (R, "a\\b", 0, None, "it holds a backslash"),
-    (R, "a\x00b", 0, None, "it holds a NUL character"),
-    ("../x", "relu", 0, None, "recipe '../x' cannot name a folder"),
-    (R, "relu", "0/../../x", None, "seed folder 'seed_0/../../x' cannot name a folder"),
-    (R, "relu", 0, {"data.root": "c:\\x"}, "factor setting 'data.root=c:\\\\x' cannot name a folder: it holds a "
-                                           "backslash"),
-])
+@pytest.mark.parametrize(
+    "recipe, label, seed, setting, why",
+    [
+        (
+            R,
+            "gelu[approximate=../../../x]",
+            0,
+            None,
+            "activation label 'gelu[approximate=../../../x]' cannot name a folder: it holds a '/'",
+        ),
+        (R, "tagact[tag=/etc]", 0, None, "it holds a '/'"),
+        (R, "..", 0, None, "it has an empty, '.' or '..' component"),
+        (R, "a\\b", 0, None, "it holds a backslash"),
+        (R, "a\x00b", 0, None, "it holds a NUL character"),
+        ("../x", "relu", 0, None, "recipe '../x' cannot name a folder"),
+        (R, "relu", "0/../../x", None, "seed folder 'seed_0/../../x' cannot name a folder"),
+        (
+            R,
+            "relu",
+            0,
+            {"data.root": "c:\\x"},
+            "factor setting 'data.root=c:\\\\x' cannot name a folder: it holds a backslash",
+        ),
+    ],
+)
 def test_run_dir_refuses_what_is_no_plain_folder_name(tmp_path, recipe, label, seed, setting, why):
     with pytest.raises(UnsafePath) as info:
         run_dir(tmp_path, recipe, label, seed, setting)
@@ -198,8 +247,10 @@ def test_run_with_a_path_in_an_activation_option_is_one_line_and_writes_nothing(
     assert files_under(tmp_path) == []  # nothing outside R, and nothing in it
 
 
-@pytest.mark.parametrize("name", ["../evil", "../../../evil", "a/b", "a\\b", "..", ".hidden", "a..b", "x y",
-                                  "x[1]", "x,y", "x=y", "tab\tname"])
+@pytest.mark.parametrize(
+    "name",
+    ["../evil", "../../../evil", "a/b", "a\\b", "..", ".hidden", "a..b", "x y", "x[1]", "x,y", "x=y", "tab\tname"],
+)
 def test_register_refuses_a_name_that_cannot_be_a_folder(name):
     cls = type("Evil", (torch.nn.Identity,), {"__module__": "someone.plugin"})
     with pytest.raises(ValueError, match=r"activation name .* of someone\.plugin\.Evil cannot name a folder"):
@@ -232,7 +283,7 @@ def plugin_dir(monkeypatch, tmp_path):
         del sys.modules[name]
 
 
-EVIL = '''
+EVIL = """
 import torch
 from visionbench.activations import register
 
@@ -240,7 +291,7 @@ from visionbench.activations import register
 class Evil(torch.nn.ReLU):
     def __init__(self, inplace=False, tag="x"):
         super().__init__()
-'''
+"""
 
 
 def test_a_plugin_registering_a_path_fails_at_load_in_one_line(plugin_dir, tmp_path, capsys):
@@ -258,8 +309,16 @@ def test_a_plugins_option_holding_a_path_is_refused_before_training(plugin_dir, 
     (plugin_dir / "tag_plugin.py").write_text(textwrap.dedent(EVIL.format(name="tagact")))
     importlib.invalidate_caches()
     results = tmp_path / "a" / "b" / "R"
-    code = main(["run", "imports=tag_plugin", "act=tagact[tag=../../../../../escaped]", f"results_dir={results}",
-                 "epochs=1", "seeds=1"])
+    code = main(
+        [
+            "run",
+            "imports=tag_plugin",
+            "act=tagact[tag=../../../../../escaped]",
+            f"results_dir={results}",
+            "epochs=1",
+            "seeds=1",
+        ]
+    )
     assert code == 2
     line = one_line(capsys.readouterr().err, "visionbench run: ")
     assert "activation label 'tagact[tag=../../../../../escaped]' cannot name a folder" in line
@@ -286,10 +345,26 @@ def test_a_hydra_job_with_a_path_in_its_label_is_one_line_and_trains_nothing(tmp
     """The Hydra entry point (sweep/hydra_app.py) builds its run folder itself: refused there in one line too."""
     import subprocess
 
-    done = subprocess.run([sys.executable, "-m", "visionbench.sweep.hydra_app", "act=gelu[approximate=../../x]",
-                           f"results_dir={tmp_path / 'R'}", f"hydra.run.dir={tmp_path / 'hydra'}"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "visionbench.sweep.hydra_app",
+            "act=gelu[approximate=../../x]",
+            f"results_dir={tmp_path / 'R'}",
+            f"hydra.run.dir={tmp_path / 'hydra'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode != 0
-    assert done.stderr.strip().splitlines()[-1].startswith(
-        "visionbench hydra_app: activation label 'gelu[approximate=../../x]' cannot name a folder: it holds a '/'")
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "visionbench hydra_app: activation label 'gelu[approximate=../../x]' cannot name a folder: it holds a '/'"
+        )
+    )
     assert not (tmp_path / "R").exists() and not (tmp_path.parent / "x").exists()

@@ -2,6 +2,7 @@
 rules, one pass that checks a config whatever it came from (command line, recipe YAML, a partial
 block), the key named in one line; code defaults that are the schema's. A bad key or value on the
 command line, run through `visionbench run`: tests/test_bad_inputs.py."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,15 +45,18 @@ def test_a_recipe_with_an_unknown_key_is_refused_with_a_hint(recipes):
         load_config([recipes("model:\n  nrom: group\n")])
 
 
-@pytest.mark.parametrize("body, line", [
-    ("epochs: abc\n", "epochs must be an integer >= 1, got 'abc'"),
-    ('batch_size: "64"\n', "batch_size must be an integer >= 1, got '64'"),  # OmegaConf alone would take "64" as 64
-    ("optim:\n  nesterov: 1\n", "optim.nesterov must be true or false, got 1"),
-    ("data:\n  augment:\n    hflip: 2\n", "data.augment.hflip must be a number >= 0 and <= 1, got 2"),
-    ("model: 5\n", "model must be a mapping, got 5"),
-    ("sched:\n  name: poly\n", "sched.name must be one of constant, step, cosine, got 'poly'"),
-    ("factors:\n  batch_size: [64, 0]\n", "batch_size must be an integer >= 1, got 0 (setting batch_size=0)"),
-])
+@pytest.mark.parametrize(
+    "body, line",
+    [
+        ("epochs: abc\n", "epochs must be an integer >= 1, got 'abc'"),
+        ('batch_size: "64"\n', "batch_size must be an integer >= 1, got '64'"),  # OmegaConf alone would take "64" as 64
+        ("optim:\n  nesterov: 1\n", "optim.nesterov must be true or false, got 1"),
+        ("data:\n  augment:\n    hflip: 2\n", "data.augment.hflip must be a number >= 0 and <= 1, got 2"),
+        ("model: 5\n", "model must be a mapping, got 5"),
+        ("sched:\n  name: poly\n", "sched.name must be one of constant, step, cosine, got 'poly'"),
+        ("factors:\n  batch_size: [64, 0]\n", "batch_size must be an integer >= 1, got 0 (setting batch_size=0)"),
+    ],
+)
 def test_a_recipe_value_of_the_wrong_type_is_refused_naming_the_recipe_and_key(recipes, body, line):
     with pytest.raises(ConfigError) as e:
         load_config([recipes(body)])
@@ -94,12 +98,15 @@ def test_code_defaults_are_the_schema_defaults():
 
 def test_the_optimizer_name_is_checked_in_one_place():
     for check in (lambda: block("optim", {"name": "lamb"}), lambda: load_config(["optim.name=lamb"])):  # the schema,
-        with pytest.raises(ConfigError, match=r"^optim.name must be one of sgd, adamw, got 'lamb'$"):  # the command line
+        with pytest.raises(
+            ConfigError, match=r"^optim.name must be one of sgd, adamw, got 'lamb'$"
+        ):  # the command line
             check()
 
 
 def test_a_field_is_checked_by_its_annotation_and_its_rule():
     """A key added to the schema needs no entry in a table elsewhere: its type is the check."""
+
     @dataclass
     class Mine:
         new_text: str = "avg"
@@ -111,16 +118,36 @@ def test_a_field_is_checked_by_its_annotation_and_its_rule():
         new_frac: float = rule(0.0, "[0, 1)")
         new_mode: str = rule("a", choices=("a", "b"))
 
-    good = {"new_text": "max", "new_flag": True, "new_int": 0, "new_float": 2, "new_any": [1, "x"], "new_opt": None,
-            "new_frac": 0.5, "new_mode": "b"}
+    good = {
+        "new_text": "max",
+        "new_flag": True,
+        "new_int": 0,
+        "new_float": 2,
+        "new_any": [1, "x"],
+        "new_opt": None,
+        "new_frac": 0.5,
+        "new_mode": "b",
+    }
     assert errors(good, Mine) == []
-    bad = {"new_text": 3, "new_flag": "maybe", "new_int": 1.5, "new_float": "x", "new_opt": 0, "new_frac": 1.0,
-           "new_mode": "c", "new_key": 1}
+    bad = {
+        "new_text": 3,
+        "new_flag": "maybe",
+        "new_int": 1.5,
+        "new_float": "x",
+        "new_opt": 0,
+        "new_frac": 1.0,
+        "new_mode": "c",
+        "new_key": 1,
+    }
     assert [line for _, line in errors(bad, Mine)][:7] == [
-        "new_text must be a non-empty string, got 3", "new_flag must be true or false, got 'maybe'",
-        "new_int must be an integer, got 1.5", "new_float must be a number, got 'x'",
-        "new_opt must be null or an integer >= 1, got 0", "new_frac must be a number >= 0 and < 1, got 1.0",
-        "new_mode must be one of a, b, got 'c'"]
+        "new_text must be a non-empty string, got 3",
+        "new_flag must be true or false, got 'maybe'",
+        "new_int must be an integer, got 1.5",
+        "new_float must be a number, got 'x'",
+        "new_opt must be null or an integer >= 1, got 0",
+        "new_frac must be a number >= 0 and < 1, got 1.0",
+        "new_mode must be one of a, b, got 'c'",
+    ]
     assert errors(bad, Mine)[-1][0] == "new_key"
 
 
@@ -132,8 +159,11 @@ def test_the_kernel_backend_is_a_checked_key_out_of_the_config_hash(tmp_path, ca
 
     assert main(["run", f"results_dir={tmp_path}/results", "trainer.kernels=bogus"]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(err) == 1 and err[0].startswith("visionbench run") and ("trainer.kernels must be one of auto, triton, "
-                                                                       "compile, eager, reference, got 'bogus'") in err[0]
+    assert (
+        len(err) == 1
+        and err[0].startswith("visionbench run")
+        and ("trainer.kernels must be one of auto, triton, compile, eager, reference, got 'bogus'") in err[0]
+    )
     assert not (tmp_path / "results").exists()
     runs = [run_config(load_config([f"trainer.kernels={k}"]), "relu", 0) for k in ("auto", "reference")]
     before = {k: v for k, v in runs[0].items()}

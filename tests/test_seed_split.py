@@ -1,5 +1,6 @@
 """The seed split (docs/running.md#where-the-noise-comes-from): `seed` sets every source of noise, `seed_init` / `seed_order` / `seed_aug` one each,
 and `noise=init,order,aug` runs an arm per source plus the ordinary run (train/seeds.py, sweep/preflight.py)."""
+
 from __future__ import annotations
 
 import json
@@ -16,14 +17,17 @@ from visionbench.train.seeds import Seeds, source_seeds
 from .helpers import shrunk
 
 
-@pytest.mark.parametrize("noise, given, expected", [
-    ("all", {}, Seeds(3, 3, 3)),
-    ("init", {}, Seeds(3, seeds.FIXED, seeds.FIXED)),
-    ("order", {}, Seeds(seeds.FIXED, 3, seeds.FIXED)),
-    ("aug", {}, Seeds(seeds.FIXED, seeds.FIXED, 3)),
-    ("all", {"seed_init": 7}, Seeds(7, 3, 3)),
-    ("order", {"seed_aug": 5}, Seeds(seeds.FIXED, 3, 5)),
-])
+@pytest.mark.parametrize(
+    "noise, given, expected",
+    [
+        ("all", {}, Seeds(3, 3, 3)),
+        ("init", {}, Seeds(3, seeds.FIXED, seeds.FIXED)),
+        ("order", {}, Seeds(seeds.FIXED, 3, seeds.FIXED)),
+        ("aug", {}, Seeds(seeds.FIXED, seeds.FIXED, 3)),
+        ("all", {"seed_init": 7}, Seeds(7, 3, 3)),
+        ("order", {"seed_aug": 5}, Seeds(seeds.FIXED, 3, 5)),
+    ],
+)
 def test_each_source_follows_the_seed_unless_held(noise, given, expected):
     assert source_seeds(3, noise, **given) == expected
 
@@ -35,7 +39,9 @@ def test_a_noise_design_runs_the_ordinary_arm_and_one_arm_per_source():
     assert len(arms) == len(runs) == 3 * 2 * 2
     assert [r["setting"] for r in runs][0] == {"noise": "all"}
     by_arm = {(r["setting"]["noise"], r["act_label"], r["seed"]): seeds.of(r) for r in runs}
-    assert by_arm[("init", "relu", 1)] == Seeds(1, seeds.FIXED, seeds.FIXED) and by_arm[("all", "gelu", 1)] == Seeds(1, 1, 1)
+    assert by_arm[("init", "relu", 1)] == Seeds(1, seeds.FIXED, seeds.FIXED) and by_arm[("all", "gelu", 1)] == Seeds(
+        1, 1, 1
+    )
     hashes = {r["setting"]["noise"]: config_hash(r) for r in runs}
     assert len(set(hashes.values())) == 3  # each arm its own configuration
 
@@ -47,13 +53,19 @@ def test_the_split_keys_at_their_defaults_leave_the_config_hash_as_before():
     assert config_hash({**run, "seed_init": 0}) != config_hash(run)
 
 
-@pytest.mark.parametrize("args, says", [
-    (["noise=init", "seed_init=3"], "seed_init=3 holds still the source the arm noise=init varies"),
-    (["noise=init,order,aug", "seeds=1"], "a source's variance needs at least 2 seeds per arm"),
-    (["noise=init,order", "seeds=auto"], "not seeds=auto"),
-    (["seed_init=0", "seed_order=0", "seed_aug=0", "seeds=3"], "every seed of seeds=3 would train the same network"),
-    (["noise=weights"], "noise"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["noise=init", "seed_init=3"], "seed_init=3 holds still the source the arm noise=init varies"),
+        (["noise=init,order,aug", "seeds=1"], "a source's variance needs at least 2 seeds per arm"),
+        (["noise=init,order", "seeds=auto"], "not seeds=auto"),
+        (
+            ["seed_init=0", "seed_order=0", "seed_aug=0", "seeds=3"],
+            "every seed of seeds=3 would train the same network",
+        ),
+        (["noise=weights"], "noise"),
+    ],
+)
 def test_contradicting_seed_keys_are_refused_in_one_line(args, says, tmp_path, capsys):
     assert cli(["run", f"results_dir={tmp_path}", *shrunk(), "act=relu", *args]) == 2
     err = capsys.readouterr().err.strip()
@@ -67,7 +79,9 @@ def test_an_arm_holds_the_other_sources_still(trained_tree):
     root = trained_tree("act=relu", "seeds=2", "noise=init,aug")
 
     def summary(arm, seed):
-        return json.loads((root / "digits_vgg4" / f"noise={arm}" / "relu" / f"seed_{seed}" / "summary.json").read_text())
+        return json.loads(
+            (root / "digits_vgg4" / f"noise={arm}" / "relu" / f"seed_{seed}" / "summary.json").read_text()
+        )
 
     assert summary("aug", 0)["metrics"] == {**summary("aug", 1)["metrics"]}
     assert summary("init", 0)["metrics"]["val_loss_final"] != summary("init", 1)["metrics"]["val_loss_final"]

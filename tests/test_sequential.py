@@ -1,4 +1,5 @@
 """visionbench.stats.sequential: the group-sequential decision rule, tested by simulation (docs/report.md, "Sequential seeds")."""
+
 import math
 
 import numpy as np

@@ -7,6 +7,7 @@ with the plain run's. Measured on this CPU (3 epochs, 256 images, batch 64): cha
 accumulate_grad_batches=2 differ from the plain run by 1.1e-7 relative (float32 rounding of a
 different summation order), compile (torch.compile of the model) by the same; bf16-mixed only has to finish with finite losses.
 """
+
 from __future__ import annotations
 
 import csv
@@ -60,8 +61,12 @@ def test_channels_last_converts_model_and_batches(tmp_path, monkeypatch):
     def training_step(self, batch, batch_idx):
         x = self._images(batch[0])
         conv = next(m for m in self.model.modules() if isinstance(m, torch.nn.Conv2d))
-        seen.append((x.is_contiguous(memory_format=torch.channels_last),
-                     conv.weight.is_contiguous(memory_format=torch.channels_last)))
+        seen.append(
+            (
+                x.is_contiguous(memory_format=torch.channels_last),
+                conv.weight.is_contiguous(memory_format=torch.channels_last),
+            )
+        )
         return step(self, batch, batch_idx)
 
     monkeypatch.setattr(module_file.ClassificationModule, "training_step", training_step)
@@ -81,14 +86,17 @@ def test_step_batch_divides_by_processes_and_accumulation():
         step_batch(64, 2, 3)
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["trainer.accumulate_grad_batches=3"], "must divide the per-device batch 64"),
-    (["trainer.accumulate_grad_batches=64", "trainer.devices=2"], "must divide the per-device batch 32"),
-    (["trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches must be an integer >= 1"),
-    (["trainer.channels_last=1"], "trainer.channels_last must be true or false"),
-    (["trainer.compile=yes"], "trainer.compile must be true, false or reduce-overhead"),
-    (["trainer.sync_batchnorm=2"], "trainer.sync_batchnorm must be true or false"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["trainer.accumulate_grad_batches=3"], "must divide the per-device batch 64"),
+        (["trainer.accumulate_grad_batches=64", "trainer.devices=2"], "must divide the per-device batch 32"),
+        (["trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches must be an integer >= 1"),
+        (["trainer.channels_last=1"], "trainer.channels_last must be true or false"),
+        (["trainer.compile=yes"], "trainer.compile must be true, false or reduce-overhead"),
+        (["trainer.sync_batchnorm=2"], "trainer.sync_batchnorm must be true or false"),
+    ],
+)
 def test_bad_levers_fail_before_the_sweep(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
         load_config(shrunk(*TINY, *overrides))
@@ -104,8 +112,9 @@ def test_levers_are_passed_to_lightning(tmp_path, monkeypatch):
 
     class Spy(real):
         def fit(self, module, datamodule=None, ckpt_path=None, **kwargs):
-            captured.update(accumulate=self.accumulate_grad_batches, batch=datamodule.batch_size,
-                            sync=type(self.strategy).__name__)
+            captured.update(
+                accumulate=self.accumulate_grad_batches, batch=datamodule.batch_size, sync=type(self.strategy).__name__
+            )
             raise KeyboardInterrupt  # stop before training: only the wiring is under test
 
     def trainer(**kwargs):
@@ -128,7 +137,9 @@ def test_compile_lever_compiles_the_network_once(value, kwargs, tmp_path, monkey
     import torch
 
     compiled = []
-    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, *args, **kw: compiled.append((type(self).__name__, kw)))
+    monkeypatch.setattr(
+        torch.nn.Module, "compile", lambda self, *args, **kw: compiled.append((type(self).__name__, kw))
+    )
     losses = _losses(tmp_path, f"trainer.compile={value}", epochs=1)
     assert [kw for _, kw in compiled] == [kwargs] and len(losses) == 1 and losses[0] == losses[0]
 
@@ -155,8 +166,14 @@ def test_compile_matches_plain_run(plain, tmp_path, monkeypatch):
 BF16_DEFAULT = {"rational", "hermite"}
 
 
-@pytest.mark.parametrize("act", [pytest.param(n, marks=() if n in BF16_DEFAULT else pytest.mark.slow)
-                                 for n in activations.names() if activations.is_learnable(n)])
+@pytest.mark.parametrize(
+    "act",
+    [
+        pytest.param(n, marks=() if n in BF16_DEFAULT else pytest.mark.slow)
+        for n in activations.names()
+        if activations.is_learnable(n)
+    ],
+)
 def test_bf16_mixed_with_every_learnable_family(act, tmp_path):
     """bf16 autocast on CPU: the learnable activations compute in fp32 inside (docs/bench.md)."""
     losses = _losses(tmp_path, "trainer.precision=bf16-mixed", act=act, epochs=1)

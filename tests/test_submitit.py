@@ -8,6 +8,7 @@ checkpoint folder: the run trains its epoch, then cannot save) is reported as fa
 launching command exits non-zero naming it. The only additions to the documented command are a
 temporary `results_dir`, Hydra's sweep folder and a one-epoch, 100-image protocol.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -29,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = "hydra_plugins.hydra_submitit_launcher"
 needs_submitit = pytest.mark.skipif(
     importlib.util.find_spec("hydra_plugins") is None or importlib.util.find_spec(LAUNCHER) is None,
-    reason=f"{LAUNCHER} is not installed (the slurm extra: pip install -e '.[slurm]'; `make install` includes it)")
+    reason=f"{LAUNCHER} is not installed (the slurm extra: pip install -e '.[slurm]'; `make install` includes it)",
+)
 # the test's protocol: tests/helpers.py's shrink, one epoch of 100 images; the jobs (act, seed) stay the doc's
 TINY = shrunk("epochs=1", "data.limit_train=100", "data.limit_val=50")
 
@@ -39,8 +41,9 @@ def documented(path: Path) -> tuple[str, str | None]:
     lines = path.read_text(encoding="utf-8").splitlines()
     i = next(i for i, line in enumerate(lines) if "hydra/launcher=submitit_slurm" in line)
     launch = re.sub(r"\s+#.*$", "", lines[i]).strip()  # README's command block has trailing comments
-    report = next((re.sub(r"\s+#.*$", "", s).strip() for s in lines[i + 1:] if s.strip().startswith("visionbench report")),
-                  None)
+    report = next(
+        (re.sub(r"\s+#.*$", "", s).strip() for s in lines[i + 1 :] if s.strip().startswith("visionbench report")), None
+    )
     return launch, report
 
 
@@ -49,7 +52,7 @@ def test_readme_and_running_md_print_the_same_slurm_command():
 
 
 @pytest.mark.slow  # ~40 s of submitit processes; the default suite's sibling: tests/test_runner.py's Hydra multirun
-@needs_submitit     # test (the same hydra_app jobs into one tree, a failed job making the command exit non-zero)
+@needs_submitit  # test (the same hydra_app jobs into one tree, a failed job making the command exit non-zero)
 def test_submitit_local_jobs_share_one_tree_one_report_and_a_failed_job_is_reported(tmp_path):
     launch, report = documented(ROOT / "docs" / "running.md")
     argv = shlex.split(launch.replace("submitit_slurm", "submitit_local"))
@@ -72,8 +75,10 @@ def test_submitit_local_jobs_share_one_tree_one_report_and_a_failed_job_is_repor
     logs = list((tmp_path / "multirun" / ".submitit").rglob("*_log.out"))
     assert len(logs) == len(jobs)  # one submitit job (one process) per (act, seed)
 
-    status = {(act, seed): json.loads((results / recipe / act / f"seed_{seed}" / "summary.json").read_text())["status"]
-              for act, seed in jobs}
+    status = {
+        (act, seed): json.loads((results / recipe / act / f"seed_{seed}" / "summary.json").read_text())["status"]
+        for act, seed in jobs
+    }
     assert status == {**{job: "completed" for job in jobs[:-1]}, failing: "failed"}
     assert report_main([str(results / recipe), "--no-plots"]) == 0
     table = pd.read_csv(results / recipe / "table.csv").set_index("act")

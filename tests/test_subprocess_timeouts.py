@@ -9,6 +9,7 @@ A test that needs a signal disposition sets it in the child (tests/test_reliabil
 
     .venv/bin/python -m pytest tests/test_subprocess_timeouts.py -q
 """
+
 from __future__ import annotations
 
 import ast
@@ -22,8 +23,13 @@ WAITS = {"communicate", "wait"}  # a Popen's waits
 def violations(source: str, filename: str = "<test>") -> list[str]:
     """'file:line: what' for each subprocess call of `source` that could wait forever."""
     tree = ast.parse(source, filename)
-    runner_names = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                    and node.module == "subprocess" for alias in node.names if alias.name in RUNNERS}
+    runner_names = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "subprocess"
+        for alias in node.names
+        if alias.name in RUNNERS
+    }
     out = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -38,8 +44,9 @@ def violations(source: str, filename: str = "<test>") -> list[str]:
         else:
             continue
         where = f"{filename}:{node.lineno}"
-        if ((owner == "subprocess" and name in RUNNERS) or (owner is None and name in runner_names)) \
-                and "timeout" not in keywords:
+        if (
+            (owner == "subprocess" and name in RUNNERS) or (owner is None and name in runner_names)
+        ) and "timeout" not in keywords:
             out.append(f"{where}: subprocess.{name}(...) without timeout=")
         elif isinstance(func, ast.Attribute) and name in WAITS and not node.args and "timeout" not in keywords:
             out.append(f"{where}: .{name}() without a timeout")
@@ -54,7 +61,7 @@ def test_every_test_subprocess_has_a_timeout():
 
 
 def test_the_guard_sees_the_calls_it_is_for():
-    bad = '''
+    bad = """
 import os, subprocess
 from subprocess import check_output as co
 subprocess.run(["x"], capture_output=True)
@@ -63,15 +70,19 @@ p = subprocess.Popen(["x"])
 p.communicate()
 p.wait()
 os.system("x")
-'''
-    good = '''
+"""
+    good = """
 import subprocess
 subprocess.run(["x"], timeout=60)
 p = subprocess.Popen(["x"])
 p.communicate(timeout=60)
 p.wait(60)
-'''
+"""
     assert [v.split(": ", 1)[1] for v in violations(bad)] == [
-        "subprocess.run(...) without timeout=", "subprocess.co(...) without timeout=", ".communicate() without a timeout",
-        ".wait() without a timeout", "os.system(...) cannot be given a timeout; use subprocess.run(..., timeout=)"]
+        "subprocess.run(...) without timeout=",
+        "subprocess.co(...) without timeout=",
+        ".communicate() without a timeout",
+        ".wait() without a timeout",
+        "os.system(...) cannot be given a timeout; use subprocess.run(..., timeout=)",
+    ]
     assert violations(good) == []

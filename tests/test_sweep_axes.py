@@ -1,6 +1,7 @@
 """Activation variants and factor sweeps (the config's axes, visionbench/config/) and the paper-shaped
 recipe-level table they feed (report/best_of.py): 004 Table 2 as one sweep. Bad variants and bad
 sweeps on the command line: test_bad_inputs.py."""
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,10 @@ from .helpers import shrunk
 
 def test_split_top_level_respects_brackets_and_quotes():
     assert split_top_level("relu,rational[init=gelu,degrees=[5,4]],'a,b'") == [
-        "relu", "rational[init=gelu,degrees=[5,4]]", "'a,b'"]
+        "relu",
+        "rational[init=gelu,degrees=[5,4]]",
+        "'a,b'",
+    ]
     with pytest.raises(ValueError, match="unbalanced"):
         split_top_level("rational[init=gelu")
 
@@ -37,8 +41,11 @@ def test_format_value_round_trips_without_spaces_in_lists(value):
 
 def test_act_variants_have_labels_families_and_options():
     spec = parse_act("rational[init=gelu,degrees=[3,2]]")
-    assert (spec.label, spec.family, spec.options) == ("rational[init=gelu,degrees=[3,2]]", "rational",
-                                                        {"init": "gelu", "degrees": [3, 2]})
+    assert (spec.label, spec.family, spec.options) == (
+        "rational[init=gelu,degrees=[3,2]]",
+        "rational",
+        {"init": "gelu", "degrees": [3, 2]},
+    )
     assert parse_act("swish").label == "silu"  # aliases resolve to the registry name
     labels = [s.label for s in parse_acts("relu,rational[init=leaky_relu],rational[init=gelu]")]
     assert labels == ["relu", "rational[init=leaky_relu]", "rational[init=gelu]"]
@@ -86,8 +93,11 @@ def test_table2_recipe_is_the_whole_experiment():
     assert run["act_options"]["rational"]["init"] == "gelu"
     assert run["act_options"]["rational"]["version"] == "A"  # the recipe's options stay under the variant's
     assert run["act_lr_mult"] == {"rational": 0.5}
-    assert (run["model"]["norm"], run["model"]["lsuv"], run["setting"]) == ("group", True, {"model.norm": "group",
-                                                                                         "model.lsuv": True})
+    assert (run["model"]["norm"], run["model"]["lsuv"], run["setting"]) == (
+        "group",
+        True,
+        {"model.norm": "group", "model.lsuv": True},
+    )
     assert "factors" not in run
 
 
@@ -102,11 +112,17 @@ def test_command_line_factors_replace_or_extend_the_recipes():
     assert sweep_settings(cfg) == [{}] and list(cfg.data.augment.scale) == [0.6, 1.0]
 
 
-@pytest.mark.parametrize("recipe, argv, setting", [
-    ("digits_vgg4", ["act=rational[init=gelu]", "act.version=B", "baseline=gelu", "optim.lr=1", "seed=2"], {}),
-    ("cifar10_vgg4_aug", ["act=silu", "model.norm=group", "data.augment.scale=[0.6,1.0]", "data.augment.crop_pad=0"],
-     {"model.norm": "group", "model.lsuv": False}),  # the job's values of the recipe's factor keys
-])
+@pytest.mark.parametrize(
+    "recipe, argv, setting",
+    [
+        ("digits_vgg4", ["act=rational[init=gelu]", "act.version=B", "baseline=gelu", "optim.lr=1", "seed=2"], {}),
+        (
+            "cifar10_vgg4_aug",
+            ["act=silu", "model.norm=group", "data.augment.scale=[0.6,1.0]", "data.augment.crop_pad=0"],
+            {"model.norm": "group", "model.lsuv": False},
+        ),  # the job's values of the recipe's factor keys
+    ],
+)
 def test_the_hydra_app_reads_the_grammar_of_visionbench_run(recipe, argv, setting):
     """act=a[k=v], act.KEY=, baseline= and list values compose in a Hydra job as `visionbench run` composes them."""
     from hydra import compose, initialize_config_dir
@@ -124,7 +140,10 @@ def test_the_hydra_app_reads_the_grammar_of_visionbench_run(recipe, argv, settin
     swept = hydra_app.to_hydra(["-m", "act=relu,rational[init=gelu]", "model.lsuv=false,true", "act.degrees=[5,4]"])
     parsed = OverridesParser.create().parse_overrides(swept[1:])
     assert [[v.text for v in o.sweep_iterator()] if o.is_sweep_override() else o.value() for o in parsed] == [
-        ["act=relu", "act=rational[init=gelu]"], ["model.lsuv=false", "model.lsuv=true"], "act.degrees=[5,4]"]
+        ["act=relu", "act=rational[init=gelu]"],
+        ["model.lsuv=false", "model.lsuv=true"],
+        "act.degrees=[5,4]",
+    ]
     # the sweep is checked as a whole before any job (seed=0,1 is Hydra's sweep); a relu job skips act.version
     hydra_app.check_sweep(["-m", "act=relu,rational", "act.version=B", "seed=0,1"])
     with pytest.raises(ConfigError, match="no activation in the sweep .relu, rational. takes option 'versio'"):
@@ -133,10 +152,23 @@ def test_the_hydra_app_reads_the_grammar_of_visionbench_run(recipe, argv, settin
 
 def test_digits_table2_sweep_lands_apart_and_reports_in_the_papers_layout(tmp_path, capsys):
     # runs that learn (a run at chance is `stalled`, and a stalled cell is no selection): 3 epochs of 300 images
-    code = main(["run", f"results_dir={tmp_path}", *shrunk(
-        "seeds=1", "epochs=3", "data.limit_train=300", "data.limit_val=60", "snapshot_epochs=[]",
-        "act=relu,rational[init=leaky_relu],rational[init=gelu]", "model.lsuv=false,true", "model.norm=null,group",
-        "report.best_of=[model.lsuv]")])
+    code = main(
+        [
+            "run",
+            f"results_dir={tmp_path}",
+            *shrunk(
+                "seeds=1",
+                "epochs=3",
+                "data.limit_train=300",
+                "data.limit_val=60",
+                "snapshot_epochs=[]",
+                "act=relu,rational[init=leaky_relu],rational[init=gelu]",
+                "model.lsuv=false,true",
+                "model.norm=null,group",
+                "report.best_of=[model.lsuv]",
+            ),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     root = tmp_path / "digits_vgg4"
@@ -144,7 +176,9 @@ def test_digits_table2_sweep_lands_apart_and_reports_in_the_papers_layout(tmp_pa
     assert len(summaries) == 12 and len({p.parent for p in summaries}) == 12
     for path in summaries:
         s = json.loads(path.read_text())
-        assert path.parent.parent.name == s["act_label"] and path.parent.parent.parent.name == setting_label(s["setting"])
+        assert path.parent.parent.name == s["act_label"] and path.parent.parent.parent.name == setting_label(
+            s["setting"]
+        )
         assert s["status"] == "completed"
     # the recipe-level table: one column per GN setting, the best init per cell, labelled as a selection
     table = (root / "table.md").read_text()
@@ -153,7 +187,9 @@ def test_digits_table2_sweep_lands_apart_and_reports_in_the_papers_layout(tmp_pa
     for label in ("relu", "rational[init=leaky_relu]", "rational[init=gelu]"):
         assert f"| {label} |" in table
     cells = [c for line in table.splitlines() if line.startswith("| r") for c in line.split("|")[2:4]]
-    assert len(cells) == 6 and all("(model.lsuv=" in c or c.strip() == "NaN" for c in cells), cells  # NaN: no run learned
+    assert len(cells) == 6 and all("(model.lsuv=" in c or c.strip() == "NaN" for c in cells), (
+        cells
+    )  # NaN: no run learned
     assert table.count("(model.lsuv=") >= 4
     assert "| Act. | model.norm=null | model.norm=group |" in out
     # the plain per-setting tables beside it

@@ -1,6 +1,7 @@
 """Tiny ImageNet augmentation and weight decay as the 004 authors' code ran them (docs/recipes.md, note 8):
 ColorJitter before torchvision's RandAugment, a plain-resize eval transform, and the `ndim`
 weight-decay rule (pos_embed / cls_token / Swin's relative_position_bias_table decay)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -58,8 +59,15 @@ def test_recipes_set_the_004_code_values(recipe):
 def test_recipe_train_transform_is_the_004_pipeline_in_order():
     tfl = _recipe_train_transform().transforms
     kinds = [type(t).__name__ for t in tfl]
-    assert kinds == ["RandomResizedCropAndInterpolation", "RandomHorizontalFlip", "ColorJitter", "RandAugment",
-                     "MaybeToTensor", "Normalize", "RandomErasing"]
+    assert kinds == [
+        "RandomResizedCropAndInterpolation",
+        "RandomHorizontalFlip",
+        "ColorJitter",
+        "RandAugment",
+        "MaybeToTensor",
+        "Normalize",
+        "RandomErasing",
+    ]
     crop, flip, jitter, rand_aug, _, norm, erase = tfl
     assert crop.scale == (0.6, 1.0) and crop.ratio == pytest.approx((0.75, 1.3333), abs=1e-4)
     assert crop.interpolation == InterpolationMode.BICUBIC and flip.p == 0.5
@@ -101,15 +109,18 @@ def test_color_jitter_forms_and_order_with_timm_rand_augment():
     assert is_random(_augment(color_jitter=0.4)) and not is_random(_augment(color_jitter=None))
 
 
-@pytest.mark.parametrize("keys, message", [
-    (dict(auto_augment_impl="albumentations"), "auto_augment_impl"),
-    (dict(auto_augment="rand-m9-mstd0.5-inc1", auto_augment_impl="torchvision"), "auto_augment"),
-    (dict(auto_augment="augmix-m5", auto_augment_impl="torchvision"), "auto_augment"),
-    (dict(auto_augment="rand-n2-m31", auto_augment_impl="torchvision"), "auto_augment"),
-    (dict(color_jitter=[0.4, 0.4]), "color_jitter"),
-    (dict(color_jitter="strong"), "color_jitter"),
-    (dict(color_jitter=[0.4, 0.4, 0.4, 0.6]), "color_jitter"),
-])
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        (dict(auto_augment_impl="albumentations"), "auto_augment_impl"),
+        (dict(auto_augment="rand-m9-mstd0.5-inc1", auto_augment_impl="torchvision"), "auto_augment"),
+        (dict(auto_augment="augmix-m5", auto_augment_impl="torchvision"), "auto_augment"),
+        (dict(auto_augment="rand-n2-m31", auto_augment_impl="torchvision"), "auto_augment"),
+        (dict(color_jitter=[0.4, 0.4]), "color_jitter"),
+        (dict(color_jitter="strong"), "color_jitter"),
+        (dict(color_jitter=[0.4, 0.4, 0.4, 0.6]), "color_jitter"),
+    ],
+)
 def test_bad_augment_keys_name_the_key(keys, message):
     with pytest.raises(ValueError, match=f"data.augment.{message}"):
         _augment(**keys)
@@ -119,23 +130,29 @@ def test_eval_transform_is_a_plain_resize(image):
     """004 code: Resize((64, 64), bicubic) -> ToTensor -> Normalize (no centre crop)."""
     for size in (64, 32):
         ours = build_eval_transform(size, MEAN, STD, native_size=64)
-        reference = T.Compose([T.Resize((size, size), interpolation=InterpolationMode.BICUBIC), T.ToTensor(),
-                               T.Normalize(MEAN, STD)])
+        reference = T.Compose(
+            [T.Resize((size, size), interpolation=InterpolationMode.BICUBIC), T.ToTensor(), T.Normalize(MEAN, STD)]
+        )
         assert torch.equal(ours(image), reference(image))
 
 
 # ---- optim.decay_rule -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def transformers() -> dict[str, torch.nn.Module]:
-    return {"vit_s8": models.create("vit_s8", act="rational", num_classes=200, img_size=64),
-            "swin_t": models.create("swin_t", act="rational", num_classes=200, img_size=64, window_size=7)}
+    return {
+        "vit_s8": models.create("vit_s8", act="rational", num_classes=200, img_size=64),
+        "swin_t": models.create("swin_t", act="rational", num_classes=200, img_size=64, window_size=7),
+    }
 
 
 def _groups(model, rule: str) -> dict[str, dict]:
-    groups = models.param_groups(model, lr=1e-3, weight_decay=0.05, act_lr_mult=4.0, act_weight_decay=0.0,
-                                 decay_rule=rule)
-    return {g["name"]: {**g, "names": {n for n, p in model.named_parameters() if any(p is q for q in g["params"])}}
-            for g in groups}
+    groups = models.param_groups(
+        model, lr=1e-3, weight_decay=0.05, act_lr_mult=4.0, act_weight_decay=0.0, decay_rule=rule
+    )
+    return {
+        g["name"]: {**g, "names": {n for n, p in model.named_parameters() if any(p is q for q in g["params"])}}
+        for g in groups
+    }
 
 
 @pytest.mark.parametrize("name", ["vit_s8", "swin_t"])
@@ -143,8 +160,11 @@ def test_ndim_rule_is_the_004_code_rule(transformers, name):
     model = transformers[name]
     by_name = _groups(model, "ndim")
     decay, no_decay, act = by_name["decay"]["names"], by_name["no_decay"]["names"], by_name["act"]
-    tokens = {"cls_token", "pos_embed"} if name == "vit_s8" else \
-        {n for n, _ in model.named_parameters() if n.endswith("relative_position_bias_table")}
+    tokens = (
+        {"cls_token", "pos_embed"}
+        if name == "vit_s8"
+        else {n for n, _ in model.named_parameters() if n.endswith("relative_position_bias_table")}
+    )
     assert len(tokens) in (2, 12) and tokens <= decay
     for n, p in model.named_parameters():
         if n in act["names"]:
@@ -161,18 +181,24 @@ def test_ndim_rule_is_the_004_code_rule(transformers, name):
 def test_default_rule_unchanged(transformers, name):
     model = transformers[name]
     default = _groups(model, "conv_linear")
-    assert {k: g["names"] for k, g in default.items()} == \
-        {g["name"]: {n for n, p in model.named_parameters() if any(p is q for q in g["params"])}
-         for g in models.param_groups(model, lr=1e-3, weight_decay=0.05, act_lr_mult=4.0)}
-    skipped = {"cls_token", "pos_embed"} if name == "vit_s8" else \
-        {n for n, _ in model.named_parameters() if n.endswith("relative_position_bias_table")}
+    assert {k: g["names"] for k, g in default.items()} == {
+        g["name"]: {n for n, p in model.named_parameters() if any(p is q for q in g["params"])}
+        for g in models.param_groups(model, lr=1e-3, weight_decay=0.05, act_lr_mult=4.0)
+    }
+    skipped = (
+        {"cls_token", "pos_embed"}
+        if name == "vit_s8"
+        else {n for n, _ in model.named_parameters() if n.endswith("relative_position_bias_table")}
+    )
     assert skipped <= default["no_decay"]["names"]  # no_weight_decay(): no decay under conv_linear
     assert default["act"]["names"] == _groups(model, "ndim")["act"]["names"]
 
 
 def test_build_optimizer_reads_decay_rule(transformers):
     model = transformers["vit_s8"]
-    optim = block("optim", {"name": "adamw", "lr": 2e-3, "lr_base_batch": 512, "weight_decay": 0.05, "decay_rule": "ndim"})
+    optim = block(
+        "optim", {"name": "adamw", "lr": 2e-3, "lr_base_batch": 512, "weight_decay": 0.05, "decay_rule": "ndim"}
+    )
     opt = build_optimizer(model, optim, batch_size=128, act_lr_mult=4.0)
     decay = {id(p) for g in opt.param_groups if g["name"] == "decay" for p in g["params"]}
     assert id(model.pos_embed) in decay and id(model.cls_token) in decay

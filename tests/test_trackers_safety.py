@@ -4,6 +4,7 @@ retries; a store that is no SQLite database; a WANDB_MODE W&B refuses); a contin
 already holds (kill -9 mid-epoch, then resume); a resume that would flip `trainer.portable` is refused; `seeds_max`
 without `seeds=auto` is refused; `visionbench predictions` of a run it cannot rewrite is bad input (exit 2).
 Skips only where the `mlflow` / `wandb` extra is not installed."""
+
 from __future__ import annotations
 
 import json
@@ -146,7 +147,7 @@ def test_a_continued_mlflow_run_does_not_log_a_step_it_holds(tmp_path, env):
     assert loss[9] == (9, 9.0) and loss[10] == (10, 110.0)  # the first session's points kept, then the new ones
     assert sorted(m.step for m in client.get_metric_history(first.run_id, "epoch")) == list(range(7, 13))
     assert sorted(m.step for m in client.get_metric_history(first.run_id, "val_top1")) == [4, 12]
-    fresh, = trackers.build_loggers(run, tmp_path / "other", resumed_epochs=0)
+    (fresh,) = trackers.build_loggers(run, tmp_path / "other", resumed_epochs=0)
     assert not fresh._continued
 
 
@@ -191,9 +192,11 @@ def test_flipping_portable_across_a_resume_is_refused(relu_pair, tmp_path, capsy
     summary = layout.files(run_dir).summary
     summary.write_text(json.dumps({**json.loads(summary.read_text()), "status": layout.INTERRUPTED}))
     line = refused(args, capsys)
-    assert line == (f"visionbench run: {run_dir} was trained so far with trainer.portable=false; resuming it with "
-                    "trainer.portable=true would mix both in one run: rerun with trainer.portable=false, or delete "
-                    "that directory to retrain it")
+    assert line == (
+        f"visionbench run: {run_dir} was trained so far with trainer.portable=false; resuming it with "
+        "trainer.portable=true would mix both in one run: rerun with trainer.portable=false, or delete "
+        "that directory to retrain it"
+    )
     assert layout.read_summary(run_dir)["status"] == layout.INTERRUPTED  # nothing touched
 
 

@@ -3,6 +3,7 @@
 against the plain formulas in float64, shared and per channel, NCHW, channels_last and tokens, odd sizes that
 leave tiles partly masked; the same bits on every run; the ops pass `torch.library.opcheck` and torch.compile
 traces through them; every kernel compiles for a Hopper GPU (sm_90) with this machine's Triton."""
+
 from __future__ import annotations
 
 import os
@@ -17,27 +18,46 @@ from visionbench.activations import fused, triton_ops
 
 from .helpers import ROOT
 
-pytestmark = pytest.mark.skipif(not triton_ops.HAVE_TRITON or not (triton_ops.interpreting() or
-                                                                   torch.cuda.is_available()),
-                                reason="needs Triton and a GPU or TRITON_INTERPRET=1")
+pytestmark = pytest.mark.skipif(
+    not triton_ops.HAVE_TRITON or not (triton_ops.interpreting() or torch.cuda.is_available()),
+    reason="needs Triton and a GPU or TRITON_INTERPRET=1",
+)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 # (registry name, constructor arguments): every configuration whose kernel body differs
 CASES = [
-    ("rational", {"version": "A"}), ("rational", {"version": "B"}), ("rational", {"version": "C"}),
-    ("rational", {"version": "D"}), ("rational", {"version": "A", "degrees": (3, 2)}),
-    ("polyrelu", {}), ("hermite", {}), ("hermite", {"clamp": True}), ("hermite", {"degree": 6}),
-    ("fourier", {}), ("tropical", {}), ("tropical_rational", {}),
-    ("prelu", {}), ("swish_beta", {}), ("acon_c", {}), ("star_relu", {}),
-    ("apl", {}), ("kaf", {}), ("bspline", {}), ("bspline", {"residual": "none"}), ("bspline", {"order": 2}),
-    ("polynorm", {}), ("slaf", {}),
+    ("rational", {"version": "A"}),
+    ("rational", {"version": "B"}),
+    ("rational", {"version": "C"}),
+    ("rational", {"version": "D"}),
+    ("rational", {"version": "A", "degrees": (3, 2)}),
+    ("polyrelu", {}),
+    ("hermite", {}),
+    ("hermite", {"clamp": True}),
+    ("hermite", {"degree": 6}),
+    ("fourier", {}),
+    ("tropical", {}),
+    ("tropical_rational", {}),
+    ("prelu", {}),
+    ("swish_beta", {}),
+    ("acon_c", {}),
+    ("star_relu", {}),
+    ("apl", {}),
+    ("kaf", {}),
+    ("bspline", {}),
+    ("bspline", {"residual": "none"}),
+    ("bspline", {"order": 2}),
+    ("polynorm", {}),
+    ("slaf", {}),
 ]
 IDS = [name + "".join(f"-{v}" for v in kwargs.values()) for name, kwargs in CASES]
 # input layouts: (shape, memory format, channel_dim)
-LAYOUTS = {"nchw": ((3, 5, 7, 6), torch.contiguous_format, None),
-           "channels_last": ((3, 5, 7, 6), torch.channels_last, None),
-           "tokens": ((4, 9, 6), torch.contiguous_format, -1),
-           "channels_last_dim3": ((3, 5, 7, 6), torch.channels_last, 3)}  # memory NHWC, channels a spatial-like dim
+LAYOUTS = {
+    "nchw": ((3, 5, 7, 6), torch.contiguous_format, None),
+    "channels_last": ((3, 5, 7, 6), torch.channels_last, None),
+    "tokens": ((4, 9, 6), torch.contiguous_format, -1),
+    "channels_last_dim3": ((3, 5, 7, 6), torch.channels_last, 3),
+}  # memory NHWC, channels a spatial-like dim
 
 
 def twins(name: str, kwargs: dict, per_channel: bool, channels: int, channel_dim, nudge: float = 0.05):
@@ -110,8 +130,11 @@ def test_half_inputs_run_in_float32(name, dtype, monkeypatch):
     assert float((y.detach().double().cpu() - want).abs().max()) <= 2e-2 * (float(want.abs().max()) + 1)
 
 
-@pytest.mark.parametrize("name,kwargs", CASES[:1] + [c for c in CASES if c[0] in ("kaf", "bspline", "tropical")],
-                         ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize(
+    "name,kwargs",
+    CASES[:1] + [c for c in CASES if c[0] in ("kaf", "bspline", "tropical")],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
 def test_same_bits_every_run(name, kwargs, monkeypatch):
     # no atomics: the coefficient gradients are per-program partial sums added in a fixed order
     monkeypatch.setattr(fused, "BACKEND", "triton")
@@ -174,6 +197,7 @@ def compile_for_hopper(configs: list, modes=(1,), dtypes=("fp32",)) -> None:
     from triton.compiler import ASTSource
 
     from visionbench.activations import triton_template as template
+
     for family, config, kt in configs:
         body, params = triton_ops._SPECS[triton_ops.spec_id(family, config)]
         for mode in modes:
@@ -182,12 +206,15 @@ def compile_for_hopper(configs: list, modes=(1,), dtypes=("fp32",)) -> None:
                     names = ["X", "G", "GX", "C", "PART"] if backward else ["X", "Y", "C"]
                     signature = {n: "*fp32" if n in ("C", "PART") else f"*{dtype}" for n in names}
                     signature.update({"M": "i32", "N": "i32", "CH": "i32"})
-                    constants = dict(KT=kt, P0=params[0], P1=params[1], P2=params[2], P3=params[3], MODE=mode,
-                                     BM=2, BN=1024)
+                    constants = dict(
+                        KT=kt, P0=params[0], P1=params[1], P2=params[2], P3=params[3], MODE=mode, BM=2, BN=1024
+                    )
                     signature.update({k: "constexpr" for k in constants})
                     kernel = template.kernels(body.forward, body.backward)[int(backward)]
-                    compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constants),
-                                              target=GPUTarget("cuda", 90, 32))
+                    compiled = triton.compile(
+                        ASTSource(fn=kernel, signature=signature, constexprs=constants),
+                        target=GPUTarget("cuda", 90, 32),
+                    )
                     assert compiled.asm["cubin"], (family, config, mode, dtype, backward)
 
 
@@ -198,11 +225,12 @@ def _compile_in_subprocess(cases, modes, dtypes) -> None:
         kt = sum(p.shape[-1] for p in activations.create(name, **kwargs).parameters())
         configs += [(family, config, kt) for family, config in _configs(name, kwargs)]
     assert configs  # (PolyNorm's and SLAF's own kernels: tests/test_triton_normalized.py)
-    code = ("from tests.test_triton_kernels import compile_for_hopper; "
-            f"compile_for_hopper({configs!r}, {modes!r}, {dtypes!r})")
+    code = (
+        "from tests.test_triton_kernels import compile_for_hopper; "
+        f"compile_for_hopper({configs!r}, {modes!r}, {dtypes!r})"
+    )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
 
 

@@ -2,6 +2,7 @@
 tests/test_triton_kernels.py: shapes that take several channel chunks and tile blocks, half-precision inputs,
 the same bits every run, SLAF's running statistics as the reference path updates them, `torch.library.opcheck`
 of the four ops, torch.compile tracing them, and every kernel compiling to sm_90 machine code."""
+
 from __future__ import annotations
 
 import os
@@ -17,9 +18,10 @@ from visionbench.activations import fused, triton_ops
 
 from .test_triton_kernels import DEVICE, forward_backward, twins
 
-pytestmark = pytest.mark.skipif(not triton_ops.HAVE_TRITON or not (triton_ops.interpreting() or
-                                                                   torch.cuda.is_available()),
-                                reason="needs Triton and a GPU or TRITON_INTERPRET=1")
+pytestmark = pytest.mark.skipif(
+    not triton_ops.HAVE_TRITON or not (triton_ops.interpreting() or torch.cuda.is_available()),
+    reason="needs Triton and a GPU or TRITON_INTERPRET=1",
+)
 
 # (shape, memory format, channel_dim): several channel chunks (PolyNorm), several tiles per channel (SLAF),
 # partly masked blocks, channels on dim 1 of a 3-D input (post > 1), channels_last with channels elsewhere
@@ -32,8 +34,13 @@ SHAPES = {
     "dim1_of_3d": ((4, 6, 33), torch.contiguous_format, 1),
     "channels_last_dim3": ((2, 3, 4, 6), torch.channels_last, -1),
 }
-FAMILIES = [("polynorm", {}), ("polynorm", {"degree": 4}), ("slaf", {}), ("slaf", {"degree": 3}),
-            ("slaf", {"degree": 1})]
+FAMILIES = [
+    ("polynorm", {}),
+    ("polynorm", {"degree": 4}),
+    ("slaf", {}),
+    ("slaf", {"degree": 3}),
+    ("slaf", {"degree": 1}),
+]
 FAMILY_IDS = [name + "".join(f"-{v}" for v in kw.values()) for name, kw in FAMILIES]
 
 
@@ -94,14 +101,19 @@ def test_same_bits_every_run(name, per_channel, monkeypatch):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("shape,channel_dim,memory_format", [
-    ((8, 3, 4, 4), None, torch.contiguous_format), ((8, 5, 4, 4), None, torch.channels_last),
-    ((4, 6, 3), None, torch.contiguous_format), ((4, 3, 3, 5), -1, torch.contiguous_format)])
+@pytest.mark.parametrize(
+    "shape,channel_dim,memory_format",
+    [
+        ((8, 3, 4, 4), None, torch.contiguous_format),
+        ((8, 5, 4, 4), None, torch.channels_last),
+        ((4, 6, 3), None, torch.contiguous_format),
+        ((4, 3, 3, 5), -1, torch.contiguous_format),
+    ],
+)
 def test_slaf_running_statistics_as_reference(shape, channel_dim, memory_format, monkeypatch):
     # the batch statistics the kernels return update the running averages as the reference path's do (also for an
     # input with an offset, where raw power sums would lose the variances in fp32), and eval then agrees too
-    mods = [activations.create("slaf", degree=3, momentum=0.25, channel_dim=channel_dim).to(DEVICE)
-            for _ in range(2)]
+    mods = [activations.create("slaf", degree=3, momentum=0.25, channel_dim=channel_dim).to(DEVICE) for _ in range(2)]
     for step in range(2):
         x = (torch.randn(shape) * 1.5 + 4.0 * step).contiguous(memory_format=memory_format).to(DEVICE)
         with fused.reference_path():
@@ -122,6 +134,7 @@ def test_slaf_running_statistics_as_reference(shape, channel_dim, memory_format,
 
 def test_slaf_returns_train_forward_stats():
     from visionbench.activations import slaf, triton_normalized
+
     x = torch.randn(4, 6, 5, 3, device=DEVICE) + 1.0
     w = torch.randn(6, 4, device=DEVICE)
     got = triton_normalized.slaf_train(x, 1, w, 1e-5)
@@ -136,6 +149,7 @@ def test_slaf_returns_train_forward_stats():
 @pytest.mark.parametrize("channel_axis,shape", [(1, (2, 3, 4, 5)), (2, (3, 4, 6))], ids=["nchw", "tokens"])
 def test_ops_pass_opcheck(per_channel, channel_axis, shape):
     from visionbench.activations import triton_normalized  # noqa: F401 - defines the ops
+
     ops = torch.ops.visionbench
     x = torch.randn(*shape, device=DEVICE, requires_grad=True)
     g = torch.randn(*shape, device=DEVICE)
@@ -222,8 +236,9 @@ def _compile_for_hopper(which: str) -> None:
     pytest.importorskip("triton.backends.nvidia")
     env = dict(os.environ, TRITON_INTERPRET="0")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = subprocess.run([sys.executable, "-c", _COMPILE, which], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-c", _COMPILE, which], cwd=root, env=env, capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert "compiled" in done.stdout
 

@@ -3,6 +3,7 @@ its dispatch, the unknown-command line and the `-h` of run, estimate and list al
 is checked against it). A command marked `takes_imports` has its `imports=` arguments taken out of its argv and
 loaded here (visionbench/plugins.py), before it runs; run and estimate read `imports` as a config key.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,12 +28,16 @@ RUN_USAGE = """usage: visionbench {cmd} [recipe=NAME] [act=a,b[k=v,...],...] [ac
   KEY=V                any schema key: seeds=5, epochs=100, optim.lr=0.01, data.root=PATH, ...
   KEY=v1,v2            a factor sweep: every combination of factor values is a setting
 Every key, its type, default and rule: docs/configuration.md (visionbench/config/schema.py)."""
-WHAT = {"run": "Train every (setting, activation, seed) of the sweep, resuming what is unfinished, then report.",
-        "estimate": "Time each (setting, activation) of the sweep on its device and print the projected wall time, "
-                    "memory and parameters (minus runs completed in results_dir); trains and writes nothing."}
-LIST_HELP = ("usage: visionbench list [imports=MODULE,...]\n\nThe recipes, the activations (by family) and the models a "
-             "config may name; each plugin's (imports=, or an installed `visionbench.plugins` entry point) with the "
-             "module it came from.")
+WHAT = {
+    "run": "Train every (setting, activation, seed) of the sweep, resuming what is unfinished, then report.",
+    "estimate": "Time each (setting, activation) of the sweep on its device and print the projected wall time, "
+    "memory and parameters (minus runs completed in results_dir); trains and writes nothing.",
+}
+LIST_HELP = (
+    "usage: visionbench list [imports=MODULE,...]\n\nThe recipes, the activations (by family) and the models a "
+    "config may name; each plugin's (imports=, or an installed `visionbench.plugins` entry point) with the "
+    "module it came from."
+)
 
 
 @dataclass(frozen=True)
@@ -57,36 +62,90 @@ class Command:
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("run", "[recipe=NAME] [act=a,b,...] [seeds=N] [key=value ...]",
-            "train the sweep (activations × seeds), resuming what is unfinished, then report", "_run",
-            help=RUN_USAGE.format(cmd="run", what=WHAT["run"])),
-    Command("estimate", "<the run's arguments>", "projected time, memory, params of the sweep; trains nothing",
-            "_estimate", help=RUN_USAGE.format(cmd="estimate", what=WHAT["estimate"])),
-    Command("report", "RESULTS_DIR [--metric ...] [--baseline ...] [--test student|welch|paired]",
-            "significance tables, verdicts and figures of a results tree", ".report:main"),
-    Command("export", "RUNS_DIR OUT", "the tree's compact, committable record; `report OUT` reads it",
-            ".report.export:main"),
-    Command("compare", "A B [--metric M] [--margin M]", "did B reproduce A? identical/reproduced/differs/undecided",
-            ".report.compare:main"),
-    Command("list", "[imports=my_acts]", "recipes, activations, models; a plugin's by its module", "_list",
-            help=LIST_HELP, takes_imports=True),
-    Command("bench", "activations|train|fit|data|fill|sweep [...]", "speed and memory benchmarks (docs/bench.md)",
-            ".bench:main", takes_imports=True),
-    Command("plot", "boundaries [--acts ...] [--out FILE]", "the decision-boundary toy experiment",
-            ".experiments.boundaries:main"),
-    Command("papers", "[--paper 004] [--table 2] [--format md|csv] [--test student|welch]",
-            "the papers' published tables", ".report.papers:main"),
-    Command("predictions", "RUN_DIR [...]", "rewrite completed runs' predictions.npz from their checkpoints",
-            "_predictions"),
-    Command("check", "act=NAME[k=v,...] [imports=MOD] [--quick] [--max-ratio R]",
-            "an activation's contracts, PASS/FAIL each (docs/activations.md)", ".check:main", takes_imports=True),
-    Command("collect", "TREE_OR_RECORD... --into STORE", "one table of every run: trees, records into a store "
-            "(Parquet); `report STORE` reads it", ".report.collect_store:main"),
+    Command(
+        "run",
+        "[recipe=NAME] [act=a,b,...] [seeds=N] [key=value ...]",
+        "train the sweep (activations × seeds), resuming what is unfinished, then report",
+        "_run",
+        help=RUN_USAGE.format(cmd="run", what=WHAT["run"]),
+    ),
+    Command(
+        "estimate",
+        "<the run's arguments>",
+        "projected time, memory, params of the sweep; trains nothing",
+        "_estimate",
+        help=RUN_USAGE.format(cmd="estimate", what=WHAT["estimate"]),
+    ),
+    Command(
+        "report",
+        "RESULTS_DIR [--metric ...] [--baseline ...] [--test student|welch|paired]",
+        "significance tables, verdicts and figures of a results tree",
+        ".report:main",
+    ),
+    Command(
+        "export", "RUNS_DIR OUT", "the tree's compact, committable record; `report OUT` reads it", ".report.export:main"
+    ),
+    Command(
+        "compare",
+        "A B [--metric M] [--margin M]",
+        "did B reproduce A? identical/reproduced/differs/undecided",
+        ".report.compare:main",
+    ),
+    Command(
+        "list",
+        "[imports=my_acts]",
+        "recipes, activations, models; a plugin's by its module",
+        "_list",
+        help=LIST_HELP,
+        takes_imports=True,
+    ),
+    Command(
+        "bench",
+        "activations|train|fit|data|fill|sweep [...]",
+        "speed and memory benchmarks (docs/bench.md)",
+        ".bench:main",
+        takes_imports=True,
+    ),
+    Command(
+        "plot",
+        "boundaries [--acts ...] [--out FILE]",
+        "the decision-boundary toy experiment",
+        ".experiments.boundaries:main",
+    ),
+    Command(
+        "papers",
+        "[--paper 004] [--table 2] [--format md|csv] [--test student|welch]",
+        "the papers' published tables",
+        ".report.papers:main",
+    ),
+    Command(
+        "predictions", "RUN_DIR [...]", "rewrite completed runs' predictions.npz from their checkpoints", "_predictions"
+    ),
+    Command(
+        "check",
+        "act=NAME[k=v,...] [imports=MOD] [--quick] [--max-ratio R]",
+        "an activation's contracts, PASS/FAIL each (docs/activations.md)",
+        ".check:main",
+        takes_imports=True,
+    ),
+    Command(
+        "collect",
+        "TREE_OR_RECORD... --into STORE",
+        "one table of every run: trees, records into a store (Parquet); `report STORE` reads it",
+        ".report.collect_store:main",
+    ),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
-USAGE = "\n".join(["The `visionbench` command.", "", *(c.lines() for c in COMMANDS),
-                   "    visionbench --version\n        the installed version", "",
-                   "`visionbench COMMAND -h`: a command's own arguments. docs/layout.md, \"Commands\"."])
+USAGE = "\n".join(
+    [
+        "The `visionbench` command.",
+        "",
+        *(c.lines() for c in COMMANDS),
+        "    visionbench --version\n        the installed version",
+        "",
+        '`visionbench COMMAND -h`: a command\'s own arguments. docs/layout.md, "Commands".',
+    ]
+)
 
 
 def version() -> str:
@@ -103,9 +162,12 @@ def _load(cmd: str, args: list[str]):
 
     try:
         if any(a.split("=", 1)[0].lstrip("+") == "seed" for a in args):  # the schema's per-run key, not a sweep's
-            raise ConfigError("seed is set per run by the sweep, not on its command line: seeds=N trains seeds "
-                              "0..N-1; for one given seed use the Hydra entry point (python -m "
-                              "visionbench.sweep.hydra_app ... seed=K, docs/running.md)", "seed")
+            raise ConfigError(
+                "seed is set per run by the sweep, not on its command line: seeds=N trains seeds "
+                "0..N-1; for one given seed use the Hydra entry point (python -m "
+                "visionbench.sweep.hydra_app ... seed=K, docs/running.md)",
+                "seed",
+            )
         return load_config(args)
     except ConfigError as e:
         print(f"visionbench {cmd}: {e}", file=sys.stderr)
@@ -161,8 +223,11 @@ def _run(args: list[str]) -> int:
     if lead:
         seeds = f"auto (up to {cfg.seeds_max})" if cfg.seeds == "auto" else cfg.seeds
         acts = f" ({len(sweep_acts(cfg))} activations)" if ALL in split_top_level(str(cfg.act)) else ""
-        print(f"recipe {cfg.recipe}: act={cfg.act}{acts} seeds={seeds} epochs={cfg.epochs}{factors}{settings} -> "
-              f"{recipe_dir}", flush=True)
+        print(
+            f"recipe {cfg.recipe}: act={cfg.act}{acts} seeds={seeds} epochs={cfg.epochs}{factors}{settings} -> "
+            f"{recipe_dir}",
+            flush=True,
+        )
 
     shown = list(dict.fromkeys([cfg.report.metric or DEFAULT_METRIC, HELD_OUT_METRIC]))
 
@@ -175,8 +240,12 @@ def _run(args: list[str]) -> int:
 
     install_sigterm()
     try:
-        outcomes = run_sweep(cfg, progress=sys.stderr.isatty(), on_outcome=show if lead else None,
-                             on_note=functools.partial(print, flush=True) if lead else None)
+        outcomes = run_sweep(
+            cfg,
+            progress=sys.stderr.isatty(),
+            on_outcome=show if lead else None,
+            on_note=functools.partial(print, flush=True) if lead else None,
+        )
     except ConfigError as e:
         print(f"visionbench run: {e}", file=sys.stderr)
         return 2
@@ -188,11 +257,17 @@ def _run(args: list[str]) -> int:
         recorded = getattr(e, "recorded", 0)
         if lead and recorded:
             runs = "the run in progress is" if recorded == 1 else f"the {recorded} runs in progress are"
-            print(f"visionbench run: interrupted by {stop.signal_name}; {runs} recorded as 'interrupted' — rerun "
-                  f"the same command to resume {'it' if recorded == 1 else 'them'}", file=sys.stderr)
+            print(
+                f"visionbench run: interrupted by {stop.signal_name}; {runs} recorded as 'interrupted' — rerun "
+                f"the same command to resume {'it' if recorded == 1 else 'them'}",
+                file=sys.stderr,
+            )
         elif lead:
-            print(f"visionbench run: interrupted by {stop.signal_name} while no run was training (none recorded as "
-                  "'interrupted'); rerun the same command to go on with the sweep", file=sys.stderr)
+            print(
+                f"visionbench run: interrupted by {stop.signal_name} while no run was training (none recorded as "
+                "'interrupted'); rerun the same command to go on with the sweep",
+                file=sys.stderr,
+            )
         return stop.exit_code
     if not lead:  # rank 0 reports and gives the exit status; a rank > 0 exiting non-zero would make
         return 0  # Lightning's launcher kill rank 0 (its child-process observer) before the report
@@ -206,13 +281,19 @@ def _run(args: list[str]) -> int:
         report_main([str(recipe_dir), "--html"] + (["--baseline", str(baseline)] if baseline in swept else []))
     except KeyboardInterrupt as e:  # every run is on disk: only the table is missing
         stop = e if isinstance(e, Interrupted) else Interrupted(received())
-        print(f"visionbench run: interrupted by {stop.signal_name} while writing the report; rerun the same "
-              "command to write it", file=sys.stderr)
+        print(
+            f"visionbench run: interrupted by {stop.signal_name} while writing the report; rerun the same "
+            "command to write it",
+            file=sys.stderr,
+        )
         return stop.exit_code
     locked = [o for o in outcomes if o.status == "locked"]
     if locked:
-        print(f"{len(locked)} run(s) left to another live visionbench process; rerun this command after it "
-              "finishes to report them", file=sys.stderr)
+        print(
+            f"{len(locked)} run(s) left to another live visionbench process; rerun this command after it "
+            "finishes to report them",
+            file=sys.stderr,
+        )
     return _exit_status(outcomes)
 
 
@@ -224,8 +305,10 @@ def _exit_status(outcomes) -> int:
         runs = [o for o in outcomes if o.status == status]
         bad += len(runs)
         if runs:
-            print(f"{status} runs:\n" + "\n".join(f"  {o.run_dir}: {o.summary.get('error')}" for o in runs),
-                  file=sys.stderr)
+            print(
+                f"{status} runs:\n" + "\n".join(f"  {o.run_dir}: {o.summary.get('error')}" for o in runs),
+                file=sys.stderr,
+            )
     return 1 if bad else 0
 
 
@@ -235,8 +318,11 @@ def _predictions(args: list[str]) -> int:
     stderr for each run that could not be rewritten: 2 when one was bad input (no run directory, not completed,
     no usable checkpoint), else 1 when one is locked by a live process training it."""
     if not args or any(a.startswith("-") for a in args):
-        print("usage: visionbench predictions RUN_DIR [RUN_DIR ...]\n\nRewrite each completed run's "
-              "predictions.npz from its checkpoints (the arrays it wrote, identical).", file=sys.stderr)
+        print(
+            "usage: visionbench predictions RUN_DIR [RUN_DIR ...]\n\nRewrite each completed run's "
+            "predictions.npz from its checkpoints (the arrays it wrote, identical).",
+            file=sys.stderr,
+        )
         return 0 if any(a in ("-h", "--help") for a in args) else 2
     from .results import layout
     from .results.io import RunStateError
@@ -267,7 +353,9 @@ def _list(args: list[str]) -> int:
     from .config import recipe_description, recipe_names
 
     if args:
-        print(f"visionbench list: unexpected {args[0]!r}; usage: visionbench list [imports=MODULE,...]", file=sys.stderr)
+        print(
+            f"visionbench list: unexpected {args[0]!r}; usage: visionbench list [imports=MODULE,...]", file=sys.stderr
+        )
         return 2
     print("recipes:")
     for name in recipe_names():
@@ -276,7 +364,9 @@ def _list(args: list[str]) -> int:
     groups: dict[str, list[str]] = {}
     owners = {a: p.module for p in plugins.loaded() for a in p.activations}
     for name in activations.names():
-        groups.setdefault(activations.family(name), []).append(name + (f" (from {owners[name]})" if name in owners else ""))
+        groups.setdefault(activations.family(name), []).append(
+            name + (f" (from {owners[name]})" if name in owners else "")
+        )
     order = list(activations.FAMILIES) + sorted(set(groups) - set(activations.FAMILIES))
     for label in (f for f in order if f in groups):
         heading = activations.FAMILIES.get(label, label) + ":"
@@ -284,8 +374,10 @@ def _list(args: list[str]) -> int:
     print("models:")
     print("  " + ", ".join(models.names()) + ", or any timm model name")
     for p in plugins.loaded():  # where each plugin's names come from (built-ins are visionbench's own)
-        print(f"plugin {p.module} ({p.source}; version {p.version or '-'}, sha256 {(p.sha256 or '-')[:12]}, "
-              f"{p.file or '?'}):")
+        print(
+            f"plugin {p.module} ({p.source}; version {p.version or '-'}, sha256 {(p.sha256 or '-')[:12]}, "
+            f"{p.file or '?'}):"
+        )
         print(f"  activations: {', '.join(p.activations) or '-'}; models: {', '.join(p.models) or '-'}")
     return 0
 
@@ -337,6 +429,7 @@ def _main(argv: list[str] | None) -> int:
     cmd, rest = argv[0], argv[1:]
     if os.environ.get("VISIONBENCH_KERNELS"):  # a bad switch is one line here, not an error inside the first step
         from .activations import fused
+
         try:
             fused.check_backend()
         except ValueError as e:

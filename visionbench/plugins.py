@@ -15,6 +15,7 @@ file (or package) and its helpers: every module it brings in from outside the in
 library and visionbench (`helpers`: the modules first imported while it was imported, and those its names come
 from), so an edited helper module is a new version of the plugin too.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -90,7 +91,7 @@ def load(imports: Iterable[str] | str | None = (), entry_points: bool = True) ->
     for an `imports=` module that registers nothing."""
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:  # a researcher's my_acts.py beside them (the console script's
-        sys.path.append(cwd)                          # sys.path[0] is its bin folder, not the working directory)
+        sys.path.append(cwd)  # sys.path[0] is its bin folder, not the working directory)
     global _ENTRY_POINTS_DONE
     if entry_points and not _ENTRY_POINTS_DONE:
         _ENTRY_POINTS_DONE = True
@@ -119,9 +120,17 @@ def _registries() -> tuple[dict, dict]:
 
 # timm has no public way to unregister a model: these are the tables its `register_model` writes (timm 1.0,
 # timm/models/_registry.py), saved and put back by `snapshot`/`restore` only; nothing else reads them.
-_TIMM_TABLES = ("_model_entrypoints", "_model_to_module", "_module_to_models", "_model_has_pretrained",
-                "_model_default_cfgs", "_model_pretrained_cfgs", "_model_with_tags", "_deprecated_models",
-                "_module_to_deprecated_models")
+_TIMM_TABLES = (
+    "_model_entrypoints",
+    "_model_to_module",
+    "_module_to_models",
+    "_model_has_pretrained",
+    "_model_default_cfgs",
+    "_model_pretrained_cfgs",
+    "_model_with_tags",
+    "_deprecated_models",
+    "_module_to_deprecated_models",
+)
 
 
 def _timm_tables(saved: dict | None = None) -> dict:
@@ -203,8 +212,10 @@ def _import(name: str, where: str, version: str | None = None) -> Plugin:
         return _LOADED[name]
     hint = _module_name_hint(name)
     if hint:
-        raise PluginError(f"{where}: {name!r} is a file path or a relative name, not a module name; give the "
-                          f"module's name: {hint}", "imports")
+        raise PluginError(
+            f"{where}: {name!r} is a file path or a relative name, not a module name; give the module's name: {hint}",
+            "imports",
+        )
     acts_before, models_before = _registries()
     modules_before = set(sys.modules)
     try:
@@ -212,13 +223,18 @@ def _import(name: str, where: str, version: str | None = None) -> Plugin:
             warnings.simplefilter("always")
             module = importlib.import_module(name)
     except SystemExit as e:  # sys.exit() or exit() at its top level: not visionbench's exit, and no silent one
-        raise PluginError(f"{where}: plugin module {name!r} called sys.exit({e.code!r}) while being imported; a "
-                          f"plugin module must only define and register (no exit at import time)", "imports") from None
+        raise PluginError(
+            f"{where}: plugin module {name!r} called sys.exit({e.code!r}) while being imported; a "
+            f"plugin module must only define and register (no exit at import time)",
+            "imports",
+        ) from None
     except ModuleNotFoundError as e:
         if e.name and (name == e.name or name.startswith(e.name + ".")):
-            raise PluginError(f"{where}: no module named {name!r} in the current directory or on sys.path "
-                              f"(PYTHONPATH); give an importable module name, e.g. imports=my_acts for ./my_acts.py",
-                              "imports") from None
+            raise PluginError(
+                f"{where}: no module named {name!r} in the current directory or on sys.path "
+                f"(PYTHONPATH); give an importable module name, e.g. imports=my_acts for ./my_acts.py",
+                "imports",
+            ) from None
         raise PluginError(f"{where}: plugin module {name!r} failed to import: {_one_line(e)}", "imports") from None
     except ValueError as e:
         what = "is refused" if "already registered" in str(e) else "failed to import"  # the registry names both modules
@@ -232,18 +248,31 @@ def _import(name: str, where: str, version: str | None = None) -> Plugin:
     clash = [m for m in models_before if models_after.get(m) is not models_before[m]]
     if clash:
         old = models_before[clash[0]].__module__
-        raise PluginError(f"{where}: plugin module {name!r} registers model {clash[0]!r}, which {old} already "
-                          f"registers; give it another name", "imports")
+        raise PluginError(
+            f"{where}: plugin module {name!r} registers model {clash[0]!r}, which {old} already "
+            f"registers; give it another name",
+            "imports",
+        )
     file = getattr(module, "__file__", None)
     found = helpers(module, set(sys.modules) - modules_before)
-    plugin = Plugin(name, where, file, _digest(file, found), version or _version(module),
-                    sorted(a for a in acts_after if a not in acts_before or _owned(acts_after[a], name)),
-                    sorted(m for m in models_after if m not in models_before or _owned(models_after[m], name)),
-                    found)
+    plugin = Plugin(
+        name,
+        where,
+        file,
+        _digest(file, found),
+        version or _version(module),
+        sorted(a for a in acts_after if a not in acts_before or _owned(acts_after[a], name)),
+        sorted(m for m in models_after if m not in models_before or _owned(models_after[m], name)),
+        found,
+    )
     _LOADED[name] = plugin
     if not plugin.activations and not plugin.models:
-        warnings.warn(f"plugin module {name!r} ({where}) registered no activation and no model "
-                      "(visionbench.activations.register, timm's register_model)", PluginWarning, stacklevel=2)
+        warnings.warn(
+            f"plugin module {name!r} ({where}) registered no activation and no model "
+            "(visionbench.activations.register, timm's register_model)",
+            PluginWarning,
+            stacklevel=2,
+        )
     return plugin
 
 
@@ -381,4 +410,3 @@ def record(run: dict) -> dict:
     if found:
         run["plugins"] = [p.provenance() for p in found]
     return run
-

@@ -9,6 +9,7 @@ the others get a linearised start (`fit_start`) followed by a short float64 L-BF
 the same objective. Fits always use the plain formulas (their objective needs F' differentiated);
 the fitting itself is fitting.py's, which `fit`, `_objective` and `_refine` call.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,6 +20,7 @@ import torch
 from torch import nn
 
 from . import fitting, fused
+
 # the fitting's pieces, imported from here by the families and by check/, bench/, experiments/
 from .fitting import FitResult, SurrogateFit, one_thread, solve_least_squares  # noqa: F401
 from .targets import target_names
@@ -163,8 +165,10 @@ class LearnableActivation(nn.Module):
         key = self.fit_cache_key() + (target, INIT_INTERVAL)
         if key not in _FIT_CACHE:
             self.fit(target, INIT_INTERVAL)
-            _FIT_CACHE[key] = {name: p.detach()[0 if self.per_channel else slice(None)].to(
-                "cpu", torch.float64).clone() for name, p in self.named_parameters()}
+            _FIT_CACHE[key] = {
+                name: p.detach()[0 if self.per_channel else slice(None)].to("cpu", torch.float64).clone()
+                for name, p in self.named_parameters()
+            }
         self.set_coefficients(**_FIT_CACHE[key])
 
     def fit_cache_key(self) -> tuple:
@@ -201,8 +205,11 @@ class LearnableActivation(nn.Module):
         if not self.per_channel:
             return self(x)
         c = self.num_channels
-        return self(x[:, None].expand(-1, c)).mean(dim=1) if self.channel_axis(x[:, None].expand(-1, c)) == 1 \
+        return (
+            self(x[:, None].expand(-1, c)).mean(dim=1)
+            if self.channel_axis(x[:, None].expand(-1, c)) == 1
             else self(x[None, :].expand(c, -1)).mean(dim=0)
+        )
 
     def fit(
         self,

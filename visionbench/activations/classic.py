@@ -17,6 +17,7 @@ closed form, so autograd keeps only x. StarReLU is linear in (s, b) and gets the
 least-squares fit (`basis`); the others start from a closed-form or grid-searched point
 (`fit_start`) that the base class's L-BFGS refines.
 """
+
 from __future__ import annotations
 
 import torch
@@ -199,8 +200,12 @@ def _acon_backward(x, g, p1, p2, b):
     h = s + (beta * u) * ds
     gx = g * x
     gxh = gx * h
-    return (g * (d * h + lo), reduce_to(gxh, hi).unsqueeze(-1), reduce_to(gx - gxh, lo).unsqueeze(-1),
-            reduce_to(g * (u * u) * ds, beta).unsqueeze(-1))
+    return (
+        g * (d * h + lo),
+        reduce_to(gxh, hi).unsqueeze(-1),
+        reduce_to(gx - gxh, lo).unsqueeze(-1),
+        reduce_to(g * (u * u) * ds, beta).unsqueeze(-1),
+    )
 
 
 @register("acon_c")
@@ -256,8 +261,9 @@ class AconC(_BoundedBeta):
             cols = torch.stack([x * s, x], 1)
             dcols = torch.stack([s + a * x * s * (1.0 - s), torch.ones_like(x)], 1)
             d, lo = solve_least_squares(torch.cat([cols, dcols]), torch.cat([y, dy])).tolist()
-            loss = float(_objective(cols @ x.new_tensor([d, lo])[:, None], dcols @ x.new_tensor([d, lo])[:, None],
-                                    y, dy))
+            loss = float(
+                _objective(cols @ x.new_tensor([d, lo])[:, None], dcols @ x.new_tensor([d, lo])[:, None], y, dy)
+            )
             if loss < best_loss:
                 best, best_loss = (d, lo, a), loss
         d, lo, a = best
@@ -278,8 +284,7 @@ def _star_forward(x, s, b):
 def _star_backward(x, g, s, b):
     scale = s[..., 0]
     r = torch.relu(x)
-    return (g * (2.0 * scale) * r, reduce_to(g * (r * r), scale).unsqueeze(-1),
-            reduce_to(g, b[..., 0]).unsqueeze(-1))
+    return (g * (2.0 * scale) * r, reduce_to(g * (r * r), scale).unsqueeze(-1), reduce_to(g, b[..., 0]).unsqueeze(-1))
 
 
 @register("star_relu")

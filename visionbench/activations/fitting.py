@@ -12,6 +12,7 @@ objective needs F' differentiated), in float64, on one thread, every channel ali
 the families whose layer depends on input statistics. Nothing here knows a family; base.py's `LearnableActivation`
 holds the hooks and calls in.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -143,8 +144,15 @@ def refine(module: LearnableActivation, x, y, dy, derivative: bool, steps: int) 
     flags = [p.requires_grad for p in params]
     for p in params:
         p.requires_grad_(True)
-    opt = torch.optim.LBFGS(params, lr=1.0, max_iter=steps, tolerance_grad=1e-12,
-                            tolerance_change=1e-15, history_size=50, line_search_fn="strong_wolfe")
+    opt = torch.optim.LBFGS(
+        params,
+        lr=1.0,
+        max_iter=steps,
+        tolerance_grad=1e-12,
+        tolerance_change=1e-15,
+        history_size=50,
+        line_search_fn="strong_wolfe",
+    )
 
     def closure():
         opt.zero_grad()

@@ -1,4 +1,5 @@
 """Fixed (coefficient-free) activations. Each takes `inplace`, as timm calls `act_layer(inplace=True)`."""
+
 from __future__ import annotations
 
 import torch

@@ -7,6 +7,7 @@
 The fused kernel evaluates one harmonic at a time; its backward recomputes cos and sin of each
 argument (one sincos per harmonic and element), which makes this the costliest family per element.
 """
+
 from __future__ import annotations
 
 import math
@@ -112,8 +113,10 @@ class Fourier(LearnableActivation):
 
     def _reset_frequencies(self) -> None:
         n = self.degree
-        self.set_coefficients(frequency=torch.arange(1, n + 1, dtype=torch.float64),
-                             phase=torch.full((n,), math.pi / 4, dtype=torch.float64))
+        self.set_coefficients(
+            frequency=torch.arange(1, n + 1, dtype=torch.float64),
+            phase=torch.full((n,), math.pi / 4, dtype=torch.float64),
+        )
 
     def init_variance_preserving(self) -> None:
         # Thm 3.13: a_k = 1, a_0 = sqrt(1 - 1/(n!)^2) equalise the gains; Cor 3.14 divides all by
@@ -126,8 +129,9 @@ class Fourier(LearnableActivation):
 
     # ---- forward -----------------------------------------------------------------------
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.run_elementwise("fourier", _fused_forward, _fused_backward, x, self.weight, self.frequency,
-                                    self.phase, degree=self.degree)
+        return self.run_elementwise(
+            "fourier", _fused_forward, _fused_backward, x, self.weight, self.frequency, self.phase, degree=self.degree
+        )
 
     def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
         # One harmonic at a time: memory stays at a few tensors of x's size instead of n of them.
@@ -141,8 +145,8 @@ class Fourier(LearnableActivation):
     def _terms(self, x: torch.Tensor, w: torch.Tensor, f: torch.Tensor, phi: torch.Tensor):
         """F and F' on 1-D x for coefficient rows w (R, n+1), f, phi (R, n): both (len(x), R)."""
         scale = x.new_tensor(self._scale[1:])
-        arg = x[:, None, None] * f - phi                        # (N, R, n)
-        amp = w[:, 1:] * scale                                  # (R, n)
+        arg = x[:, None, None] * f - phi  # (N, R, n)
+        amp = w[:, 1:] * scale  # (R, n)
         value = w[:, 0] + (amp * torch.cos(arg)).sum(-1)
         deriv = -(amp * f * torch.sin(arg)).sum(-1)
         return value, deriv
@@ -173,8 +177,9 @@ class Fourier(LearnableActivation):
         # Same objective as the base class, with F' in closed form instead of a double backward
         # through `forward`: one (N, C, n) evaluation per L-BFGS step keeps the fit fast.
         n = self.degree
-        value, deriv = self._terms(x, self.weight.reshape(-1, n + 1), self.frequency.reshape(-1, n),
-                                   self.phase.reshape(-1, n))
+        value, deriv = self._terms(
+            x, self.weight.reshape(-1, n + 1), self.frequency.reshape(-1, n), self.phase.reshape(-1, n)
+        )
         value, deriv = value.mean(dim=1), deriv.mean(dim=1)  # channel mean, as in `fit_forward`
         loss = (value - y).pow(2).mean()
         if derivative:

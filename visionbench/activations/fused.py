@@ -41,6 +41,7 @@ inductor's on-disk cache makes later processes fast. Compilation is skipped for 
 fails falls back to the same functions run eagerly, with one warning. On CUDA the default (`auto`)
 runs the families' hand-written Triton kernels instead (`triton_ops.py`, `backend_for`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -191,6 +192,7 @@ def backend_for(x: torch.Tensor) -> str:
     name = backend()
     if name in ("auto", "triton"):
         from . import triton_ops
+
         if triton_ops.runs_on(x) and (name == "triton" or x.device.type == "cuda"):
             return "triton"
         return "compile"
@@ -251,7 +253,9 @@ class Kernel:
         # Kernels never see autograd: detached inputs spare dynamo guards on requires_grad and its
         # warnings about reading .grad of non-leaf tensors (coefficient views are non-leaves).
         fn, x, tensors = self.functions[which], x.detach(), [t.detach() for t in tensors]
-        if backend() != "eager" and x.numel() >= compile_min_numel() and not transforms_active():  # vmap's tensors: eager
+        if (
+            backend() != "eager" and x.numel() >= compile_min_numel() and not transforms_active()
+        ):  # vmap's tensors: eager
             key = self.key + (which, x.dtype, str(x.device))
             compiled = self._compiled(key, fn)
             if compiled is not None:
@@ -260,8 +264,11 @@ class Kernel:
                 except Exception as e:  # noqa: BLE001 - any compiler failure means "run eagerly"
                     out = fn(x, *tensors, **self.config)  # a genuine input error raises here again
                     _COMPILED[key] = None
-                    warnings.warn(f"visionbench: torch.compile failed for {self.name} {which} "
-                                  f"({type(e).__name__}: {str(e)[:200]}); using the eager kernel", stacklevel=3)
+                    warnings.warn(
+                        f"visionbench: torch.compile failed for {self.name} {which} "
+                        f"({type(e).__name__}: {str(e)[:200]}); using the eager kernel",
+                        stacklevel=3,
+                    )
                     return out
         return fn(x, *tensors, **self.config)
 
@@ -271,8 +278,10 @@ class Kernel:
             try:
                 _COMPILED[key] = torch.compile(_own_code(fn, self.config, tag), fullgraph=True)
             except Exception as e:  # noqa: BLE001 - e.g. a platform torch.compile does not support
-                warnings.warn(f"visionbench: torch.compile unavailable ({type(e).__name__}: {e}); "
-                              "using eager kernels", stacklevel=4)
+                warnings.warn(
+                    f"visionbench: torch.compile unavailable ({type(e).__name__}: {e}); using eager kernels",
+                    stacklevel=4,
+                )
                 _COMPILED[key] = None
         return _COMPILED[key]
 
@@ -298,7 +307,7 @@ def _setup(ctx, inputs: tuple, output: tuple) -> None:
 @once_differentiable  # training needs first derivatives only; `fit` uses the plain formulas
 def _backward(ctx, grad_y: torch.Tensor, *unused):
     x, *rest = ctx.saved_tensors
-    coefs, aux = rest[: ctx.num_coefs], rest[ctx.num_coefs:]
+    coefs, aux = rest[: ctx.num_coefs], rest[ctx.num_coefs :]
     grads = ctx.kernel.backward(x, grad_y, *coefs, *aux)
     return (None, *grads)
 
@@ -336,8 +345,10 @@ class VmapFusedFunction(torch.autograd.Function):
         if torch.is_grad_enabled():
             # create_graph=True: vmap's generated rule hands `once_differentiable` unbatched inputs
             # that need no grad, so it would skip its DelayedError and leave zeros for later
-            raise RuntimeError("visionbench: the fused kernels are differentiable once; a backward with "
-                               "create_graph=True under torch.func.vmap needs fused.reference_path()")
+            raise RuntimeError(
+                "visionbench: the fused kernels are differentiable once; a backward with "
+                "create_graph=True under torch.func.vmap needs fused.reference_path()"
+            )
         return _backward(ctx, grad_y)
 
 
@@ -363,9 +374,11 @@ def _check_transforms(kernel: Kernel) -> None:
     kinds = {i.key().name for i in stack} if stack else {"unknown"}
     refused = sorted(kinds - {"Vmap", "Functionalize"})
     if refused:
-        raise RuntimeError(f"visionbench: the fused {kernel.name} kernel supports torch.func.vmap only, not "
-                           f"{'/'.join(refused)} transforms; call the activation module (it takes the plain "
-                           "formulas under torch.func transforms) or use fused.reference_path()")
+        raise RuntimeError(
+            f"visionbench: the fused {kernel.name} kernel supports torch.func.vmap only, not "
+            f"{'/'.join(refused)} transforms; call the activation module (it takes the plain "
+            "formulas under torch.func transforms) or use fused.reference_path()"
+        )
 
 
 def broadcast(c: torch.Tensor, x: torch.Tensor, channel_axis: int) -> torch.Tensor:
@@ -375,8 +388,9 @@ def broadcast(c: torch.Tensor, x: torch.Tensor, channel_axis: int) -> torch.Tens
     return c.reshape([c.shape[0]] + [1] * (x.dim() - 1 - channel_axis) + [c.shape[-1]])
 
 
-def elementwise(name: str, forward: Callable, backward: Callable, x: torch.Tensor, channel_axis: int,
-                *coefs: torch.Tensor, **config) -> torch.Tensor:
+def elementwise(
+    name: str, forward: Callable, backward: Callable, x: torch.Tensor, channel_axis: int, *coefs: torch.Tensor, **config
+) -> torch.Tensor:
     """F(x) of a family that is elementwise given its coefficients, each (K,) shared or (C, K) per channel.
 
     On the Triton backend (`backend_for`) the family's Triton kernels run (`triton_ops`), where it has
@@ -385,14 +399,21 @@ def elementwise(name: str, forward: Callable, backward: Callable, x: torch.Tenso
     """
     if backend_for(x) == "triton":
         from . import triton_ops
+
         if triton_ops.has(name):
             return triton_ops.elementwise(name, x, channel_axis, *coefs, **config)
     if any(c.dim() == 2 for c in coefs):
-        post = math.prod(x.shape[channel_axis + 1:])
+        post = math.prod(x.shape[channel_axis + 1 :])
         if post > 1 and x.is_contiguous():
             x3 = x.view(math.prod(x.shape[:channel_axis]), x.shape[channel_axis], post)
-            kernel = Kernel(name, _rows_forward, _rows_backward, inner_forward=forward, inner_backward=backward,
-                            inner_config=tuple(sorted(config.items())))
+            kernel = Kernel(
+                name,
+                _rows_forward,
+                _rows_backward,
+                inner_forward=forward,
+                inner_backward=backward,
+                inner_config=tuple(sorted(config.items())),
+            )
             return apply(kernel, x3, *coefs)[0].view(x.shape)
         coefs = tuple(broadcast(c, x, channel_axis) for c in coefs)
     return apply(Kernel(name, forward, backward, **config), x, *coefs)[0]
@@ -401,8 +422,10 @@ def elementwise(name: str, forward: Callable, backward: Callable, x: torch.Tenso
 def _as_rows(x, coefs):
     """x (pre, C, post) as rows (pre C, post); per-channel coefficients (C, K) as (pre C, 1, K)."""
     pre, c, post = x.shape
-    rows = [t.unsqueeze(0).expand(pre, c, t.shape[-1]).reshape(pre * c, 1, t.shape[-1]) if t.dim() == 2 else t
-            for t in coefs]
+    rows = [
+        t.unsqueeze(0).expand(pre, c, t.shape[-1]).reshape(pre * c, 1, t.shape[-1]) if t.dim() == 2 else t
+        for t in coefs
+    ]
     return x.reshape(pre * c, post), rows
 
 

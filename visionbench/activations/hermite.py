@@ -7,6 +7,7 @@
 The fused kernel runs the same recurrence; its backward uses P_k' = P_(k-1) (He_k' = k He_(k-1)),
 so F'(z) = sum_{k>=1} a_k P_(k-1)(z) comes out of the same loop.
 """
+
 from __future__ import annotations
 
 import math
@@ -125,8 +126,9 @@ class Hermite(LearnableActivation):
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
         coefs = [self.weight] + ([self.clamp_limit] if self.clamp else [])
-        return self.run_elementwise("hermite", _fused_forward, _fused_backward, x, *coefs, degree=self.degree,
-                                    clamp=self.clamp)
+        return self.run_elementwise(
+            "hermite", _fused_forward, _fused_backward, x, *coefs, degree=self.degree, clamp=self.clamp
+        )
 
     def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
         z = self._clamped(x)
@@ -153,5 +155,6 @@ class Hermite(LearnableActivation):
         return {"weight": theta}
 
     def extra_repr(self) -> str:
-        return ", ".join(filter(None, [f"degree={self.degree}", "clamp=True" if self.clamp else "",
-                                       super().extra_repr()]))
+        return ", ".join(
+            filter(None, [f"degree={self.degree}", "clamp=True" if self.clamp else "", super().extra_repr()])
+        )

@@ -13,6 +13,7 @@ by the constant q = exp(-2 a) per step (E_{i+1} / E_i = exp(a (2 (v - i + m) - 1
 kernel walks the dictionary outwards from the middle with those ratios (2 multiplies per atom
 instead of an exp), and its backward recomputes them: autograd keeps only x.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,7 +45,7 @@ def _kernel_values(x, *, start: float, spacing: float, size: int, a: float):
     q = math.exp(-2.0 * a)
     e_mid = torch.exp(-a * v * v)
     up = torch.exp(a * (2.0 * v - 1.0))  # E_{m+1} / E_m
-    down = q / up                         # E_{m-1} / E_m
+    down = q / up  # E_{m-1} / E_m
     out = [(m, e_mid)]
     e, r = e_mid, up
     for i in range(m + 1, size):
@@ -121,7 +122,7 @@ class KAF(LearnableActivation):
             raise ValueError(f"kaf: boundary must be a finite number > 0, got {boundary!r}")
         self.boundary = float(boundary)
         self.spacing = 2.0 * self.boundary / (self.dictionary_size - 1)
-        self.gamma = BANDWIDTH_RULE / self.spacing ** 2
+        self.gamma = BANDWIDTH_RULE / self.spacing**2
         self.weight = self.coefficient(torch.zeros(self.dictionary_size))
         self.reset_parameters(init)
 
@@ -146,8 +147,17 @@ class KAF(LearnableActivation):
         return out
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.run_elementwise("kaf", _kaf_forward, _kaf_backward, x, self.weight, start=-self.boundary,
-                                    spacing=self.spacing, size=self.dictionary_size, a=BANDWIDTH_RULE)
+        return self.run_elementwise(
+            "kaf",
+            _kaf_forward,
+            _kaf_backward,
+            x,
+            self.weight,
+            start=-self.boundary,
+            spacing=self.spacing,
+            size=self.dictionary_size,
+            a=BANDWIDTH_RULE,
+        )
 
     # ---- fitting (linear in alpha) -------------------------------------------------------
     def basis(self, x: torch.Tensor) -> torch.Tensor:
@@ -158,5 +168,6 @@ class KAF(LearnableActivation):
         return {"weight": theta}
 
     def extra_repr(self) -> str:
-        return ", ".join(filter(None, [f"dictionary_size={self.dictionary_size}, boundary={self.boundary:g}",
-                                       super().extra_repr()]))
+        return ", ".join(
+            filter(None, [f"dictionary_size={self.dictionary_size}, boundary={self.boundary:g}", super().extra_repr()])
+        )

@@ -8,6 +8,7 @@ functions to improve deep neural networks", Eq. 1): ReLU plus S learnable hinges
 The fused kernel evaluates the S hinges one at a time; its backward finds which hinges are active
 again from x, so autograd keeps only x (the plain formula keeps one mask per hinge).
 """
+
 from __future__ import annotations
 
 import math
@@ -108,8 +109,7 @@ class APL(LearnableActivation):
         return out
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.run_elementwise("apl", _apl_forward, _apl_backward, x, self.slope, self.hinge,
-                                    hinges=self.hinges)
+        return self.run_elementwise("apl", _apl_forward, _apl_backward, x, self.slope, self.hinge, hinges=self.hinges)
 
     # ---- fitting: hinges on a grid, slopes by least squares, then L-BFGS over both -------
     def fit_start(self, x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor) -> None:

@@ -9,6 +9,7 @@ SLAF's eval mode); PolyNorm keeps its normalisers, one per power and per positio
 input each), for the backward, where the chain rule through the mean over channels gives
 dL/dx = sum_i i x^(i-1) n_i (a_i g - n_i^2 x^i mean_c(g a_i x^i)).
 """
+
 from __future__ import annotations
 
 import math
@@ -181,9 +182,16 @@ class PolyNorm(SurrogateFit, LearnableActivation):
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
         if fused.backend_for(x) == "triton":
             from . import triton_normalized
+
             return triton_normalized.polynorm(x, self.channel_axis(x), self.weight, self.eps)
-        kernel = fused.Kernel("polynorm", _polynorm_forward, _polynorm_backward, degree=self.degree,
-                              eps=self.eps, dim=self.channel_axis(x) - x.dim())  # negative: any rank alike
+        kernel = fused.Kernel(
+            "polynorm",
+            _polynorm_forward,
+            _polynorm_backward,
+            degree=self.degree,
+            eps=self.eps,
+            dim=self.channel_axis(x) - x.dim(),
+        )  # negative: any rank alike
         return fused.apply(kernel, x, self.coef_view(self.weight, x))[0]
 
     def reference_forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -20,6 +20,7 @@ paper fits LeakyReLU or GELU), computed in milliseconds and cached per process, 
 004's runs started from those. Both agree on [-3, 3] (within 0.01) but not beyond (up to 1-2 on
 [-10, 10]), where plain VGG and the norm-free ViT put many inputs.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -46,8 +47,7 @@ def _check_degrees(degrees) -> tuple[int, int]:
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise ValueError(f"rational: degrees must be a pair of integers (m, n) with m >= 1 and n >= 1, "
-                         f"got {degrees!r}")
+        raise ValueError(f"rational: degrees must be a pair of integers (m, n) with m >= 1 and n >= 1, got {degrees!r}")
     return int(m), int(n)
 
 
@@ -129,8 +129,14 @@ def _fused_backward(x, g, a, b, *, form: str, m: int, n: int):
 
 
 def _plain_rational_fit(
-    x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor, m: int, exps: list[int], use_abs: bool,
-    nonneg: bool = False, iterations: int = 4,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    dy: torch.Tensor,
+    m: int,
+    exps: list[int],
+    use_abs: bool,
+    nonneg: bool = False,
+    iterations: int = 4,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Least squares for P / (1 + sum_j c_j u^j), u = |x| if `use_abs` else x, matching g and g' on x.
 
@@ -146,8 +152,7 @@ def _plain_rational_fit(
     pd = torch.stack([i * x ** max(i - 1, 0) for i in range(m + 1)], 1)
     sv = torch.stack([u**j for j in exps], 1) if exps else x.new_zeros(len(x), 0)
     sd = torch.stack([j * u ** (j - 1) * du for j in exps], 1) if exps else x.new_zeros(len(x), 0)
-    a = torch.cat([torch.cat([pv, -y[:, None] * sv], 1),
-                   torch.cat([pd, -dy[:, None] * sv - y[:, None] * sd], 1)])
+    a = torch.cat([torch.cat([pv, -y[:, None] * sv], 1), torch.cat([pd, -dy[:, None] * sv - y[:, None] * sd], 1)])
     rhs = torch.cat([y, dy])
     keep = list(range(len(exps)))
     while True:
@@ -155,11 +160,11 @@ def _plain_rational_fit(
         w = torch.ones_like(rhs)
         for _ in range(iterations):
             theta = solve_least_squares(a[:, cols] * w[:, None], rhs * w)
-            q = 1.0 + sv[:, keep] @ theta[m + 1:]
+            q = 1.0 + sv[:, keep] @ theta[m + 1 :]
             if bool((q <= 0).any()):  # a pole inside the interval: stop reweighting by it
                 break
             w = torch.cat([1.0 / q, 1.0 / q])
-        den = theta[m + 1:]
+        den = theta[m + 1 :]
         if not nonneg or not keep or bool((den >= 0).all()):
             break
         del keep[int(den.argmin())]  # greedy active set: drop the most negative denominator term
@@ -201,8 +206,14 @@ class Rational(LearnableActivation):
     # (longer L-BFGS runs moved the sup errors by < 10 %), and 10 steps keep a fit well under 0.1 s.
     refine_steps = 10
 
-    def __init__(self, degrees: tuple[int, int] = (5, 4), version: str = "A", init: str = "gelu",
-                 init_source: str = "fit", **kwargs):
+    def __init__(
+        self,
+        degrees: tuple[int, int] = (5, 4),
+        version: str = "A",
+        init: str = "gelu",
+        init_source: str = "fit",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.degrees = _check_degrees(degrees)
         self.version = _check_version(version)
@@ -229,8 +240,17 @@ class Rational(LearnableActivation):
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
         m, n = self.degrees
-        return self.run_elementwise("rational", _fused_forward, _fused_backward, x, self._numerator(),
-                                    self.denominator, form="B" if self.version == "D" else self.version, m=m, n=n)
+        return self.run_elementwise(
+            "rational",
+            _fused_forward,
+            _fused_backward,
+            x,
+            self._numerator(),
+            self.denominator,
+            form="B" if self.version == "D" else self.version,
+            m=m,
+            n=n,
+        )
 
     # ---- initialisation and fitting ----------------------------------------------------
     def reset_parameters(self, init: str = "gelu") -> None:
@@ -240,8 +260,10 @@ class Rational(LearnableActivation):
         key = "gelu" if key == "default" else key
         if self.init_source == "rational_activations":
             fit = published_fit(self.version, self.degrees, key)  # ValueError lists what is stored
-            self.set_coefficients(numerator=torch.tensor(fit.numerator, dtype=torch.float64),
-                                  denominator=torch.tensor(fit.denominator, dtype=torch.float64))
+            self.set_coefficients(
+                numerator=torch.tensor(fit.numerator, dtype=torch.float64),
+                denominator=torch.tensor(fit.denominator, dtype=torch.float64),
+            )
             return
         super().reset_parameters(key)  # ValueError lists the accepted inits
 
@@ -277,8 +299,7 @@ class Rational(LearnableActivation):
                 best, best_loss = coefs, loss
         self.set_coefficients(**best)
 
-    def _refine(self, x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor, derivative: bool,
-                steps: int) -> None:
+    def _refine(self, x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor, derivative: bool, steps: int) -> None:
         """The base L-BFGS refinement; then, for version A, |b_j| >= 1e-5 and the numerator re-solved.
 
         d|b|/db = sign(b) is 0 at b = 0, so a denominator term the fit drives to 0 would never be
@@ -296,14 +317,18 @@ class Rational(LearnableActivation):
         feats = torch.stack([xg**i for i in range(self.degrees[0] + 1)], 1) / q[:, None]
         rows, rhs = [feats.detach()], [y]
         if derivative:
-            rows.append(torch.stack([torch.autograd.grad(feats[:, i].sum(), xg, retain_graph=True)[0]
-                                     for i in range(feats.shape[1])], 1))
+            rows.append(
+                torch.stack(
+                    [torch.autograd.grad(feats[:, i].sum(), xg, retain_graph=True)[0] for i in range(feats.shape[1])], 1
+                )
+            )
             rhs.append(dy)
         a = solve_least_squares(torch.cat(rows), torch.cat(rhs))
         self.set_coefficients(numerator=a)
 
-    def _to_version(self, x: torch.Tensor, num: torch.Tensor, den: torch.Tensor,
-                    exps: list[int]) -> dict[str, torch.Tensor]:
+    def _to_version(
+        self, x: torch.Tensor, num: torch.Tensor, den: torch.Tensor, exps: list[int]
+    ) -> dict[str, torch.Tensor]:
         """Coefficients of this version for the plain rational num / (1 + sum_j den_j x^j)."""
         m, n = self.degrees
         if self.version == "C":
@@ -322,5 +347,6 @@ class Rational(LearnableActivation):
 
     def extra_repr(self) -> str:
         source = f"init_source={self.init_source!r}" if self.init_source != "fit" else ""
-        return ", ".join(filter(None, [f"degrees={self.degrees}", f"version={self.version!r}", source,
-                                       super().extra_repr()]))
+        return ", ".join(
+            filter(None, [f"degrees={self.degrees}", f"version={self.version!r}", source, super().extra_repr()])
+        )

@@ -1,9 +1,10 @@
 """Activation registry: look activations up by name, build them, hand them to timm.
 
-    >>> from visionbench import activations
-    >>> activations.create("rational", version="B")
-    >>> activations.get_act_layer("hermite", degree=4)   # what timm takes as act_layer
+>>> from visionbench import activations
+>>> activations.create("rational", version="B")
+>>> activations.get_act_layer("hermite", degree=4)   # what timm takes as act_layer
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,17 +33,21 @@ def register(name: str | None = None, *, aliases: tuple[str, ...] = ()):
         key = (name or cls.__name__).lower()
         bad = next((n for n in (key, *aliases) if not isinstance(n, str) or not NAME.fullmatch(n) or ".." in n), None)
         if bad is not None:
-            raise ValueError(f"activation name {bad!r} of {cls.__module__}.{cls.__name__} cannot name a folder "
-                             "(runs/<recipe>/<act>/seed_<k>): use letters, digits and '_' (then also '.', '+', '-'); "
-                             "no '/', '\\', '..', spaces, brackets, commas or '='")
+            raise ValueError(
+                f"activation name {bad!r} of {cls.__module__}.{cls.__name__} cannot name a folder "
+                "(runs/<recipe>/<act>/seed_<k>): use letters, digits and '_' (then also '.', '+', '-'); "
+                "no '/', '\\', '..', spaces, brackets, commas or '='"
+            )
         reserved = [n for n in (key, *aliases) if n in RESERVED]
         if reserved:
             raise ValueError(f"activation name {reserved[0]!r} is reserved: act=all sweeps every activation")
         taken = next((n for n in (key, *aliases) if n in _REGISTRY or n in _ALIASES), None)
         if taken:  # a plugin may not replace a built-in (nor another plugin's): name both modules
             other = _REGISTRY[_ALIASES.get(taken, taken)].__module__
-            raise ValueError(f"activation {taken!r} of {cls.__module__}.{cls.__name__} is already registered by "
-                             f"{other}; give it another name (@register(\"my_name\"))")
+            raise ValueError(
+                f"activation {taken!r} of {cls.__module__}.{cls.__name__} is already registered by "
+                f'{other}; give it another name (@register("my_name"))'
+            )
         _REGISTRY[key] = cls
         cls.registry_name = key
         for alias in aliases:
@@ -90,8 +95,10 @@ def resolve(name: str) -> str:
     key = name.lower().strip()
     key = _ALIASES.get(key, key)
     if key not in _REGISTRY:
-        raise ValueError(f"unknown activation {name!r}; known: {', '.join(names(include_aliases=True))} "
-                         "(your own: load the module that registers it with imports=MODULE, docs/your_activation.md)")
+        raise ValueError(
+            f"unknown activation {name!r}; known: {', '.join(names(include_aliases=True))} "
+            "(your own: load the module that registers it with imports=MODULE, docs/your_activation.md)"
+        )
     return key
 
 
@@ -135,8 +142,11 @@ def accepted_kwargs(name: str) -> list[str]:
         if "__init__" not in vars(klass):
             continue
         params = inspect.signature(klass.__init__).parameters
-        out += [p for p, v in params.items() if p != "self" and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD)
-                and p not in out]
+        out += [
+            p
+            for p, v in params.items()
+            if p != "self" and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD) and p not in out
+        ]
         if not any(v.kind == v.VAR_KEYWORD for v in params.values()):
             break
     return out

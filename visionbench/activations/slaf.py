@@ -9,6 +9,7 @@ Horner kernel without the ReLU); in training the per-channel statistics are redu
 kernel, and the backward is BatchNorm's, once per power: with z_i = (x^i - m_i) r_i,
 dL/dx = sum_i i x^(i-1) a_i r_i (g - mean(g) - z_i mean(g z_i)), means per channel.
 """
+
 from __future__ import annotations
 
 import math
@@ -119,8 +120,7 @@ class SLAF(SurrogateFit, LearnableActivation):
     # is even for both targets.
     fit_tolerance = {"gelu": (0.25, 0.45), "relu": (0.4, 0.55)}
 
-    def __init__(self, degree: int = 2, init: str = "default", momentum: float = 0.01, eps: float = 1e-5,
-                 **kwargs):
+    def __init__(self, degree: int = 2, init: str = "default", momentum: float = 0.01, eps: float = 1e-5, **kwargs):
         stat_channels = kwargs.get("num_channels")
         super().__init__(**kwargs)
         self.degree = check_count("slaf", "degree", degree)
@@ -154,19 +154,23 @@ class SLAF(SurrogateFit, LearnableActivation):
                 self.running_mean = self.running_mean.expand(channels, -1).clone()
                 self.running_var = self.running_var.expand(channels, -1).clone()
             return
-        raise ValueError(f"slaf: statistics are for {rows} channels, input has {channels} "
-                         f"on dim {self.channel_dim if self.channel_dim is not None else 'auto'}")
+        raise ValueError(
+            f"slaf: statistics are for {rows} channels, input has {channels} "
+            f"on dim {self.channel_dim if self.channel_dim is not None else 'auto'}"
+        )
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                              error_msgs):
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
         # A lazily sized module adopts the channel count of the statistics it is given.
         if self.stat_channels is None:
             for name in ("running_mean", "running_var"):
                 saved, mine = state_dict.get(prefix + name), getattr(self, name)
                 if saved is not None and saved.dim() == 2 and saved.shape != mine.shape:
                     setattr(self, name, torch.empty(saved.shape, dtype=mine.dtype, device=mine.device))
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                                      error_msgs)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
 
     def _per_channel(self, t: torch.Tensor, x: torch.Tensor, dim: int) -> torch.Tensor:
         shape = [1] * x.dim()
@@ -177,17 +181,22 @@ class SLAF(SurrogateFit, LearnableActivation):
     def _eval_polynomial(self, x: torch.Tensor, dim: int) -> list[torch.Tensor]:
         """Fixed statistics make F a polynomial in x: its coefficients c_0..c_k, per channel."""
         self._check_channels(x.shape[dim], materialise=False)
-        scale = [self.coef(self.weight, i + 1, x) * self._per_channel(
-            torch.rsqrt(self.running_var[:, i] + self.eps), x, dim) for i in range(self.degree)]
+        scale = [
+            self.coef(self.weight, i + 1, x) * self._per_channel(torch.rsqrt(self.running_var[:, i] + self.eps), x, dim)
+            for i in range(self.degree)
+        ]
         shift = self.coef(self.weight, 0, x) - sum(
-            s * self._per_channel(self.running_mean[:, i], x, dim) for i, s in enumerate(scale))
+            s * self._per_channel(self.running_mean[:, i], x, dim) for i, s in enumerate(scale)
+        )
         return [shift] + scale
 
     def _check_batch(self, x: torch.Tensor, dim: int) -> int:
         n = x.numel() // max(x.shape[dim], 1)
         if n < 2:
-            raise ValueError(f"slaf: training needs more than one value per channel, got input of shape "
-                             f"{tuple(x.shape)} with channels on dim {dim}")
+            raise ValueError(
+                f"slaf: training needs more than one value per channel, got input of shape "
+                f"{tuple(x.shape)} with channels on dim {dim}"
+            )
         self._check_channels(x.shape[dim], materialise=True)
         return n
 
@@ -209,10 +218,12 @@ class SLAF(SurrogateFit, LearnableActivation):
         n = self._check_batch(x, dim)
         if fused.backend_for(x) == "triton":
             from . import triton_normalized
+
             out, *stats = triton_normalized.slaf_train(x, dim, self.weight, self.eps)
         else:
-            kernel = fused.Kernel("slaf", _train_forward, _train_backward, degree=self.degree, eps=self.eps,
-                                  dim=dim - x.dim())
+            kernel = fused.Kernel(
+                "slaf", _train_forward, _train_backward, degree=self.degree, eps=self.eps, dim=dim - x.dim()
+            )
             out, *stats = fused.apply(kernel, x, self.coef_view(self.weight, x))
         self._update_running(stats[0::2], stats[1::2], n)
         return out
@@ -265,8 +276,13 @@ class SLAF(SurrogateFit, LearnableActivation):
         a = torch.linalg.solve(gram, rhs)
         self.set_coefficients(weight=torch.cat([a.new_tensor([_normal_half_moment(1)]), a]))
 
-    def fit(self, target, interval: tuple[float, float] = (-3.0, 3.0), derivative: bool = True,
-            refine_steps: int | None = None) -> FitResult:
+    def fit(
+        self,
+        target,
+        interval: tuple[float, float] = (-3.0, 3.0),
+        derivative: bool = True,
+        refine_steps: int | None = None,
+    ) -> FitResult:
         """Fit the eval-mode function for N(0, 1) input: the running statistics are first reset to
         the moments of x^i under N(0, 1) (`reset_running_stats`), then F ≈ g is one least-squares
         solve (see `LearnableActivation.fit`). In training the batch statistics take over."""
@@ -285,5 +301,6 @@ class SLAF(SurrogateFit, LearnableActivation):
 
     def extra_repr(self) -> str:
         stats = f"stat_channels={self.stat_channels or 'lazy'}"
-        return ", ".join(filter(None, [f"degree={self.degree}", f"momentum={self.momentum}", stats,
-                                       super().extra_repr()]))
+        return ", ".join(
+            filter(None, [f"degree={self.degree}", f"momentum={self.momentum}", stats, super().extra_repr()])
+        )

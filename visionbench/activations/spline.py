@@ -14,6 +14,7 @@ Cox-de Boor polynomials: `local_polynomials`), then runs Horner's rule; no [N, G
 ever formed. Its backward recomputes from x: dphi/dx by the same gather, dphi/dc_i by one fused
 reduction per coefficient of g B_i(x), each B_i in closed form (`_cardinal`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -46,7 +47,7 @@ def cox_de_boor(x: torch.Tensor, t: torch.Tensor, order: int) -> torch.Tensor:
     basis = ((xe >= t[:-1]) & (xe < t[1:])).to(x.dtype)
     for d in range(1, order + 1):
         left = (xe - t[: -(d + 1)]) / (t[d:-1] - t[: -(d + 1)])
-        right = (t[d + 1:] - xe) / (t[d + 1:] - t[1:-d])
+        right = (t[d + 1 :] - xe) / (t[d + 1 :] - t[1:-d])
         basis = left * basis[..., :-1] + right * basis[..., 1:]
     return basis
 
@@ -106,7 +107,7 @@ def _cardinal(w, order: int):
     out = None
     for r in range(order + 1):
         t = F.relu(w - float(r)) if r else w
-        t = ((-1) ** r * math.comb(order + 1, r) / math.factorial(order)) * t ** order
+        t = ((-1) ** r * math.comb(order + 1, r) / math.factorial(order)) * t**order
         out = t if out is None else out + t
     return out
 
@@ -139,8 +140,7 @@ def _horner(x, table, *, start: float, step: float, intervals: int, order: int):
     return value, deriv * (1.0 / step), j, u, inside
 
 
-def _spline_forward(x, c, *wb, start: float, step: float, intervals: int, order: int, residual: str,
-                    poly: tuple):
+def _spline_forward(x, c, *wb, start: float, step: float, intervals: int, order: int, residual: str, poly: tuple):
     table = _interval_polynomials(c, order, poly)
     s, _, _, _, inside = _horner(x, table, start=start, step=step, intervals=intervals, order=order)
     y = torch.where(inside, s, 0.0)
@@ -149,8 +149,7 @@ def _spline_forward(x, c, *wb, start: float, step: float, intervals: int, order:
     return (y,)
 
 
-def _spline_backward(x, g, c, *wb, start: float, step: float, intervals: int, order: int, residual: str,
-                     poly: tuple):
+def _spline_backward(x, g, c, *wb, start: float, step: float, intervals: int, order: int, residual: str, poly: tuple):
     """dphi/dx: the interval polynomial's derivative / h (+ w_b b'(x)). dphi/dc_i = B_i(x) =
     N((x - t_i) / h) clamped to N's support, one reduction per coefficient: on a CPU one fused pass
     of G + k such closed forms ran 4x faster than per-interval masked moments (whose 44 reductions
@@ -162,8 +161,7 @@ def _spline_backward(x, g, c, *wb, start: float, step: float, intervals: int, or
     grad_x = torch.where(inside, g * ds, 0.0)
     z = (x - start) * (1.0 / step)
     like = c[..., 0]
-    grads = [reduce_to(g * _cardinal((z - float(i)).clamp(0.0, order + 1.0), order), like)
-             for i in range(c.shape[-1])]
+    grads = [reduce_to(g * _cardinal((z - float(i)).clamp(0.0, order + 1.0), order), like) for i in range(c.shape[-1])]
     grad_c = torch.stack(grads, -1)
     if residual == "none":
         return grad_x, grad_c
@@ -207,8 +205,15 @@ class BSpline(LearnableActivation):
     # SiLU residual: measured gelu 2.5e-3 / 0.020, relu 0.061 / 0.498 (the kink: phi' is continuous).
     fit_tolerance = {"gelu": (0.004, 0.03), "relu": (0.08, 0.55)}
 
-    def __init__(self, grid_size: int = 5, order: int = 3, grid_range=(-3.0, 3.0), residual: str = "silu",
-                 init: str = "default", **kwargs):
+    def __init__(
+        self,
+        grid_size: int = 5,
+        order: int = 3,
+        grid_range=(-3.0, 3.0),
+        residual: str = "silu",
+        init: str = "default",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.grid_size = check_count("bspline", "grid_size", grid_size, 1)
         self.order = check_count("bspline", "order", order, 1)
@@ -249,9 +254,19 @@ class BSpline(LearnableActivation):
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
         coefs = [self.weight] + ([self.base_weight] if self.residual != "none" else [])
         start = self.grid_range[0] - self.order * self.step
-        return self.run_elementwise("bspline", _spline_forward, _spline_backward, x, *coefs, start=start,
-                                    step=self.step, intervals=self.grid_size + 2 * self.order, order=self.order,
-                                    residual=self.residual, poly=local_polynomials(self.order))
+        return self.run_elementwise(
+            "bspline",
+            _spline_forward,
+            _spline_backward,
+            x,
+            *coefs,
+            start=start,
+            step=self.step,
+            intervals=self.grid_size + 2 * self.order,
+            order=self.order,
+            residual=self.residual,
+            poly=local_polynomials(self.order),
+        )
 
     # ---- fitting (linear in w_b and c) ------------------------------------------------------
     def basis(self, x: torch.Tensor) -> torch.Tensor:
@@ -267,8 +282,16 @@ class BSpline(LearnableActivation):
 
     def extra_repr(self) -> str:
         lo, hi = self.grid_range
-        return ", ".join(filter(None, [f"grid_size={self.grid_size}, order={self.order}, grid_range=({lo:g}, {hi:g}), "
-                                       f"residual={self.residual}", super().extra_repr()]))
+        return ", ".join(
+            filter(
+                None,
+                [
+                    f"grid_size={self.grid_size}, order={self.order}, grid_range=({lo:g}, {hi:g}), "
+                    f"residual={self.residual}",
+                    super().extra_repr(),
+                ],
+            )
+        )
 
 
 def _check_range(grid_range) -> tuple[float, float]:

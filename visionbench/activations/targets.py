@@ -1,4 +1,5 @@
 """Classical activations as float64 target functions for fitting (`LearnableActivation.fit`)."""
+
 from __future__ import annotations
 
 from typing import Callable

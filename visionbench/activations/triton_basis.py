@@ -18,6 +18,7 @@ All three take one pass, forward and backward; none needs a table built before t
 Each pair evaluates the same expressions as the family's fused kernel in fp32; the backward writes
 dF/dx and g dF/dc_k per coefficient, with the fused kernels' derivative conventions.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,8 +51,9 @@ def _kaf_start(x, START: tl.constexpr, SPACING: tl.constexpr, SIZE: tl.constexpr
 
 
 @triton.jit
-def kaf_forward(x, C, cb, KT: tl.constexpr, START: tl.constexpr, SPACING: tl.constexpr, SIZE: tl.constexpr,
-                A: tl.constexpr):
+def kaf_forward(
+    x, C, cb, KT: tl.constexpr, START: tl.constexpr, SPACING: tl.constexpr, SIZE: tl.constexpr, A: tl.constexpr
+):
     m: tl.constexpr = SIZE // 2
     v, e_mid, up, down, q = _kaf_start(x, START, SPACING, SIZE, A)
     out = coef(C, cb, m, KT) * e_mid
@@ -71,8 +73,21 @@ def kaf_forward(x, C, cb, KT: tl.constexpr, START: tl.constexpr, SPACING: tl.con
 
 
 @triton.jit
-def kaf_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.constexpr, START: tl.constexpr,
-                 SPACING: tl.constexpr, SIZE: tl.constexpr, A: tl.constexpr):
+def kaf_backward(
+    x,
+    g,
+    C,
+    cb,
+    PART,
+    pofs,
+    pmask,
+    KT: tl.constexpr,
+    MODE: tl.constexpr,
+    START: tl.constexpr,
+    SPACING: tl.constexpr,
+    SIZE: tl.constexpr,
+    A: tl.constexpr,
+):
     """dF/dx = -(2 a / spacing) sum_i alpha_i E_i (v - (i - m)), dF/dalpha_i = E_i; the clamp of v acts
     only where every E_i is 0 in fp32, so its zero derivative there is exact."""
     m: tl.constexpr = SIZE // 2
@@ -135,8 +150,9 @@ def _cardinal(w, K: tl.constexpr):
 
 
 @triton.jit
-def bspline_forward(x, C, cb, KT: tl.constexpr, START: tl.constexpr, STEP: tl.constexpr, INTERVALS: tl.constexpr,
-                    KRES: tl.constexpr):
+def bspline_forward(
+    x, C, cb, KT: tl.constexpr, START: tl.constexpr, STEP: tl.constexpr, INTERVALS: tl.constexpr, KRES: tl.constexpr
+):
     K: tl.constexpr = KRES // 4
     RES: tl.constexpr = KRES % 4
     z = (x - START) * (1.0 / STEP)
@@ -152,8 +168,21 @@ def bspline_forward(x, C, cb, KT: tl.constexpr, START: tl.constexpr, STEP: tl.co
 
 
 @triton.jit
-def bspline_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.constexpr, START: tl.constexpr,
-                     STEP: tl.constexpr, INTERVALS: tl.constexpr, KRES: tl.constexpr):
+def bspline_backward(
+    x,
+    g,
+    C,
+    cb,
+    PART,
+    pofs,
+    pmask,
+    KT: tl.constexpr,
+    MODE: tl.constexpr,
+    START: tl.constexpr,
+    STEP: tl.constexpr,
+    INTERVALS: tl.constexpr,
+    KRES: tl.constexpr,
+):
     """dphi/dx = sum_i c_i N'((x - t_i) / h) / h + w_b b'(x), dphi/dc_i = B_i(x), dphi/dw_b = b(x)."""
     K: tl.constexpr = KRES // 4
     RES: tl.constexpr = KRES % 4
@@ -176,8 +205,7 @@ def bspline_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.
 
 # ---- Fourier: a_0 + sum_k (sqrt(2) / k!) a_k cos(f_k x - phi_k); coefficients a_0..a_n, f_1..f_n, phi_1..phi_n --
 @triton.jit
-def fourier_forward(x, C, cb, KT: tl.constexpr, N: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
-                    P3: tl.constexpr):
+def fourier_forward(x, C, cb, KT: tl.constexpr, N: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
     out = coef(C, cb, 0, KT) + 0.0 * x
     fact = 1.0  # k!, exact in fp32 up to k = 10: s_k = sqrt(2) / k! takes one rounding
     for k in tl.static_range(1, N + 1):
@@ -189,8 +217,21 @@ def fourier_forward(x, C, cb, KT: tl.constexpr, N: tl.constexpr, P1: tl.constexp
 
 
 @triton.jit
-def fourier_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.constexpr, N: tl.constexpr,
-                     P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def fourier_backward(
+    x,
+    g,
+    C,
+    cb,
+    PART,
+    pofs,
+    pmask,
+    KT: tl.constexpr,
+    MODE: tl.constexpr,
+    N: tl.constexpr,
+    P1: tl.constexpr,
+    P2: tl.constexpr,
+    P3: tl.constexpr,
+):
     """With A_k = s_k a_k: dF/dx = -sum_k A_k f_k sin(arg_k), dF/da_k = s_k cos(arg_k),
     dF/df_k = -A_k x sin(arg_k), dF/dphi_k = A_k sin(arg_k)."""
     emit(PART, 0, g, pofs, pmask, KT, MODE)

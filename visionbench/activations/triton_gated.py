@@ -5,6 +5,7 @@ Each pair evaluates the same expressions as the family's fused kernel in fp32, w
 derivative conventions at the kinks (PReLU's x <= 0 side takes a, ReLU'(0) = 0); the backward
 writes dF/dx and g dF/dc_k per coefficient.
 """
+
 from __future__ import annotations
 
 import triton
@@ -17,14 +18,26 @@ from .triton_template import coef, emit
 
 # ---- PReLU: max(0, x) + a min(0, x); coefficient a -------------------------------------------------
 @triton.jit
-def prelu_forward(x, C, cb, KT: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
-                  P3: tl.constexpr):
+def prelu_forward(x, C, cb, KT: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
     return tl.where(x > 0, x, coef(C, cb, 0, KT) * x)
 
 
 @triton.jit
-def prelu_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.constexpr, P0: tl.constexpr,
-                   P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def prelu_backward(
+    x,
+    g,
+    C,
+    cb,
+    PART,
+    pofs,
+    pmask,
+    KT: tl.constexpr,
+    MODE: tl.constexpr,
+    P0: tl.constexpr,
+    P1: tl.constexpr,
+    P2: tl.constexpr,
+    P3: tl.constexpr,
+):
     """dF/dx = a where x <= 0, else 1; dF/da = x where x <= 0, else 0."""
     w = coef(C, cb, 0, KT)
     neg = x <= 0
@@ -34,14 +47,26 @@ def prelu_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.co
 
 # ---- Swish-beta: x sigmoid(beta x); coefficient beta -----------------------------------------------
 @triton.jit
-def swish_forward(x, C, cb, KT: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
-                  P3: tl.constexpr):
+def swish_forward(x, C, cb, KT: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
     return x * sigmoid(coef(C, cb, 0, KT) * x)
 
 
 @triton.jit
-def swish_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.constexpr, P0: tl.constexpr,
-                   P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def swish_backward(
+    x,
+    g,
+    C,
+    cb,
+    PART,
+    pofs,
+    pmask,
+    KT: tl.constexpr,
+    MODE: tl.constexpr,
+    P0: tl.constexpr,
+    P1: tl.constexpr,
+    P2: tl.constexpr,
+    P3: tl.constexpr,
+):
     """dF/dx = s + beta x s (1 - s), dF/dbeta = x^2 s (1 - s), s = sigmoid(beta x)."""
     bx = coef(C, cb, 0, KT) * x
     s = sigmoid(bx)
@@ -52,16 +77,28 @@ def swish_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.co
 
 # ---- ACON-C: (p1 - p2) x sigmoid(beta (p1 - p2) x) + p2 x; coefficients p1, p2, beta --------------
 @triton.jit
-def acon_forward(x, C, cb, KT: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
-                 P3: tl.constexpr):
+def acon_forward(x, C, cb, KT: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
     lo = coef(C, cb, 1, KT)
     u = (coef(C, cb, 0, KT) - lo) * x
     return u * sigmoid(coef(C, cb, 2, KT) * u) + lo * x
 
 
 @triton.jit
-def acon_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.constexpr, P0: tl.constexpr,
-                  P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def acon_backward(
+    x,
+    g,
+    C,
+    cb,
+    PART,
+    pofs,
+    pmask,
+    KT: tl.constexpr,
+    MODE: tl.constexpr,
+    P0: tl.constexpr,
+    P1: tl.constexpr,
+    P2: tl.constexpr,
+    P3: tl.constexpr,
+):
     """u = (p1 - p2) x, s = sigmoid(beta u), h = s + beta u s (1 - s): dF/dx = (p1 - p2) h + p2,
     dF/dp1 = x h, dF/dp2 = x (1 - h), dF/dbeta = u^2 s (1 - s)."""
     hi = coef(C, cb, 0, KT)
@@ -82,15 +119,27 @@ def acon_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.con
 
 # ---- StarReLU: s relu(x)^2 + b; coefficients s, b ---------------------------------------------------
 @triton.jit
-def star_forward(x, C, cb, KT: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
-                 P3: tl.constexpr):
+def star_forward(x, C, cb, KT: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
     r = tl.maximum(x, 0.0)
     return coef(C, cb, 0, KT) * (r * r) + coef(C, cb, 1, KT)
 
 
 @triton.jit
-def star_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.constexpr, P0: tl.constexpr,
-                  P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def star_backward(
+    x,
+    g,
+    C,
+    cb,
+    PART,
+    pofs,
+    pmask,
+    KT: tl.constexpr,
+    MODE: tl.constexpr,
+    P0: tl.constexpr,
+    P1: tl.constexpr,
+    P2: tl.constexpr,
+    P3: tl.constexpr,
+):
     """dF/dx = 2 s relu(x) (0 at x = 0), dF/ds = relu(x)^2, dF/db = 1."""
     r = tl.maximum(x, 0.0)
     emit(PART, 0, g * (r * r), pofs, pmask, KT, MODE)

@@ -45,6 +45,7 @@ Ops: `visionbench::polynorm_forward/backward` and `visionbench::slaf_forward/bac
 implementation), autograd by `register_autograd`. Eager calls take lean `autograd.Function`s to the same
 launches; inside torch.compile the ops are what the compiler sees.
 """
+
 from __future__ import annotations
 
 import torch
@@ -81,8 +82,9 @@ def _slot_bcast(s, MODE: tl.constexpr):
 
 
 @triton.jit
-def _slaf_moments_kernel(X, PART, M, N, CH, K: tl.constexpr, KT: tl.constexpr, MODE: tl.constexpr,
-                         BM: tl.constexpr, BN: tl.constexpr):
+def _slaf_moments_kernel(
+    X, PART, M, N, CH, K: tl.constexpr, KT: tl.constexpr, MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr
+):
     """Per slot: count, then per power i = 1..K the sum of x^i and the sum of squared deviations from the slot mean."""
     offs, mask, cb, pofs, pmask = _tile(M, N, CH, MODE, BM, BN)
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
@@ -101,8 +103,9 @@ def _slaf_moments_kernel(X, PART, M, N, CH, K: tl.constexpr, KT: tl.constexpr, M
 
 
 @triton.jit
-def _slaf_sums_kernel(X, G, S, PART, M, N, CH, K: tl.constexpr, KT: tl.constexpr, MODE: tl.constexpr,
-                      BM: tl.constexpr, BN: tl.constexpr):
+def _slaf_sums_kernel(
+    X, G, S, PART, M, N, CH, K: tl.constexpr, KT: tl.constexpr, MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr
+):
     """Per slot: sum g, then sum g (x^i - m_i), i = 1..K (S: the per-channel means, (C, K))."""
     offs, mask, cb, pofs, pmask = _tile(M, N, CH, MODE, BM, BN)
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
@@ -117,8 +120,9 @@ def _slaf_sums_kernel(X, G, S, PART, M, N, CH, K: tl.constexpr, KT: tl.constexpr
 
 
 @triton.jit
-def _slaf_grad_x_kernel(X, G, GX, D, M, N, CH, K: tl.constexpr, KT: tl.constexpr, MODE: tl.constexpr,
-                        BM: tl.constexpr, BN: tl.constexpr):
+def _slaf_grad_x_kernel(
+    X, G, GX, D, M, N, CH, K: tl.constexpr, KT: tl.constexpr, MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr
+):
     """grad_x = sum_i w_i x^(i-1) (g - mean(g) - (x^i - m_i) q_i); D per channel: mean(g), then (w_i, m_i, q_i)."""
     offs, mask, cb, pofs, pmask = _tile(M, N, CH, MODE, BM, BN)
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
@@ -165,8 +169,9 @@ def _slaf_forward(x, a, channel_axis: int, eps: float, launch=None):
     lay, xd = _slaf_layout(x, channel_axis)
     channels, kt = lay.channels, 1 + 2 * k
     part = torch.empty((lay.partial_rows(), kt), device=x.device, dtype=torch.float32)
-    (launch or _plain)(_slaf_moments_kernel)[(lay.programs,)](xd, part, lay.m, lay.n, lay.channels, k, kt,
-                                                              lay.mode, lay.bm, lay.bn, num_warps=WARPS)
+    (launch or _plain)(_slaf_moments_kernel)[(lay.programs,)](
+        xd, part, lay.m, lay.n, lay.channels, k, kt, lay.mode, lay.bm, lay.bn, num_warps=WARPS
+    )
     part = part.view(-1, channels, kt).double()
     cnt = part[..., :1]  # (T, C, 1), T partial slots per channel, each >= 1 element
     sums, m2 = part[..., 1::2], part[..., 2::2]  # (T, C, k)
@@ -191,8 +196,9 @@ def _slaf_backward(x, g, a, mean, var, channel_axis: int, eps: float, launch=Non
     channels = lay.channels
     means = mean.float().contiguous()
     part = torch.empty((lay.partial_rows(), k + 1), device=x.device, dtype=torch.float32)
-    (launch or _plain)(_slaf_sums_kernel)[(lay.programs,)](xd, g, means, part, lay.m, lay.n, channels, k, k + 1,
-                                                           lay.mode, lay.bm, lay.bn, num_warps=WARPS)
+    (launch or _plain)(_slaf_sums_kernel)[(lay.programs,)](
+        xd, g, means, part, lay.m, lay.n, channels, k, k + 1, lay.mode, lay.bm, lay.bn, num_warps=WARPS
+    )
     sums = part.view(-1, channels, k + 1).double().sum(0)  # (C, k+1): sum g, sum g (x^i - m_i)
     n = x.numel() // max(channels, 1)
     r = torch.rsqrt(var.double() + eps)
@@ -204,8 +210,9 @@ def _slaf_backward(x, g, a, mean, var, channel_axis: int, eps: float, launch=Non
     d = torch.cat([sums[:, :1] / n, torch.stack([w, mean.double(), q], 2).reshape(channels, 3 * k)], 1)
     d = d.float().contiguous()
     grad_x = torch.empty_like(xd)
-    (launch or _plain)(_slaf_grad_x_kernel)[(lay.programs,)](xd, g, grad_x, d, lay.m, lay.n, channels, k, 1 + 3 * k,
-                                                             lay.mode, lay.bm, lay.bn, num_warps=WARPS)
+    (launch or _plain)(_slaf_grad_x_kernel)[(lay.programs,)](
+        xd, g, grad_x, d, lay.m, lay.n, channels, k, 1 + 3 * k, lay.mode, lay.bm, lay.bn, num_warps=WARPS
+    )
     grad_a = grad if a.dim() == 2 else grad.sum(0)
     return grad_x, grad_a.to(a.dtype)
 
@@ -250,8 +257,23 @@ def _pick(acc, kidx, j):
 
 
 @triton.jit
-def _polynorm_forward_kernel(X, Y, A, P, C, POST, NQB, eps, K: tl.constexpr, KT: tl.constexpr, KP: tl.constexpr,
-                             PER_CHANNEL: tl.constexpr, CL: tl.constexpr, BC: tl.constexpr, BP: tl.constexpr):
+def _polynorm_forward_kernel(
+    X,
+    Y,
+    A,
+    P,
+    C,
+    POST,
+    NQB,
+    eps,
+    K: tl.constexpr,
+    KT: tl.constexpr,
+    KP: tl.constexpr,
+    PER_CHANNEL: tl.constexpr,
+    CL: tl.constexpr,
+    BC: tl.constexpr,
+    BP: tl.constexpr,
+):
     base, pmask, cs = _positions(P, C, POST, NQB, CL, BP)
     kidx = tl.arange(0, KP)[:, None]
     ssq = tl.zeros([KP, BP], dtype=tl.float32)  # row j: sum_c x^(2(j+1)) per position
@@ -277,9 +299,25 @@ def _polynorm_forward_kernel(X, Y, A, P, C, POST, NQB, eps, K: tl.constexpr, KT:
 
 
 @triton.jit
-def _polynorm_backward_kernel(X, G, GX, A, PART, P, C, POST, NQB, eps, K: tl.constexpr, KT: tl.constexpr,
-                              KP: tl.constexpr, PER_CHANNEL: tl.constexpr, CL: tl.constexpr, BC: tl.constexpr,
-                              BP: tl.constexpr):
+def _polynorm_backward_kernel(
+    X,
+    G,
+    GX,
+    A,
+    PART,
+    P,
+    C,
+    POST,
+    NQB,
+    eps,
+    K: tl.constexpr,
+    KT: tl.constexpr,
+    KP: tl.constexpr,
+    PER_CHANNEL: tl.constexpr,
+    CL: tl.constexpr,
+    BC: tl.constexpr,
+    BP: tl.constexpr,
+):
     """grad_x = sum_i i x^(i-1) n_i (a_i g - n_i^2 x^i T_i / C), T_i = sum_c g a_i x^i; dL/da_0 = g,
     dL/da_i = g x^i n_i as per-program partial sums: PART (programs, C, KT) per channel, (programs, KT) shared."""
     base, pmask, cs = _positions(P, C, POST, NQB, CL, BP)
@@ -340,7 +378,7 @@ def _geometry(x: torch.Tensor, channel_axis: int):
         x = x.contiguous()
         channels = x.shape[channel_axis]
         post = 1
-        for s in x.shape[channel_axis + 1:]:
+        for s in x.shape[channel_axis + 1 :]:
             post *= s
         positions, cl = x.numel() // max(channels, 1), post == 1
     if cl:
@@ -363,8 +401,23 @@ def _polynorm_forward(x, a, channel_axis: int, eps: float, launch=None):
     y = torch.empty_like(xd)
     if programs:
         (launch or _plain)(_polynorm_forward_kernel)[(programs,)](
-            xd, y, a, positions, channels, post, nqb, eps, k, k + 1, triton.next_power_of_2(k + 1), a.dim() == 2,
-            cl, bc, bp, num_warps=WARPS)
+            xd,
+            y,
+            a,
+            positions,
+            channels,
+            post,
+            nqb,
+            eps,
+            k,
+            k + 1,
+            triton.next_power_of_2(k + 1),
+            a.dim() == 2,
+            cl,
+            bc,
+            bp,
+            num_warps=WARPS,
+        )
     return y
 
 
@@ -376,12 +429,28 @@ def _polynorm_backward(x, g, a, channel_axis: int, eps: float, launch=None):
         g = g.contiguous(memory_format=_format(xd))
     grad_x = torch.empty_like(xd)
     per_channel = a.dim() == 2
-    part = torch.empty((programs,) + ((channels,) if per_channel else ()) + (kt,), device=x.device,
-                       dtype=torch.float32)
+    part = torch.empty((programs,) + ((channels,) if per_channel else ()) + (kt,), device=x.device, dtype=torch.float32)
     if programs:
         (launch or _plain)(_polynorm_backward_kernel)[(programs,)](
-            xd, g, grad_x, a, part, positions, channels, post, nqb, eps, k, kt, triton.next_power_of_2(kt),
-            per_channel, cl, bc, bp, num_warps=WARPS)
+            xd,
+            g,
+            grad_x,
+            a,
+            part,
+            positions,
+            channels,
+            post,
+            nqb,
+            eps,
+            k,
+            kt,
+            triton.next_power_of_2(kt),
+            per_channel,
+            cl,
+            bc,
+            bp,
+            num_warps=WARPS,
+        )
     return grad_x, part.sum(0).to(a.dtype)
 
 
@@ -459,22 +528,35 @@ if triton_ops.OPS:
         return _polynorm_forward(x, a, channel_axis, eps, _launch)
 
     @_define("visionbench::polynorm_backward", mutates_args=())
-    def polynorm_backward(x: torch.Tensor, g: torch.Tensor, a: torch.Tensor, channel_axis: int,
-                          eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def polynorm_backward(
+        x: torch.Tensor, g: torch.Tensor, a: torch.Tensor, channel_axis: int, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return _polynorm_backward(x, g, a, channel_axis, eps, _launch)
 
     @_define("visionbench::slaf_forward", mutates_args=())
-    def slaf_forward(x: torch.Tensor, a: torch.Tensor, channel_axis: int,
-                     eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def slaf_forward(
+        x: torch.Tensor, a: torch.Tensor, channel_axis: int, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return _slaf_forward(x, a, channel_axis, eps, _launch)
 
     @_define("visionbench::slaf_backward", mutates_args=())
-    def slaf_backward(x: torch.Tensor, g: torch.Tensor, a: torch.Tensor, mean: torch.Tensor, var: torch.Tensor,
-                      channel_axis: int, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def slaf_backward(
+        x: torch.Tensor,
+        g: torch.Tensor,
+        a: torch.Tensor,
+        mean: torch.Tensor,
+        var: torch.Tensor,
+        channel_axis: int,
+        eps: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return _slaf_backward(x, g, a, mean, var, channel_axis, eps, _launch)
 
-    triton_ops.register_fakes((polynorm_forward, _polynorm_forward), (polynorm_backward, _polynorm_backward),
-                              (slaf_forward, _slaf_forward), (slaf_backward, _slaf_backward))
+    triton_ops.register_fakes(
+        (polynorm_forward, _polynorm_forward),
+        (polynorm_backward, _polynorm_backward),
+        (slaf_forward, _slaf_forward),
+        (slaf_backward, _slaf_backward),
+    )
 
     def _polynorm_setup(ctx, inputs, output):
         x, a, channel_axis, eps = inputs

@@ -12,6 +12,7 @@ to each parameter (and sums a shared one over channels).
 A family is in `BODIES` with its forward and backward bodies and the function that turns its
 configuration (the keyword arguments of its fused kernel) into the template's P0..P3.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,6 +24,7 @@ import torch
 
 try:
     import triton  # noqa: F401 - torch's CUDA wheels bring it; a CPU-only install may not
+
     HAVE_TRITON = True
 except ImportError:  # pragma: no cover - every supported install has triton; the switch then says "compile"
     HAVE_TRITON = False
@@ -63,6 +65,7 @@ def _register() -> None:
     if BODIES or not HAVE_TRITON:
         return
     from . import triton_basis, triton_gated, triton_piecewise, triton_polynomial
+
     for module in (triton_polynomial, triton_gated, triton_piecewise, triton_basis):
         BODIES.update(module.BODIES)
 
@@ -102,6 +105,7 @@ def elementwise(name: str, x: torch.Tensor, channel_axis: int, *coefs: torch.Ten
 # ---- the launches, shared by the eager Function and the ops ---------------------------------------------
 def _forward(x, c, spec: int, channel_axis: int, launch=None) -> torch.Tensor:
     from .triton_template import launch_forward, layout
+
     body, params = _SPECS[spec]
     lay, xd = layout(x, channel_axis, c.dim() == 2)
     return launch_forward((body.forward, body.backward), params, xd, c, lay, launch)
@@ -109,6 +113,7 @@ def _forward(x, c, spec: int, channel_axis: int, launch=None) -> torch.Tensor:
 
 def _backward(x, g, c, spec: int, channel_axis: int, launch=None) -> tuple[torch.Tensor, torch.Tensor]:
     from .triton_template import launch_backward, layout
+
     body, params = _SPECS[spec]
     lay, xd = layout(x, channel_axis, c.dim() == 2)
     return launch_backward((body.forward, body.backward), params, xd, g, c, lay, launch)
@@ -164,8 +169,9 @@ if OPS:
         return _forward(x, c, spec, channel_axis, op_launch)
 
     @define_op("visionbench::act_backward", mutates_args=())
-    def act_backward(x: torch.Tensor, g: torch.Tensor, c: torch.Tensor, spec: int,
-                     channel_axis: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def act_backward(
+        x: torch.Tensor, g: torch.Tensor, c: torch.Tensor, spec: int, channel_axis: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return _backward(x, g, c, spec, channel_axis, op_launch)
 
     register_fakes((act_forward, _forward), (act_backward, _backward))

@@ -6,6 +6,7 @@ at the kinks are torch.relu's (0); the tropical bodies pick the active line of e
 the strict comparison of `tropical._select` (ties go to the lowest k), in the forward and again in
 the backward, which writes dF/dx and g dF/dc_k per coefficient.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,7 @@ SQRT2 = tl.constexpr(math.sqrt(2.0))
 
 # ---- APL: relu(x) + sum_s a_s relu(b_s - x); coefficients a_0..a_(S-1), then b_0..b_(S-1) ----------
 @triton.jit
-def apl_forward(x, C, cb, KT: tl.constexpr, S: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
-                P3: tl.constexpr):
+def apl_forward(x, C, cb, KT: tl.constexpr, S: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
     out = tl.maximum(x, 0.0)
     for s in tl.static_range(S):
         out = out + coef(C, cb, s, KT) * tl.maximum(coef(C, cb, S + s, KT) - x, 0.0)
@@ -30,8 +30,21 @@ def apl_forward(x, C, cb, KT: tl.constexpr, S: tl.constexpr, P1: tl.constexpr, P
 
 
 @triton.jit
-def apl_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.constexpr, S: tl.constexpr,
-                 P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def apl_backward(
+    x,
+    g,
+    C,
+    cb,
+    PART,
+    pofs,
+    pmask,
+    KT: tl.constexpr,
+    MODE: tl.constexpr,
+    S: tl.constexpr,
+    P1: tl.constexpr,
+    P2: tl.constexpr,
+    P3: tl.constexpr,
+):
     """dF/dx = [x > 0] - sum_s a_s [x < b_s], dF/da_s = max(0, b_s - x), dF/db_s = a_s [x < b_s]."""
     slope = tl.where(x > 0, 1.0, 0.0)
     for s in tl.static_range(S):
@@ -46,8 +59,7 @@ def apl_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.cons
 
 # ---- the active line of max_k (c_k + s_k x) ------------------------------------------------------
 @triton.jit
-def _select(x, C, cb, KT: tl.constexpr, I0: tl.constexpr, S0: tl.constexpr, COUNT: tl.constexpr,
-            SLOPES: tl.constexpr):
+def _select(x, C, cb, KT: tl.constexpr, I0: tl.constexpr, S0: tl.constexpr, COUNT: tl.constexpr, SLOPES: tl.constexpr):
     """Index (fp32), intercept and slope of the line c_k + s_k x (c_k = C[I0 + k]; s_k = C[S0 + k], or k
     when not SLOPES) that attains the max, the lowest k on ties (`tropical._select`)."""
     icp = coef(C, cb, I0, KT) + 0.0 * x
@@ -78,15 +90,29 @@ def _select(x, C, cb, KT: tl.constexpr, I0: tl.constexpr, S0: tl.constexpr, COUN
 
 # ---- tropical: (sqrt(2) / n) max_{k=0..n} (a_k + k x); coefficients a_0..a_n ---------------------
 @triton.jit
-def tropical_forward(x, C, cb, KT: tl.constexpr, DEGREE: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
-                     P3: tl.constexpr):
+def tropical_forward(
+    x, C, cb, KT: tl.constexpr, DEGREE: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
+):
     idx, icp, slp = _select(x, C, cb, KT, 0, 0, DEGREE + 1, False)
     return (SQRT2 / DEGREE) * (icp + slp * x)
 
 
 @triton.jit
-def tropical_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.constexpr, DEGREE: tl.constexpr,
-                      P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def tropical_backward(
+    x,
+    g,
+    C,
+    cb,
+    PART,
+    pofs,
+    pmask,
+    KT: tl.constexpr,
+    MODE: tl.constexpr,
+    DEGREE: tl.constexpr,
+    P1: tl.constexpr,
+    P2: tl.constexpr,
+    P3: tl.constexpr,
+):
     """dF/dx = (sqrt(2) / n) k*, dF/da_k = (sqrt(2) / n) [k = k*] (k* the active line)."""
     idx, icp, slp = _select(x, C, cb, KT, 0, 0, DEGREE + 1, False)
     gs = g * (SQRT2 / DEGREE)
@@ -98,16 +124,30 @@ def tropical_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl
 # ---- tropical rational: max_k (c_k + p_k x) - max_k (d_k + q_k x); coefficients c, p (m + 1 each),
 # then d, q (n + 1 each) --------------------------------------------------------------------------------
 @triton.jit
-def tropical_rational_forward(x, C, cb, KT: tl.constexpr, M: tl.constexpr, N: tl.constexpr, P2: tl.constexpr,
-                              P3: tl.constexpr):
+def tropical_rational_forward(
+    x, C, cb, KT: tl.constexpr, M: tl.constexpr, N: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
+):
     i, c_sel, p_sel = _select(x, C, cb, KT, 0, M + 1, M + 1, True)
     j, d_sel, q_sel = _select(x, C, cb, KT, 2 * (M + 1), 2 * (M + 1) + N + 1, N + 1, True)
     return (c_sel + p_sel * x) - (d_sel + q_sel * x)
 
 
 @triton.jit
-def tropical_rational_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.constexpr,
-                               M: tl.constexpr, N: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def tropical_rational_backward(
+    x,
+    g,
+    C,
+    cb,
+    PART,
+    pofs,
+    pmask,
+    KT: tl.constexpr,
+    MODE: tl.constexpr,
+    M: tl.constexpr,
+    N: tl.constexpr,
+    P2: tl.constexpr,
+    P3: tl.constexpr,
+):
     """dF/dx = p_i - q_j; dF/dc_k = [k = i], dF/dp_k = x [k = i], dF/dd_k = -[k = j], dF/dq_k = -x [k = j]."""
     i, c_sel, p_sel = _select(x, C, cb, KT, 0, M + 1, M + 1, True)
     j, d_sel, q_sel = _select(x, C, cb, KT, 2 * (M + 1), 2 * (M + 1) + N + 1, N + 1, True)

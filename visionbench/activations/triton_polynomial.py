@@ -4,6 +4,7 @@ Horner polynomial of PolyReLU and of SLAF's eval mode, Hermite (with or without 
 Each pair evaluates the same expressions as the family's fused kernel in fp32: Horner's rule and
 the three-term recurrence, no powers; the backward writes dF/dx and g dF/dc_k per coefficient.
 """
+
 from __future__ import annotations
 
 import triton
@@ -81,15 +82,29 @@ def _rational_parts(x, C, cb, KT: tl.constexpr, FORM: tl.constexpr, M: tl.conste
 
 
 @triton.jit
-def rational_forward(x, C, cb, KT: tl.constexpr, FORM: tl.constexpr, M: tl.constexpr, N: tl.constexpr,
-                     P3: tl.constexpr):
+def rational_forward(
+    x, C, cb, KT: tl.constexpr, FORM: tl.constexpr, M: tl.constexpr, N: tl.constexpr, P3: tl.constexpr
+):
     p, dp, q, dq, base, first = _rational_parts(x, C, cb, KT, FORM, M, N)
     return p / q
 
 
 @triton.jit
-def rational_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.constexpr, FORM: tl.constexpr,
-                      M: tl.constexpr, N: tl.constexpr, P3: tl.constexpr):
+def rational_backward(
+    x,
+    g,
+    C,
+    cb,
+    PART,
+    pofs,
+    pmask,
+    KT: tl.constexpr,
+    MODE: tl.constexpr,
+    FORM: tl.constexpr,
+    M: tl.constexpr,
+    N: tl.constexpr,
+    P3: tl.constexpr,
+):
     """dL/dx = g (P' - F Q') / Q, dL/da_i = g x^i / Q, dL/db_j = -g (F / Q) dQ/db_j."""
     p, dp, q, dq, base, first = _rational_parts(x, C, cb, KT, FORM, M, N)
     w = g / q
@@ -110,8 +125,9 @@ def rational_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl
 
 # ---- sum_i c_i r^i, r = ReLU(x) (PolyReLU) or x (SLAF in eval) ----------------------------------
 @triton.jit
-def poly_forward(x, C, cb, KT: tl.constexpr, DEGREE: tl.constexpr, RELU: tl.constexpr, P2: tl.constexpr,
-                 P3: tl.constexpr):
+def poly_forward(
+    x, C, cb, KT: tl.constexpr, DEGREE: tl.constexpr, RELU: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
+):
     r = tl.maximum(x, 0.0) if RELU else x
     out = coef(C, cb, DEGREE, KT) + 0.0 * x
     for i in tl.static_range(DEGREE):
@@ -120,8 +136,21 @@ def poly_forward(x, C, cb, KT: tl.constexpr, DEGREE: tl.constexpr, RELU: tl.cons
 
 
 @triton.jit
-def poly_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.constexpr, DEGREE: tl.constexpr,
-                  RELU: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def poly_backward(
+    x,
+    g,
+    C,
+    cb,
+    PART,
+    pofs,
+    pmask,
+    KT: tl.constexpr,
+    MODE: tl.constexpr,
+    DEGREE: tl.constexpr,
+    RELU: tl.constexpr,
+    P2: tl.constexpr,
+    P3: tl.constexpr,
+):
     r = tl.maximum(x, 0.0) if RELU else x
     value = coef(C, cb, DEGREE, KT) + 0.0 * x
     deriv = 0.0 * x
@@ -151,8 +180,9 @@ def _hermite_input(x, C, cb, KT: tl.constexpr, DEGREE: tl.constexpr, CLAMP: tl.c
 
 
 @triton.jit
-def hermite_forward(x, C, cb, KT: tl.constexpr, DEGREE: tl.constexpr, CLAMP: tl.constexpr, P2: tl.constexpr,
-                    P3: tl.constexpr):
+def hermite_forward(
+    x, C, cb, KT: tl.constexpr, DEGREE: tl.constexpr, CLAMP: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
+):
     z, t = _hermite_input(x, C, cb, KT, DEGREE, CLAMP)
     out = coef(C, cb, 0, KT) + coef(C, cb, 1, KT) * z
     p_prev = 1.0 + 0.0 * z
@@ -166,8 +196,21 @@ def hermite_forward(x, C, cb, KT: tl.constexpr, DEGREE: tl.constexpr, CLAMP: tl.
 
 
 @triton.jit
-def hermite_backward(x, g, C, cb, PART, pofs, pmask, KT: tl.constexpr, MODE: tl.constexpr, DEGREE: tl.constexpr,
-                     CLAMP: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def hermite_backward(
+    x,
+    g,
+    C,
+    cb,
+    PART,
+    pofs,
+    pmask,
+    KT: tl.constexpr,
+    MODE: tl.constexpr,
+    DEGREE: tl.constexpr,
+    CLAMP: tl.constexpr,
+    P2: tl.constexpr,
+    P3: tl.constexpr,
+):
     """F'(z) = sum_{k>=1} a_k P_(k-1)(z); dF/da_k = P_k(z); the clamp adds dz/dx = L (1 - t^2) / 2, dz/dL = t."""
     z, t = _hermite_input(x, C, cb, KT, DEGREE, CLAMP)
     emit(PART, 0, g, pofs, pmask, KT, MODE)

@@ -24,6 +24,7 @@ A call reads x once (forward) or x and g once (backward). The input is seen as a
 
 Each program takes one [BM, BN] tile (programs on a 1-D grid, so any size fits the grid limits).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -84,8 +85,22 @@ def _tile(M, N, CH, MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
 
 
 @triton.jit
-def forward_kernel(X, Y, C, M, N, CH, KT: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
-                   P3: tl.constexpr, MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+def forward_kernel(
+    X,
+    Y,
+    C,
+    M,
+    N,
+    CH,
+    KT: tl.constexpr,
+    P0: tl.constexpr,
+    P1: tl.constexpr,
+    P2: tl.constexpr,
+    P3: tl.constexpr,
+    MODE: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+):
     offs, mask, cb, pofs, pmask = _tile(M, N, CH, MODE, BM, BN)
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
     y = BODY(x, C, cb, KT, P0, P1, P2, P3)
@@ -93,8 +108,24 @@ def forward_kernel(X, Y, C, M, N, CH, KT: tl.constexpr, P0: tl.constexpr, P1: tl
 
 
 @triton.jit
-def backward_kernel(X, G, GX, C, PART, M, N, CH, KT: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr,
-                    P2: tl.constexpr, P3: tl.constexpr, MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+def backward_kernel(
+    X,
+    G,
+    GX,
+    C,
+    PART,
+    M,
+    N,
+    CH,
+    KT: tl.constexpr,
+    P0: tl.constexpr,
+    P1: tl.constexpr,
+    P2: tl.constexpr,
+    P3: tl.constexpr,
+    MODE: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+):
     offs, mask, cb, pofs, pmask = _tile(M, N, CH, MODE, BM, BN)
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
     g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
@@ -116,8 +147,9 @@ def kernels(forward_body, backward_body) -> tuple:
 
 def _bound(kernel, body):
     fn = kernel.fn
-    copy = types.FunctionType(fn.__code__, {**fn.__globals__, "BODY": body}, fn.__name__, fn.__defaults__,
-                              fn.__closure__)
+    copy = types.FunctionType(
+        fn.__code__, {**fn.__globals__, "BODY": body}, fn.__name__, fn.__defaults__, fn.__closure__
+    )
     copy.__qualname__ = f"{fn.__qualname__}__{body.__name__}"  # the GPU kernel's name: an identifier
     return triton.jit(copy)
 
@@ -165,10 +197,11 @@ def layout(x: torch.Tensor, channel_axis: int, per_channel: bool) -> tuple[Layou
         return Layout(0, 1, numel, 1, 1, TILE), x
     channels = int(x.shape[channel_axis])
     if (channel_axis == x.dim() - 1 and x.is_contiguous()) or (
-            channel_axis == 1 and _channels_last(x) and not x.is_contiguous()):
+        channel_axis == 1 and _channels_last(x) and not x.is_contiguous()
+    ):
         bn = min(triton.next_power_of_2(channels), 256)
         return Layout(2, numel // max(channels, 1), channels, channels, max(TILE // bn, 1), bn), x
-    post = int(math.prod(x.shape[channel_axis + 1:]))
+    post = int(math.prod(x.shape[channel_axis + 1 :]))
     bn = min(triton.next_power_of_2(max(post, 1)), TILE)
     return Layout(1, numel // max(post, 1), post, channels, max(TILE // bn, 1), bn), x
 
@@ -177,20 +210,23 @@ def _channels_last(x: torch.Tensor) -> bool:
     return x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
 
 
-def launch_forward(body: tuple, params: tuple, x: torch.Tensor, c: torch.Tensor, lay: Layout,
-                   launch=None) -> torch.Tensor:
+def launch_forward(
+    body: tuple, params: tuple, x: torch.Tensor, c: torch.Tensor, lay: Layout, launch=None
+) -> torch.Tensor:
     """y = F(x) on the layout; body the family's (forward, backward) bodies, c the coefficient block (KT,) or
     (C, KT), float32, contiguous.
     `launch` wraps the kernel for `torch.library.triton_op` (`wrap_triton`); None: a plain launch."""
     y = torch.empty_like(x)
     kernel = (launch or _plain)(kernels(*body)[0])
-    kernel[(lay.programs,)](x, y, c, lay.m, lay.n, lay.channels, c.shape[-1], *params, lay.mode, lay.bm, lay.bn,
-                            num_warps=WARPS)
+    kernel[(lay.programs,)](
+        x, y, c, lay.m, lay.n, lay.channels, c.shape[-1], *params, lay.mode, lay.bm, lay.bn, num_warps=WARPS
+    )
     return y
 
 
-def launch_backward(body: tuple, params: tuple, x: torch.Tensor, g: torch.Tensor, c: torch.Tensor, lay: Layout,
-                    launch=None) -> tuple[torch.Tensor, torch.Tensor]:
+def launch_backward(
+    body: tuple, params: tuple, x: torch.Tensor, g: torch.Tensor, c: torch.Tensor, lay: Layout, launch=None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(grad_x, coefficient gradients shaped like c, float32) in one pass over x and g."""
     kt = c.shape[-1]
     if not g.is_contiguous(memory_format=_format(x)):
@@ -198,8 +234,9 @@ def launch_backward(body: tuple, params: tuple, x: torch.Tensor, g: torch.Tensor
     grad_x = torch.empty_like(x)
     part = torch.empty((lay.partial_rows(), kt), device=x.device, dtype=torch.float32)
     kernel = (launch or _plain)(kernels(*body)[1])
-    kernel[(lay.programs,)](x, g, grad_x, c, part, lay.m, lay.n, lay.channels, kt, *params, lay.mode, lay.bm,
-                            lay.bn, num_warps=WARPS)
+    kernel[(lay.programs,)](
+        x, g, grad_x, c, part, lay.m, lay.n, lay.channels, kt, *params, lay.mode, lay.bm, lay.bn, num_warps=WARPS
+    )
     return grad_x, lay.reduce(part, kt)
 
 

@@ -13,6 +13,7 @@ then evaluates that line differentiably, so autograd keeps only the line index p
 of n + 1 stacked copies of the input. The fused kernel keeps nothing but x: its backward finds the
 active lines again. Gradients are exact away from ties between lines (ties go to the lowest k).
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,9 @@ from .fused import reduce_to
 from .registry import register
 
 
-def _active_line(module: LearnableActivation, x: torch.Tensor, intercepts: torch.Tensor,
-                 slopes: torch.Tensor | None) -> torch.Tensor:
+def _active_line(
+    module: LearnableActivation, x: torch.Tensor, intercepts: torch.Tensor, slopes: torch.Tensor | None
+) -> torch.Tensor:
     """Index (long, shaped like x) of the line c_k + s_k x that attains the max, the lowest k on
     ties; `slopes=None` means s_k = k. Runs without a graph: the caller evaluates the chosen line."""
 
@@ -49,7 +51,8 @@ def _take(module: LearnableActivation, p: torch.Tensor, idx: torch.Tensor, x: to
     if not module.per_channel:
         return p[idx]
     rows = torch.arange(p.shape[0], device=idx.device).reshape(
-        [-1 if d == module.channel_axis(x) else 1 for d in range(x.dim())])
+        [-1 if d == module.channel_axis(x) else 1 for d in range(x.dim())]
+    )
     return p[rows, idx]  # advanced indexing, which vmap batches (torch.take it runs per sample)
 
 
@@ -96,8 +99,12 @@ def _rational_backward(x, g, c, p, d, q, *, m: int, n: int):
     i, _, p_sel = _select(x, c, p, m + 1)
     j, _, q_sel = _select(x, d, q, n + 1)
     gx = g * x
-    grads = [_per_line(g, i, c[..., 0], m + 1), _per_line(gx, i, c[..., 0], m + 1),
-             _per_line(-g, j, c[..., 0], n + 1), _per_line(-gx, j, c[..., 0], n + 1)]
+    grads = [
+        _per_line(g, i, c[..., 0], m + 1),
+        _per_line(gx, i, c[..., 0], m + 1),
+        _per_line(-g, j, c[..., 0], n + 1),
+        _per_line(-gx, j, c[..., 0], n + 1),
+    ]
     return (g * (p_sel - q_sel), *[torch.stack(gr, -1) for gr in grads])
 
 
@@ -140,8 +147,9 @@ class Tropical(LearnableActivation):
         self.init_default()  # Thm 3.19 is about exactly this init
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.run_elementwise("tropical", _tropical_forward, _tropical_backward, x, self.weight,
-                                    degree=self.degree)
+        return self.run_elementwise(
+            "tropical", _tropical_forward, _tropical_backward, x, self.weight, degree=self.degree
+        )
 
     def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
         k = _active_line(self, x, self.weight, None)
@@ -223,12 +231,23 @@ class TropicalRational(LearnableActivation):
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
         m, n = self.degrees
-        return self.run_elementwise("tropical_rational", _rational_forward, _rational_backward, x, self.num_intercepts,
-                                    self.num_slopes, self.den_intercepts, self.den_slopes, m=m, n=n)
+        return self.run_elementwise(
+            "tropical_rational",
+            _rational_forward,
+            _rational_backward,
+            x,
+            self.num_intercepts,
+            self.num_slopes,
+            self.den_intercepts,
+            self.den_slopes,
+            m=m,
+            n=n,
+        )
 
     def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._tropical(x, self.num_intercepts, self.num_slopes) - self._tropical(
-            x, self.den_intercepts, self.den_slopes)
+            x, self.den_intercepts, self.den_slopes
+        )
 
     def _tropical(self, x: torch.Tensor, intercepts: torch.Tensor, slopes: torch.Tensor) -> torch.Tensor:
         k = _active_line(self, x, intercepts, slopes)
@@ -248,8 +267,12 @@ class TropicalRational(LearnableActivation):
     def init_variance_preserving(self) -> None:
         m, n = self.degrees
         scale = math.sqrt(2.0) / m
-        self.set_coefficients(num_intercepts=torch.full((m + 1,), scale), num_slopes=scale * torch.arange(m + 1.0),
-                              den_intercepts=torch.zeros(n + 1), den_slopes=torch.zeros(n + 1))
+        self.set_coefficients(
+            num_intercepts=torch.full((m + 1,), scale),
+            num_slopes=scale * torch.arange(m + 1.0),
+            den_intercepts=torch.zeros(n + 1),
+            den_slopes=torch.zeros(n + 1),
+        )
 
     def fit_start(self, x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor) -> None:
         """Split g'' into its positive part (numerator hinges) and negative part (denominator

@@ -14,6 +14,7 @@ runs), and, with the `reference` extra installed, the same against the reference
 time ratio and the largest output difference. Writes `results/bench/<name>.md`, naming the kernels
 that ran (`fused.ran_on`) and the setting that chose them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,20 +72,31 @@ def input_shape(text: str) -> tuple[int, ...]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="visionbench bench activations", description=__doc__.splitlines()[0])
-    p.add_argument("--shape", type=input_shape, default="64,128,32,32",
-                   help="input shape, NCHW (default: 64,128,32,32)")
+    p.add_argument(
+        "--shape", type=input_shape, default="64,128,32,32", help="input shape, NCHW (default: 64,128,32,32)"
+    )
     p.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"])
     p.add_argument("--device", type=timing.device_name, default="cpu")
-    p.add_argument("--repeats", type=timing.positive_int, default=15,
-                   help="timing rounds (default 15; medians reported)")
-    p.add_argument("--event-rounds", type=timing.positive_int, default=EVENT_ROUNDS,
-                   help=f"CUDA-event timing rounds, L2 flushed before each call (default {EVENT_ROUNDS}; CUDA only)")
-    p.add_argument("--families", default="all",
-                   help="comma-separated family names or case labels (default: all): " + ", ".join(CASES))
+    p.add_argument(
+        "--repeats", type=timing.positive_int, default=15, help="timing rounds (default 15; medians reported)"
+    )
+    p.add_argument(
+        "--event-rounds",
+        type=timing.positive_int,
+        default=EVENT_ROUNDS,
+        help=f"CUDA-event timing rounds, L2 flushed before each call (default {EVENT_ROUNDS}; CUDA only)",
+    )
+    p.add_argument(
+        "--families",
+        default="all",
+        help="comma-separated family names or case labels (default: all): " + ", ".join(CASES),
+    )
     p.add_argument("--per-channel", action="store_true", help="one coefficient set per channel")
     p.add_argument("--no-reference", action="store_true", help="skip the reference implementations")
     p.add_argument("--name", default="activations", help="report name: results/bench/<name>.md")
-    p.add_argument("--out", type=timing.out_dir, default=str(timing.RESULTS_DIR), help="report folder (default results/bench)")
+    p.add_argument(
+        "--out", type=timing.out_dir, default=str(timing.RESULTS_DIR), help="report folder (default results/bench)"
+    )
     return p.parse_args(argv)
 
 
@@ -128,13 +140,23 @@ def bench_case(label: str, act: nn.Module, gelu: Step, x: torch.Tensor, g: torch
     times = timing.rounds({"gelu": gelu, "act": step}, args.repeats, device)
     ratio = timing.median_ratio(times["act"], times["gelu"])
     gpu = gpu_timing.event_rounds({"gelu": gelu, "act": step}, args.event_rounds, device)
-    gpu_cells = [None, None] if gpu is None else [statistics.median(gpu["act"]),
-                                                  timing.median_ratio(gpu["act"], gpu["gelu"])]
+    gpu_cells = (
+        [None, None] if gpu is None else [statistics.median(gpu["act"]), timing.median_ratio(gpu["act"], gpu["gelu"])]
+    )
     saved = timing.saved_bytes(step) / input_bytes
     peak = timing.peak_bytes(step, device)
     target = TARGET.get(activations.get_class(CASES[label][0]).registry_name, DEFAULT_TARGET)
-    row = [label, 1e3 * statistics.median(times["act"]), ratio, *gpu_cells, gpu_timing.kernel_count(step, device),
-           f"≤ {target:g}", saved, None if peak is None else peak / input_bytes, compiled or None]
+    row = [
+        label,
+        1e3 * statistics.median(times["act"]),
+        ratio,
+        *gpu_cells,
+        gpu_timing.kernel_count(step, device),
+        f"≤ {target:g}",
+        saved,
+        None if peak is None else peak / input_bytes,
+        compiled or None,
+    ]
     channel_dim = act.channel_axis(x)
     ref = None if args.no_reference or x.dtype != torch.float32 else reference_for(act, channel_dim, str(device))
     if ref is None:
@@ -179,10 +201,24 @@ def main(argv: list[str]) -> int:
     gelu()
     gelu_times = timing.rounds({"gelu": gelu}, args.repeats, device)["gelu"]
     gelu_gpu = gpu_timing.event_rounds({"gelu": gelu}, args.event_rounds, device)
-    rows = [["gelu (baseline)", 1e3 * statistics.median(gelu_times), 1.0,
-             None if gelu_gpu is None else statistics.median(gelu_gpu["gelu"]), None if gelu_gpu is None else 1.0,
-             gpu_timing.kernel_count(gelu, device), None, timing.saved_bytes(gelu) / (x.numel() * x.element_size()),
-             None, None, None, None, None, None]]
+    rows = [
+        [
+            "gelu (baseline)",
+            1e3 * statistics.median(gelu_times),
+            1.0,
+            None if gelu_gpu is None else statistics.median(gelu_gpu["gelu"]),
+            None if gelu_gpu is None else 1.0,
+            gpu_timing.kernel_count(gelu, device),
+            None,
+            timing.saved_bytes(gelu) / (x.numel() * x.element_size()),
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        ]
+    ]
     for label in labels:
         name, kwargs = CASES[label]
         channels = shape[1] if len(shape) >= 4 else shape[-1]  # LearnableActivation.channel_axis's rule
@@ -190,24 +226,48 @@ def main(argv: list[str]) -> int:
         act = activations.create(name, **kwargs, **extra).to(device=device, dtype=dtype).train()
         rows.append(bench_case(label, act, gelu, x, g, args))
         print(f"  {label}: {rows[-1][2]:.2f}x GELU", file=sys.stderr, flush=True)
-    header = ["activation", "fwd+bwd ms", "× GELU", "GPU ms", "× GELU (GPU)", "kernels", "target",
-              "saved (× input)", "peak (× input)", "compile s", "reference", "ref ms", "speed-up vs ref",
-              "max |Δ| vs ref"]
-    notes = [timing.environment(device),
-             f"input {list(shape)} {args.dtype}, {'per-channel' if args.per_channel else 'shared'} coefficients, "
-             f"train mode, kernels {kernel_backend(x)}, {args.repeats} rounds (reference: "
-             f"{min(args.repeats, REFERENCE_ROUNDS)})",
-             "fwd+bwd ms: wall time of one call with the device synced before and after; × GELU and speed-up: "
-             "medians of per-round ratios (each round times every contender once)",
-             (f"GPU ms: CUDA events around each call, L2 flushed before each (256 MB of zeros, as "
-              f"triton.testing.do_bench), median of {args.event_rounds} rounds alternating with GELU; × GELU (GPU): "
-              "median of per-round ratios; kernels: GPU kernels one forward + backward launches (torch.profiler, "
-              "copies and memsets not counted)" if device.type == "cuda" else
-              f"GPU ms, × GELU (GPU), kernels: CUDA only (CUDA events, torch.profiler's kernels), — on {device.type}: "
-              "no ATen op count is given instead"),
-             "saved: bytes autograd keeps for backward / input bytes (GELU keeps its input: 1.0); "
-             "peak: CUDA max allocated above the inputs during the step, incl. output and input grad"]
+    header = [
+        "activation",
+        "fwd+bwd ms",
+        "× GELU",
+        "GPU ms",
+        "× GELU (GPU)",
+        "kernels",
+        "target",
+        "saved (× input)",
+        "peak (× input)",
+        "compile s",
+        "reference",
+        "ref ms",
+        "speed-up vs ref",
+        "max |Δ| vs ref",
+    ]
+    notes = [
+        timing.environment(device),
+        f"input {list(shape)} {args.dtype}, {'per-channel' if args.per_channel else 'shared'} coefficients, "
+        f"train mode, kernels {kernel_backend(x)}, {args.repeats} rounds (reference: "
+        f"{min(args.repeats, REFERENCE_ROUNDS)})",
+        "fwd+bwd ms: wall time of one call with the device synced before and after; × GELU and speed-up: "
+        "medians of per-round ratios (each round times every contender once)",
+        (
+            f"GPU ms: CUDA events around each call, L2 flushed before each (256 MB of zeros, as "
+            f"triton.testing.do_bench), median of {args.event_rounds} rounds alternating with GELU; × GELU (GPU): "
+            "median of per-round ratios; kernels: GPU kernels one forward + backward launches (torch.profiler, "
+            "copies and memsets not counted)"
+            if device.type == "cuda"
+            else f"GPU ms, × GELU (GPU), kernels: CUDA only (CUDA events, torch.profiler's kernels), — on {device.type}: "
+            "no ATen op count is given instead"
+        ),
+        "saved: bytes autograd keeps for backward / input bytes (GELU keeps its input: 1.0); "
+        "peak: CUDA max allocated above the inputs during the step, incl. output and input grad",
+    ]
     command = "visionbench bench activations " + " ".join(argv)
-    timing.write_report(args.name, "Learnable activations: forward + backward", command.strip(), notes,
-                        timing.markdown(header, rows), args.out)
+    timing.write_report(
+        args.name,
+        "Learnable activations: forward + backward",
+        command.strip(),
+        notes,
+        timing.markdown(header, rows),
+        args.out,
+    )
     return 0

@@ -10,6 +10,7 @@ draws): the table gives the median images/s and the median of the per-round rati
 processes hits both sides alike. On CUDA the on-device batches are synchronised before the clock stops.
 Writes `results/bench/<name>.md`. A training epoch's rate is a run's `throughput_img_s` (summary.json).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,11 @@ from . import timing
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(prog="visionbench bench data", description=__doc__.splitlines()[0],
-                                epilog="key=value arguments: recipe=NAME and any recipe override")
+    p = argparse.ArgumentParser(
+        prog="visionbench bench data",
+        description=__doc__.splitlines()[0],
+        epilog="key=value arguments: recipe=NAME and any recipe override",
+    )
     p.add_argument("--rounds", type=timing.positive_int, default=5, help="timed epochs per path (default 5)")
     p.add_argument("--device", type=timing.device_name, default="cpu", help="where data.on_device keeps the set")
     p.add_argument("--name", default=None, help="report name (default data_<recipe>)")
@@ -71,16 +75,29 @@ def main(argv: list[str]) -> int:
     for r in range(args.rounds):
         for name, loader in loaders.items():
             rates[name].append(epoch_rate(loader, r + 1, device))
-        print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f} img/s" for k, v in rates.items()),
-              file=sys.stderr, flush=True)
+        print(
+            f"  round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f} img/s" for k, v in rates.items()),
+            file=sys.stderr,
+            flush=True,
+        )
     ratio = statistics.median(a / b for a, b in zip(rates["on device"], rates["loader"]))
-    rows = [["loader", f"{cfg.data.num_workers} workers, cpu", statistics.median(rates["loader"]), 1.0],
-            ["on device", device.type, statistics.median(rates["on device"]), ratio]]
+    rows = [
+        ["loader", f"{cfg.data.num_workers} workers, cpu", statistics.median(rates["loader"]), 1.0],
+        ["on device", device.type, statistics.median(rates["on device"]), ratio],
+    ]
     header = ["path", "where", "images/s (median)", "× loader path (median of rounds)"]
-    notes = [timing.environment(device),
-             f"recipe {cfg.recipe}: {cfg.data.name}, batch {cfg.batch_size}, augment crop_pad="
-             f"{cfg.data.augment.crop_pad} hflip={cfg.data.augment.hflip}; {args.rounds} rounds of one epoch per path"]
+    notes = [
+        timing.environment(device),
+        f"recipe {cfg.recipe}: {cfg.data.name}, batch {cfg.batch_size}, augment crop_pad="
+        f"{cfg.data.augment.crop_pad} hflip={cfg.data.augment.hflip}; {args.rounds} rounds of one epoch per path",
+    ]
     command = "visionbench bench data " + " ".join(argv)
-    timing.write_report(args.name or f"data_{cfg.recipe}", "Training data alone: loader path vs data.on_device",
-                        command.strip(), notes, timing.markdown(header, rows), args.out)
+    timing.write_report(
+        args.name or f"data_{cfg.recipe}",
+        "Training data alone: loader path vs data.on_device",
+        command.strip(),
+        notes,
+        timing.markdown(header, rows),
+        args.out,
+    )
     return 0

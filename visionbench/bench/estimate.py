@@ -27,6 +27,7 @@ steps, with 0 they add to them), mixup, EMA updates, gradient clipping, LSUV,
 checkpoint writing, and the Lightning loop's own per-step overhead (milliseconds: it matters only
 for tiny models such as digits').
 """
+
 from __future__ import annotations
 
 import math
@@ -46,6 +47,7 @@ from ..sweep.acts import sweep_acts
 from ..sweep.sweep import plan, worker_threads
 from ..train.trainer import trains_on_cuda
 from .measure import DoesNotFit, loaders, measure  # noqa: F401 - DoesNotFit: what estimate raises
+
 
 @dataclass
 class Row:
@@ -154,8 +156,11 @@ def estimate(cfg: DictConfig) -> Estimate:
     finally:
         torch.set_num_threads(own_threads)
     device, world, batch = first or (torch.device("cpu"), 1, int(cfg.batch_size))
-    notes = [f"seeds=auto: up to seeds_max={n_seeds} runs per activation (rounds stop earlier once decided)"] \
-        if auto else []
+    notes = (
+        [f"seeds=auto: up to seeds_max={n_seeds} runs per activation (rounds stop earlier once decided)"]
+        if auto
+        else []
+    )
     if unfinished:
         notes.append(f"{unfinished} unfinished run(s) counted by their remaining epochs (metrics.csv beside last.ckpt)")
     if unreadable:
@@ -181,8 +186,12 @@ def over_auto(parallel: int, k: int, why: str, run_bytes: int, free_bytes: int) 
     """The note for an explicit parallel=K above what parallel=auto picks: which limit it passes, and when the K runs
     will not fit in the GPU's free memory, that those which run out are run again with K halved."""
     need = parallel * (run_bytes + CONTEXT_BYTES)
-    memory = (f"; {parallel} runs need ≈ {need / 2**30:.1f} GB of the {free_bytes / 2**30:.1f} GB free: the runs that "
-              "run out of memory will be run again with K halved" if need > free_bytes * GPU_MEMORY_SHARE else "")
+    memory = (
+        f"; {parallel} runs need ≈ {need / 2**30:.1f} GB of the {free_bytes / 2**30:.1f} GB free: the runs that "
+        "run out of memory will be run again with K halved"
+        if need > free_bytes * GPU_MEMORY_SHARE
+        else ""
+    )
     return f"parallel={parallel} per GPU is more than parallel=auto's {k} ({why.split('bound by ', 1)[-1]}){memory}"
 
 
@@ -192,8 +201,15 @@ def choose_gpu(rows: list[Row], device: torch.device, gpus: int, jobs: int, load
     busy = [r.busy for r in rows if r.busy is not None]
     memory = [r.memory_bytes for r in rows if r.memory_bytes]
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
-    return choose(busy=max(busy) if busy else None, run_bytes=max(memory) if memory else None, free_bytes=free,
-                  cores=os.cpu_count() or 1, gpus=gpus, jobs=jobs, loader_workers=loader_workers)
+    return choose(
+        busy=max(busy) if busy else None,
+        run_bytes=max(memory) if memory else None,
+        free_bytes=free,
+        cores=os.cpu_count() or 1,
+        gpus=gpus,
+        jobs=jobs,
+        loader_workers=loader_workers,
+    )
 
 
 def choose_parallel(cfg: DictConfig) -> tuple[int, str]:
@@ -203,8 +219,11 @@ def choose_parallel(cfg: DictConfig) -> tuple[int, str]:
         n = int(getattr(cfg, "seeds_max", 10)) if str(cfg.seeds) == "auto" else int(cfg.seeds)
         runs = len(sweep_settings(cfg)) * len(sweep_acts(cfg)) * n  # counted, not planned: `run` plans them next
         k, why = choose_cpu(os.cpu_count() or 1, runs)
-        return k, why + (f" (trainer.accelerator={cfg.trainer.accelerator})" if torch.cuda.is_available()
-                         else " (no GPU here: the CPU rule)")
+        return k, why + (
+            f" (trainer.accelerator={cfg.trainer.accelerator})"
+            if torch.cuda.is_available()
+            else " (no GPU here: the CPU rule)"
+        )
     est = estimate(cfg)
     return est.parallel, est.choice or "parallel=auto: 1 (each run takes several GPUs)"
 
@@ -232,8 +251,14 @@ def _busy() -> str | None:
         load, cores = os.getloadavg()[0], os.cpu_count() or 1
     except (OSError, AttributeError):
         return None
-    return (f"load average {load:.1f} on {cores} cores: timed on a busy machine; rerun when it is idle for the "
-            f"times a dedicated machine gives") if load > cores else None
+    return (
+        (
+            f"load average {load:.1f} on {cores} cores: timed on a busy machine; rerun when it is idle for the "
+            f"times a dedicated machine gives"
+        )
+        if load > cores
+        else None
+    )
 
 
 def _measure_groups(groups: dict):
@@ -247,8 +272,9 @@ def _measure_groups(groups: dict):
             measured[label] = loaders(run)
         device, world, batch, train_steps, eval_batches, data, loader_img_s = measured[label]
         first = first or (device, world, batch)
-        params, step_s, eval_s, memory, gpu_s = measure(run, data, device, batch, f"{run.model.name}/{act}"
-                                                        + (f" ({label})" if label else ""))
+        params, step_s, eval_s, memory, gpu_s = measure(
+            run, data, device, batch, f"{run.model.name}/{act}" + (f" ({label})" if label else "")
+        )
         epochs, left = run.epochs, []
         for _, out in group:
             try:
@@ -257,8 +283,25 @@ def _measure_groups(groups: dict):
                 unreadable += 1
                 left.append(epochs)
         unfinished += sum(0 < e < epochs for e in left)
-        rows.append(Row(label, act, params, train_steps, eval_batches, step_s, eval_s, memory, epochs,
-                        len(group), sum(e > 0 for e in left), sum(left), loader_img_s, batch, gpu_s))
+        rows.append(
+            Row(
+                label,
+                act,
+                params,
+                train_steps,
+                eval_batches,
+                step_s,
+                eval_s,
+                memory,
+                epochs,
+                len(group),
+                sum(e > 0 for e in left),
+                sum(left),
+                loader_img_s,
+                batch,
+                gpu_s,
+            )
+        )
     return rows, unreadable, unfinished, first
 
 
@@ -282,27 +325,59 @@ def format_estimate(est: Estimate, recipe: str = "", results: str = "") -> str:
     setting = any(r.setting for r in est.rows)
     cuda = est.device.type == "cuda"
     header = (["setting"] if setting else []) + [
-        "act", "params", "steps/epoch", "s/step", "eval s/epoch", "per run", "runs left", "projected",
-        "peak MB (CUDA)" if cuda else "saved for backward MB", "model img/s", "loader img/s", "bound",
-        *(["GPU busy"] if cuda else [])]
-    rows = [([r.setting] if setting else []) + [
-        r.act, f"{r.params:,}", r.train_steps, r.step_s, r.eval_batches * r.eval_batch_s, duration(r.run_s),
-        f"{r.runs_left}/{r.runs}", duration(r.left_s), None if r.memory_bytes is None else r.memory_bytes / 2**20,
-        rate(r.model_img_s), rate(r.loader_img_s), r.bound, *([_percent(r.busy)] if cuda else [])]
-        for r in est.rows]
+        "act",
+        "params",
+        "steps/epoch",
+        "s/step",
+        "eval s/epoch",
+        "per run",
+        "runs left",
+        "projected",
+        "peak MB (CUDA)" if cuda else "saved for backward MB",
+        "model img/s",
+        "loader img/s",
+        "bound",
+        *(["GPU busy"] if cuda else []),
+    ]
+    rows = [
+        ([r.setting] if setting else [])
+        + [
+            r.act,
+            f"{r.params:,}",
+            r.train_steps,
+            r.step_s,
+            r.eval_batches * r.eval_batch_s,
+            duration(r.run_s),
+            f"{r.runs_left}/{r.runs}",
+            duration(r.left_s),
+            None if r.memory_bytes is None else r.memory_bytes / 2**20,
+            rate(r.model_img_s),
+            rate(r.loader_img_s),
+            r.bound,
+            *([_percent(r.busy)] if cuda else []),
+        ]
+        for r in est.rows
+    ]
     left, runs = sum(r.runs_left for r in est.rows), sum(r.runs for r in est.rows)
     where = torch.cuda.get_device_name(est.device) if cuda else f"{est.threads} thread{'s' * (est.threads > 1)}"
-    head = (f"estimate{f' {recipe}' if recipe else ''}: {est.device.type} ({where}), batch {est.batch} per device "
-            f"per step x {est.world_size} device(s); steps/epoch and eval per device; per run = epochs x "
-            f"(steps x s/step + eval)")
-    total = (f"projected total: {duration(est.total_s)} for {left} of {runs} runs"
-             + (f" ({runs - left} completed in {results})" if results and left < runs else "")
-             + _wall(est, where))
-    notes = [*est.notes, "model img/s: the timed steps (batch / s per step); loader img/s: the training loader "
-             "alone, no model; bound: loader (Kx) when the loader delivers K times fewer images/s than the model "
-             "takes in, and the run is slower than projected (with data.num_workers=0 loading adds to each step)",
-             "not measured in the projection: data loading/augmentation, mixup, EMA updates, checkpoints, "
-             "Lightning's per-step overhead (synthetic batches); nothing was written"]
+    head = (
+        f"estimate{f' {recipe}' if recipe else ''}: {est.device.type} ({where}), batch {est.batch} per device "
+        f"per step x {est.world_size} device(s); steps/epoch and eval per device; per run = epochs x "
+        f"(steps x s/step + eval)"
+    )
+    total = (
+        f"projected total: {duration(est.total_s)} for {left} of {runs} runs"
+        + (f" ({runs - left} completed in {results})" if results and left < runs else "")
+        + _wall(est, where)
+    )
+    notes = [
+        *est.notes,
+        "model img/s: the timed steps (batch / s per step); loader img/s: the training loader "
+        "alone, no model; bound: loader (Kx) when the loader delivers K times fewer images/s than the model "
+        "takes in, and the run is slower than projected (with data.num_workers=0 loading adds to each step)",
+        "not measured in the projection: data loading/augmentation, mixup, EMA updates, checkpoints, "
+        "Lightning's per-step overhead (synthetic batches); nothing was written",
+    ]
     if est.choice:  # what parallel=auto picks (and picked, with parallel=auto), and why
         notes.insert(0, est.choice)
     return "\n".join([head, timing.markdown(header, rows), total, *[f"note: {n}" for n in notes]])
@@ -315,10 +390,14 @@ def _percent(share: float | None) -> str:
 def _wall(est: Estimate, where: str) -> str:
     """`; ≈ 20 min wall with parallel=4 per GPU x 1 GPU (...)`, "" for one run at a time."""
     if est.gpus and est.parallel * est.gpus > 1:
-        return (f"; ≈ {duration(est.wall_s)} wall with parallel={est.parallel} per GPU x {est.gpus} GPU"
-                f"{'s' * (est.gpus > 1)} (K runs share a GPU: each as slow as its share of a full GPU makes it, from "
-                "the GPU busy column; projected, not measured)")
+        return (
+            f"; ≈ {duration(est.wall_s)} wall with parallel={est.parallel} per GPU x {est.gpus} GPU"
+            f"{'s' * (est.gpus > 1)} (K runs share a GPU: each as slow as its share of a full GPU makes it, from "
+            "the GPU busy column; projected, not measured)"
+        )
     if not est.gpus and est.parallel > 1:
-        return (f"; ≈ {duration(est.wall_s)} wall with parallel={est.parallel} (runs timed at {where} each, as the "
-                "workers have)")
+        return (
+            f"; ≈ {duration(est.wall_s)} wall with parallel={est.parallel} (runs timed at {where} each, as the "
+            "workers have)"
+        )
     return ""

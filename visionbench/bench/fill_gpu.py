@@ -27,6 +27,7 @@ else `nvidia-smi` polled; "—" where neither reads, and on the CPU) and never s
 most first: one process and K processes, the bit check, the CUDA graph, the MPS cases, torch.compile's last. The
 report (`<out>/<name>.md`) is rewritten after every case, so a run stopped from outside leaves what it measured.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,8 +68,12 @@ PREPARE_S = 8.0
 CASE_EXTRA_S = 1.5
 COMPILE_S = 60.0
 
-MODES = {"eager": "eager", "mps": "eager, MPS", "graph": "CUDA graph (whole step)",
-         "compile": "torch.compile reduce-overhead"}
+MODES = {
+    "eager": "eager",
+    "mps": "eager, MPS",
+    "graph": "CUDA graph (whole step)",
+    "compile": "torch.compile reduce-overhead",
+}
 
 
 # ---------------------------------------------------------------------------------------------- arguments
@@ -79,28 +84,52 @@ def seed_count(text: str) -> int:
     except ValueError:
         value = 0
     if value < 2:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 2 (seeds trained alone, then all at once), "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"must be an integer >= 2 (seeds trained alone, then all at once), got {text!r}"
+        )
     return value
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(prog="visionbench bench fill", description=__doc__.splitlines()[0],
-                                epilog="key=value arguments: recipe=NAME act=NAME[,NAME...] and any recipe override "
-                                       "(batch_size=64, trainer.precision=bf16-mixed, ...)")
+    p = argparse.ArgumentParser(
+        prog="visionbench bench fill",
+        description=__doc__.splitlines()[0],
+        epilog="key=value arguments: recipe=NAME act=NAME[,NAME...] and any recipe override "
+        "(batch_size=64, trainer.precision=bf16-mixed, ...)",
+    )
     p.add_argument("--k", type=timing.k_list, default=[1, 4, 8, 16], help="processes at once (default 1,4,8,16)")
     p.add_argument("--seconds", type=timing.positive_seconds, default=4.0, help="timed seconds per case (default 4)")
     p.add_argument("--mps", action="store_true", help="the same cases under a private NVIDIA MPS daemon too")
-    p.add_argument("--capture", action="store_true",
-                   help="rows with the whole step in one CUDA graph, and torch.compile reduce-overhead (CUDA)")
-    p.add_argument("--capture-k", type=timing.k_list, default=[1, 8],
-                   help="the K of the CUDA-graph rows, those in --k (default 1,8; none there: the smallest K)")
-    p.add_argument("--bits", type=seed_count, default=None, metavar="N",
-                   help="bit check: N seeds alone, then N at once; the final weights' sha256 compared")
-    p.add_argument("--bit-steps", type=timing.positive_int, default=BIT_STEPS,
-                   help=f"training steps per seed in the bit check (default {BIT_STEPS})")
-    p.add_argument("--budget", type=timing.positive_seconds, default=None,
-                   help="seconds for the whole benchmark: cases that would overrun are skipped (default: no limit)")
+    p.add_argument(
+        "--capture",
+        action="store_true",
+        help="rows with the whole step in one CUDA graph, and torch.compile reduce-overhead (CUDA)",
+    )
+    p.add_argument(
+        "--capture-k",
+        type=timing.k_list,
+        default=[1, 8],
+        help="the K of the CUDA-graph rows, those in --k (default 1,8; none there: the smallest K)",
+    )
+    p.add_argument(
+        "--bits",
+        type=seed_count,
+        default=None,
+        metavar="N",
+        help="bit check: N seeds alone, then N at once; the final weights' sha256 compared",
+    )
+    p.add_argument(
+        "--bit-steps",
+        type=timing.positive_int,
+        default=BIT_STEPS,
+        help=f"training steps per seed in the bit check (default {BIT_STEPS})",
+    )
+    p.add_argument(
+        "--budget",
+        type=timing.positive_seconds,
+        default=None,
+        help="seconds for the whole benchmark: cases that would overrun are skipped (default: no limit)",
+    )
     p.add_argument("--device", type=timing.device_name, default="cpu")
     p.add_argument("--name", default=None, help="report name (default fill_<recipe>)")
     p.add_argument("--out", type=timing.out_dir, default=str(timing.RESULTS_DIR))
@@ -126,8 +155,9 @@ def mps_daemon(folder: Path) -> Iterator[tuple[dict[str, str] | None, str]]:
         Path(path).mkdir(parents=True, exist_ok=True)
     full = {**os.environ, **env}
     try:
-        started = subprocess.run([control, "-d"], env=full, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                 timeout=30, check=False)
+        started = subprocess.run(
+            [control, "-d"], env=full, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         yield None, f"MPS daemon did not start: {e}"
         return
@@ -139,8 +169,7 @@ def mps_daemon(folder: Path) -> Iterator[tuple[dict[str, str] | None, str]]:
         yield env, ""
     finally:
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            subprocess.run([control], input="quit\n", env=full, capture_output=True, text=True, timeout=30,
-                           check=False)
+            subprocess.run([control], input="quit\n", env=full, capture_output=True, text=True, timeout=30, check=False)
 
 
 def nvml_index(device: torch.device, environ: dict[str, str] | None = None) -> int:
@@ -166,9 +195,18 @@ class BusySampler:
         return float(torch.cuda.utilization(self.device.index or 0))  # an index: no CUDA initialisation here
 
     def _smi(self) -> float:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-                               f"--id={nvml_index(self.device)}"], capture_output=True, text=True, timeout=10,
-                              check=False)
+        done = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=utilization.gpu",
+                "--format=csv,noheader,nounits",
+                f"--id={nvml_index(self.device)}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
         return float(done.stdout.strip().splitlines()[0])
 
     def read(self) -> float | None:
@@ -244,8 +282,9 @@ class Budget:
 class Bench:
     """The cases of one `bench fill` command, in order, into `rows` and `bit_rows`."""
 
-    def __init__(self, args: argparse.Namespace, spec: Callable[[str, str, int], Spec], batch: int,
-                 publish: Callable[[], None]):
+    def __init__(
+        self, args: argparse.Namespace, spec: Callable[[str, str, int], Spec], batch: int, publish: Callable[[], None]
+    ):
         self.args, self.spec, self.batch, self.publish = args, spec, batch, publish
         self.device = torch.device(args.device)
         self.sampler = BusySampler(self.device)
@@ -271,8 +310,11 @@ class Bench:
             row.prepare_s = max(times) if times else None
             start = time.time() + START_LEAD_S + 0.01 * k
             end = start + self.args.seconds
-            pool.send(range(k), "run", lambda i: {"act": act, "mode": step_mode, "start_at": start,
-                                                  "seconds": self.args.seconds})
+            pool.send(
+                range(k),
+                "run",
+                lambda i: {"act": act, "mode": step_mode, "start_at": start, "seconds": self.args.seconds},
+            )
             row.busy = self.sampler.mean_until(start + min(BUSY_SKIP_S, self.args.seconds / 3), end)
             done = pool.collect(range(k), self.args.seconds + REPLY_TIMEOUT_S)
         except WorkerError as e:
@@ -283,8 +325,12 @@ class Bench:
         row.steps = (min(d["steps"] for d in done), max(d["steps"] for d in done))
         peaks = [d["peak"] for d in done if d["peak"] is not None]
         row.peak_mb = max(peaks) / 2**20 if peaks else None
-        print(f"  {act}, {MODES[mode]}, K={k}: {row.img_s:,.0f} img/s"
-              + (f", GPU {row.busy:.0f} % busy" if row.busy is not None else ""), file=sys.stderr, flush=True)
+        print(
+            f"  {act}, {MODES[mode]}, K={k}: {row.img_s:,.0f} img/s"
+            + (f", GPU {row.busy:.0f} % busy" if row.busy is not None else ""),
+            file=sys.stderr,
+            flush=True,
+        )
         self.publish()
         return row
 
@@ -304,12 +350,16 @@ class Bench:
         try:
             for seed in range(n):  # alone: one after another, in worker 0
                 pool.call([0], "prepare", lambda i, seed=seed: {"spec": self.spec(act, "bits", seed)})
-                rows[seed].alone = pool.call([0], "run", lambda i: {"act": act, "mode": "bits", "start_at": 0.0,
-                                                                     "steps": steps, "digest": True})[0]["digest"]
+                rows[seed].alone = pool.call(
+                    [0], "run", lambda i: {"act": act, "mode": "bits", "start_at": 0.0, "steps": steps, "digest": True}
+                )[0]["digest"]
             pool.call(range(n), "prepare", lambda i: {"spec": self.spec(act, "bits", i)})
             start = time.time() + START_LEAD_S + 0.01 * n
-            done = pool.call(range(n), "run", lambda i: {"act": act, "mode": "bits", "start_at": start,
-                                                         "steps": steps, "digest": True})
+            done = pool.call(
+                range(n),
+                "run",
+                lambda i: {"act": act, "mode": "bits", "start_at": start, "steps": steps, "digest": True},
+            )
             for r, d in zip(rows, done):
                 r.together = d["digest"]
         except WorkerError as e:
@@ -389,10 +439,13 @@ def bit_verdict(rows: Sequence[BitRow], steps: int) -> str:
     n = max(r.seed for r in rows) + 1
     acts = ", ".join(dict.fromkeys(r.act for r in checked))
     if not differ:
-        return (f"bit check: the same — every seed's final weights ({n} seeds, {steps} steps each) are bit for bit "
-                f"the same trained alone and {n} at once ({acts})")
-    return (f"bit check: DIFFERENT — {len(differ)} of {len(checked)} seed runs changed with {n} at once: "
-            + ", ".join(f"{r.act} seed {r.seed}" for r in differ))
+        return (
+            f"bit check: the same — every seed's final weights ({n} seeds, {steps} steps each) are bit for bit "
+            f"the same trained alone and {n} at once ({acts})"
+        )
+    return f"bit check: DIFFERENT — {len(differ)} of {len(checked)} seed runs changed with {n} at once: " + ", ".join(
+        f"{r.act} seed {r.seed}" for r in differ
+    )
 
 
 def throughput_rows(rows: Sequence[Row]) -> list[list[object]]:
@@ -403,8 +456,9 @@ def throughput_rows(rows: Sequence[Row]) -> list[list[object]]:
     out = []
     for r in sorted(rows, key=lambda r: (acts.index(r.act), order.index(r.mode), r.k)):
         ratio = r.img_s / base[r.act] if r.img_s and r.act in base else None
-        steps = None if r.steps is None else str(r.steps[0]) if r.steps[0] == r.steps[1] else \
-            f"{r.steps[0]}–{r.steps[1]}"
+        steps = (
+            None if r.steps is None else str(r.steps[0]) if r.steps[0] == r.steps[1] else f"{r.steps[0]}–{r.steps[1]}"
+        )
         out.append([r.act, MODES[r.mode], r.k, r.img_s, ratio, r.busy, r.peak_mb, steps, r.prepare_s, r.note or None])
     return out
 
@@ -424,14 +478,26 @@ def verdicts(rows: Sequence[Row], device: torch.device) -> list[str]:
             busy_text = f"{busy:.0f} % ({'met' if busy >= TARGET_BUSY else 'missed'}: ≥ {TARGET_BUSY:.0f} %)"
         else:
             busy_text = "— (not measured" + (" on the CPU)" if device.type != "cuda" else ")")
-        out.append(f"{act}: best {best.img_s:,.0f} img/s ({MODES[best.mode]}, K={best.k}), {ratio:.2f}× one process "
-                   f"({'met' if ratio >= TARGET_RATIO else 'missed'}: ≥ {TARGET_RATIO:g}×); "
-                   f"GPU busy at most {busy_text}")
+        out.append(
+            f"{act}: best {best.img_s:,.0f} img/s ({MODES[best.mode]}, K={best.k}), {ratio:.2f}× one process "
+            f"({'met' if ratio >= TARGET_RATIO else 'missed'}: ≥ {TARGET_RATIO:g}×); "
+            f"GPU busy at most {busy_text}"
+        )
     return out
 
 
-THROUGHPUT_HEADER = ["activation", "mode", "K", "img/s (all K)", "× 1 process", "GPU busy %", "peak MB per worker",
-                     "steps per worker", "prepare s", "note"]
+THROUGHPUT_HEADER = [
+    "activation",
+    "mode",
+    "K",
+    "img/s (all K)",
+    "× 1 process",
+    "GPU busy %",
+    "peak MB per worker",
+    "steps per worker",
+    "prepare s",
+    "note",
+]
 BITS_HEADER = ["activation", "seed", "alone (sha256)", "N at once (sha256)", "bits"]
 
 
@@ -439,11 +505,22 @@ def report_body(bench: Bench) -> str:
     """The throughput table, then the bit check's table and verdict."""
     text = timing.markdown(THROUGHPUT_HEADER, throughput_rows(bench.rows))
     if bench.args.bits:
-        rows = [[r.act, r.seed, short(r.alone), short(r.together),
-                 ("same" if r.alone == r.together else "DIFFERENT") if r.alone and r.together else (r.note or None)]
-                for r in bench.bit_rows]
-        text += ("\n\n## Bit check\n\n" + timing.markdown(BITS_HEADER, rows) + "\n\n"
-                 + bit_verdict(bench.bit_rows, bench.args.bit_steps))
+        rows = [
+            [
+                r.act,
+                r.seed,
+                short(r.alone),
+                short(r.together),
+                ("same" if r.alone == r.together else "DIFFERENT") if r.alone and r.together else (r.note or None),
+            ]
+            for r in bench.bit_rows
+        ]
+        text += (
+            "\n\n## Bit check\n\n"
+            + timing.markdown(BITS_HEADER, rows)
+            + "\n\n"
+            + bit_verdict(bench.bit_rows, bench.args.bit_steps)
+        )
     return text
 
 
@@ -452,38 +529,54 @@ def notes(bench: Bench, cfg, batch: int, shape: tuple[int, int, int, int], acts:
 
     a = bench.args
     env = bench.info.get("environment") or timing.environment(torch.device("cpu")) + " (no worker answered)"
-    lines = [f"{env}, triton {bench.info.get('triton', '?')} (the workers')",
-             f"recipe {cfg.recipe}: model {cfg.model.name}, batch {batch} x {shape[1]}x{shape[2]}x{shape[3]} "
-             f"synthetic, optimizer {cfg.optim.name}, activations {', '.join(acts)}; "
-             + levers(cfg.trainer),
-             (f"workers: {'; '.join(bench.starts) or 'none started'} (a fresh interpreter each, torch and "
-              f"visionbench imported, {bench.device.type} initialised), each its own seed; a case: the first K workers "
-              f"of a pool build and warm up the step ({WARMUP_STEPS}+ steps, ≥ {WARMUP_MIN_S} s), start together at "
-              f"one instant, step for {a.seconds:g} s and synchronise; img/s (all K): the sum of each worker's steps × "
-              "batch / its seconds; × 1 process: over the same activation's one eager process"),
-             (f"GPU busy %: the GPU's utilization (NVML: the share of its last sample period in which a kernel ran) "
-              f"read by the parent every {BUSY_PERIOD_S:g} s from {BUSY_SKIP_S:g} s (or a third of the case) after "
-              f"the start, averaged (read by: {bench.sampler.method or 'nothing: —'}); peak MB: the largest of the "
-              "workers' peak allocated bytes in the case (CUDA)"),
-             "deterministic algorithms (warn only) and cuDNN's benchmark off where trainer.deterministic "
-             "(default true), CUBLAS_WORKSPACE_CONFIG=:4096:8 in every worker"
-             + ("; a system MPS daemon serves this environment: the rows without MPS in their mode ran under it"
-                if mps_running() else "")]
+    lines = [
+        f"{env}, triton {bench.info.get('triton', '?')} (the workers')",
+        f"recipe {cfg.recipe}: model {cfg.model.name}, batch {batch} x {shape[1]}x{shape[2]}x{shape[3]} "
+        f"synthetic, optimizer {cfg.optim.name}, activations {', '.join(acts)}; " + levers(cfg.trainer),
+        (
+            f"workers: {'; '.join(bench.starts) or 'none started'} (a fresh interpreter each, torch and "
+            f"visionbench imported, {bench.device.type} initialised), each its own seed; a case: the first K workers "
+            f"of a pool build and warm up the step ({WARMUP_STEPS}+ steps, ≥ {WARMUP_MIN_S} s), start together at "
+            f"one instant, step for {a.seconds:g} s and synchronise; img/s (all K): the sum of each worker's steps × "
+            "batch / its seconds; × 1 process: over the same activation's one eager process"
+        ),
+        (
+            f"GPU busy %: the GPU's utilization (NVML: the share of its last sample period in which a kernel ran) "
+            f"read by the parent every {BUSY_PERIOD_S:g} s from {BUSY_SKIP_S:g} s (or a third of the case) after "
+            f"the start, averaged (read by: {bench.sampler.method or 'nothing: —'}); peak MB: the largest of the "
+            "workers' peak allocated bytes in the case (CUDA)"
+        ),
+        "deterministic algorithms (warn only) and cuDNN's benchmark off where trainer.deterministic "
+        "(default true), CUBLAS_WORKSPACE_CONFIG=:4096:8 in every worker"
+        + (
+            "; a system MPS daemon serves this environment: the rows without MPS in their mode ran under it"
+            if mps_running()
+            else ""
+        ),
+    ]
     if a.mps:
-        lines.append(f"eager, MPS: the same cases in a second pool started under a private MPS daemon ({MPS_CONTROL} "
-                     "-d with its own CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY, quit at the end)")
+        lines.append(
+            f"eager, MPS: the same cases in a second pool started under a private MPS daemon ({MPS_CONTROL} "
+            "-d with its own CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY, quit at the end)"
+        )
     if a.capture:
-        lines.append("CUDA graph: forward, loss, backward and the optimizer step captured in one torch.cuda.CUDAGraph"
-                     f" after {GRAPH_WARMUP} side-stream steps, then replayed (K in --capture-k); torch.compile "
-                     "reduce-overhead: the model compiled (forward and backward in CUDA graphs, the optimizer step "
-                     "eager), K=1 in a pool of its own; both CUDA only")
+        lines.append(
+            "CUDA graph: forward, loss, backward and the optimizer step captured in one torch.cuda.CUDAGraph"
+            f" after {GRAPH_WARMUP} side-stream steps, then replayed (K in --capture-k); torch.compile "
+            "reduce-overhead: the model compiled (forward and backward in CUDA graphs, the optimizer step "
+            "eager), K=1 in a pool of its own; both CUDA only"
+        )
     if a.bits:
-        lines.append(f"bit check: seeds 0..{a.bits - 1}, {a.bit_steps} steps each from the seed's initial weights, "
-                     "deterministic algorithms on, trained alone (one after another in one worker), then all "
-                     f"{a.bits} at once (one per worker); the sha256 of each model's final state_dict (16 digits "
-                     "shown)")
-    lines.append(f"targets: aggregate ≥ {TARGET_RATIO:g}× one process (≥ {TARGET_IMG_S_H100:,} img/s "
-                 f"fp32 for cifar10_vgg8 on an H100) and the GPU ≥ {TARGET_BUSY:.0f} % busy")
+        lines.append(
+            f"bit check: seeds 0..{a.bits - 1}, {a.bit_steps} steps each from the seed's initial weights, "
+            "deterministic algorithms on, trained alone (one after another in one worker), then all "
+            f"{a.bits} at once (one per worker); the sha256 of each model's final state_dict (16 digits "
+            "shown)"
+        )
+    lines.append(
+        f"targets: aggregate ≥ {TARGET_RATIO:g}× one process (≥ {TARGET_IMG_S_H100:,} img/s "
+        f"fp32 for cifar10_vgg8 on an H100) and the GPU ≥ {TARGET_BUSY:.0f} % busy"
+    )
     lines += verdicts(bench.rows, bench.device)
     return lines
 
@@ -511,16 +604,19 @@ def main(argv: list[str]) -> int:
         return Spec(act, runs[act], mode, seed, shape, num_classes)
 
     name = args.name or f"fill_{cfg.recipe}"
-    title = f"Filling the {'GPU' if args.device.startswith('cuda') else args.device.upper()}: K training processes " \
-            f"of {cfg.model.name} at once"
+    title = (
+        f"Filling the {'GPU' if args.device.startswith('cuda') else args.device.upper()}: K training processes "
+        f"of {cfg.model.name} at once"
+    )
     command = "visionbench bench fill " + " ".join(argv)
     bench: Bench
 
     def publish(final: bool = False) -> None:
         out = io.StringIO()
         with contextlib.redirect_stdout(sys.stdout if final else out):
-            timing.write_report(name, title, command, notes(bench, cfg, batch, shape, list(runs)),
-                                report_body(bench), args.out)
+            timing.write_report(
+                name, title, command, notes(bench, cfg, batch, shape, list(runs)), report_body(bench), args.out
+            )
 
     bench = Bench(args, spec, batch, publish)
 

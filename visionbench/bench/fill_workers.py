@@ -3,6 +3,7 @@ optimizer on a fixed synthetic batch (`TrainStep`), eager, with the whole step i
 reduce-overhead, and steps it when the parent says; `Pool` starts them (fresh interpreters: `python -c`, so that no
 caller's main module is re-run) and talks to them over pipes.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -135,6 +136,7 @@ class Worker:
 
         try:
             import triton
+
             triton_version = triton.__version__
         except ImportError:
             triton_version = "not importable"
@@ -154,6 +156,7 @@ class Worker:
                 torch.cuda.empty_cache()
         _deterministic(spec.mode == "bits" or bool(getattr(spec.run.trainer, "deterministic", True)))
         from ..activations import fused  # this worker trains as the run would: its trainer.kernels, unless a
+
         fused.set_backend(*fused.resolve(getattr(spec.run.trainer, "kernels", None)))  # variable overrides it
         t0 = time.perf_counter()
         step = build_step(spec, self.device)
@@ -165,8 +168,15 @@ class Worker:
         self.steps[key] = step
         return {"seconds": time.perf_counter() - t0}
 
-    def run(self, act: str, mode: str, start_at: float, seconds: float | None = None, steps: int | None = None,
-            digest: bool = False) -> dict:
+    def run(
+        self,
+        act: str,
+        mode: str,
+        start_at: float,
+        seconds: float | None = None,
+        steps: int | None = None,
+        digest: bool = False,
+    ) -> dict:
         """From `start_at` (time.time), step for `seconds` or `steps`; the steps done, their seconds, peak CUDA
         memory, and with `digest` the sha256 of the model's final state_dict."""
         step = self.steps[(act, mode)]
@@ -191,9 +201,12 @@ class Worker:
                     break
         timing.synchronize(self.device)
         elapsed = time.perf_counter() - t0
-        return {"steps": done, "seconds": elapsed,
-                "peak": torch.cuda.max_memory_allocated(self.device) if cuda else None,
-                "digest": state_digest(step.model.state_dict()) if digest else None}
+        return {
+            "steps": done,
+            "seconds": elapsed,
+            "peak": torch.cuda.max_memory_allocated(self.device) if cuda else None,
+            "digest": state_digest(step.model.state_dict()) if digest else None,
+        }
 
 
 def one_line(e: BaseException) -> str:
@@ -240,8 +253,13 @@ def worker_env(threads: int, extra: dict[str, str], environ: dict[str, str] | No
     environ = dict(os.environ if environ is None else environ)
     root = str(Path(__file__).resolve().parents[2])
     path = [root, *[p for p in (environ.get("PYTHONPATH") or "").split(os.pathsep) if p and p != root]]
-    return {**environ, "PYTHONPATH": os.pathsep.join(path), "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
-            "OMP_NUM_THREADS": str(threads), **extra}
+    return {
+        **environ,
+        "PYTHONPATH": os.pathsep.join(path),
+        "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+        "OMP_NUM_THREADS": str(threads),
+        **extra,
+    }
 
 
 WORKER_CODE = "from visionbench.bench.fill_workers import worker_main; worker_main()"
@@ -262,9 +280,12 @@ class Pool:
             for _ in range(size):
                 parent, child = Pipe()
                 try:
-                    proc = subprocess.Popen([sys.executable, "-c", WORKER_CODE, str(child.fileno()), str(device),
-                                             str(threads)], pass_fds=(child.fileno(),), env=full,
-                                            stdin=subprocess.DEVNULL)
+                    proc = subprocess.Popen(
+                        [sys.executable, "-c", WORKER_CODE, str(child.fileno()), str(device), str(threads)],
+                        pass_fds=(child.fileno(),),
+                        env=full,
+                        stdin=subprocess.DEVNULL,
+                    )
                 finally:
                     child.close()
                 self.conns.append(parent)
@@ -276,8 +297,13 @@ class Pool:
             raise
         self.start_s = time.perf_counter() - t0
 
-    def call(self, workers: Sequence[int], command: str, kwargs: Callable[[int], dict] | None = None,
-             timeout: float = REPLY_TIMEOUT_S) -> list:
+    def call(
+        self,
+        workers: Sequence[int],
+        command: str,
+        kwargs: Callable[[int], dict] | None = None,
+        timeout: float = REPLY_TIMEOUT_S,
+    ) -> list:
         """Send `command` to each worker in `workers` (kwargs(i) its arguments), then collect every reply."""
         self.send(workers, command, kwargs)
         return self.collect(workers, timeout)
@@ -304,8 +330,9 @@ class Pool:
                 status, value = self.conns[i].recv()
             except (EOFError, OSError, WorkerError) as e:
                 self.broken = True
-                raise WorkerError(str(e) if isinstance(e, WorkerError) else
-                                  f"worker {i} exited (rc {self.procs[i].wait(5)})") from None
+                raise WorkerError(
+                    str(e) if isinstance(e, WorkerError) else f"worker {i} exited (rc {self.procs[i].wait(5)})"
+                ) from None
             if status == "error":
                 errors.append(f"worker {i}: {value}")
             replies.append(value)

@@ -12,6 +12,7 @@ GELU forward + backward on a [64, 128, 32, 32] float32 tensor, plus the sup erro
 This replaces the time bound the tests once asserted: a timed assertion fails on a loaded machine
 for nothing. Writes `results/bench/<name>.md`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--families", default="all", help="comma-separated learnable names (default: all)")
     p.add_argument("--repeats", type=int, default=3, help="timed fits per (family, target) (default 3)")
     p.add_argument("--name", default="fit", help="report name: results/bench/<name>.md")
-    p.add_argument("--out", type=timing.out_dir, default=str(timing.RESULTS_DIR), help="report folder (default results/bench)")
+    p.add_argument(
+        "--out", type=timing.out_dir, default=str(timing.RESULTS_DIR), help="report folder (default results/bench)"
+    )
     return p.parse_args(argv)
 
 
@@ -53,8 +56,11 @@ def main(argv: list[str]) -> int:
     names = learnable if args.families == "all" else [n.strip() for n in args.families.split(",")]
     unknown = [n for n in names if n not in learnable]
     if unknown or args.repeats < 1:
-        wrong = f"unknown learnable activation(s) {', '.join(unknown)}; known: {', '.join(learnable)}" if unknown \
+        wrong = (
+            f"unknown learnable activation(s) {', '.join(unknown)}; known: {', '.join(learnable)}"
+            if unknown
             else f"--repeats must be >= 1, got {args.repeats}"
+        )
         print(f"visionbench bench fit: {wrong}", file=sys.stderr)
         return 2
     with one_thread():
@@ -69,11 +75,14 @@ def main(argv: list[str]) -> int:
                 rows.append([name, target, 1e3 * seconds, seconds / step_s, r.max_abs_error, r.max_abs_deriv_error])
                 print(f"  {name} -> {target}: {1e3 * seconds:.1f} ms", file=sys.stderr, flush=True)
     header = ["activation", "target", "fit CPU ms", "× GELU fwd+bwd", "sup error of F", "sup error of F'"]
-    notes = [timing.environment(torch.device("cpu")) + " (fits run on one thread)",
-             f"fit: minimum CPU time of {args.repeats} after a warm-up fit; × GELU: that time over one GELU "
-             f"forward + backward on [64, 128, 32, 32] float32 ({1e3 * step_s:.1f} ms CPU, same run)",
-             "errors: sup norms on [-3, 3] (the tests assert them against each family's fit_tolerance)"]
+    notes = [
+        timing.environment(torch.device("cpu")) + " (fits run on one thread)",
+        f"fit: minimum CPU time of {args.repeats} after a warm-up fit; × GELU: that time over one GELU "
+        f"forward + backward on [64, 128, 32, 32] float32 ({1e3 * step_s:.1f} ms CPU, same run)",
+        "errors: sup norms on [-3, 3] (the tests assert them against each family's fit_tolerance)",
+    ]
     command = "visionbench bench fit " + " ".join(argv)
-    timing.write_report(args.name, "Fitting coefficients to a target", command.strip(), notes,
-                        timing.markdown(header, rows), args.out)
+    timing.write_report(
+        args.name, "Fitting coefficients to a target", command.strip(), notes, timing.markdown(header, rows), args.out
+    )
     return 0

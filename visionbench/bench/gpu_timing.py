@@ -11,6 +11,7 @@ the events time what the GPU spent from the call's first launch to its last kern
 where the CPU launched more slowly than the GPU ran: do_bench counts them too). Off CUDA there are no
 such events: both functions return None, and the tables show "—".
 """
+
 from __future__ import annotations
 
 from typing import Callable, Mapping
@@ -22,16 +23,19 @@ import torch
 FLUSH_BYTES = 256 * 2**20
 
 
-def event_rounds(steps: Mapping[str, Callable[[], object]], rounds: int,
-                 device: torch.device) -> dict[str, list[float]] | None:
+def event_rounds(
+    steps: Mapping[str, Callable[[], object]], rounds: int, device: torch.device
+) -> dict[str, list[float]] | None:
     """Milliseconds of GPU time per call of every step, `rounds` rounds of one call each, in turn, L2 flushed
     before every call; None off CUDA. The caller warms the steps up first (compilation is not timed here)."""
     if device.type != "cuda":
         return None
     with torch.cuda.device(device):
         cache = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
-        events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                         for _ in range(rounds)] for name in steps}
+        events = {
+            name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rounds)]
+            for name in steps
+        }
         torch.cuda.synchronize(device)
         for i in range(rounds):
             for name, fn in steps.items():

@@ -9,6 +9,7 @@ with a batch that does not fit refused before it is run (`DoesNotFit`).
 
 `run` is a run's typed config (`config.typed`).
 """
+
 from __future__ import annotations
 
 import gc
@@ -39,6 +40,7 @@ def loader_rate(loader, device: torch.device) -> float:
     """Images per second the training loader delivers alone (no model): its first batch untimed (workers
     start, an on-device set is moved), then up to MAX_TIMED batches or TIME_BUDGET_S, over as many passes
     as that takes. `data.on_device` batches are synchronised on CUDA, so their device work is counted."""
+
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -152,8 +154,9 @@ def loaders(run: RunConfig):
     return trainer.strategy.root_device, world, batch, train_steps, eval_batches * variants, data, loader_img_s
 
 
-def measure(run: RunConfig, data, device: torch.device, batch: int, what: str
-             ) -> tuple[int, float, float, int | None, float | None]:
+def measure(
+    run: RunConfig, data, device: torch.device, batch: int, what: str
+) -> tuple[int, float, float, int | None, float | None]:
     """(parameters, seconds per train step, seconds per eval batch, memory bytes, GPU seconds per train step) of the
     run's model on a synthetic batch of `batch` images; `DoesNotFit` when that batch does not fit on `device`.
     Memory: CUDA peak allocated in one step; elsewhere the bytes autograd saves for backward. GPU seconds: the
@@ -167,8 +170,9 @@ def measure(run: RunConfig, data, device: torch.device, batch: int, what: str
         return _measure(run, data, device, batch, what)
 
 
-def _measure(run: RunConfig, data, device: torch.device, batch: int, what: str
-             ) -> tuple[int, float, float, int | None, float | None]:
+def _measure(
+    run: RunConfig, data, device: torch.device, batch: int, what: str
+) -> tuple[int, float, float, int | None, float | None]:
     from .. import models
     from .train_step import TrainStep
     from ..train.run import build_model
@@ -202,8 +206,10 @@ def _measure(run: RunConfig, data, device: torch.device, batch: int, what: str
         if why is None:
             raise
         step = x = None
-        raise DoesNotFit(f"batch {batch} (per device) does not fit in memory on {device.type} for {what}: "
-                         f"{why}; lower batch_size or set trainer.accumulate_grad_batches=K") from None
+        raise DoesNotFit(
+            f"batch {batch} (per device) does not fit in memory on {device.type} for {what}: "
+            f"{why}; lower batch_size or set trainer.accumulate_grad_batches=K"
+        ) from None
     finally:
         del step, model
         gc.collect()

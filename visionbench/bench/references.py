@@ -10,6 +10,7 @@ with the coefficients of the visionbench module it stands for (so outputs can be
 `reference_for` returns None where there is no reference (SLAF, per-channel coefficients, other
 rational versions) or the package is not installed.
 """
+
 from __future__ import annotations
 
 import math
@@ -115,13 +116,19 @@ def _torchortho(act) -> tuple[nn.Module, str] | None:
     if name == "fourier":
         ref = torchortho.FourierActivation(act.degree)
         w = act.weight.detach()  # torchortho has no sqrt(2) (see visionbench.activations.fourier)
-        return _set(ref, fundamental=w[:1], coefficients=math.sqrt(2.0) * w[1:], grid=act.frequency,
-                    phases=act.phase), "torchortho Fourier"
+        return _set(
+            ref, fundamental=w[:1], coefficients=math.sqrt(2.0) * w[1:], grid=act.frequency, phases=act.phase
+        ), "torchortho Fourier"
     if name == "tropical":
         return _set(torchortho.TropicalActivation(act.degree), coefficients=act.weight), "torchortho Tropical"
     m, n = act.degrees
     if m != n:
         return None
     ref = torchortho.TropicalRationalActivation(m)
-    return _set(ref, coefficients_num=act.num_intercepts, powers_num=act.num_slopes,
-                coefficients_denom=act.den_intercepts, powers_denom=act.den_slopes), "torchortho TropicalRational"
+    return _set(
+        ref,
+        coefficients_num=act.num_intercepts,
+        powers_num=act.num_slopes,
+        coefficients_denom=act.den_intercepts,
+        powers_denom=act.den_slopes,
+    ), "torchortho TropicalRational"

@@ -13,6 +13,7 @@ recorded (NVML, `gpu_busy_pct`: under sharing a reading is the whole GPU's). The
 K = 1 and at another K compared by its predictions.npz (every logit) and its final weights (sha256 of last.ckpt's
 state dict): `same` or `DIFFERENT`. Writes `<out>/<name>.md`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,14 +39,28 @@ def projection(text: str) -> tuple[int, int]:
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(prog="visionbench bench sweep", description=__doc__.splitlines()[0],
-                                epilog="key=value arguments: recipe=NAME act=... and any recipe override")
-    p.add_argument("--k", type=timing.k_list, default=[1, 2], help="runs per device to compare (default 1,2; 1 is added)")
-    p.add_argument("--project", type=projection, default=None, metavar="SEEDSxEPOCHS",
-                   help="also `visionbench estimate`'s projection of that sweep at parallel=auto (e.g. 20x60)")
+    p = argparse.ArgumentParser(
+        prog="visionbench bench sweep",
+        description=__doc__.splitlines()[0],
+        epilog="key=value arguments: recipe=NAME act=... and any recipe override",
+    )
+    p.add_argument(
+        "--k", type=timing.k_list, default=[1, 2], help="runs per device to compare (default 1,2; 1 is added)"
+    )
+    p.add_argument(
+        "--project",
+        type=projection,
+        default=None,
+        metavar="SEEDSxEPOCHS",
+        help="also `visionbench estimate`'s projection of that sweep at parallel=auto (e.g. 20x60)",
+    )
     p.add_argument("--seeds", type=timing.positive_int, default=2, help="seeds per activation at K > 1 (default 2)")
-    p.add_argument("--solo-seeds", type=timing.positive_int, default=2,
-                   help="seeds per activation at K = 1, the bit check's references (default 2)")
+    p.add_argument(
+        "--solo-seeds",
+        type=timing.positive_int,
+        default=2,
+        help="seeds per activation at K = 1, the bit check's references (default 2)",
+    )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="trainer.accelerator of the runs")
     p.add_argument("--name", default=None, help="report name (default sweep_<recipe>)")
     p.add_argument("--out", type=timing.out_dir, default=str(timing.RESULTS_DIR))
@@ -77,8 +92,17 @@ def sweep_once(overrides: list[str], k: int, seeds: int, device: str, results: P
     # on the CPU a run's bits depend on its thread count, which parallel=K shares out: trainer.portable pins every
     # run, K = 1 included, to one thread (sweep/portable.py), so that the bit check compares like with like
     cpu = ["trainer.portable=true"] if device == "cpu" else []
-    cfg = load_config([*cpu, *overrides, f"parallel={k}", f"seeds={seeds}", f"results_dir={results}",
-                       f"trainer.accelerator={device}", "snapshot_epochs=[]"])
+    cfg = load_config(
+        [
+            *cpu,
+            *overrides,
+            f"parallel={k}",
+            f"seeds={seeds}",
+            f"results_dir={results}",
+            f"trainer.accelerator={device}",
+            "snapshot_epochs=[]",
+        ]
+    )
     start = time.perf_counter()
     outcomes = run_sweep(cfg, progress=False, on_note=lambda line: print(line, file=sys.stderr))
     return time.perf_counter() - start, outcomes
@@ -96,18 +120,32 @@ def main(argv: list[str]) -> int:
             for k in args.k:
                 seeds = args.solo_seeds if k == 1 else args.seeds
                 wall, outcomes = sweep_once(overrides, k, seeds, args.device, Path(tmp) / f"k{k}")
-                failed = [f"{o.act} seed {o.seed}: {o.summary.get('error')}"
-                          for o in outcomes if o.status != "completed"]
+                failed = [
+                    f"{o.act} seed {o.seed}: {o.summary.get('error')}" for o in outcomes if o.status != "completed"
+                ]
                 if failed:
-                    print(f"visionbench bench sweep: K={k}: {len(failed)} run(s) did not complete: {failed[0]}",
-                          file=sys.stderr)
+                    print(
+                        f"visionbench bench sweep: K={k}: {len(failed)} run(s) did not complete: {failed[0]}",
+                        file=sys.stderr,
+                    )
                     return 1
-                images = sum((o.summary.get("throughput_img_s") or 0) * (o.summary.get("train_time_s") or 0)
-                             for o in outcomes)
+                images = sum(
+                    (o.summary.get("throughput_img_s") or 0) * (o.summary.get("train_time_s") or 0) for o in outcomes
+                )
                 busy = [o.summary["gpu_busy_pct"] for o in outcomes if o.summary.get("gpu_busy_pct") is not None]
                 placed = outcomes[0].summary["environment"]["placement"]
-                rows.append([k, placed["workers"], placed.get("mps"), len(outcomes), wall, images / wall,
-                             None, statistics.mean(busy) if busy else None])
+                rows.append(
+                    [
+                        k,
+                        placed["workers"],
+                        placed.get("mps"),
+                        len(outcomes),
+                        wall,
+                        images / wall,
+                        None,
+                        statistics.mean(busy) if busy else None,
+                    ]
+                )
                 runs[k] = {(o.act, o.seed): o.run_dir for o in outcomes}
         except ConfigError as e:
             print(f"visionbench bench sweep: {e}", file=sys.stderr)
@@ -116,18 +154,31 @@ def main(argv: list[str]) -> int:
             row[6] = row[5] / rows[0][5]
         checks = bit_check(runs)
         projected = project(overrides, args, Path(tmp) / "projected") if args.project else ""
-    table = timing.markdown(["K per device", "workers", "MPS", "runs", "wall s", "aggregate img/s", "vs K=1",
-                             "GPU busy %"], rows)
-    verdict = ("every seed gave the same bits at every K" if checks and all(c[-1] == "same" for c in checks)
-               else "SOME SEEDS DIFFER between K" if checks else "no seed was trained at two K")
+    table = timing.markdown(
+        ["K per device", "workers", "MPS", "runs", "wall s", "aggregate img/s", "vs K=1", "GPU busy %"], rows
+    )
+    verdict = (
+        "every seed gave the same bits at every K"
+        if checks and all(c[-1] == "same" for c in checks)
+        else "SOME SEEDS DIFFER between K"
+        if checks
+        else "no seed was trained at two K"
+    )
     check_table = timing.markdown(["act", "seed", "K", "predictions", "final weights", "bits"], checks)
     device = torch.device("cuda" if args.device == "cuda" else "cpu")
-    timing.write_report(args.name or f"sweep_{recipe}", f"A sweep at parallel=K vs one after another: {recipe}",
-                        "visionbench bench sweep " + " ".join(argv),
-                        [timing.environment(device),
-                         "aggregate img/s: the training images of all runs of a sweep over its wall time (start-up, "
-                         "evaluation and checkpoints included); GPU busy: the runs' NVML readings (— off CUDA)",
-                         f"bit check: {verdict}"], table + "\n\n" + check_table + projected, args.out)
+    timing.write_report(
+        args.name or f"sweep_{recipe}",
+        f"A sweep at parallel=K vs one after another: {recipe}",
+        "visionbench bench sweep " + " ".join(argv),
+        [
+            timing.environment(device),
+            "aggregate img/s: the training images of all runs of a sweep over its wall time (start-up, "
+            "evaluation and checkpoints included); GPU busy: the runs' NVML readings (— off CUDA)",
+            f"bit check: {verdict}",
+        ],
+        table + "\n\n" + check_table + projected,
+        args.out,
+    )
     return 0 if not checks or all(c[-1] == "same" for c in checks) else 1
 
 
@@ -137,8 +188,16 @@ def project(overrides: list[str], args, results: Path) -> str:
     from ..sweep.preflight import load_config
 
     seeds, epochs = args.project
-    cfg = load_config([*overrides, f"seeds={seeds}", f"epochs={epochs}", "parallel=auto", f"results_dir={results}",
-                       f"trainer.accelerator={args.device}"])
+    cfg = load_config(
+        [
+            *overrides,
+            f"seeds={seeds}",
+            f"epochs={epochs}",
+            "parallel=auto",
+            f"results_dir={results}",
+            f"trainer.accelerator={args.device}",
+        ]
+    )
     text = format_estimate(estimate(cfg), cfg.recipe)
     return f"\n\n## Projected: {seeds} seeds x {epochs} epochs (visionbench estimate, parallel=auto)\n\n{text}"
 
@@ -155,6 +214,14 @@ def bit_check(runs: dict[int, dict]) -> list[list]:
                 continue
             preds = predictions_sha256(run_dir) == predictions_sha256(solo)
             weights = weights_sha256(run_dir) == weights_sha256(solo)
-            out.append([key[0], key[1], k, "same" if preds else "differ", "same" if weights else "differ",
-                        "same" if preds and weights else "DIFFERENT"])
+            out.append(
+                [
+                    key[0],
+                    key[1],
+                    k,
+                    "same" if preds else "differ",
+                    "same" if weights else "differ",
+                    "same" if preds and weights else "DIFFERENT",
+                ]
+            )
     return out

@@ -5,6 +5,7 @@ Machines running these benchmarks are often shared (this project's CI has 2 load
 benchmark never compares numbers taken minutes apart: every round times each contender once, in
 turn, and ratios are the median over rounds of the per-round ratios.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,10 @@ def device_name(text: str) -> str:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0 or (device.index or 0) >= count:
             has = f"{count} CUDA device(s)" if count else "no CUDA device: torch.cuda.is_available() is False"
-            raise argparse.ArgumentTypeError(f"{text} is not available on this machine ({has}); use --device cpu"
-                                             + (f" or cuda:0..cuda:{count - 1}" if count else ""))
+            raise argparse.ArgumentTypeError(
+                f"{text} is not available on this machine ({has}); use --device cpu"
+                + (f" or cuda:0..cuda:{count - 1}" if count else "")
+            )
     elif device.type == "mps" and not torch.backends.mps.is_available():
         raise argparse.ArgumentTypeError("mps is not available on this machine; use --device cpu")
     return text
@@ -79,8 +82,9 @@ def out_dir(text: str) -> str:
     path = Path(text)
     existing = next((p for p in (path, *path.absolute().parents) if p.exists()), None)
     if existing is not None and not existing.is_dir():
-        raise argparse.ArgumentTypeError(f"{text}: {existing} is a file, not a directory; give a folder for the "
-                                         "report (it is created if missing)")
+        raise argparse.ArgumentTypeError(
+            f"{text}: {existing} is a file, not a directory; give a folder for the report (it is created if missing)"
+        )
     return text
 
 
@@ -98,8 +102,9 @@ def timed(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - t0
 
 
-def rounds(contenders: Mapping[str, Callable[[], object]], repeats: int,
-           device: torch.device) -> dict[str, list[float]]:
+def rounds(
+    contenders: Mapping[str, Callable[[], object]], repeats: int, device: torch.device
+) -> dict[str, list[float]]:
     """Per-round seconds of every contender: `repeats` rounds, each running all contenders once, in turn."""
     out: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(repeats):
@@ -145,8 +150,10 @@ def peak_bytes(fn: Callable[[], object], device: torch.device, total: bool = Fal
 def environment(device: torch.device) -> str:
     """One line saying where the numbers come from."""
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
-    return (f"torch {torch.__version__}, {device.type} ({where}), {torch.get_num_threads()} threads, "
-            f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}")
+    return (
+        f"torch {torch.__version__}, {device.type} ({where}), {torch.get_num_threads()} threads, "
+        f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}"
+    )
 
 
 def cell(v: object) -> str:
@@ -163,8 +170,9 @@ def markdown(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return render.pipe_table(render.Table(header, [[cell(v) for v in row] for row in rows], align="-" * len(header)))
 
 
-def write_report(name: str, title: str, command: str, notes: Sequence[str], table: str,
-                 out_dir: Path | str = RESULTS_DIR) -> Path:
+def write_report(
+    name: str, title: str, command: str, notes: Sequence[str], table: str, out_dir: Path | str = RESULTS_DIR
+) -> Path:
     """Print the table and write `<out_dir>/<name>.md` with the command that reproduces it."""
     text = "\n".join([f"# {title}", "", f"    {command}", "", *[f"- {n}" for n in notes], "", table, ""])
     path = Path(out_dir) / f"{name}.md"

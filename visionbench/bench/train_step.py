@@ -16,6 +16,7 @@ per-step ratios. On CUDA also the GPU time of a step by CUDA events, L2 flushed 
 (`gpu_timing`: another `--steps` alternating steps each). Memory: bytes autograd saves for backward in
 one step (any device) and peak allocated (CUDA).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,13 +36,21 @@ DEFAULT_STEPS = 10
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(prog="visionbench bench train", description=__doc__.splitlines()[0],
-                                epilog="key=value arguments: recipe=NAME act=NAME and any recipe override "
-                                       "(batch_size=64, model.norm=group, ...)")
-    p.add_argument("--compare-to", metavar="ACT", default=None,
-                   help="the activation timed beside act= (default: the model's own)")
-    p.add_argument("--steps", type=timing.positive_int, default=DEFAULT_STEPS,
-                   help=f"timed steps per model (default {DEFAULT_STEPS})")
+    p = argparse.ArgumentParser(
+        prog="visionbench bench train",
+        description=__doc__.splitlines()[0],
+        epilog="key=value arguments: recipe=NAME act=NAME and any recipe override "
+        "(batch_size=64, model.norm=group, ...)",
+    )
+    p.add_argument(
+        "--compare-to", metavar="ACT", default=None, help="the activation timed beside act= (default: the model's own)"
+    )
+    p.add_argument(
+        "--steps",
+        type=timing.positive_int,
+        default=DEFAULT_STEPS,
+        help=f"timed steps per model (default {DEFAULT_STEPS})",
+    )
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per model first (default 2)")
     p.add_argument("--device", type=timing.device_name, default="cpu")
     p.add_argument("--name", default=None, help="report name (default train_<recipe>_<act>)")
@@ -62,10 +71,20 @@ def input_shape(cfg) -> tuple[int, int, int]:
 
 
 # Lightning's `precision` values (its legacy spellings included) -> the dtype they compute in
-MIXED_DTYPES = {"bf16-mixed": torch.bfloat16, "bf16": torch.bfloat16, "16-mixed": torch.float16, "16": torch.float16,
-                16: torch.float16}
-TRUE_DTYPES = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64, "64": torch.float64,
-               64: torch.float64}
+MIXED_DTYPES = {
+    "bf16-mixed": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "16-mixed": torch.float16,
+    "16": torch.float16,
+    16: torch.float16,
+}
+TRUE_DTYPES = {
+    "bf16-true": torch.bfloat16,
+    "16-true": torch.float16,
+    "64-true": torch.float64,
+    "64": torch.float64,
+    64: torch.float64,
+}
 
 
 class TrainStep:
@@ -100,8 +119,10 @@ class TrainStep:
         inference mode and the same autocast); the model is left in train mode."""
         self.model.eval()
         try:
-            with torch.inference_mode(), torch.autocast(self.x.device.type, dtype=self.autocast_dtype,
-                                                        enabled=self.autocast_dtype is not None):
+            with (
+                torch.inference_mode(),
+                torch.autocast(self.x.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None),
+            ):
                 self.model(self.x)
         finally:
             self.model.train()
@@ -109,8 +130,10 @@ class TrainStep:
 
 def levers(trainer) -> str:
     """The `trainer:` speed levers a step ran with, for the report's notes."""
-    return (f"trainer.precision={trainer.precision}, channels_last={str(bool(trainer.channels_last)).lower()}, "
-            f"compile={str(bool(trainer.compile)).lower()}")
+    return (
+        f"trainer.precision={trainer.precision}, channels_last={str(bool(trainer.channels_last)).lower()}, "
+        f"compile={str(bool(trainer.compile)).lower()}"
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -122,8 +145,10 @@ def main(argv: list[str]) -> int:
     baseline = args.compare_to
     try:
         if any(a.split("=", 1)[0].lstrip("+") in ("baseline", "report.baseline") for a in overrides):
-            raise ConfigError("baseline= names the report's baseline (the t-test's reference of `visionbench run`), "
-                              "not an activation to time; give --compare-to NAME to time one beside act=")
+            raise ConfigError(
+                "baseline= names the report's baseline (the t-test's reference of `visionbench run`), "
+                "not an activation to time; give --compare-to NAME to time one beside act="
+            )
         cfg = load_config(overrides)
         acts = sweep_acts(cfg)
         if len(acts) != 1:
@@ -137,8 +162,9 @@ def main(argv: list[str]) -> int:
         return _time_steps(args, argv, cfg, act, baseline, (num_classes, in_chans, img_size))
 
 
-def _time_steps(args: argparse.Namespace, argv: list[str], cfg, act: str, baseline: str | None,
-                shape: tuple[int, int, int]) -> int:
+def _time_steps(
+    args: argparse.Namespace, argv: list[str], cfg, act: str, baseline: str | None, shape: tuple[int, int, int]
+) -> int:
     """Time the baseline's and the activation's train steps, alternating, and write the report."""
     from ..config import run_config, typed
     from ..train.run import build_model
@@ -173,24 +199,61 @@ def _time_steps(args: argparse.Namespace, argv: list[str], cfg, act: str, baseli
     rows = []
     for role, label in (("baseline", own), ("act", act)):
         t = statistics.median(times[role])
-        gpu_cells = [None, None] if gpu is None else [
-            statistics.median(gpu[role]), timing.median_ratio(gpu["act"], gpu["baseline"]) if role == "act" else 1.0]
-        rows.append([label, 1e3 * t, batch / t, ratio if role == "act" else 1.0, *gpu_cells, kernels[role],
-                     saved[role] / 2**20,
-                     None if peak[role] is None else peak[role] / 2**20, warm[role]])
-    header = ["activation", "step ms", "img/s", "× baseline step", "GPU ms", "× baseline (GPU)", "kernels",
-              "saved for backward MB", "peak MB (CUDA)", f"warm-up s ({args.warmup} steps, incl. compile)"]
-    notes = [timing.environment(device),
-             f"recipe {cfg.recipe}: model {cfg.model.name}, batch {batch} x {in_chans}x{img_size}x{img_size} "
-             f"synthetic, optimizer {cfg.optim.name}, {args.steps} timed steps per model, alternating",
-             f"{len(report) if report else 0} activation modules swapped for {act}",
-             "speed levers: " + levers(cfg.trainer) + f"; kernels {fused.switch()}",
-             "× baseline: median of per-step ratios; img/s: batch / median step time",
-             ("GPU ms: CUDA events around each step, L2 flushed before each (as triton.testing.do_bench), median of "
-              f"{args.steps} alternating steps; × baseline (GPU): median of per-step ratios; kernels: CUDA kernels "
-              "one step launches (torch.profiler)" if device.type == "cuda"
-              else f"GPU ms, × baseline (GPU), kernels: CUDA events and the profiler, CUDA only: — on {device.type}")]
+        gpu_cells = (
+            [None, None]
+            if gpu is None
+            else [
+                statistics.median(gpu[role]),
+                timing.median_ratio(gpu["act"], gpu["baseline"]) if role == "act" else 1.0,
+            ]
+        )
+        rows.append(
+            [
+                label,
+                1e3 * t,
+                batch / t,
+                ratio if role == "act" else 1.0,
+                *gpu_cells,
+                kernels[role],
+                saved[role] / 2**20,
+                None if peak[role] is None else peak[role] / 2**20,
+                warm[role],
+            ]
+        )
+    header = [
+        "activation",
+        "step ms",
+        "img/s",
+        "× baseline step",
+        "GPU ms",
+        "× baseline (GPU)",
+        "kernels",
+        "saved for backward MB",
+        "peak MB (CUDA)",
+        f"warm-up s ({args.warmup} steps, incl. compile)",
+    ]
+    notes = [
+        timing.environment(device),
+        f"recipe {cfg.recipe}: model {cfg.model.name}, batch {batch} x {in_chans}x{img_size}x{img_size} "
+        f"synthetic, optimizer {cfg.optim.name}, {args.steps} timed steps per model, alternating",
+        f"{len(report) if report else 0} activation modules swapped for {act}",
+        "speed levers: " + levers(cfg.trainer) + f"; kernels {fused.switch()}",
+        "× baseline: median of per-step ratios; img/s: batch / median step time",
+        (
+            "GPU ms: CUDA events around each step, L2 flushed before each (as triton.testing.do_bench), median of "
+            f"{args.steps} alternating steps; × baseline (GPU): median of per-step ratios; kernels: CUDA kernels "
+            "one step launches (torch.profiler)"
+            if device.type == "cuda"
+            else f"GPU ms, × baseline (GPU), kernels: CUDA events and the profiler, CUDA only: — on {device.type}"
+        ),
+    ]
     name = args.name or f"train_{cfg.recipe}_{act}"
-    timing.write_report(name, f"Training step: {cfg.model.name} with {act} vs {own}",
-                        "visionbench bench train " + " ".join(argv), notes, timing.markdown(header, rows), args.out)
+    timing.write_report(
+        name,
+        f"Training step: {cfg.model.name} with {act} vs {own}",
+        "visionbench bench train " + " ".join(argv),
+        notes,
+        timing.markdown(header, rows),
+        args.out,
+    )
     return 0

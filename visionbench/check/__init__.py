@@ -11,6 +11,7 @@ activation".
 
 checks.py holds the module checks, speed.py the ratio to GELU, smoke.py the smoke training, main.py the command.
 """
+
 from .checks import CHANNELS, MODULE_CHECKS, Subject
 from .main import Result, all_checks, main, run_checks
 

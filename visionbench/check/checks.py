@@ -4,6 +4,7 @@ and returns (passed, reason); an exception inside a check is its failure (`main.
 
 Inputs are channels-first with CHANNELS channels: (N, C) and (N, C, H, W).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -145,8 +146,10 @@ def finite(s: Subject, device: torch.device) -> tuple[bool, str]:
                 for (name, _), g in zip(named, grads[1:]):
                     if g is not None and first_bad(g):
                         return False, f"gradient of parameter {name!r} {first_bad(g)} {where}"
-    return True, (f"float32 outputs and gradients finite for |x| <= {LARGE:g}, at 0, ±1e-30, ±1, ... and on "
-                  f"constant inputs (train and eval, {' and '.join(paths(s.make()))} path)")
+    return True, (
+        f"float32 outputs and gradients finite for |x| <= {LARGE:g}, at 0, ±1e-30, ±1, ... and on "
+        f"constant inputs (train and eval, {' and '.join(paths(s.make()))} path)"
+    )
 
 
 def _summary(error: Exception, names: list[str]) -> str:
@@ -162,7 +165,7 @@ def gradcheck(s: Subject, device: torch.device, fast: bool = False) -> tuple[boo
     every path (`fast`: gradcheck's fast mode, random projections of the Jacobians instead of all of them).
     Random draws inside forward (rational D's noise) are reseeded on every call, so the function gradcheck
     differentiates is deterministic."""
-    x = (torch.rand((2, CHANNELS, 1, 2), generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 4 - 2)
+    x = torch.rand((2, CHANNELS, 1, 2), generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 4 - 2
     x = x.to(device)
     devices = [device] if device.type == "cuda" else []
     count = 0
@@ -252,7 +255,10 @@ def state_dict(s: Subject, device: torch.device) -> tuple[bool, str]:
     target.load_state_dict(torch.load(buf, weights_only=True))
     differ = _same(source, target, device)
     if differ:
-        return False, f"a fresh module loaded with the state_dict: {differ} (state kept outside parameters and buffers?)"
+        return (
+            False,
+            f"a fresh module loaded with the state_dict: {differ} (state kept outside parameters and buffers?)",
+        )
     return True, f"{len(source.state_dict())} tensor(s) saved and loaded into a fresh module: identical outputs"
 
 
@@ -264,8 +270,11 @@ def deepcopy(s: Subject, device: torch.device) -> tuple[bool, str]:
     if differ:
         return False, f"the copy's {differ}"
     ours = {t.untyped_storage().data_ptr() for t in [*source.parameters(), *source.buffers()] if t.numel()}
-    shared = [n for n, t in [*clone.named_parameters(), *clone.named_buffers()]
-              if t.numel() and t.untyped_storage().data_ptr() in ours]
+    shared = [
+        n
+        for n, t in [*clone.named_parameters(), *clone.named_buffers()]
+        if t.numel() and t.untyped_storage().data_ptr() in ours
+    ]
     if shared:
         return False, f"the copy shares storage with the original: {', '.join(shared)}"
     return True, "identical outputs, no shared storage"
@@ -276,8 +285,11 @@ def meta_device(s: Subject, device: torch.device) -> tuple[bool, str]:
     device), and forward on a meta input gives a meta output of its shape."""
     with torch.device("meta"):
         module = s.make()
-    off = [f"{n} on {t.device}" for n, t in [*module.named_parameters(), *module.named_buffers()]
-           if t.device.type != "meta"]
+    off = [
+        f"{n} on {t.device}"
+        for n, t in [*module.named_parameters(), *module.named_buffers()]
+        if t.device.type != "meta"
+    ]
     if off:
         return False, f"built under torch.device('meta'), but {', '.join(off)}: a tensor created on a fixed device"
     for shape in SHAPES:
@@ -285,8 +297,10 @@ def meta_device(s: Subject, device: torch.device) -> tuple[bool, str]:
         try:
             y = module(x)
         except Exception as e:  # noqa: BLE001 - the reason is the check's result
-            return False, (f"forward on a meta input {shape} raised {type(e).__name__}: {str(e).splitlines()[0][:160]} "
-                           "(a tensor created on a fixed device?)")
+            return False, (
+                f"forward on a meta input {shape} raised {type(e).__name__}: {str(e).splitlines()[0][:160]} "
+                "(a tensor created on a fixed device?)"
+            )
         if y.device.type != "meta" or y.shape != x.shape:
             return False, f"forward on a meta input {shape} gave {tuple(y.shape)} on {y.device}"
     return True, "built under torch.device('meta'): parameters, buffers and outputs on meta"

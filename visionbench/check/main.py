@@ -1,5 +1,6 @@
 """`visionbench check act=NAME[k=v,...]`: every check of `checks.py`, the speed figure and the smoke training,
 one line each (PASS / FAIL with the reason; INFO for a figure); exit 1 when any check fails."""
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,12 @@ class Result:
 
 def all_checks(quick: bool = False, max_ratio: float | None = None) -> dict[str, Callable]:
     """name -> check(subject, device) -> (passed, detail), in the order run."""
-    return {**MODULE_CHECKS, "gradcheck": functools.partial(MODULE_CHECKS["gradcheck"], fast=quick), "speed": functools.partial(speed, quick=quick, max_ratio=max_ratio),
-            "smoke train": functools.partial(smoke_training, quick=quick)}
+    return {
+        **MODULE_CHECKS,
+        "gradcheck": functools.partial(MODULE_CHECKS["gradcheck"], fast=quick),
+        "speed": functools.partial(speed, quick=quick, max_ratio=max_ratio),
+        "smoke train": functools.partial(smoke_training, quick=quick),
+    }
 
 
 def run_check(check: Callable, subject: Subject, device: torch.device, name: str) -> Result:
@@ -57,9 +62,14 @@ def run_check(check: Callable, subject: Subject, device: torch.device, name: str
     return Result(name, passed, detail)
 
 
-def run_checks(subject: Subject, device: torch.device | str = "cpu", quick: bool = False,
-               max_ratio: float | None = None, only: list[str] | None = None,
-               out: Callable[[str], None] | None = None) -> list[Result]:
+def run_checks(
+    subject: Subject,
+    device: torch.device | str = "cpu",
+    quick: bool = False,
+    max_ratio: float | None = None,
+    only: list[str] | None = None,
+    out: Callable[[str], None] | None = None,
+) -> list[Result]:
     """Every check (or those named in `only`) of one activation; each line handed to `out` as it completes."""
     device = torch.device(device)
     results = []
@@ -80,13 +90,25 @@ def subjects(text: str) -> list[Subject]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="visionbench check", usage=USAGE, description=DESCRIPTION)
-    p.add_argument("keys", nargs="*", metavar="act=...",
-                   help="act=NAME[k=v,...] (several, comma-separated; all = every one); imports=MOD (plugin modules: "
-                        "the command line loads them, visionbench/cli.py)")
-    p.add_argument("--quick", action="store_true",
-                   help="a small speed measurement and an MLP smoke training (the test suite's mode)")
-    p.add_argument("--max-ratio", type=float, default=None, metavar="R",
-                   help="fail when the time or memory ratio to GELU is above R (default: report only)")
+    p.add_argument(
+        "keys",
+        nargs="*",
+        metavar="act=...",
+        help="act=NAME[k=v,...] (several, comma-separated; all = every one); imports=MOD (plugin modules: "
+        "the command line loads them, visionbench/cli.py)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small speed measurement and an MLP smoke training (the test suite's mode)",
+    )
+    p.add_argument(
+        "--max-ratio",
+        type=float,
+        default=None,
+        metavar="R",
+        help="fail when the time or memory ratio to GELU is above R (default: report only)",
+    )
     p.add_argument("--device", default="cpu", help="torch device of the checks (default cpu; meta is always checked)")
     args = p.parse_args(argv)
     keys = {}
@@ -121,10 +143,15 @@ def main(argv: list[str]) -> int:
         results = run_checks(subject, device, args.quick, args.max_ratio, out=functools.partial(print, flush=True))
         bad = [r.check for r in results if r.passed is False]
         passed = sum(r.passed is True for r in results)
-        print(f"{subject.label}: {passed} passed, {len(bad)} failed{': ' + ', '.join(bad) if bad else ''} "
-              f"({time.perf_counter() - t0:.1f} s)", flush=True)
+        print(
+            f"{subject.label}: {passed} passed, {len(bad)} failed{': ' + ', '.join(bad) if bad else ''} "
+            f"({time.perf_counter() - t0:.1f} s)",
+            flush=True,
+        )
         failed += [subject.label] if bad else []
     if len(todo) > 1:
-        print(f"\n{len(todo) - len(failed)} of {len(todo)} activations pass every check"
-              + (f"; failing: {', '.join(failed)}" if failed else ""))
+        print(
+            f"\n{len(todo) - len(failed)} of {len(todo)} activations pass every check"
+            + (f"; failing: {', '.join(failed)}" if failed else "")
+        )
     return 1 if failed else 0

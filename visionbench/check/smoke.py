@@ -8,6 +8,7 @@ Not the recipe's VGG4: at its lr, a VGG4 sits at ln 10 for its first ~100 steps 
 softplus at seed 0 (docs/zoo.md: softplus loses one seed of five there), so a short run would judge the
 recipe's start, not the activation.
 """
+
 from __future__ import annotations
 
 import functools

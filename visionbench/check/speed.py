@@ -1,5 +1,6 @@
 """Speed and memory of an activation's forward + backward as a ratio to GELU, measured in the same process
 on the same input (paired rounds, bench/timing.py): a figure, a pass/fail only against `--max-ratio`."""
+
 from __future__ import annotations
 
 import torch
@@ -14,7 +15,9 @@ SHAPE, QUICK_SHAPE = (16, 32, 32, 32), (2, 8, 4, 4)  # NCHW float32; below fused
 ROUNDS, QUICK_ROUNDS = 10, 4
 
 
-def speed(subject, device: torch.device, quick: bool = False, max_ratio: float | None = None) -> tuple[bool | None, str]:
+def speed(
+    subject, device: torch.device, quick: bool = False, max_ratio: float | None = None
+) -> tuple[bool | None, str]:
     """(None, the figures), or with `max_ratio` (whether both ratios are within it, the figures). Memory is the
     CUDA peak above the inputs on a GPU; on a CPU, which keeps no peak statistic, the bytes autograd saves
     for backward (what a layer holds until its backward runs)."""
@@ -34,8 +37,10 @@ def speed(subject, device: torch.device, quick: bool = False, max_ratio: float |
         memory, kind = timing.peak_bytes(act, device) / max(timing.peak_bytes(gelu, device), 1), "peak memory"
     else:
         memory, kind = timing.saved_bytes(act) / max(timing.saved_bytes(gelu), 1), "memory saved for backward"
-    figure = (f"{ratio:.2f}x GELU time, {memory:.2f}x GELU {kind} (forward + backward, "
-              f"{'x'.join(map(str, shape))} float32 on {device}, {fused.ran_on(x)} kernels, median of {repeats} rounds)")
+    figure = (
+        f"{ratio:.2f}x GELU time, {memory:.2f}x GELU {kind} (forward + backward, "
+        f"{'x'.join(map(str, shape))} float32 on {device}, {fused.ran_on(x)} kernels, median of {repeats} rounds)"
+    )
     if max_ratio is None:
         return None, figure
     if max(ratio, memory) > max_ratio:

@@ -1,5 +1,6 @@
 """The one override grammar of `visionbench run`, `visionbench estimate` and the Hydra app: values are read as
 Hydra reads them; commas inside brackets or quotes do not split a sweep (docs/configuration.md#overrides)."""
+
 from __future__ import annotations
 
 import re
@@ -45,12 +46,19 @@ class _Loader(yaml.SafeLoader):
     of YAML 1.1 (whose floats need a dot and a signed exponent), so a factor's value is the single value's."""
 
 
-_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"""^(?:
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:
      [-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
     |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
     |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
     |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""", re.X), list("-+0123456789."))
+    |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
 
 
 def parse_value(text: str) -> Any:
@@ -123,20 +131,28 @@ def parse(args: Iterable[str]) -> Overrides:
             out.given.add(key)
             out.hydra.append(f"++{key}={hydra_value(value)}")
         elif key not in valid_keys():
-            raise ConfigError(unknown_key(key) + " (and act.<option>, act_options.<act>.<option>, act_lr_mult.<act>, "
-                              "model.kwargs.<arg>)", key)
+            raise ConfigError(
+                unknown_key(key) + " (and act.<option>, act_options.<act>.<option>, act_lr_mult.<act>, "
+                "model.kwargs.<arg>)",
+                key,
+            )
         else:
             try:
                 values = split_top_level(value)
             except ValueError as e:
                 raise ConfigError(f"{key}: {e}", key) from None
             if len(values) > 1 and "" in values:  # `null,group,`: not a third value (YAML would read it as null)
-                raise ConfigError(f"{key}={value}: an empty value between commas; separate the values with single "
-                                  "commas (write null for none)", key)
+                raise ConfigError(
+                    f"{key}={value}: an empty value between commas; separate the values with single "
+                    "commas (write null for none)",
+                    key,
+                )
             values = [f"[{','.join(values)}]"] if key in LIST_KEYS and value[:1] not in _OPEN else values
             if len(values) > 1:  # a factor: the composed value is the first, each run gets its own
                 if key in NOT_FACTORS:
-                    raise ConfigError(f"{key} cannot be swept (got {key}={value}); factor sweeps take any other key", key)
+                    raise ConfigError(
+                        f"{key} cannot be swept (got {key}={value}); factor sweeps take any other key", key
+                    )
                 out.factors[key] = [parse_value(v) for v in values]
             out.given.add(key)
             out.hydra.append(f"{key}={hydra_value(values[0])}")

@@ -1,5 +1,6 @@
 """Recipes: find them, compose one with the command line's overrides (Hydra), split it into runs
 (docs/configuration.md). A run's identity on disk (fingerprint, hash, upgrade): visionbench/results/identity.py."""
+
 from __future__ import annotations
 
 import contextlib
@@ -108,7 +109,7 @@ def run_config(cfg: DictConfig, act: str, seed: int, setting: dict | None = None
     run["act_label"] = str(act)
     run["seed"] = int(seed)
     run["act_options"] = {family: options} if options else {}
-    mult = (run.get("act_lr_mult") or {})
+    mult = run.get("act_lr_mult") or {}
     run["act_lr_mult"] = {family: mult.get(act, mult[family])} if act in mult or family in mult else {}
     run.pop("factors", None)
     run["setting"] = setting
@@ -121,5 +122,6 @@ def typed(run: Mapping | RunConfig) -> RunConfig:
     if isinstance(run, RunConfig):
         return run
     keys = {f.name for f in dataclasses.fields(RunConfig)}
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig),
-                                               {k: v for k, v in run.items() if k in keys}))
+    return OmegaConf.to_object(
+        OmegaConf.merge(OmegaConf.structured(RunConfig), {k: v for k, v in run.items() if k in keys})
+    )

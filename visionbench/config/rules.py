@@ -1,5 +1,6 @@
 """The vocabulary of the schema's rules: a check takes a value and returns None when it is fine, else what
 is accepted ("an integer >= 1"), which becomes `KEY must be <that>, got <value>`."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +12,15 @@ from typing import Any, Callable, Optional
 Check = Callable[[Any], Optional[str]]
 
 
-def rule(default: Any, within: str | None = None, *, choices: tuple = (), check: Check | None = None,
-         kind: Any = None, length: int | None = None) -> Any:
+def rule(
+    default: Any,
+    within: str | None = None,
+    *,
+    choices: tuple = (),
+    check: Check | None = None,
+    kind: Any = None,
+    length: int | None = None,
+) -> Any:
     """A dataclass field with its rule. `within`: ">= 1", "> 0", "[0, 1)" (for a list: each item's);
     `kind`: the type checked when the annotation is `Any` (OmegaConf keeps 20 an int there)."""
     meta = {"within": within, "choices": choices, "check": check, "kind": kind, "length": length}
@@ -73,6 +81,7 @@ def number(within: str | None = None) -> Check:
 
 def at_most(check: Check, cap: int) -> Check:
     """`check`, and no more than `cap`: a bound that only a typo reaches (1e20 seeds), said only to who reaches it."""
+
     def capped(v: Any) -> str | None:
         return check(v) or (f"{check(object())} and <= {cap}" if v > cap else None)
 
@@ -94,6 +103,7 @@ def did_you_mean(word: str, known: Any, n: int = 2) -> str:
 
 def choice(*values: Any) -> Check:
     """One of `values`, of the same type (`1` is not `true`)."""
+
     def check(v: Any) -> str | None:
         if any(v == a and type(v) is type(a) for a in values):
             return None

@@ -1,6 +1,7 @@
 """The config schema: every key a recipe may set, with its type, default, rule (config/rules.py) and meaning.
 An int-or-float key is `Any` with a `kind`: OmegaConf 2.3 would turn `warmup_epochs: 20` into 20.0 (another
 config hash). Registry names and Lightning's arguments are checked by visionbench/sweep/preflight.py."""
+
 from __future__ import annotations
 
 import copy
@@ -15,8 +16,23 @@ from .rules import any_of, at_most, choice, integer, is_number, list_of, path, r
 OPTIMIZERS = ("sgd", "adamw")  # train/optim.py
 SCHEDULES = ("constant", "step", "cosine")  # train/module.py `lr_lambda`
 # Lightning's precision values (Trainer(precision=...)); Lightning itself is asked by the sweep's preflight
-PRECISIONS = ("64-true", "32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed", "transformer-engine",
-              "transformer-engine-float16", 64, 32, 16, "64", "32", "16", "bf16")
+PRECISIONS = (
+    "64-true",
+    "32-true",
+    "16-true",
+    "bf16-true",
+    "16-mixed",
+    "bf16-mixed",
+    "transformer-engine",
+    "transformer-engine-float16",
+    64,
+    32,
+    16,
+    "64",
+    "32",
+    "16",
+    "bf16",
+)
 TV_MAGNITUDE_MAX = 30  # torchvision RandAugment: num_magnitude_bins 31 -> magnitudes 0..30
 MAX_SEEDS = 10_000  # per activation: a sweep plans every run before the first (a typo of 1e20 seeds would hang)
 MAX_BATCH = 2**31 - 1  # the loaders' index arithmetic (itertools.islice) takes no larger count
@@ -43,8 +59,12 @@ def _multipliers(v: Any) -> str | None:
 def _jitter(v: Any) -> str | None:
     """null, b (= b, b, b, hue 0, as timm) or [b, c, s(, hue)]; each >= 0, hue <= 0.5."""
     values = [v] * 3 if is_number(v) else v
-    ok = v is None or (isinstance(values, list) and len(values) in (3, 4) and all(is_number(x) and x >= 0 for x in values)
-                       and (len(values) == 3 or values[3] <= 0.5))
+    ok = v is None or (
+        isinstance(values, list)
+        and len(values) in (3, 4)
+        and all(is_number(x) and x >= 0 for x in values)
+        and (len(values) == 3 or values[3] <= 0.5)
+    )
     return None if ok else "null, a number or [brightness, contrast, saturation(, hue)], each >= 0 and hue <= 0.5"
 
 
@@ -62,9 +82,15 @@ def rand_augment_ops(policy: str) -> tuple[int, int] | None:
 class ReportConfig:
     """What the recipe's paper reports: `visionbench run` and `report` use it (docs/report.md)."""
 
-    metric: Optional[str] = None  # summary metric scored; null: test_top1_at_best_val with a held-out val split, else val_top1_best
-    baseline: Optional[str] = "relu"  # the activation the report's t-test compares against (command line: baseline=gelu)
-    best_of: List[str] = field(default_factory=list)  # factor keys reduced to the best setting per cell in the recipe-level table (004 Table 2: [model.lsuv])
+    metric: Optional[str] = (
+        None  # summary metric scored; null: test_top1_at_best_val with a held-out val split, else val_top1_best
+    )
+    baseline: Optional[str] = (
+        "relu"  # the activation the report's t-test compares against (command line: baseline=gelu)
+    )
+    best_of: List[str] = field(
+        default_factory=list
+    )  # factor keys reduced to the best setting per cell in the recipe-level table (004 Table 2: [model.lsuv])
 
 
 @dataclass
@@ -72,7 +98,9 @@ class AugmentConfig:
     """`data.augment`: training-time augmentation (data/transforms.py)."""
 
     crop_pad: int = rule(0, ">= 0")  # random crop with this zero padding (CIFAR style); 0 = off
-    scale: Optional[List[float]] = rule(None, "(0, 1]", length=2)  # random-resized-crop scale range, e.g. [0.08, 1.0] (ImageNet); null = off
+    scale: Optional[List[float]] = rule(
+        None, "(0, 1]", length=2
+    )  # random-resized-crop scale range, e.g. [0.08, 1.0] (ImageNet); null = off
     hflip: float = rule(0.0, "[0, 1]")
     # ColorJitter before auto_augment: b (= b, b, b, hue 0) or [b, c, s(, hue)] (004 code: [0.4, 0.4, 0.4, 0.1]); null = off
     color_jitter: Any = rule(None, check=_jitter)
@@ -81,7 +109,9 @@ class AugmentConfig:
     auto_augment_impl: str = rule("timm", choices=("timm", "torchvision"))
     re_prob: float = rule(0.0, "[0, 1]")  # random erasing probability
     re_mode: str = rule("pixel", choices=("const", "rand", "pixel"))
-    repeated_aug: Any = rule(1, ">= 1", kind=float)  # repeated-augmentation sampler: each image this many times per epoch
+    repeated_aug: Any = rule(
+        1, ">= 1", kind=float
+    )  # repeated-augmentation sampler: each image this many times per epoch
     # expand: an epoch is repeated_aug x N samples (004 code, App G); deit: timm/DeiT's, N samples (docs/data.md)
     repeated_aug_epoch: str = rule("expand", choices=("expand", "deit"))
 
@@ -172,7 +202,9 @@ class LossConfig:
     cutmix: float = rule(0.0, ">= 0")  # cutmix alpha (0 = off)
     mixup_prob: float = rule(1.0, "[0, 1]")
     switch_prob: float = rule(0.5, "[0, 1]")
-    act_l2: float = rule(0.0, ">= 0")  # L2 penalty on activation coefficients that define penalty() (SLAF, paper 003 Sec 4 and 5; APL)
+    act_l2: float = rule(
+        0.0, ">= 0"
+    )  # L2 penalty on activation coefficients that define penalty() (SLAF, paper 003 Sec 4 and 5; APL)
 
 
 @dataclass
@@ -194,7 +226,9 @@ class TrainerConfig:
     # bf16-mixed / 16-mixed on GPUs; learnable activations stay fp32 (Lightning: str or int)
     precision: Any = rule("32-true", choices=PRECISIONS)
     gradient_clip_val: Optional[float] = rule(None, "> 0")
-    limit_train_batches: Any = rule(None, "> 0", kind=Optional[float])  # Lightning's: an int counts batches, a float is a fraction
+    limit_train_batches: Any = rule(
+        None, "> 0", kind=Optional[float]
+    )  # Lightning's: an int counts batches, a float is a fraction
     limit_val_batches: Any = rule(None, ">= 0", kind=Optional[float])
     channels_last: bool = False  # model and image batches in NHWC (timm --channels-last; docs/running.md#speed-levers)
     # torch.compile the model (timm --torchcompile; checkpoints keep their keys); reduce-overhead: the captured step,
@@ -212,17 +246,25 @@ class TrainerConfig:
     kernels: str = rule("auto", choices=KERNELS)
     accumulate_grad_batches: int = rule(1, ">= 1")  # steps per optimizer update; the global batch_size is kept
     sync_batchnorm: bool = False  # under DDP, BatchNorm statistics over all processes (timm --sync-bn)
-    portable: bool = False  # the same bits on any x86-64 CPU with AVX2: ISA, BLAS path, 1 thread pinned (sweep/portable.py)
-    loggers: List[str] = rule(["tensorboard"], check=list_of(choice("tensorboard", "csv", "mlflow", "wandb")))  # trackers (train/trackers.py)
+    portable: bool = (
+        False  # the same bits on any x86-64 CPU with AVX2: ISA, BLAS path, 1 thread pinned (sweep/portable.py)
+    )
+    loggers: List[str] = rule(
+        ["tensorboard"], check=list_of(choice("tensorboard", "csv", "mlflow", "wandb"))
+    )  # trackers (train/trackers.py)
 
 
 @dataclass
 class FinetuneConfig:
     """`finetune:` docs/finetune.md; models/finetune.py."""
 
-    checkpoint: Optional[str] = None  # PATH (state dict / visionbench checkpoint) or "timm" (pretrained weights); set: model.pretrained unused
+    checkpoint: Optional[str] = (
+        None  # PATH (state dict / visionbench checkpoint) or "timm" (pretrained weights); set: model.pretrained unused
+    )
     train: str = "act,head"  # what is trained: act,head | act | head | all (act,head with a fixed act = head only)
-    source_act: Optional[str] = None  # act the checkpoint was trained with; null: its run's config.yaml, else the model's own
+    source_act: Optional[str] = (
+        None  # act the checkpoint was trained with; null: its run's config.yaml, else the model's own
+    )
     ema: bool = False  # load the checkpoint's weight-EMA copy (visionbench ema.*, timm state_dict_ema)
 
 
@@ -233,20 +275,32 @@ class RunConfig:
 
     recipe: str = MISSING  # the recipe's own name; results go to <results_dir>/<recipe>/
     act: str = "relu"  # one name or a comma-separated sweep: relu,gelu; a variant: rational[init=leaky_relu]
-    act_options: Dict[str, Any] = field(default_factory=dict)  # per activation, options passed to it: {rational: {init: leaky_relu}}
-    act_lr_mult: Dict[str, Any] = rule({}, check=_multipliers)  # per activation, learning-rate multiplier of its coefficients: {rational: 4.0}
-    imports: Any = rule([], check=any_of(text, list_of(text)))  # plugin modules (my_acts or [a, b]; visionbench/plugins.py)
+    act_options: Dict[str, Any] = field(
+        default_factory=dict
+    )  # per activation, options passed to it: {rational: {init: leaky_relu}}
+    act_lr_mult: Dict[str, Any] = rule(
+        {}, check=_multipliers
+    )  # per activation, learning-rate multiplier of its coefficients: {rational: 4.0}
+    imports: Any = rule(
+        [], check=any_of(text, list_of(text))
+    )  # plugin modules (my_acts or [a, b]; visionbench/plugins.py)
     # factor sweep {config key: [values]}: every combination is a setting (command line: model.norm=null,group)
     factors: Dict[str, Any] = field(default_factory=dict)
     # N -> seeds 0..N-1; auto: rounds of seeds up to seeds_max, stopped when decided (sweep/rounds.py)
     seeds: Any = rule(3, check=_seeds)
-    seeds_max: int = rule(10, check=at_most(integer(">= 3"), MAX_SEEDS))  # seeds=auto: the most seeds per activation (the last round)
-    seeds_margin: Optional[float] = rule(None, "> 0")  # seeds=auto: also stop as "equivalent" within ±this (metric units, TOST)
+    seeds_max: int = rule(
+        10, check=at_most(integer(">= 3"), MAX_SEEDS)
+    )  # seeds=auto: the most seeds per activation (the last round)
+    seeds_margin: Optional[float] = rule(
+        None, "> 0"
+    )  # seeds=auto: also stop as "equivalent" within ±this (metric units, TOST)
     seed: Optional[int] = rule(None, ">= 0")  # set per run by the sweep (config.yaml of a run holds its seed)
     seed_init: Optional[int] = rule(None, ">= 0")  # each source's own seed, null: seed's (train/seeds.py): the weights,
     seed_order: Optional[int] = rule(None, ">= 0")  # the training sampler's order,
     seed_aug: Optional[int] = rule(None, ">= 0")  # augmentation, dropout and Mixup draws
-    noise: str = rule("all", choices=("all", "init", "order", "aug"))  # sources following seed; noise=init,order,aug: arms + all
+    noise: str = rule(
+        "all", choices=("all", "init", "order", "aug")
+    )  # sources following seed; noise=init,order,aug: arms + all
     epochs: int = rule(10, ">= 1")
     batch_size: int = rule(128, check=at_most(integer(">= 1"), MAX_BATCH))
     results_dir: str = rule("runs", check=path)  # your runs: never the committed results/ (docs/reproducing.md)
@@ -254,7 +308,9 @@ class RunConfig:
     # auto: chosen from a measured run (`visionbench estimate` says why; sweep/placement.py,
     # docs/running.md#parallel-many-runs-per-device)
     parallel: Any = rule(1, check=any_of(integer(">= 1"), choice("auto")))
-    snapshot_epochs: List[int] = rule([0, 5, 30, -1], ">= -1")  # epochs whose activation shapes + input histograms are stored (-1 = last)
+    snapshot_epochs: List[int] = rule(
+        [0, 5, 30, -1], ">= -1"
+    )  # epochs whose activation shapes + input histograms are stored (-1 = last)
     report: ReportConfig = field(default_factory=ReportConfig)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -1,5 +1,6 @@
 """One pass that checks a config, from a recipe, the command line, the Hydra app or a partial `block`: each
 key by its field's rule, as written (before OmegaConf turns 3 into "3"), then CROSS, then every factor setting."""
+
 from __future__ import annotations
 
 import copy
@@ -16,7 +17,17 @@ from .schema import AugmentConfig, RunConfig, defaults, rand_augment_ops, TV_MAG
 
 FREE_DICTS = ("act_options", "act_lr_mult", "model.kwargs", "factors")  # keys below these are the user's own
 # keys a factor sweep cannot vary
-NOT_FACTORS = ("recipe", "seed", "seeds", "seeds_max", "seeds_margin", "results_dir", "parallel", "factors", "trainer.loggers")
+NOT_FACTORS = (
+    "recipe",
+    "seed",
+    "seeds",
+    "seeds_max",
+    "seeds_margin",
+    "results_dir",
+    "parallel",
+    "factors",
+    "trainer.loggers",
+)
 
 
 class ConfigError(ValueError):
@@ -59,12 +70,26 @@ def _augment(a: dict) -> list[tuple[str, str]]:
     scale = a.get("scale")
     if scale is not None and scale[0] > scale[1]:
         out.append((key + "scale", f"{key}scale must be [min, max] with 0 < min <= max <= 1, got {scale!r}"))
-    if a.get("auto_augment") and a.get("auto_augment_impl") == "torchvision" and not rand_augment_ops(a["auto_augment"]):
-        out.append((key + "auto_augment", f"{key}auto_augment {a['auto_augment']!r} with auto_augment_impl torchvision "
-                    f"must be rand[-nN][-mM] (N >= 0 ops, magnitude 0 <= M <= {TV_MAGNITUDE_MAX})"))
+    if (
+        a.get("auto_augment")
+        and a.get("auto_augment_impl") == "torchvision"
+        and not rand_augment_ops(a["auto_augment"])
+    ):
+        out.append(
+            (
+                key + "auto_augment",
+                f"{key}auto_augment {a['auto_augment']!r} with auto_augment_impl torchvision "
+                f"must be rand[-nN][-mM] (N >= 0 ops, magnitude 0 <= M <= {TV_MAGNITUDE_MAX})",
+            )
+        )
     if a.get("repeated_aug_epoch") == "expand" and not float(a.get("repeated_aug", 1)).is_integer():
-        out.append((key + "repeated_aug", f"{key}repeated_aug must be an integer with repeated_aug_epoch=expand (each "
-                    f"image that many times), got {a['repeated_aug']!r}; fractional: deit"))
+        out.append(
+            (
+                key + "repeated_aug",
+                f"{key}repeated_aug must be an integer with repeated_aug_epoch=expand (each "
+                f"image that many times), got {a['repeated_aug']!r}; fractional: deit",
+            )
+        )
     return out
 
 
@@ -81,17 +106,27 @@ def _accumulate(c: dict) -> list[tuple[str, str]]:
     per_device = max(1, batch // processes)
     if per_device % accumulate == 0:
         return []
-    return [("trainer.accumulate_grad_batches", f"trainer.accumulate_grad_batches must divide the per-device batch "
-             f"{per_device} (batch_size={batch} over {processes} process(es)), got {accumulate}")]
+    return [
+        (
+            "trainer.accumulate_grad_batches",
+            f"trainer.accumulate_grad_batches must divide the per-device batch "
+            f"{per_device} (batch_size={batch} over {processes} process(es)), got {accumulate}",
+        )
+    ]
 
 
 def _seeds_margin(c: dict) -> list[tuple[str, str]]:
     """`seeds_margin` is a rule of `seeds=auto` only: with a fixed number of seeds it would be ignored."""
     if c.get("seeds_margin") is None or c.get("seeds") == "auto":
         return []
-    return [("seeds_margin", f"seeds_margin applies only with seeds=auto (equivalence stops a round), got "
-             f"seeds={c.get('seeds')!r}; add seeds=auto or drop seeds_margin (report --margin M tests equivalence "
-             "after a fixed number of seeds)")]
+    return [
+        (
+            "seeds_margin",
+            f"seeds_margin applies only with seeds=auto (equivalence stops a round), got "
+            f"seeds={c.get('seeds')!r}; add seeds=auto or drop seeds_margin (report --margin M tests equivalence "
+            "after a fixed number of seeds)",
+        )
+    ]
 
 
 def _seeds_max(c: dict) -> list[tuple[str, str]]:
@@ -100,9 +135,14 @@ def _seeds_max(c: dict) -> list[tuple[str, str]]:
     default = _fields(RunConfig)["seeds_max"][0].default
     if c.get("seeds_max") in (None, default) or c.get("seeds") == "auto":
         return []
-    return [("seeds_max", f"seeds_max applies only with seeds=auto (the most seeds its rounds may train), got "
-             f"seeds={c.get('seeds')!r} with seeds_max={c.get('seeds_max')!r}; add seeds=auto, or drop seeds_max "
-             f"(seeds=N trains seeds 0..N-1)")]
+    return [
+        (
+            "seeds_max",
+            f"seeds_max applies only with seeds=auto (the most seeds its rounds may train), got "
+            f"seeds={c.get('seeds')!r} with seeds_max={c.get('seeds_max')!r}; add seeds=auto, or drop seeds_max "
+            f"(seeds=N trains seeds 0..N-1)",
+        )
+    ]
 
 
 def snapshot_epochs_beyond(c: dict) -> list[tuple[str, str]]:
@@ -113,13 +153,20 @@ def snapshot_epochs_beyond(c: dict) -> list[tuple[str, str]]:
     late = [e for e in snaps if is_int(e) and e > max(epochs)] if epochs and isinstance(snaps, list) else []
     if not late:
         return []
-    return [("snapshot_epochs", f"snapshot_epochs={snaps} names epoch(s) {', '.join(map(str, late))} beyond "
-             f"epochs={max(epochs)}; each entry must be 0 (the init), an epoch from 1 to {max(epochs)}, or -1 (the last)")]
+    return [
+        (
+            "snapshot_epochs",
+            f"snapshot_epochs={snaps} names epoch(s) {', '.join(map(str, late))} beyond "
+            f"epochs={max(epochs)}; each entry must be 0 (the init), an epoch from 1 to {max(epochs)}, or -1 (the last)",
+        )
+    ]
 
 
 # the rules that need several keys of one block, by the block's class
 CROSS: dict[type, Callable[[dict], list[tuple[str, str]]]] = {
-    AugmentConfig: _augment, RunConfig: lambda c: _accumulate(c) + _seeds_margin(c) + _seeds_max(c)}
+    AugmentConfig: _augment,
+    RunConfig: lambda c: _accumulate(c) + _seeds_margin(c) + _seeds_max(c),
+}
 
 
 def errors(values: Mapping, cls: type = RunConfig, prefix: str = "") -> list[tuple[str, str]]:
@@ -134,8 +181,11 @@ def errors(values: Mapping, cls: type = RunConfig, prefix: str = "") -> list[tup
             continue
         f, hint = fields[name]
         if dataclasses.is_dataclass(hint):
-            out += errors(value, hint, key + ".") if isinstance(value, Mapping) else \
-                [(key, f"{key} must be a mapping, got {value!r}")]
+            out += (
+                errors(value, hint, key + ".")
+                if isinstance(value, Mapping)
+                else [(key, f"{key} must be a mapping, got {value!r}")]
+            )
             continue
         check = check_of(f, hint)
         wanted = check(value) if check else None
@@ -174,8 +224,10 @@ def check(plain: dict) -> None:
     factors = plain.get("factors") or {}
     for key, values in factors.items():
         if key not in valid_keys() or key in NOT_FACTORS or is_free(key):
-            raise ConfigError(f"factors: {key!r} is not a config key a sweep can vary{did_you_mean(key, valid_keys(), n=3)}",
-                              "factors")
+            raise ConfigError(
+                f"factors: {key!r} is not a config key a sweep can vary{did_you_mean(key, valid_keys(), n=3)}",
+                "factors",
+            )
         if not isinstance(values, list) or not values:
             raise ConfigError(f"factors.{key} must be a non-empty list of values, got {values!r}", "factors")
         if len(set(map(repr, values))) != len(values):

@@ -8,6 +8,7 @@
 
 Datasets live under `data.root`, else `$VISIONBENCH_DATA`, else `./data` (docs/data.md).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -43,7 +44,11 @@ def names() -> list[str]:
 
 
 def create_datamodule(
-    data_cfg: Mapping | DataConfig | None, batch_size: int, seed: int = 0, *, test_in_val: bool = False,
+    data_cfg: Mapping | DataConfig | None,
+    batch_size: int,
+    seed: int = 0,
+    *,
+    test_in_val: bool = False,
     aug_seed: int | None = None,
 ) -> VisionDataModule:
     """Build the data module a recipe's `data:` block describes.

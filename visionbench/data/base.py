@@ -10,6 +10,7 @@ Split semantics (`data.val_split`):
   official test/val set, `has_test` is True;
 - `== 0`: val = the official test/val set (as the papers report), no test split.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -53,8 +54,9 @@ class VisionDataModule(L.LightningDataModule):
     num_classes: int = 0
     in_chans: int = 3
 
-    def __init__(self, cfg: DataConfig, batch_size: int, seed: int = 0, test_in_val: bool = False,
-                 aug_seed: int | None = None):
+    def __init__(
+        self, cfg: DataConfig, batch_size: int, seed: int = 0, test_in_val: bool = False, aug_seed: int | None = None
+    ):
         super().__init__()
         self.cfg = cfg
         self.batch_size = int(batch_size)
@@ -93,9 +95,11 @@ class VisionDataModule(L.LightningDataModule):
         train_src, official = self.load_source(train=True), self.load_source(train=False)
         for source, what in ((train_src, "training set"), (official, "test set")):
             if len(source) == 0:
-                raise ValueError(f"{self.name} at {self.root} (from {root_source(self.cfg)}): its official {what} "
-                                 "holds 0 images; every split (train, val, test) needs at least one image — replace "
-                                 "the files with a complete copy of the dataset")
+                raise ValueError(
+                    f"{self.name} at {self.root} (from {root_source(self.cfg)}): its official {what} "
+                    "holds 0 images; every split (train, val, test) needs at least one image — replace "
+                    "the files with a complete copy of the dataset"
+                )
         return train_src, official
 
     def own_val_source(self) -> Dataset | None:
@@ -248,8 +252,15 @@ class VisionDataModule(L.LightningDataModule):
         aug = self.cfg.augment
         augment = DeviceAugment(aug.crop_pad, aug.hflip, self.mean, self.std, self.aug_seed)
         images, targets = self._device_set
-        return DeviceBatches(images, targets, sampler, self.batch_size, drop_last=len(sampler) >= self.batch_size,
-                             augment=augment, device=device)
+        return DeviceBatches(
+            images,
+            targets,
+            sampler,
+            self.batch_size,
+            drop_last=len(sampler) >= self.batch_size,
+            augment=augment,
+            device=device,
+        )
 
     def val_dataloader(self) -> DataLoader | list[DataLoader]:
         """Model-selection set: held-out train part if `has_test`, else the official test/val set.

@@ -8,6 +8,7 @@
 The batches are read directly (not through `torchvision.datasets.CIFAR10`, whose md5 check
 refuses anything but the exact official files); torchvision is used only to download.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -28,9 +29,13 @@ LAYOUT = f"    {FOLDER}/data_batch_1 .. data_batch_5, {TEST_BATCH}, batches.meta
 
 # what the CIFAR-10 python pickles hold: dicts of bytes, lists and numpy arrays; anything else a received file pickles
 # (a call such as os.system) is refused before it runs
-NUMPY_GLOBALS = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-                 ("numpy", "ndarray"), ("numpy", "dtype"),
-                 ("_codecs", "encode")}  # how protocol 2 written by Python 3 spells bytes
+NUMPY_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("_codecs", "encode"),
+}  # how protocol 2 written by Python 3 spells bytes
 
 
 class _DataOnly(pickle.Unpickler):
@@ -50,8 +55,17 @@ def _unpickle(path: Path) -> dict:
         with open(path, "rb") as f:
             # latin1 decodes the python-2 pickles' numpy payload correctly (as torchvision does)
             entry = _DataOnly(f, encoding="latin1").load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError, IndexError,
-            KeyError, MemoryError) as e:  # pickle reports a torn file in many ways ("Ran out of input", ...)
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        ImportError,
+        IndexError,
+        KeyError,
+        MemoryError,
+    ) as e:  # pickle reports a torn file in many ways ("Ran out of input", ...)
         raise corrupt(path, f"not a readable CIFAR-10 pickle ({type(e).__name__}: {str(e)[:80]})") from None
     if not isinstance(entry, dict):
         raise corrupt(path, f"holds a {type(entry).__name__}, not a CIFAR-10 batch dict")
@@ -123,7 +137,8 @@ class CIFAR10DataModule(VisionDataModule):
                 raise DatasetNotFoundError(
                     f"CIFAR-10 at {folder} (from {root_source(self.cfg)}) lacks {', '.join(missing)} (it needs {TRAIN_BATCHES[0]} .. "
                     f"{TRAIN_BATCHES[-1]} and {TEST_BATCH}); copy the missing file(s) from an intact copy of the "
-                    f"dataset, or set data.download=true on a machine with internet access")
+                    f"dataset, or set data.download=true on a machine with internet access"
+                )
 
     def data_files(self) -> list[Path]:
         """The six pickle batches and batches.meta (the class names), those present."""

@@ -5,6 +5,7 @@ array, so splits can be computed from labels without decoding a single image;
 `TransformSubset` picks indices of a source and applies a transform. The same source thus
 serves the training part (augmented) and the held-out validation part (eval transform).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -106,9 +107,14 @@ def _open_binary(path: str | Path) -> IO[bytes]:
     return open(path, "rb")
 
 
-def load_image(path: str | Path, mode: str | None = "RGB", *, read: Callable[[str | Path], IO[bytes]] = _open_binary,
-               adapt: Callable[[Image.Image], Image.Image] | None = None,
-               error: Callable[[str | Path, str], Exception] = corrupt) -> Image.Image:
+def load_image(
+    path: str | Path,
+    mode: str | None = "RGB",
+    *,
+    read: Callable[[str | Path], IO[bytes]] = _open_binary,
+    adapt: Callable[[Image.Image], Image.Image] | None = None,
+    error: Callable[[str | Path, str], Exception] = corrupt,
+) -> Image.Image:
     """The image file `path` decoded, `adapt`ed (e.g. a 16-bit image scaled to 8 bits) and converted to `mode`
     (default RGB: Tiny ImageNet and ImageNet hold some grayscale/CMYK JPEGs; None: as stored). `read(path)` opens
     the file (default `open(path, "rb")`); an unreadable file is `error(path, "unreadable image (...)")`
@@ -169,8 +175,9 @@ class TransformSubset(Dataset):
             A plain int index, or `seed=None`, draws from the global RNGs as they are.
     """
 
-    def __init__(self, source: Dataset, indices: Sequence[int], transform: Callable, cache: bool = False,
-                 seed: int | None = None):
+    def __init__(
+        self, source: Dataset, indices: Sequence[int], transform: Callable, cache: bool = False, seed: int | None = None
+    ):
         self.source = source
         self.indices = np.asarray(indices, dtype=np.int64)
         self.transform = transform

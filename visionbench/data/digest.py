@@ -16,6 +16,7 @@ does not).
 File digests are computed once and cached in ${XDG_CACHE_HOME:-~/.cache}/visionbench/digests.json, by absolute
 path, valid while the file's size and mtime_ns are unchanged; a cache that cannot be read is ignored and rewritten.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -7,6 +7,7 @@ image dataset; /255 later gives [0, 1]). The official test split is fixed: a str
 20 % with random_state 0, so results are comparable across runs and machines. Everything
 is held in memory, and deterministic transforms are applied once and cached.
 """
+
 from __future__ import annotations
 
 import functools

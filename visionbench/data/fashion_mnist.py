@@ -18,6 +18,7 @@ N, rows, cols), then one unsigned byte per pixel / label. torchvision's reader
 (`torchvision.datasets.mnist.read_sn3_pascalvincent_tensor`) checks with `assert`s and does not open
 `.gz`, so the header is checked here, one error line naming the file for every way a file can be wrong.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -39,10 +40,12 @@ CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shi
 # folders under the data root, in the order they are tried ("" = the root itself)
 ROOT_FOLDERS = ("FashionMNIST/raw", "fashion-mnist", "usr/share/datasets/fashion-mnist", "")
 SYSTEM_DIRS = (Path("/usr/share/datasets/fashion-mnist"),)  # `apt-get install dataset-fashion-mnist`
-LAYOUT = ("    <data root>/FashionMNIST/raw/ (torchvision), <data root>/fashion-mnist/, "
-          "<data root>/usr/share/datasets/fashion-mnist/ (make data-fashion-mnist) or the data root itself,\n"
-          "    or /usr/share/datasets/fashion-mnist/ (apt-get install dataset-fashion-mnist), holding\n"
-          f"    {', '.join(FILES)} (each plain or .gz)")
+LAYOUT = (
+    "    <data root>/FashionMNIST/raw/ (torchvision), <data root>/fashion-mnist/, "
+    "<data root>/usr/share/datasets/fashion-mnist/ (make data-fashion-mnist) or the data root itself,\n"
+    "    or /usr/share/datasets/fashion-mnist/ (apt-get install dataset-fashion-mnist), holding\n"
+    f"    {', '.join(FILES)} (each plain or .gz)"
+)
 
 
 def file_path(folder: Path, name: str) -> Path | None:
@@ -95,15 +98,18 @@ def read_idx(path: str | Path, kind: str) -> np.ndarray:
     if magic != magic_wanted:
         what = {IMAGE_MAGIC: "an IDX image file", LABEL_MAGIC: "an IDX label file"}.get(magic, "not an IDX file")
         raise corrupt(path, f"magic number {magic} ({what}), expected {magic_wanted} (IDX {kind})")
-    dims = [int.from_bytes(data[4 * (i + 1):4 * (i + 2)], "big") for i in range(ndim)]
+    dims = [int.from_bytes(data[4 * (i + 1) : 4 * (i + 2)], "big") for i in range(ndim)]
     if kind == "images" and dims[1:] != [SIDE, SIDE]:
         raise corrupt(path, f"images are {dims[1]}x{dims[2]}, expected {SIDE}x{SIDE}")
     expected = int(np.prod(dims))
     payload = len(data) - header
     if payload != expected:
         problem = "truncated" if payload < expected else "longer than its header says"
-        raise corrupt(path, f"{problem}: header announces {dims[0]} {kind} ({expected} bytes), "
-                            f"the file holds {payload} bytes after the header")
+        raise corrupt(
+            path,
+            f"{problem}: header announces {dims[0]} {kind} ({expected} bytes), "
+            f"the file holds {payload} bytes after the header",
+        )
     array = np.frombuffer(data, dtype=np.uint8, offset=header).reshape(dims)
     if kind == "labels" and len(array) and int(array.max()) >= NUM_CLASSES:
         raise corrupt(path, f"labels must be 0..{NUM_CLASSES - 1}, found {int(array.max())}")
@@ -117,8 +123,10 @@ def read_split(folder: Path, train: bool) -> tuple[np.ndarray, np.ndarray]:
     paths = [file_path(folder, image_name), file_path(folder, label_name)]
     for name, path in zip((image_name, label_name), paths):
         if path is None:
-            raise DatasetNotFoundError(f"{folder / name}: missing (neither {name} nor {name}.gz is there); "
-                                       "copy all four Fashion-MNIST files there (make data-fashion-mnist)")
+            raise DatasetNotFoundError(
+                f"{folder / name}: missing (neither {name} nor {name}.gz is there); "
+                "copy all four Fashion-MNIST files there (make data-fashion-mnist)"
+            )
     images, labels = read_idx(paths[0], "images"), read_idx(paths[1], "labels")
     if len(images) != len(labels):
         raise corrupt(paths[1], f"{len(labels)} labels for the {len(images)} images of {paths[0]}")
@@ -144,8 +152,7 @@ class FashionMNISTDataModule(VisionDataModule):
         return find_folder(self.root)
 
     def _missing(self) -> DatasetNotFoundError:
-        return missing_dataset("Fashion-MNIST", self.cfg, self.root / "fashion-mnist", LAYOUT,
-                               download=True)
+        return missing_dataset("Fashion-MNIST", self.cfg, self.root / "fashion-mnist", LAYOUT, download=True)
 
     def check(self) -> None:
         self._splits: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
@@ -195,8 +202,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for train in (True, False):
         images, labels = read_split(folder, train)
-        print(f"{'train' if train else 'test'}: {len(images):,} images {images.shape[1]}x{images.shape[2]}, "
-              f"{len(labels):,} labels, {len(np.unique(labels))} classes  ({folder})")
+        print(
+            f"{'train' if train else 'test'}: {len(images):,} images {images.shape[1]}x{images.shape[2]}, "
+            f"{len(labels):,} labels, {len(np.unique(labels))} classes  ({folder})"
+        )
     return 0
 
 

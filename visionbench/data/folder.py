@@ -27,6 +27,7 @@ grayscale images are scaled linearly by the folder's value range (`FolderFacts.v
 [0, 2^k - 1] with k the bits their largest value needs, at least 8; float images [0, 1] when they lie in it, else
 their [min, max]) to 8 bits, never clipped at 255 as PIL's convert("L") clips them.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -45,8 +46,17 @@ from ..config import DataConfig
 from ..results.io import atomic_write_text
 from ..results.safe_paths import UnsafePath, within
 from .base import VisionDataModule
-from .datasets import (ArrayDataset, CorruptDataError, DatasetNotFoundError, FileDataset, cache_dir, load_image,
-                       reading_image, root_dir, root_source)
+from .datasets import (
+    ArrayDataset,
+    CorruptDataError,
+    DatasetNotFoundError,
+    FileDataset,
+    cache_dir,
+    load_image,
+    reading_image,
+    root_dir,
+    root_source,
+)
 from .splits import stratified_split
 
 SPLITS = ("train", "val", "test")
@@ -79,8 +89,13 @@ class FolderFacts:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -90,9 +105,11 @@ def _no_folder_link(path: Path) -> None:
     """FolderLayoutError when the folder `path` is a symlink: the walk follows no folder link (a loop such as
     train/cat/loop -> .. would read train/ again under `cat`; a link out of data.root reads files from elsewhere)."""
     if os.path.islink(path):
-        raise FolderLayoutError(f"{path}: a symlink to a folder ({os.readlink(path)}); refused: visionbench follows no "
-                                f"folder link inside data.root (a loop, or another folder's images read under this "
-                                f"name); replace the link by the folder itself or delete it")
+        raise FolderLayoutError(
+            f"{path}: a symlink to a folder ({os.readlink(path)}); refused: visionbench follows no "
+            f"folder link inside data.root (a loop, or another folder's images read under this "
+            f"name); replace the link by the folder itself or delete it"
+        )
 
 
 def _image_file(path: str, root: Path, entry: os.DirEntry) -> None:
@@ -104,25 +121,31 @@ def _image_file(path: str, root: Path, entry: os.DirEntry) -> None:
         except OSError as e:  # dangling (ENOENT) or a loop of links (ELOOP)
             dangling = not os.path.lexists(os.path.realpath(path))
             what = "a dangling symlink" if dangling else "a symlink that cannot be followed"
-            raise FolderLayoutError(f"{path}: {what} (to {os.readlink(path)}: {e.strerror}); point it at the image or "
-                                    f"delete it") from None
+            raise FolderLayoutError(
+                f"{path}: {what} (to {os.readlink(path)}: {e.strerror}); point it at the image or delete it"
+            ) from None
         try:
             within(root, path, path)
         except UnsafePath:
-            raise FolderLayoutError(f"{path}: a symlink leading outside data.root {root} (to "
-                                    f"{os.path.realpath(path)}); refused: an image must lie inside data.root; copy the "
-                                    f"file in (or hard-link it)") from None
+            raise FolderLayoutError(
+                f"{path}: a symlink leading outside data.root {root} (to "
+                f"{os.path.realpath(path)}); refused: an image must lie inside data.root; copy the "
+                f"file in (or hard-link it)"
+            ) from None
     elif entry.is_file(follow_symlinks=False):  # a regular file (the directory entry's type: no system call)
         return
     else:
         try:
             st = entry.stat(follow_symlinks=False)
         except OSError as e:
-            raise FolderLayoutError(f"{path}: cannot be read ({e.strerror}); fix its permissions or delete it"
-                                    ) from None
+            raise FolderLayoutError(
+                f"{path}: cannot be read ({e.strerror}); fix its permissions or delete it"
+            ) from None
     if not stat.S_ISREG(st.st_mode):
-        raise FolderLayoutError(f"{path}: {_kind(st.st_mode)}, not a regular file; refused (never opened): visionbench "
-                                f"reads only regular image files; delete it or replace it with the image")
+        raise FolderLayoutError(
+            f"{path}: {_kind(st.st_mode)}, not a regular file; refused (never opened): visionbench "
+            f"reads only regular image files; delete it or replace it with the image"
+        )
 
 
 def _walk(top: Path, root: Path) -> list[tuple[str, list[str]]]:
@@ -163,11 +186,15 @@ def layout(root: Path, source: str) -> tuple[list[str], dict[str, list[tuple[str
     """(classes, {split: [(path, class index)]}) of the splits present; `FolderLayoutError` (one line) when
     root or train/ is missing, a class folder holds no image, or val/ or test/ has other classes than train/."""
     if not root.is_dir():
-        raise DatasetNotFoundError(f"{root} (data.name=folder, root from {source}) is not a folder; point data.root "
-                                   f"at the folder holding train/<class>/<images> ({DOC})")
+        raise DatasetNotFoundError(
+            f"{root} (data.name=folder, root from {source}) is not a folder; point data.root "
+            f"at the folder holding train/<class>/<images> ({DOC})"
+        )
     if not (root / "train").is_dir():
-        raise FolderLayoutError(f"{root} has no train/ folder; put the training images in {root}/train/<class>/ "
-                                f"(and optionally {root}/val/<class>/, {root}/test/<class>/; {DOC})")
+        raise FolderLayoutError(
+            f"{root} has no train/ folder; put the training images in {root}/train/<class>/ "
+            f"(and optionally {root}/val/<class>/, {root}/test/<class>/; {DOC})"
+        )
     splits: dict[str, list[tuple[str, int]]] = {}
     classes: list[str] = []
     for split in SPLITS:
@@ -182,19 +209,25 @@ def layout(root: Path, source: str) -> tuple[list[str], dict[str, list[tuple[str
         if split == "train":
             classes = found
             if len(classes) < 2:
-                raise FolderLayoutError(f"{folder} holds {len(classes)} class folder(s) {classes}; classification "
-                                        f"needs at least 2: put each class's images in its own {folder}/<class>/")
+                raise FolderLayoutError(
+                    f"{folder} holds {len(classes)} class folder(s) {classes}; classification "
+                    f"needs at least 2: put each class's images in its own {folder}/<class>/"
+                )
         elif found != classes:
             missing, extra = sorted(set(classes) - set(found)), sorted(set(found) - set(classes))
             what = "; ".join(f"{k} {', '.join(v)}" for k, v in (("missing", missing), ("extra", extra)) if v)
-            raise FolderLayoutError(f"{folder}: its classes differ from {root}/train's ({what}); give {split}/ "
-                                    f"the same class folders as train/")
+            raise FolderLayoutError(
+                f"{folder}: its classes differ from {root}/train's ({what}); give {split}/ "
+                f"the same class folders as train/"
+            )
         samples = _samples(folder, classes, root)
         counts = Counter(t for _, t in samples)
         empty = [c for i, c in enumerate(classes) if not counts[i]]
         if empty:
-            raise FolderLayoutError(f"{folder / empty[0]}: a class folder with no image ({', '.join(IMG_EXTENSIONS)}); "
-                                    f"add its images or delete the folder from every split")
+            raise FolderLayoutError(
+                f"{folder / empty[0]}: a class folder with no image ({', '.join(IMG_EXTENSIONS)}); "
+                f"add its images or delete the folder from every split"
+            )
         splits[split] = samples
     return classes, splits
 
@@ -221,8 +254,10 @@ def _read(path: str):
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise FolderLayoutError(f"{path}: {_kind(mode)}, not a regular file; refused (not read): visionbench reads "
-                                    f"only regular image files; delete it or replace it with the image")
+            raise FolderLayoutError(
+                f"{path}: {_kind(mode)}, not a regular file; refused (not read): visionbench reads "
+                f"only regular image files; delete it or replace it with the image"
+            )
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
@@ -268,6 +303,7 @@ def open_image(path: str, mode: str | None = None, value_range: list[float] | No
     """The decoded image (converted to `mode` if given; a 16-bit or float one scaled by `value_range`: `to_8bit`);
     `FolderLayoutError` naming the file when it cannot be read or is not a regular file (datasets.py `load_image`,
     the file opened by `_read`)."""
+
     def deep(img: Image.Image) -> Image.Image:
         return to_8bit(img, value_range) if mode and img.mode in DEEP_MODES else img
 
@@ -295,8 +331,10 @@ def train_test_parts(splits: dict[str, list[tuple[str, int]]]) -> tuple[list, li
     try:
         kept, held = stratified_split(np.array([t for _, t in train]), TEST_FRACTION)
     except ValueError as e:
-        raise FolderLayoutError(f"{train[0][0].rsplit(os.sep, 2)[0]}: without test/ or val/ the test set is a "
-                                f"stratified {TEST_FRACTION:g} of train/, and {e}; add images or a test/ folder") from None
+        raise FolderLayoutError(
+            f"{train[0][0].rsplit(os.sep, 2)[0]}: without test/ or val/ the test set is a "
+            f"stratified {TEST_FRACTION:g} of train/, and {e}; add images or a test/ folder"
+        ) from None
     return [train[i] for i in kept], [train[i] for i in held]
 
 
@@ -307,7 +345,7 @@ def compute_facts(classes: list[str], splits: dict[str, list[tuple[str, int]]], 
     modes, sizes, extrema = set(), Counter(), []
     train_paths = {p for p, _ in train}
     for samples in splits.values():  # headers (the training images' mode decides the channels the statistics are
-        for path, _ in samples:      # taken in); 16-bit and float images decoded for their value range
+        for path, _ in samples:  # taken in); 16-bit and float images decoded for their value range
             with reading_image(path, _unreadable), _read(path) as f, Image.open(f) as img:
                 if path in train_paths:
                     modes.add(img.mode)
@@ -333,10 +371,18 @@ def compute_facts(classes: list[str], splits: dict[str, list[tuple[str, int]]], 
     native = w0 if len(sizes) == 1 and w0 == h0 else None
     shorter = np.repeat([min(wh) for wh in sizes], list(sizes.values()))  # one per training image
     img_size = native or int(np.median(shorter))
-    return FolderFacts(digest=key, classes=list(classes), counts={s: len(v) for s, v in splits.items()},
-                       sizes={f"{w}x{h}": k for (w, h), k in sizes.most_common()}, in_chans=in_chans,
-                       native_size=native, img_size=img_size, mean=[round(float(m), 6) for m in mean],
-                       std=[round(float(s), 6) if s > 1e-6 else 1.0 for s in std], value_range=deep)
+    return FolderFacts(
+        digest=key,
+        classes=list(classes),
+        counts={s: len(v) for s, v in splits.items()},
+        sizes={f"{w}x{h}": k for (w, h), k in sizes.most_common()},
+        in_chans=in_chans,
+        native_size=native,
+        img_size=img_size,
+        mean=[round(float(m), 6) for m in mean],
+        std=[round(float(s), 6) if s > 1e-6 else 1.0 for s in std],
+        value_range=deep,
+    )
 
 
 def stats_path(root: Path) -> Path:
@@ -351,8 +397,11 @@ def load_facts(root: Path, key: str) -> FolderFacts | None:
     this STATS_VERSION, the same resolved folder); None otherwise."""
     try:
         cached = json.loads(stats_path(root).read_text())
-        if (cached.get("version") == STATS_VERSION and cached.get("root") == str(root.resolve())
-                and cached.get("digest") == key):
+        if (
+            cached.get("version") == STATS_VERSION
+            and cached.get("root") == str(root.resolve())
+            and cached.get("digest") == key
+        ):
             return FolderFacts(**{k: v for k, v in cached.items() if k not in ("version", "root")})
     except (OSError, ValueError, TypeError, AttributeError):
         pass
@@ -390,8 +439,9 @@ class FolderDataModule(VisionDataModule):
 
     name = "folder"
 
-    def __init__(self, cfg: DataConfig, batch_size: int, seed: int = 0, test_in_val: bool = False,
-                 aug_seed: int | None = None):
+    def __init__(
+        self, cfg: DataConfig, batch_size: int, seed: int = 0, test_in_val: bool = False, aug_seed: int | None = None
+    ):
         facts, self.splits = scan(cfg)  # before the base's checks: they need the size and the channels
         self.facts = facts
         self.classes = facts.classes
@@ -417,14 +467,18 @@ class FolderDataModule(VisionDataModule):
         except ValueError:
             counts = np.bincount(targets, minlength=self.num_classes)
             fewest = int(np.argmin(counts))
-            source = "train/" if len(self._train) == len(self.splits["train"]) else \
-                f"train/ less the official {TEST_FRACTION:g} test part"
+            source = (
+                "train/"
+                if len(self._train) == len(self.splits["train"])
+                else f"train/ less the official {TEST_FRACTION:g} test part"
+            )
             raise FolderLayoutError(
                 f"{self.root / 'train'}: data.val_split={fraction:g} holds out a stratified {fraction:g} of {source} "
                 f"for model selection, which needs at least 2 images of every class and at least {self.num_classes} "
                 f"images ({self.num_classes} classes) on each side; it has {len(targets)} images, class "
                 f"{self.classes[fewest]!r} only {int(counts[fewest])}; add training images, give a val/ folder (it "
-                f"then selects), or set data.val_split=0 (the official set then selects as well)") from None
+                f"then selects), or set data.val_split=0 (the official set then selects as well)"
+            ) from None
 
     def load_source(self, train: bool):
         samples = self._train if train else self._official
@@ -453,6 +507,14 @@ class FolderDataModule(VisionDataModule):
         """What a run records of its data (summary.json `dataset`): classes in label order, size, channels, statistics
         (and `value_range`, what 16-bit or float images were scaled to 8 bits by, when there are any)."""
         deep = {"value_range": list(self.facts.value_range)} if self.facts.value_range else {}
-        return {"name": self.name, "root": str(self.root), "classes": list(self.classes), "img_size": self.img_size,
-                "in_chans": self.in_chans, "mean": list(self.mean), "std": list(self.std),
-                "images": dict(self.facts.counts), **deep}
+        return {
+            "name": self.name,
+            "root": str(self.root),
+            "classes": list(self.classes),
+            "img_size": self.img_size,
+            "in_chans": self.in_chans,
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "images": dict(self.facts.counts),
+            **deep,
+        }

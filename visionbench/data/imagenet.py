@@ -9,6 +9,7 @@ Files are indexed with torchvision's ImageFolder scanning; the val set reuses th
 class-to-index map, so a val folder missing a class cannot shift the labels.
 Default eval: resize to 224 / 0.875 = 256, center crop 224 (timm's `create_transform`).
 """
+
 from __future__ import annotations
 
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset

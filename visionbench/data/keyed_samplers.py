@@ -12,6 +12,7 @@ ranks: every sampler here hands rank r the positions r, r + world, r + 2 world, 
 the `DistributedSampler` (or repeated-augmentation sampler) of the same name, with the same order
 and length, so Lightning, which keeps `DistributedSampler`s under DDP, keeps these too.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator

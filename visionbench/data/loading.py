@@ -9,6 +9,7 @@
   With `num_workers=0` augmentation runs in the main process and follows its global seed, which
   `train.run` sets with `lightning.seed_everything(seed)`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -85,8 +86,10 @@ class ExpandedRepeatAugSampler(RepeatAugSampler):
 
     def __init__(self, dataset: Dataset, num_replicas: int, rank: int, num_repeats: int = 3, seed: int = 0):
         if not float(num_repeats).is_integer():
-            raise ValueError(f"data.augment.repeated_aug must be an integer with repeated_aug_epoch=expand, "
-                             f"got {num_repeats!r} (fractional repeats: repeated_aug_epoch=deit)")
+            raise ValueError(
+                f"data.augment.repeated_aug must be an integer with repeated_aug_epoch=expand, "
+                f"got {num_repeats!r} (fractional repeats: repeated_aug_epoch=deit)"
+            )
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, num_repeats=int(num_repeats), seed=seed)
         # timm's __init__ already set num_samples = ceil(K*N / world), total_size = num_samples * world
 

@@ -20,6 +20,7 @@ loader path draws (those come from torch's CPU generator), only the same distrib
 `refusal` says, in one line, why a config cannot use this path (other augmentations, a resize, a
 dataset read from files); the data module raises it at construction, before any training.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,21 +44,31 @@ def refusal(cfg: DataConfig, native_size: int | None, img_size: int) -> str | No
     if not cfg.on_device:
         return None
     if cfg.name not in (*ARRAY_DATASETS, "folder"):  # folder: its training images decoded into one array
-        return (f"data.on_device=true needs a dataset held in memory as arrays ({', '.join(ARRAY_DATASETS)}), "
-                f"not data.name={cfg.name}; set data.on_device=false")
+        return (
+            f"data.on_device=true needs a dataset held in memory as arrays ({', '.join(ARRAY_DATASETS)}), "
+            f"not data.name={cfg.name}; set data.on_device=false"
+        )
     if native_size != img_size:
         native = f"{native_size} px" if native_size else "images of more than one size (or not square)"
-        return (f"data.on_device=true does not resize: data.img_size={img_size} differs from {cfg.name}'s "
-                f"{native}; set data.img_size=null or data.on_device=false")
+        return (
+            f"data.on_device=true does not resize: data.img_size={img_size} differs from {cfg.name}'s "
+            f"{native}; set data.img_size=null or data.on_device=false"
+        )
     aug = cfg.augment
-    unsupported = {"scale": aug.scale, "color_jitter": jitter_of(aug) if any(jitter_of(aug) or ()) else None,
-                   "auto_augment": aug.auto_augment, "re_prob": aug.re_prob or None,
-                   "repeated_aug": aug.repeated_aug if aug.repeated_aug != 1 else None}
+    unsupported = {
+        "scale": aug.scale,
+        "color_jitter": jitter_of(aug) if any(jitter_of(aug) or ()) else None,
+        "auto_augment": aug.auto_augment,
+        "re_prob": aug.re_prob or None,
+        "repeated_aug": aug.repeated_aug if aug.repeated_aug != 1 else None,
+    }
     for key, value in unsupported.items():
         if value is not None:
             shown = aug.color_jitter if key == "color_jitter" else value
-            return (f"data.on_device=true cannot draw data.augment.{key}={shown}: it supports {SUPPORTED} only; "
-                    f"set data.on_device=false or drop data.augment.{key}")
+            return (
+                f"data.on_device=true cannot draw data.augment.{key}={shown}: it supports {SUPPORTED} only; "
+                f"set data.on_device=false or drop data.augment.{key}"
+            )
     return None
 
 
@@ -89,8 +100,15 @@ class DeviceAugment:
         p = self.crop_pad
         return F.pad(images, (p, p, p, p)) if p else images
 
-    def apply(self, padded: torch.Tensor, index: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor,
-              flip: torch.Tensor, size: int) -> torch.Tensor:
+    def apply(
+        self,
+        padded: torch.Tensor,
+        index: torch.Tensor,
+        dy: torch.Tensor,
+        dx: torch.Tensor,
+        flip: torch.Tensor,
+        size: int,
+    ) -> torch.Tensor:
         """The normalised float batch (B, C, size, size): sample `index[b]` of the padded set, cropped at
         (dy[b], dx[b]) and mirrored where flip[b], in one gather. All tensors on `padded`'s device."""
         device = padded.device
@@ -123,8 +141,16 @@ class DeviceBatches:
         device: where the set lives and batches are made.
     """
 
-    def __init__(self, images: torch.Tensor, targets: torch.Tensor, sampler, batch_size: int, drop_last: bool,
-                 augment: DeviceAugment, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        images: torch.Tensor,
+        targets: torch.Tensor,
+        sampler,
+        batch_size: int,
+        drop_last: bool,
+        augment: DeviceAugment,
+        device: torch.device | str = "cpu",
+    ):
         if images.dtype != torch.uint8 or images.ndim != 4:
             raise ValueError(f"expected uint8 images (N, C, H, W), got {images.dtype} {tuple(images.shape)}")
         self.images, self.targets, self.sampler = images, targets, sampler
@@ -151,6 +177,6 @@ class DeviceBatches:
         dy, dx, flip = self.augment.draw(keys[0].epoch if keys else 0, positions)  # one epoch per pass
         drawn = [torch.from_numpy(a).to(self.device, non_blocking=True) for a in (index, dy, dx, flip)]
         for start in range(0, len(self) * self.batch_size, self.batch_size):
-            part = [a[start:start + self.batch_size] for a in drawn]
+            part = [a[start : start + self.batch_size] for a in drawn]
             x = self.augment.apply(padded, part[0], part[1], part[2], part[3], self.size)
             yield x, targets.index_select(0, part[0])

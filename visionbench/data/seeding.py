@@ -14,6 +14,7 @@ A batch seeds each of its samples with `seed_rngs` inside one `preserved_rngs` b
 
 `sample_seeds` is the vectorised form, for code that seeds a batch at once (e.g. on device).
 """
+
 from __future__ import annotations
 
 import random

@@ -3,6 +3,7 @@
 Both depend only on the labels and a fixed `random_state`, never on the training seed, so
 every seed and every activation of a sweep sees the same images in the same split.
 """
+
 from __future__ import annotations
 
 import numpy as np

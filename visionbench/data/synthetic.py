@@ -5,6 +5,7 @@
 Uniform uint8 pixels and balanced labels (every class present, so val_split works), drawn
 from the run's seed: the same seed gives the same data. Train and val are independent draws.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,8 +24,9 @@ class SyntheticDataModule(VisionDataModule):
     name = "synthetic"
     in_memory = True
 
-    def __init__(self, cfg: DataConfig, batch_size: int, seed: int = 0, test_in_val: bool = False,
-                 aug_seed: int | None = None):
+    def __init__(
+        self, cfg: DataConfig, batch_size: int, seed: int = 0, test_in_val: bool = False, aug_seed: int | None = None
+    ):
         spec = cfg.synthetic
         if spec.in_chans not in (1, 3):
             raise ValueError(f"data.synthetic.in_chans must be 1 or 3, got {spec.in_chans}")

@@ -12,6 +12,7 @@ Class indices follow the sorted wnids (what an ImageFolder over train/ gives), s
 annotations map to the same index as the train folders. The unlabeled test/ set is unused:
 val is the official evaluation split (paper 004 Table 9).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -85,8 +86,9 @@ class TinyImageNetDataModule(VisionDataModule):
             pairs = read_val_annotations(self.folder)
             unknown = sorted({wnid for _, wnid in pairs if wnid not in index})
             if unknown:
-                raise corrupt(self.folder / "val" / "val_annotations.txt",
-                              f"names wnids missing from wnids.txt: {unknown[:5]}")
+                raise corrupt(
+                    self.folder / "val" / "val_annotations.txt", f"names wnids missing from wnids.txt: {unknown[:5]}"
+                )
             images = self.folder / "val" / "images"
             samples = [(images / name, index[wnid]) for name, wnid in pairs]
         if not samples:

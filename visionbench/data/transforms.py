@@ -15,6 +15,7 @@ or torchvision's (magnitude out of 30, black fill, nearest: what the 004 code ra
 Every transform takes a PIL image and returns a normalised float tensor (C, H, W).
 Mixup/CutMix are batch operations and live in the LightningModule, not here.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Sequence

@@ -12,6 +12,7 @@ per layer as in the real models), trained full-batch with Adam in plain torch; t
 initial weights of the linear layers and steps for every activation, so only the activation
 differs. Rows are datasets, columns activations. Runs in about a second per panel on a CPU.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,9 @@ def toy_data(name: str, n: int = 240, seed: int = 0) -> tuple[np.ndarray, np.nda
         x = np.concatenate([arm, -arm]) + rng.normal(0, 0.5, (2 * (n // 2), 2))
         y = np.repeat([0, 1], n // 2)
     elif name == "classification":
-        x, y = datasets.make_classification(n, n_features=2, n_redundant=0, n_informative=2,
-                                            n_clusters_per_class=1, flip_y=0.05, random_state=seed)
+        x, y = datasets.make_classification(
+            n, n_features=2, n_redundant=0, n_informative=2, n_clusters_per_class=1, flip_y=0.05, random_state=seed
+        )
     else:
         raise ValueError(f"unknown toy dataset {name!r}; choose from {', '.join(DATASETS)}")
     x = (x - x.mean(0)) / x.std(0)
@@ -57,8 +59,13 @@ def mlp(act: str, width: int = 64) -> nn.Sequential:
     """2-width-width-2 MLP with a fresh `act` module after each hidden layer."""
     from visionbench import activations
 
-    return nn.Sequential(nn.Linear(2, width), activations.create(act), nn.Linear(width, width),
-                         activations.create(act), nn.Linear(width, 2))
+    return nn.Sequential(
+        nn.Linear(2, width),
+        activations.create(act),
+        nn.Linear(width, width),
+        activations.create(act),
+        nn.Linear(width, 2),
+    )
 
 
 def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 300, lr: float = 1e-2) -> float:

@@ -3,6 +3,7 @@ nets), so `timm.create_model("vb_vgg8", features_only=True)` works as for timm's
 
     return build(VGG, "vb_vgg8", pretrained, out_indices=(0, 1, 2, 3), stages=...)
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,5 +18,6 @@ def build(cls: type[nn.Module], name: str, pretrained: bool, out_indices: tuple[
     if pretrained:
         raise ValueError(f"{name} has no pretrained weights")
     out_indices = kwargs.pop("out_indices", out_indices)
-    return build_model_with_cfg(cls, name, pretrained,
-                                feature_cfg=dict(flatten_sequential=True, out_indices=out_indices), **kwargs)
+    return build_model_with_cfg(
+        cls, name, pretrained, feature_cfg=dict(flatten_sequential=True, out_indices=out_indices), **kwargs
+    )

@@ -8,6 +8,7 @@ Every model is built with timm's own activation and then swapped (`swap.swap_act
 each model and each activation go through the same code path and the report always says what
 was replaced; it is kept on the model as `model.swap_report` (None without `act`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -77,8 +78,9 @@ def resolve(name: str) -> ModelSpec:
         return _BY_TIMM_ID[name]
     if isinstance(name, str) and timm.is_model(name.split(".")[0]):
         return ModelSpec(name, takes_img_size=True)  # other timm models: img_size passes through if given
-    raise ValueError(f"unknown model {name!r}; accepted: {', '.join(MODELS)}, or any timm model id "
-                     f"(timm.list_models())")
+    raise ValueError(
+        f"unknown model {name!r}; accepted: {', '.join(MODELS)}, or any timm model id (timm.list_models())"
+    )
 
 
 def check(name: str, norm: str | None = None, norm_free: bool = False) -> ModelSpec:
@@ -94,8 +96,9 @@ def check(name: str, norm: str | None = None, norm_free: bool = False) -> ModelS
     return spec
 
 
-def swin_window_size(img_size: int, patch_size: int = SWIN_PATCH, max_window: int = SWIN_WINDOW,
-                     num_stages: int = SWIN_STAGES) -> int:
+def swin_window_size(
+    img_size: int, patch_size: int = SWIN_PATCH, max_window: int = SWIN_WINDOW, num_stages: int = SWIN_STAGES
+) -> int:
     """The largest window <= `max_window` that tiles every Swin stage's map without padding.
 
     At 224 px this is timm's 7. At 64 px (paper 004 Table 9) the maps are 16, 8, 4, 2 and 7
@@ -105,7 +108,7 @@ def swin_window_size(img_size: int, patch_size: int = SWIN_PATCH, max_window: in
     the window to maps no larger than it, without shift), just as 7 spans Swin-T's last 7x7 stage.
     """
     grid = int(img_size) // patch_size
-    sizes = [max(grid // 2 ** s, 1) for s in range(num_stages)]
+    sizes = [max(grid // 2**s, 1) for s in range(num_stages)]
     for w in range(max_window, 0, -1):
         if all(r <= w or r % w == 0 for r in sizes):
             return w
@@ -176,6 +179,7 @@ def create(
         model = timm.create_model(spec.timm_id, **kwargs)
     if norm_free:
         make_norm_free(model)
-    model.swap_report = (swap_activations(model, act, act_kwargs, fit_to_replaced, layers=swap_layers)
-                         if act is not None else None)
+    model.swap_report = (
+        swap_activations(model, act, act_kwargs, fit_to_replaced, layers=swap_layers) if act is not None else None
+    )
     return model

@@ -21,6 +21,7 @@ Frozen BatchNorms become `FrozenBatchNorm`, which normalises with the stored sta
 eval mode alike, so every frozen tensor -- parameters and buffers -- stays bit-identical in training.
 Pure torch: the trainer only sees fewer parameters with requires_grad.
 """
+
 from __future__ import annotations
 
 import sys
@@ -73,11 +74,11 @@ class FrozenBatchNorm(nn.Module):
 class FinetuneReport:
     """What `prepare` did; kept on the model as `model.finetune_report`."""
 
-    source: str                   # the checkpoint path, or "timm"
-    kind: str                     # "timm" | "state_dict" | "visionbench"
-    source_act: str | None        # the activation the weights were trained with (None = the model's own)
+    source: str  # the checkpoint path, or "timm"
+    kind: str  # "timm" | "state_dict" | "visionbench"
+    source_act: str | None  # the activation the weights were trained with (None = the model's own)
     source_num_classes: int | None
-    num_classes: int | None       # the new head's size (None = the checkpoint's head kept)
+    num_classes: int | None  # the new head's size (None = the checkpoint's head kept)
     train: str
     swap: SwapReport
     trainable: list[str] = field(default_factory=list)
@@ -86,16 +87,20 @@ class FinetuneReport:
     def max_fit_error(self) -> tuple[float, float]:
         """Worst (value, derivative) sup-norm error of the activation fits on [-3, 3] (0 if none)."""
         fits = [e.fit for e in self.swap if e.fit is not None]
-        return (max((f.max_abs_error for f in fits), default=0.0),
-                max((f.max_abs_deriv_error for f in fits), default=0.0))
+        return (
+            max((f.max_abs_error for f in fits), default=0.0),
+            max((f.max_abs_deriv_error for f in fits), default=0.0),
+        )
 
     def summary(self) -> str:
         err, derr = self.max_fit_error()
-        return (f"fine-tune {self.source} ({self.kind}, trained with {self.source_act or 'its own act'}, "
-                f"{self.source_num_classes} classes): {self.swap.summary()}, fit error <= {err:.3g} "
-                f"(derivative {derr:.3g}); head -> {self.num_classes or self.source_num_classes} classes; "
-                f"training {self.train}: {len(self.trainable)} tensors; "
-                f"{len(self.frozen_batchnorms)} BatchNorms frozen")
+        return (
+            f"fine-tune {self.source} ({self.kind}, trained with {self.source_act or 'its own act'}, "
+            f"{self.source_num_classes} classes): {self.swap.summary()}, fit error <= {err:.3g} "
+            f"(derivative {derr:.3g}); head -> {self.num_classes or self.source_num_classes} classes; "
+            f"training {self.train}: {len(self.trainable)} tensors; "
+            f"{len(self.frozen_batchnorms)} BatchNorms frozen"
+        )
 
 
 def parse_train(train: str | list[str] | tuple[str, ...]) -> frozenset[str]:
@@ -154,11 +159,20 @@ def _resize_and_compare(model: nn.Module, state: dict[str, torch.Tensor], head: 
     mine = model.state_dict()
     missing = [k for k in mine if k not in state and not _under(k, head)]
     unexpected = [k for k in state if k not in mine and not _under(k, head)]
-    shapes = [f"{k} {tuple(state[k].shape)} vs model {tuple(mine[k].shape)}"
-              for k in mine if k in state and state[k].shape != mine[k].shape and not _under(k, head)]
-    return [p for p in (f"{len(missing)} missing: {_list(missing)}" if missing else "",
-                        f"{len(unexpected)} unexpected: {_list(unexpected)}" if unexpected else "",
-                        f"{len(shapes)} of another shape: {_list(shapes)}" if shapes else "") if p]
+    shapes = [
+        f"{k} {tuple(state[k].shape)} vs model {tuple(mine[k].shape)}"
+        for k in mine
+        if k in state and state[k].shape != mine[k].shape and not _under(k, head)
+    ]
+    return [
+        p
+        for p in (
+            f"{len(missing)} missing: {_list(missing)}" if missing else "",
+            f"{len(unexpected)} unexpected: {_list(unexpected)}" if unexpected else "",
+            f"{len(shapes)} of another shape: {_list(shapes)}" if shapes else "",
+        )
+        if p
+    ]
 
 
 def load_backbone(model: nn.Module, state: dict[str, torch.Tensor], source: str = "checkpoint") -> int | None:
@@ -178,14 +192,17 @@ def load_backbone(model: nn.Module, state: dict[str, torch.Tensor], source: str 
         if remapped is not None and not _resize_and_compare(model, remapped, head):
             state, problems = remapped, []
     if problems:
-        raise ValueError(f"{source} does not match {type(model).__name__} (the classifier {head}.* excluded): "
-                         + "; ".join(problems)
-                         + ". Check model.name / model.* and the activation the checkpoint was trained with "
-                           "(finetune.source_act; a visionbench run's config.yaml)")
+        raise ValueError(
+            f"{source} does not match {type(model).__name__} (the classifier {head}.* excluded): "
+            + "; ".join(problems)
+            + ". Check model.name / model.* and the activation the checkpoint was trained with "
+            "(finetune.source_act; a visionbench run's config.yaml)"
+        )
     mine = model.state_dict()
     head_fits = all(state[k].shape == mine[k].shape for k in mine if _under(k, head) and k in state)
-    model.load_state_dict({k: v for k, v in state.items() if k in mine and (head_fits or not _under(k, head))},
-                          strict=False)
+    model.load_state_dict(
+        {k: v for k, v in state.items() if k in mine and (head_fits or not _under(k, head))}, strict=False
+    )
     weight = state.get(f"{head}.weight")
     return int(weight.shape[0]) if weight is not None and weight.dim() >= 1 else None
 
@@ -214,8 +231,9 @@ def freeze(model: nn.Module, train: str | list[str] = "act,head") -> tuple[list[
         if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats and path:
             frozen = FrozenBatchNorm(m) if type(m) in PLAIN_BATCHNORMS else freeze_batch_norm_2d(m)
             if frozen is m:
-                raise ValueError(f"cannot freeze the statistics of {type(m).__name__} at {path}; "
-                                 "use finetune.train=all")
+                raise ValueError(
+                    f"cannot freeze the statistics of {type(m).__name__} at {path}; use finetune.train=all"
+                )
             parent, _, attr = path.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, attr, frozen)
             frozen_bn.append(path)
@@ -228,38 +246,47 @@ def freeze(model: nn.Module, train: str | list[str] = "act,head") -> tuple[list[
 def _source_act(ckpt, source_act, source_act_kwargs, model_name):
     """The activation (and options) the checkpoint was trained with: explicit, else its run's config.yaml."""
     if model_name is not None and ckpt.trained_model is not None and ckpt.trained_model != model_name:
-        raise ValueError(f"{ckpt.path} was trained as model {ckpt.trained_model!r} (its config.yaml), the recipe "
-                         f"builds {model_name!r}; set model.name={ckpt.trained_model}")
+        raise ValueError(
+            f"{ckpt.path} was trained as model {ckpt.trained_model!r} (its config.yaml), the recipe "
+            f"builds {model_name!r}; set model.name={ckpt.trained_model}"
+        )
     if source_act is not None:
         return source_act, dict(source_act_kwargs or {})
     if ckpt.trained_act:
         return ckpt.trained_act, dict(ckpt.trained_act_kwargs)
     if ckpt.missing_config:
-        raise ValueError(f"{ckpt.path}: {ckpt.missing_config}; set finetune.source_act to the "
-                         f"activation it was trained with")
+        raise ValueError(
+            f"{ckpt.path}: {ckpt.missing_config}; set finetune.source_act to the activation it was trained with"
+        )
     return None, {}
 
 
 def _build_timm(build: Build, source_act) -> nn.Module:
     if source_act is not None:
-        raise ValueError("finetune.checkpoint=timm loads weights trained with the model's own activation; "
-                         "leave finetune.source_act unset")
+        raise ValueError(
+            "finetune.checkpoint=timm loads weights trained with the model's own activation; "
+            "leave finetune.source_act unset"
+        )
     try:
         model = build(None, {}, None, True)
     except OSError as e:  # huggingface_hub / urllib errors: no internet, no cached file
         raise FileNotFoundError(
             f"timm's pretrained weights could not be loaded ({type(e).__name__}: {str(e).splitlines()[0]}). "
             "Without internet, download them where there is (e.g. timm.create_model(name, pretrained=True) and "
-            "torch.save(model.state_dict(), 'name.pth')) and pass finetune.checkpoint=/path/name.pth") from None
+            "torch.save(model.state_dict(), 'name.pth')) and pass finetune.checkpoint=/path/name.pth"
+        ) from None
     cfg = getattr(model, "pretrained_cfg", None) or {}
     if not any(cfg.get(k) for k in ("hf_hub_id", "url", "file", "state_dict")):
-        raise ValueError(f"timm has no pretrained weights for {cfg.get('architecture', type(model).__name__)} "
-                         f"(tag {cfg.get('tag')!r}): it would start from random weights; give finetune.checkpoint=PATH")
+        raise ValueError(
+            f"timm has no pretrained weights for {cfg.get('architecture', type(model).__name__)} "
+            f"(tag {cfg.get('tag')!r}): it would start from random weights; give finetune.checkpoint=PATH"
+        )
     return model
 
 
-def check(checkpoint: str | Path, train: str | list[str], act: str,
-          act_kwargs: dict[str, Any] | None = None) -> tuple[frozenset[str], str]:
+def check(
+    checkpoint: str | Path, train: str | list[str], act: str, act_kwargs: dict[str, Any] | None = None
+) -> tuple[frozenset[str], str]:
     """Validate fine-tuning settings without loading anything (the sweep calls it before training).
 
     Returns:
@@ -269,8 +296,10 @@ def check(checkpoint: str | Path, train: str | list[str], act: str,
     parts = parse_train(train)
     name = check_act(act, act_kwargs)
     if parts == {"act"} and not (is_learnable(name) and (act_kwargs or {}).get("learnable", True)):
-        raise ValueError(f"finetune.train=act with act={name}, which has no trainable coefficients: nothing would "
-                         f"train. Use finetune.train=act,head (= head only for a fixed act) or head")
+        raise ValueError(
+            f"finetune.train=act with act={name}, which has no trainable coefficients: nothing would "
+            f"train. Use finetune.train=act,head (= head only for a fixed act) or head"
+        )
     if str(checkpoint) != TIMM:
         check_path(Path(checkpoint).expanduser())
     return parts, name
@@ -323,6 +352,15 @@ def prepare(
         model.reset_classifier(int(num_classes))
     trainable, frozen_bn = freeze(model, parts)
     model.swap_report = swap
-    model.finetune_report = FinetuneReport(str(checkpoint), kind, source_act, source_classes, num_classes,
-                                           ",".join(sorted(parts)), swap, trainable, frozen_bn)
+    model.finetune_report = FinetuneReport(
+        str(checkpoint),
+        kind,
+        source_act,
+        source_classes,
+        num_classes,
+        ",".join(sorted(parts)),
+        swap,
+        trainable,
+        frozen_bn,
+    )
     return model

@@ -40,6 +40,7 @@ The SLNN arm (Table 6: degree 2^8, i.e. 8 SLAFs) is another network in the code
 "same architecture but different activations"; the fashion_mnist_slaf recipe follows the paper (one
 network, `fmnist_resnet`, the activation swapped: 7 SLAFs, 2^7), `model.name=fmnist_slnn` runs the code's.
 """
+
 from __future__ import annotations
 
 import torch
@@ -54,11 +55,23 @@ ARCHS = ("resnet", "slnn")
 WIDTHS = (32, 64, 128)  # stem, block1, block2 (003 code)
 HIDDEN = 512  # fc1, fc2 (003 code)
 
-default_cfgs = generate_default_cfgs({
-    name: dict(url="", num_classes=10, input_size=(1, 28, 28), pool_size=None, crop_pct=1.0,
-               interpolation="bilinear", mean=(0.2860,), std=(0.3530,), first_conv="stem.conv1", classifier="head")
-    for name in ("vb_fmnist_resnet", "vb_fmnist_slnn")
-})
+default_cfgs = generate_default_cfgs(
+    {
+        name: dict(
+            url="",
+            num_classes=10,
+            input_size=(1, 28, 28),
+            pool_size=None,
+            crop_pct=1.0,
+            interpolation="bilinear",
+            mean=(0.2860,),
+            std=(0.3530,),
+            first_conv="stem.conv1",
+            classifier="head",
+        )
+        for name in ("vb_fmnist_resnet", "vb_fmnist_slnn")
+    }
+)
 
 
 def _bn2d(chs: int) -> nn.BatchNorm2d:
@@ -113,13 +126,25 @@ class FashionResNet(nn.Module):
         device, dtype: where the parameters live, as for timm's own models.
     """
 
-    def __init__(self, arch: str = "resnet", num_classes: int = 10, in_chans: int = 1, img_size=28,
-                 act_layer=nn.ReLU, drop_rate: float = 0.0, drop_path_rate: float = 0.0, device=None, dtype=None):
+    def __init__(
+        self,
+        arch: str = "resnet",
+        num_classes: int = 10,
+        in_chans: int = 1,
+        img_size=28,
+        act_layer=nn.ReLU,
+        drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         if arch not in ARCHS:
             raise ValueError(f"arch must be one of {', '.join(ARCHS)}, got {arch!r}")
         if drop_path_rate:
-            raise ValueError(f"fmnist_{arch} has no drop-path branches: drop_path_rate must be 0, got {drop_path_rate!r}")
+            raise ValueError(
+                f"fmnist_{arch} has no drop-path branches: drop_path_rate must be 0, got {drop_path_rate!r}"
+            )
         h, w = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
         if min(h, w) < 8:
             raise ValueError(f"input {h}x{w} is too small: three 2x2 average pools need at least 8x8")
@@ -140,8 +165,11 @@ class FashionResNet(nn.Module):
         block = ResBlock if bn else SlnnBlock
         self.block1 = nn.Sequential(block(c0, c1, act_layer), nn.AvgPool2d(2, 2))
         self.block2 = nn.Sequential(block(c1, c2, act_layer), nn.AvgPool2d(2, 2))
-        self.feature_info = [dict(num_chs=c0, reduction=2, module="stem"), dict(num_chs=c1, reduction=4, module="block1"),
-                             dict(num_chs=c2, reduction=8, module="block2")]
+        self.feature_info = [
+            dict(num_chs=c0, reduction=2, module="stem"),
+            dict(num_chs=c1, reduction=4, module="block1"),
+            dict(num_chs=c2, reduction=8, module="block2"),
+        ]
         self.flatten = nn.Flatten(1)
         flat = c2 * (h // 8) * (w // 8)
         self.fc1, self.fc2 = (self._fc(n_in, act_layer, bn) for n_in in (flat, HIDDEN))

@@ -29,6 +29,7 @@ layer is set only after everything feeding it; a pass stops right after the tens
 which leaves the algorithm unchanged and saves the rest of the forward. Learnable activations are
 ordinary modules here: they just run. Every buffer and all train/eval flags are restored afterwards.
 """
+
 from __future__ import annotations
 
 import math
@@ -76,8 +77,9 @@ def _restored(model: nn.Module) -> Iterator[None]:
     """Restore every train/eval flag and buffer afterwards (buffers by reference: a lazily sized one
     may change shape in the forward)."""
     flags = {m: m.training for m in model.modules()}
-    buffers = {(m, k): (None if b is None else b.detach().clone())
-               for m in model.modules() for k, b in m._buffers.items()}
+    buffers = {
+        (m, k): (None if b is None else b.detach().clone()) for m in model.modules() for k, b in m._buffers.items()
+    }
     try:
         yield
     finally:
@@ -110,6 +112,7 @@ def _execution_order(model: nn.Module, batch: torch.Tensor) -> list[tuple[str, n
             if id(module) not in seen:
                 seen.add(id(module))
                 order.append((name, module))
+
         return fn
 
     handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules() if isinstance(m, LAYER_TYPES)]
@@ -186,6 +189,7 @@ def _call_trace(model: nn.Module, batch: torch.Tensor, watched: dict[nn.Module, 
     def hook(name):
         def fn(module, inputs, output):
             trace.append((name, tuple(output.shape) if torch.is_tensor(output) else None))
+
         return fn
 
     handles = [m.register_forward_hook(hook(n)) for m, n in watched.items()]
@@ -197,7 +201,9 @@ def _call_trace(model: nn.Module, batch: torch.Tensor, watched: dict[nn.Module, 
     return trace
 
 
-def _paper004_plan(model: nn.Module, batch: torch.Tensor) -> tuple[dict[nn.Module, str], list[tuple[str, int, int, str]]]:
+def _paper004_plan(
+    model: nn.Module, batch: torch.Tensor
+) -> tuple[dict[nn.Module, str], list[tuple[str, int, int, str]]]:
     """The watched modules and, per conv / linear layer (first call, execution order), the trace index
     of its output, of the tensor to measure (004 code: the next activation output of the same shape,
     else the layer's own) and the name of the module measured."""
@@ -215,8 +221,9 @@ def _paper004_plan(model: nn.Module, batch: torch.Tensor) -> tuple[dict[nn.Modul
     return watched, plan
 
 
-def _measure(model: nn.Module, batch: torch.Tensor, watched: dict[nn.Module, str], at: int,
-             target: int) -> tuple[float, float]:
+def _measure(
+    model: nn.Module, batch: torch.Tensor, watched: dict[nn.Module, str], at: int, target: int
+) -> tuple[float, float]:
     """(mean of trace entry `at`, population variance of trace entry `target`), from one forward
     pass stopped at `target`."""
     box: dict[str, float] = {}

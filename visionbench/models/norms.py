@@ -1,8 +1,9 @@
 """Normalisation toggles: GroupNorm sized by paper 004's rule, and norm-free transformer blocks.
 
-    >>> norms.group_norm(48)              # GroupNorm(16 groups, 48 channels)
-    >>> norms.make_norm_free(vit)         # ['blocks.0.norm1', 'blocks.0.norm2', ...]
+>>> norms.group_norm(48)              # GroupNorm(16 groups, 48 channels)
+>>> norms.make_norm_free(vit)         # ['blocks.0.norm1', 'blocks.0.norm2', ...]
 """
+
 from __future__ import annotations
 
 from torch import nn

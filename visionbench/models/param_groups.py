@@ -13,6 +13,7 @@ Which parameters decay is the `decay_rule`:
 Activation coefficients (no weight decay: 001 Sec 3.5) get their own group with lr x `act_lr_mult`
 and `act_weight_decay` (0 in every paper) under either rule.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -32,17 +33,22 @@ def _no_weight_decay_names(model: nn.Module) -> set[str]:
 
 def _conv_linear_rule(model: nn.Module) -> Callable[[str, nn.Parameter], bool]:
     """Conv / linear weights, minus the names `no_weight_decay()` lists (004 App E)."""
-    weights = {id(m.weight) for m in model.modules()
-               if isinstance(m, DECAY_TYPES) and isinstance(getattr(m, "weight", None), nn.Parameter)}
+    weights = {
+        id(m.weight)
+        for m in model.modules()
+        if isinstance(m, DECAY_TYPES) and isinstance(getattr(m, "weight", None), nn.Parameter)
+    }
     skip = _no_weight_decay_names(model)
     return lambda name, p: id(p) in weights and name not in skip
 
 
 def _ndim_rule(model: nn.Module) -> Callable[[str, nn.Parameter], bool]:
     """The 004 Tiny ImageNet code's test, by shape and name only (pos_embed, cls_token decay)."""
+
     def decays(name: str, p: nn.Parameter) -> bool:
         lowered = name.lower()
         return not (p.ndim == 1 or name.endswith(".bias") or "norm" in lowered or "bn" in lowered)
+
     return decays
 
 

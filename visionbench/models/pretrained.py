@@ -9,6 +9,7 @@ nested under `state_dict`, `model`, `module`, with the EMA under `state_dict_ema
 `.safetensors`. What a visionbench run's checkpoint looks like (and where its config.yaml is) is the
 results tree's business: `results.checkpoint.run_weights` unwraps it. Pure torch: no Lightning import.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,8 @@ from ..results.checkpoint import run_weights
 
 TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".tar")  # .tar: timm train.py's model_best.pth.tar
 SAFETENSORS_SUFFIX = ".safetensors"
-RAW_KEYS = ("state_dict", "model", "module")          # where trainers nest the weights (timm, ConvNeXt, DeiT)
-EMA_KEYS = ("state_dict_ema", "model_ema")            # timm train.py / ConvNeXt main.py EMA copies
+RAW_KEYS = ("state_dict", "model", "module")  # where trainers nest the weights (timm, ConvNeXt, DeiT)
+EMA_KEYS = ("state_dict_ema", "model_ema")  # timm train.py / ConvNeXt main.py EMA copies
 
 
 @dataclass
@@ -60,16 +61,21 @@ def check_path(path: Path) -> None:
     """FileNotFoundError for a missing file or a directory, ValueError for an unknown suffix."""
     if path.is_dir():
         found = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.suffix in accepted_suffixes())
-        raise FileNotFoundError(f"finetune checkpoint {path} is a directory; give one file"
-                                + (f", e.g. {', '.join(found[:4])} inside it" if found else "")
-                                + f" (accepted: {', '.join(accepted_suffixes())})")
+        raise FileNotFoundError(
+            f"finetune checkpoint {path} is a directory; give one file"
+            + (f", e.g. {', '.join(found[:4])} inside it" if found else "")
+            + f" (accepted: {', '.join(accepted_suffixes())})"
+        )
     if not path.exists():
-        raise FileNotFoundError(f"finetune checkpoint {path} does not exist; give a state dict "
-                                f"({', '.join(accepted_suffixes())}), a visionbench run's checkpoints/best.ckpt "
-                                f"or last.ckpt, or 'timm' for timm's pretrained weights")
+        raise FileNotFoundError(
+            f"finetune checkpoint {path} does not exist; give a state dict "
+            f"({', '.join(accepted_suffixes())}), a visionbench run's checkpoints/best.ckpt "
+            f"or last.ckpt, or 'timm' for timm's pretrained weights"
+        )
     if path.suffix not in accepted_suffixes():
-        raise ValueError(f"finetune checkpoint {path}: unknown file type {path.suffix!r}; "
-                         f"accepted: {', '.join(accepted_suffixes())}")
+        raise ValueError(
+            f"finetune checkpoint {path}: unknown file type {path.suffix!r}; accepted: {', '.join(accepted_suffixes())}"
+        )
 
 
 def _load_file(path: Path) -> Any:
@@ -77,8 +83,10 @@ def _load_file(path: Path) -> Any:
         try:
             from safetensors.torch import load_file
         except ImportError:
-            raise ValueError(f"{path}: reading .safetensors needs the `safetensors` package "
-                             f"(pip install safetensors), or convert the file to .pth") from None
+            raise ValueError(
+                f"{path}: reading .safetensors needs the `safetensors` package "
+                f"(pip install safetensors), or convert the file to .pth"
+            ) from None
         try:
             return load_file(str(path), device="cpu")
         except Exception as e:  # noqa: BLE001 - safetensors reports a torn header in its own way
@@ -89,8 +97,10 @@ def _load_file(path: Path) -> Any:
     except pickle.UnpicklingError as e:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
         if found:  # a real checkpoint that also pickles objects (code, not data)
-            raise ValueError(f"{path}: cannot be read as weights only (it pickles {found.group(1)}); re-save its "
-                             f"state dict with torch.save(model.state_dict(), ...)") from None
+            raise ValueError(
+                f"{path}: cannot be read as weights only (it pickles {found.group(1)}); re-save its "
+                f"state dict with torch.save(model.state_dict(), ...)"
+            ) from None
         raise _unreadable(path, e) from None
     except Exception as e:  # noqa: BLE001 - a text file, a torn download: torch says "KeyError: 101" and the like
         raise _unreadable(path, e) from None
@@ -103,8 +113,10 @@ def _first_line(e: BaseException) -> str:
 
 def _unreadable(path: Path, e: BaseException) -> ValueError:
     """A file that is no torch checkpoint at all (text, truncated, another format): name it and what is accepted."""
-    return ValueError(f"{path} is not a readable torch checkpoint ({type(e).__name__}: {_first_line(e)}); give a "
-                      f"file saved with torch.save (e.g. a state dict) or a visionbench run's checkpoints/best.ckpt")
+    return ValueError(
+        f"{path} is not a readable torch checkpoint ({type(e).__name__}: {_first_line(e)}); give a "
+        f"file saved with torch.save (e.g. a state dict) or a visionbench run's checkpoints/best.ckpt"
+    )
 
 
 def _is_tensor_dict(obj: Any) -> bool:
@@ -112,7 +124,7 @@ def _is_tensor_dict(obj: Any) -> bool:
 
 
 def _strip(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
 
 def read_checkpoint(path: str | Path, ema: bool = False) -> Checkpoint:
@@ -131,17 +143,20 @@ def read_checkpoint(path: str | Path, ema: bool = False) -> Checkpoint:
     obj = _load_file(path)
     run = run_weights(obj, path, ema)
     if run is not None:
-        return Checkpoint(path, run.state_dict, "visionbench", ema, run.act, run.act_kwargs, run.model_name,
-                          run.missing_config)
+        return Checkpoint(
+            path, run.state_dict, "visionbench", ema, run.act, run.act_kwargs, run.model_name, run.missing_config
+        )
     keys = EMA_KEYS if ema else RAW_KEYS
     state = next((obj[k] for k in keys if isinstance(obj, dict) and _is_tensor_dict(obj.get(k))), None)
     if state is None and not ema and _is_tensor_dict(obj):
         state = obj
     if state is None:
         top = ", ".join(sorted(map(str, obj))[:12]) if isinstance(obj, dict) else type(obj).__name__
-        raise ValueError(f"{path}: no {'EMA ' if ema else ''}state dict found; looked for a dict of tensors "
-                         f"{'under ' + ', '.join(keys) if ema else 'at the top level or under ' + ', '.join(keys)}; "
-                         f"the file holds: {top}")
+        raise ValueError(
+            f"{path}: no {'EMA ' if ema else ''}state dict found; looked for a dict of tensors "
+            f"{'under ' + ', '.join(keys) if ema else 'at the top level or under ' + ', '.join(keys)}; "
+            f"the file holds: {top}"
+        )
     if all(k.startswith("module.") for k in state):  # saved from DistributedDataParallel
         state = _strip(state, "module.")
     return Checkpoint(path, dict(state), "state_dict", ema)

@@ -14,6 +14,7 @@ so the shortcut has no parameters (0.46M in total, matching paper 003 Table 5). 
 (`shortcut="B"`) uses a 1x1 strided conv + norm where the shape changes. Convs use He-normal
 init (fan_out), as in He et al.; norms start at weight 1, bias 0.
 """
+
 from __future__ import annotations
 
 import torch.nn.functional as F
@@ -26,11 +27,22 @@ from .norms import norm_factory
 
 # timm's registry reads the module's `default_cfgs` when an entrypoint registers; url "" = no
 # weights, so timm never attempts a download
-default_cfgs = generate_default_cfgs({
-    "vb_resnet32": dict(url="", num_classes=10, input_size=(3, 32, 32), pool_size=None, crop_pct=1.0,
-                        interpolation="bilinear", mean=(0.4914, 0.4822, 0.4465), std=(0.2023, 0.1994, 0.2010),
-                        first_conv="stem.conv", classifier="head"),
-})
+default_cfgs = generate_default_cfgs(
+    {
+        "vb_resnet32": dict(
+            url="",
+            num_classes=10,
+            input_size=(3, 32, 32),
+            pool_size=None,
+            crop_pct=1.0,
+            interpolation="bilinear",
+            mean=(0.4914, 0.4822, 0.4465),
+            std=(0.2023, 0.1994, 0.2010),
+            first_conv="stem.conv",
+            classifier="head",
+        ),
+    }
+)
 
 
 class PadShortcut(nn.Module):
@@ -84,9 +96,21 @@ class CifarResNet(nn.Module):
         device, dtype: where the parameters live, as for timm's own models.
     """
 
-    def __init__(self, depth_per_stage: int = 5, num_classes: int = 10, in_chans: int = 3, norm: str = "batch",
-                 act_layer=nn.ReLU, shortcut: str = "A", drop_rate: float = 0.0, drop_path_rate: float = 0.0,
-                 widths: tuple[int, int, int] = (16, 32, 64), img_size=None, device=None, dtype=None):
+    def __init__(
+        self,
+        depth_per_stage: int = 5,
+        num_classes: int = 10,
+        in_chans: int = 3,
+        norm: str = "batch",
+        act_layer=nn.ReLU,
+        shortcut: str = "A",
+        drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        widths: tuple[int, int, int] = (16, 32, 64),
+        img_size=None,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         if shortcut not in ("A", "B"):
             raise ValueError(f"shortcut must be 'A' or 'B', got {shortcut!r}")
@@ -109,7 +133,7 @@ class CifarResNet(nn.Module):
                 blocks.append(BasicBlock(chs, width, stride, make_norm, act_layer, shortcut, rates[k]))
                 chs, k = width, k + 1
             stages.append(nn.Sequential(*blocks))
-            self.feature_info.append(dict(num_chs=width, reduction=2 ** s, module=f"stages.{s}"))
+            self.feature_info.append(dict(num_chs=width, reduction=2**s, module=f"stages.{s}"))
         self.stages = nn.Sequential(*stages)
         self.num_features = self.head_hidden_size = chs
         self.global_pool = nn.AdaptiveAvgPool2d(1)

@@ -10,6 +10,7 @@ functions. Gates and attention (sigmoid, tanh, softmax) are not flagged: the pap
 swap them. Free helper functions called by a class are not followed; the supported models'
 ones (timm's window partition, padding) contain no activations.
 """
+
 from __future__ import annotations
 
 import ast
@@ -20,10 +21,29 @@ import textwrap
 from torch import nn
 
 # Elementwise activations as functions / tensor methods (torch, F, timm.layers.activations).
-FUNCTION_NAMES = frozenset({
-    "relu", "relu_", "relu6", "leaky_relu", "leaky_relu_", "gelu", "gelu_tanh", "quick_gelu", "silu",
-    "swish", "mish", "elu", "elu_", "selu", "celu", "hardswish", "hard_swish", "hard_mish", "prelu",
-})
+FUNCTION_NAMES = frozenset(
+    {
+        "relu",
+        "relu_",
+        "relu6",
+        "leaky_relu",
+        "leaky_relu_",
+        "gelu",
+        "gelu_tanh",
+        "quick_gelu",
+        "silu",
+        "swish",
+        "mish",
+        "elu",
+        "elu_",
+        "selu",
+        "celu",
+        "hardswish",
+        "hard_swish",
+        "hard_mish",
+        "prelu",
+    }
+)
 _MODULE_RECEIVERS = frozenset({"F", "torch", "functional"})
 
 

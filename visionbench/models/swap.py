@@ -31,6 +31,7 @@ a slice "a:b" / "a:b:c" (Python's rules, "-1:" = the last). A swept activation v
 the reserved option `swap_layers` (`act=relu,slaf[swap_layers=last]`): `split_swap_options` takes it
 out of the activation's options before the activation sees them.
 """
+
 from __future__ import annotations
 
 import copy
@@ -49,12 +50,29 @@ from .. import activations
 from ..activations import FitResult, LearnableActivation
 from .scan import functional_activations
 
-_TORCH = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.RReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU,
-          nn.Mish, nn.Hardswish)
-_TIMM = tuple(getattr(mod, n) for mod, names in (
-    (timm_acts, ("Swish", "Mish", "HardSwish", "HardMish", "PReLU", "GELU", "GELUTanh", "QuickGELU")),
-    (timm_acts_me, ("SwishMe", "MishMe", "HardSwishMe", "HardMishMe")),
-) for n in names if hasattr(mod, n))
+_TORCH = (
+    nn.ReLU,
+    nn.ReLU6,
+    nn.LeakyReLU,
+    nn.PReLU,
+    nn.RReLU,
+    nn.ELU,
+    nn.SELU,
+    nn.CELU,
+    nn.GELU,
+    nn.SiLU,
+    nn.Mish,
+    nn.Hardswish,
+)
+_TIMM = tuple(
+    getattr(mod, n)
+    for mod, names in (
+        (timm_acts, ("Swish", "Mish", "HardSwish", "HardMish", "PReLU", "GELU", "GELUTanh", "QuickGELU")),
+        (timm_acts_me, ("SwishMe", "MishMe", "HardSwishMe", "HardMishMe")),
+    )
+    for n in names
+    if hasattr(mod, n)
+)
 DEFAULT_EXCLUDE = ("head", "pre_logits")
 SWAP_OPTION = "swap_layers"  # reserved key of an activation's options: which sites a swap replaces (`layers`)
 
@@ -73,6 +91,7 @@ def parse_layers(layers: Any) -> Any:
     """`layers` in one canonical form, checked without a model: None (all), "first", "last", a
     `slice`, or a tuple of ints. ValueError (one line) for anything else; `check_layers` in a
     config check, `select_sites` once the model's site count is known."""
+
     def bad(why: str) -> ValueError:
         return ValueError(f"swap layers={layers!r}: {why}; accepted: {ACCEPTED_LAYERS}")
 
@@ -122,8 +141,9 @@ def select_sites(layers: Any, n: int) -> list[int]:
     spec = parse_layers(layers)
 
     def bad(why: str) -> ValueError:
-        return ValueError(f"swap layers={layers!r}: {why}; the model has {n} activation site(s), numbered "
-                          f"0..{n - 1} (or -{n}..-1)")
+        return ValueError(
+            f"swap layers={layers!r}: {why}; the model has {n} activation site(s), numbered 0..{n - 1} (or -{n}..-1)"
+        )
 
     if spec is None:
         return list(range(n))
@@ -238,8 +258,16 @@ def fit_target(module: nn.Module) -> tuple[Any, Any]:
         if slope == 0.01:
             return "leaky_relu", "leaky_relu"
         return f"leaky_relu({slope})", lambda x: F.leaky_relu(x, slope)
-    simple = ((nn.ReLU, "relu"), (nn.SiLU, "silu"), (timm_acts.Swish, "silu"), (nn.Mish, "mish"),
-              (timm_acts.Mish, "mish"), (nn.Tanh, "tanh"), (nn.Sigmoid, "sigmoid"), (nn.Identity, "identity"))
+    simple = (
+        (nn.ReLU, "relu"),
+        (nn.SiLU, "silu"),
+        (timm_acts.Swish, "silu"),
+        (nn.Mish, "mish"),
+        (timm_acts.Mish, "mish"),
+        (nn.Tanh, "tanh"),
+        (nn.Sigmoid, "sigmoid"),
+        (nn.Identity, "identity"),
+    )
     for cls, name in simple:
         if isinstance(module, cls):
             return name, name
@@ -257,8 +285,9 @@ check_act = activations.check
 PROBE_CHANNELS = 4  # the channels of `probe_shape`'s input when neither the site nor the module gives them
 
 
-def probe_shape(module: nn.Module, act: str, channels: int | None = None, features_last: bool = False,
-                check: str | None = None) -> None:
+def probe_shape(
+    module: nn.Module, act: str, channels: int | None = None, features_last: bool = False, check: str | None = None
+) -> None:
     """One forward of a tiny input, (2, C, 3, 3) (or (2, 3, C) after a Linear), through a copy of the activation
     `module` (the module itself, its state and the random generators untouched): ValueError, one line naming `act`,
     both shapes and `check` (default `visionbench check act=ACT`), when the output is not a tensor of the input's
@@ -276,9 +305,11 @@ def probe_shape(module: nn.Module, act: str, channels: int | None = None, featur
         return
     got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
     if got != shape:
-        raise ValueError(f"activation {act!r} returns {'shape ' if isinstance(y, torch.Tensor) else 'a '}{got} for "
-                         f"an input of shape {shape}; an activation must return a tensor of its input's shape "
-                         f"(elementwise), or the layer after it fails; run `{check or f'visionbench check act={act}'}`")
+        raise ValueError(
+            f"activation {act!r} returns {'shape ' if isinstance(y, torch.Tensor) else 'a '}{got} for "
+            f"an input of shape {shape}; an activation must return a tensor of its input's shape "
+            f"(elementwise), or the layer after it fails; run `{check or f'visionbench check act={act}'}`"
+        )
 
 
 @dataclass(frozen=True)
@@ -306,6 +337,7 @@ def swap_options(act_kwargs: dict[str, Any] | None, layers: Any, keyword: str = 
 def _find_sites(model: nn.Module, name: str, types: tuple[type, ...], exclude: tuple[str, ...]) -> list[_Site]:
     """Every module of a swappable type outside `exclude`, in module order (a module registered at two paths
     is two sites: each gets its own replacement); ValueError when there is none."""
+
     def excluded(path: str) -> bool:
         return any(path == p or path.startswith(p + ".") for p in exclude)
 
@@ -406,20 +438,32 @@ def swap_activations(
         if site.after_linear not in probed:  # one tiny forward per site kind: a wrong shape named here, not in a conv
             probed.add(site.after_linear)
             probe_shape(new, act, site.channels, features_last=kwargs.get("channel_dim") == -1 or site.after_linear)
-        fit = (_fit_to_replaced(new, site.module, cache)
-               if fit_to_replaced and isinstance(new, LearnableActivation) else None)
+        fit = (
+            _fit_to_replaced(new, site.module, cache)
+            if fit_to_replaced and isinstance(new, LearnableActivation)
+            else None
+        )
         if ref_param is not None:
             new = new.to(device=ref_param.device, dtype=ref_param.dtype if ref_param.is_floating_point() else None)
         new.train(site.module.training)
         replacements.append((site.path, new))
-        report.entries.append(SwapEntry(site.path, _qualname(site.module), _qualname(new), kwargs.get("num_channels"),
-                                        kwargs.get("channel_dim"), fit))
+        report.entries.append(
+            SwapEntry(
+                site.path,
+                _qualname(site.module),
+                _qualname(new),
+                kwargs.get("num_channels"),
+                kwargs.get("channel_dim"),
+                fit,
+            )
+        )
     _install(model, replacements)  # only once every new module was built: a failed swap leaves no trace
 
     report.functional = functional_activations(model, skip=types)
     if report.functional and warn_functional:
         warnings.warn(
             f"{type(model).__name__}: {len(report.functional)} functional activation call(s) cannot be swapped: "
-            + "; ".join(report.functional), stacklevel=2,
+            + "; ".join(report.functional),
+            stacklevel=2,
         )
     return report

@@ -18,6 +18,7 @@ padding 1, bias), GroupNorm (004 code: 16 groups reduced to divide the channels)
 activation, a 2x2 max-pool ending every stage, dropout after the flatten, and PyTorch's default
 init (paper 004 App E: "standard PyTorch default initialization").
 """
+
 from __future__ import annotations
 
 from torch import nn
@@ -32,12 +33,21 @@ VGG_CFGS = {
 }
 
 
-
 def _cfg(**kwargs) -> dict:
     """CIFAR-10 pretrained cfg with no weights (url ""), so timm never attempts a download."""
-    return dict(url="", num_classes=10, input_size=(3, 32, 32), pool_size=None, crop_pct=1.0,
-                interpolation="bilinear", mean=(0.4914, 0.4822, 0.4465), std=(0.2023, 0.1994, 0.2010),
-                first_conv="stages.0.conv1", classifier="head", **kwargs)
+    return dict(
+        url="",
+        num_classes=10,
+        input_size=(3, 32, 32),
+        pool_size=None,
+        crop_pct=1.0,
+        interpolation="bilinear",
+        mean=(0.4914, 0.4822, 0.4465),
+        std=(0.2023, 0.1994, 0.2010),
+        first_conv="stages.0.conv1",
+        classifier="head",
+        **kwargs,
+    )
 
 
 # timm's registry reads the module's `default_cfgs` when an entrypoint registers
@@ -117,8 +127,10 @@ class VGG(nn.Module):
     def _check_size(self, img_size) -> None:
         h, w = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
         if min(h, w) < self.min_img_size:
-            raise ValueError(f"input {h}x{w} is too small: the 2x2 max-pools need at least "
-                             f"{self.min_img_size}x{self.min_img_size} to keep a >= 1x1 map")
+            raise ValueError(
+                f"input {h}x{w} is too small: the 2x2 max-pools need at least "
+                f"{self.min_img_size}x{self.min_img_size} to keep a >= 1x1 map"
+            )
 
     def get_classifier(self) -> nn.Module:
         return self.head

@@ -25,6 +25,7 @@ statistic); it imports no torch and trains nothing. Modules:
 * `noise`: a noise design's section (noise.md/csv in the recipe folder): where each activation's seed-to-seed
   variance comes from — init, data order, augmentation, the test set (docs/report.md, "Where the noise comes from").
 """
+
 from .main import main
 from .collect import load_runs, metric_names
 from ..stats.significance import cohen_d, difference_ci, holm, stars

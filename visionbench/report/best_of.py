@@ -11,6 +11,7 @@ the caption says it is a selection, and each cell names the setting chosen; the 
 tables, with their t-tests, sit in the settings' folders. "Best" follows the metric's direction
 (`stats.metrics.higher_is_better`): with `--metric epochs_to_90` the fastest setting is chosen.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,8 +23,21 @@ from ..stats.metrics import higher_is_better
 from . import render
 from .tables import PI_HEADER, has_published, pi_cell, published_cell, published_header
 
-COLUMNS = ["recipe", "act", "column", "chosen", "mean", "std", "n", "p_value", "stars", "n_candidates", "metric",
-           "best", "second"]
+COLUMNS = [
+    "recipe",
+    "act",
+    "column",
+    "chosen",
+    "mean",
+    "std",
+    "n",
+    "p_value",
+    "stars",
+    "n_candidates",
+    "metric",
+    "best",
+    "second",
+]
 
 
 def _column_and_choice(setting: dict, best_of: list[str]) -> tuple[str, str]:
@@ -51,10 +65,21 @@ def best_of_table(summaries: pd.DataFrame, best_of: list[str]) -> pd.DataFrame:
     for (act, column), group in frame.groupby(["act", "column"], sort=False):
         finite = group[group["mean"].map(lambda m: isinstance(m, float) and math.isfinite(m))]
         pick = group.iloc[0] if finite.empty else finite.loc[(sign * finite["mean"]).idxmax()]
-        rows.append({"recipe": pick["recipe"], "act": act, "column": column,
-                     "chosen": pick["chosen"] if not finite.empty else "", "mean": pick["mean"], "std": pick["std"],
-                     "n": pick["n"], "p_value": pick["p_value"], "stars": pick["stars"], "n_candidates": len(finite),
-                     "metric": metric})
+        rows.append(
+            {
+                "recipe": pick["recipe"],
+                "act": act,
+                "column": column,
+                "chosen": pick["chosen"] if not finite.empty else "",
+                "mean": pick["mean"],
+                "std": pick["std"],
+                "n": pick["n"],
+                "p_value": pick["p_value"],
+                "stars": pick["stars"],
+                "n_candidates": len(finite),
+                "metric": metric,
+            }
+        )
     out = pd.DataFrame(rows)
     ranked = out.groupby("column")["mean"].rank(method="dense", ascending=sign < 0)
     out["best"], out["second"] = ranked.eq(1), ranked.eq(2)
@@ -70,21 +95,37 @@ def _cell(row, digits: int) -> render.Cell | str:
     return render.Cell(text, mark, f" ({row['chosen']})" if row["chosen"] else "")
 
 
-def layout(table: pd.DataFrame, recipe: str, best_of: list[str], metric_text: str, settings_dirs: list[str],
-           digits: int = 2, notes=()) -> render.Table:
+def layout(
+    table: pd.DataFrame,
+    recipe: str,
+    best_of: list[str],
+    metric_text: str,
+    settings_dirs: list[str],
+    digits: int = 2,
+    notes=(),
+) -> render.Table:
     """The paper-shaped table: acts down, columns across, the chosen setting in each cell; with
     `--published` (004 Table 2's numbers are per GN setting, best of the inits) a paper column per column."""
     # columns in a stable order, "off" values first: null / false before the others (004 Table 2: no GN, GN)
-    columns = sorted(dict.fromkeys(table["column"]), key=lambda c: [
-        (v not in (None, False), format_value(v)) for v in parse_setting_label(c).values()])
+    columns = sorted(
+        dict.fromkeys(table["column"]),
+        key=lambda c: [(v not in (None, False), format_value(v)) for v in parse_setting_label(c).values()],
+    )
     acts = list(dict.fromkeys(table["act"]))
     cells = {(r["act"], r["column"]): _cell(r, digits) for _, r in table.iterrows()}
-    selection = (f"Each cell is the best of the settings of {', '.join(best_of)} (the one chosen in brackets) — "
-                 "a selection over settings, as 004 Table 2 reports it; a max of noisy means is optimistic. "
-                 if best_of else "")
+    selection = (
+        f"Each cell is the best of the settings of {', '.join(best_of)} (the one chosen in brackets) — "
+        "a selection over settings, as 004 Table 2 reports it; a max of noisy means is optimistic. "
+        if best_of
+        else ""
+    )
     what = f"{recipe}: mean ± sample std over completed seeds; metric {metric_text}. {selection}"
-    intro = [what + "Best mean per column **bold**, second <ins>underlined</ins>. Per-setting tables with t-tests: "
-             + ", ".join(f"`{d}/table.md`" for d in settings_dirs) + "."]
+    intro = [
+        what
+        + "Best mean per column **bold**, second <ins>underlined</ins>. Per-setting tables with t-tests: "
+        + ", ".join(f"`{d}/table.md`" for d in settings_dirs)
+        + "."
+    ]
     header = ["Act."] + [c or "(all)" for c in columns]
     if has_published(table):
         cells |= {(r["act"], "published " + r["column"]): published_cell(r, digits) for _, r in table.iterrows()}
@@ -93,12 +134,26 @@ def layout(table: pd.DataFrame, recipe: str, best_of: list[str], metric_text: st
         intro.append(f"Paper columns: {published_header(table)}.")
         columns = columns + ["published " + c for c in columns] + ["pi " + c for c in columns]
     rows = [[act] + [cells.get((act, c), "") for c in columns] for act in acts]
-    return render.Table(header, rows, title=f"{recipe} — by setting", intro=intro, notes=list(notes),
-                        caption=what + "Best mean per column bold, second underlined.",
-                        label=recipe.replace("_", "-") + "-by-setting", data=table)
+    return render.Table(
+        header,
+        rows,
+        title=f"{recipe} — by setting",
+        intro=intro,
+        notes=list(notes),
+        caption=what + "Best mean per column bold, second underlined.",
+        label=recipe.replace("_", "-") + "-by-setting",
+        data=table,
+    )
 
 
-def markdown(table: pd.DataFrame, recipe: str, best_of: list[str], metric_text: str, settings_dirs: list[str],
-             digits: int = 2, notes=()) -> str:
+def markdown(
+    table: pd.DataFrame,
+    recipe: str,
+    best_of: list[str],
+    metric_text: str,
+    settings_dirs: list[str],
+    digits: int = 2,
+    notes=(),
+) -> str:
     """The Markdown of `layout`: title, caption, the table, notes."""
     return render.markdown(layout(table, recipe, best_of, metric_text, settings_dirs, digits, notes))

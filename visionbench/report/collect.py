@@ -15,6 +15,7 @@ there), `recipe_root` the recipe's folder.
 The per-epoch files the figures and the curve metrics read are here too: `read_metrics`
 (metrics.csv as a frame), `read_snapshots` (act_snapshots/epoch_*.json), `snapshot_runs`, `has_curves`.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,12 +29,34 @@ from ..results import layout
 from ..results.io import RunStateError
 from ..results.predictions import counts
 from ..stats.convergence import run_stall_reason
+
 # per-run scalars that are not in summary["metrics"] but may still be asked for as --metric
 RUN_SCALARS = ("train_time_s", "throughput_img_s", "peak_mem_mb", "gpu_busy_pct")
 BASE_COLUMNS = [
-    "recipe", "act", "seed", "status", "setting", "baseline", *RUN_SCALARS, "params", "act_params", "diverged_epoch",
-    "error", "act_family", "report_metric", "report_best_of", "val_split", "config_hash",
-    "plugins", "environment", "n_classes", "n_images", "stalled", "run_dir", "recipe_dir", "recipe_root",
+    "recipe",
+    "act",
+    "seed",
+    "status",
+    "setting",
+    "baseline",
+    *RUN_SCALARS,
+    "params",
+    "act_params",
+    "diverged_epoch",
+    "error",
+    "act_family",
+    "report_metric",
+    "report_best_of",
+    "val_split",
+    "config_hash",
+    "plugins",
+    "environment",
+    "n_classes",
+    "n_images",
+    "stalled",
+    "run_dir",
+    "recipe_dir",
+    "recipe_root",
 ]
 
 
@@ -51,9 +74,16 @@ def _environment(summary: dict) -> str | None:
     env = summary.get("environment")
     if not isinstance(env, dict):
         versions = dict(summary.get("versions") or {}) if isinstance(summary.get("versions"), dict) else {}
-        env = {k: v for k, v in (("python", versions.pop("python", None)), ("packages", versions or None),
-                                 ("git_commit", summary.get("git_commit")), ("threads", summary.get("threads")))
-               if v is not None}
+        env = {
+            k: v
+            for k, v in (
+                ("python", versions.pop("python", None)),
+                ("packages", versions or None),
+                ("git_commit", summary.get("git_commit")),
+                ("threads", summary.get("threads")),
+            )
+            if v is not None
+        }
     return json.dumps(env, sort_keys=True, separators=(",", ":")) if env else None
 
 
@@ -103,7 +133,8 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
         "config_hash": summary.get("config_hash"),
         "plugins": _plugins(summary.get("plugins")),
         "environment": _environment(summary),
-        "n_classes": n_cls, "n_images": n_img,
+        "n_classes": n_cls,
+        "n_images": n_img,
         "stalled": None,
         "params": summary.get("params"),
         "act_params": summary.get("act_params"),
@@ -126,11 +157,13 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
         row["status"] = layout.STALLED if row["stalled"] else status
     notes = []
     if summary.get("recipe") not in (None, row["recipe"]):
-        notes.append(f"{label}: summary recipe {summary['recipe']!r} differs from its directory; "
-                     "the directory name is used")
+        notes.append(
+            f"{label}: summary recipe {summary['recipe']!r} differs from its directory; the directory name is used"
+        )
     if summary.get("seed") not in (None, row["seed"]):
-        notes.append(f"{label}: summary seed {summary['seed']!r} differs from its directory; "
-                     "the directory name is used")
+        notes.append(
+            f"{label}: summary seed {summary['seed']!r} differs from its directory; the directory name is used"
+        )
     return row, "; ".join(notes) or None
 
 
@@ -194,6 +227,7 @@ def metric_names(runs: pd.DataFrame) -> list[str]:
 
 # --- per-epoch files: metrics.csv and the activation snapshots -------------------------------
 
+
 def read_metrics(run_dir) -> pd.DataFrame | None:
     """A run's metrics.csv, or None when missing or unreadable (a plot never fails the report)."""
     path = layout.files(run_dir).metrics
@@ -227,8 +261,11 @@ def read_snapshots(run_dir) -> list[dict]:
 
 def _numbers(values, length: int | None = None) -> bool:
     """A list of finite numbers (of `length` items when given)."""
-    return isinstance(values, list) and (length is None or len(values) == length) and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+    return (
+        isinstance(values, list)
+        and (length is None or len(values) == length)
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+    )
 
 
 def snapshot_problem(snap) -> str | None:
@@ -246,8 +283,13 @@ def snapshot_problem(snap) -> str | None:
         if not isinstance(layer, dict) or not isinstance(layer.get("name"), str):
             return f"layer {i} has no name"
         x, y = layer.get("x"), layer.get("y")
-        if not _numbers(x) or not x or not isinstance(y, list) or len(y) != len(x) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in y):
+        if (
+            not _numbers(x)
+            or not x
+            or not isinstance(y, list)
+            or len(y) != len(x)
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in y)
+        ):
             return f"layer {layer['name']}: x and y are not two lists of as many numbers"
         edges, counts = layer.get("hist_edges"), layer.get("hist_counts")
         if not _numbers(edges) or not _numbers(counts, len(edges) - 1):

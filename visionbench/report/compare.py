@@ -21,6 +21,7 @@ A or B missing or no results tree, a damaged, changed or malformed record, no re
 setting) in common, configurations that differ in the data, the model or the recipe, an --out that cannot be
 written.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,19 +52,36 @@ from .tables import number, p_relation, p_text
 # config keys a rerun may change and still ask "did it reproduce?": training hyperparameters and execution
 # (a key matches itself and everything below it); any other difference (data.*: another test set; model.*
 # but the LSUV init; recipe) makes it another experiment, and the comparison is refused
-ALLOWED = ("optim", "sched", "epochs", "batch_size", "trainer", "seeds", "seed", "results_dir", "parallel",
-           "threads", "act_options", "act_lr_mult", "model.lsuv", "model.lsuv_variant")
+ALLOWED = (
+    "optim",
+    "sched",
+    "epochs",
+    "batch_size",
+    "trainer",
+    "seeds",
+    "seed",
+    "results_dir",
+    "parallel",
+    "threads",
+    "act_options",
+    "act_lr_mult",
+    "model.lsuv",
+    "model.lsuv_variant",
+)
 DIGITS = 2
-VERDICT_RULE = ("identical: every run in both trees, with the same metric values and predicted classes; "
-                "reproduced: equivalence p < α (|Δ| within ±margin); differs: not reproduced, and the Welch p, "
-                "Holm-adjusted over the activations compared, < α; undecided: neither (the cell says how many seeds "
-                "per tree would make `reproduced` 80 % likely were the two the same)")
+VERDICT_RULE = (
+    "identical: every run in both trees, with the same metric values and predicted classes; "
+    "reproduced: equivalence p < α (|Δ| within ±margin); differs: not reproduced, and the Welch p, "
+    "Holm-adjusted over the activations compared, < α; undecided: neither (the cell says how many seeds "
+    "per tree would make `reproduced` 80 % likely were the two the same)"
+)
 
 
 @dataclass(frozen=True)
 class Side:
     """One of the two trees: its label (`A`, `B`), the path given, its runs and the notes on runs skipped
     (collect.py `scan_runs`)."""
+
     label: str
     path: str
     runs: pd.DataFrame
@@ -74,21 +92,42 @@ def compare_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="visionbench compare",
         description="Did B reproduce A? Per (recipe, setting, activation) run in both: both means ± sd (n), "
-                    "Δ = B − A with its Welch 95 % interval, a TOST equivalence test, the paired test over the "
-                    "test images, and a verdict: identical, reproduced, differs or undecided.")
-    p.add_argument("a", metavar="A", help="the reference: a results tree (a recipe dir or a parent of several) or "
-                                          "a record (visionbench export)")
+        "Δ = B − A with its Welch 95 % interval, a TOST equivalence test, the paired test over the "
+        "test images, and a verdict: identical, reproduced, differs or undecided.",
+    )
+    p.add_argument(
+        "a",
+        metavar="A",
+        help="the reference: a results tree (a recipe dir or a parent of several) or a record (visionbench export)",
+    )
     p.add_argument("b", metavar="B", help="the rerun, as A")
-    p.add_argument("--metric", default=None,
-                   help="summary metric to compare (default: each recipe's report.metric, as visionbench report)")
-    p.add_argument("--margin", type=margin_arg, default=None, metavar="M",
-                   help="the equivalence margin, the smallest shift that would count as not reproducing: M in the "
-                        "metric's units (0.5: a Welch TOST), or K seed standard deviations (1.5sd: the exact "
-                        f"equivalence t-test in sd units); default {reproduction.DEFAULT_MARGIN_SD:g}sd")
-    p.add_argument("--alpha", type=level_arg("--alpha"), default=power.ALPHA,
-                   help=f"significance level of the Welch and TOST tests (default {power.ALPHA:g})")
-    p.add_argument("--out", default=None, metavar="FILE.md", type=_markdown_path,
-                   help="also write the table to FILE.md and FILE.csv (default: print only, write nothing)")
+    p.add_argument(
+        "--metric",
+        default=None,
+        help="summary metric to compare (default: each recipe's report.metric, as visionbench report)",
+    )
+    p.add_argument(
+        "--margin",
+        type=margin_arg,
+        default=None,
+        metavar="M",
+        help="the equivalence margin, the smallest shift that would count as not reproducing: M in the "
+        "metric's units (0.5: a Welch TOST), or K seed standard deviations (1.5sd: the exact "
+        f"equivalence t-test in sd units); default {reproduction.DEFAULT_MARGIN_SD:g}sd",
+    )
+    p.add_argument(
+        "--alpha",
+        type=level_arg("--alpha"),
+        default=power.ALPHA,
+        help=f"significance level of the Welch and TOST tests (default {power.ALPHA:g})",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="FILE.md",
+        type=_markdown_path,
+        help="also write the table to FILE.md and FILE.csv (default: print only, write nothing)",
+    )
     return p
 
 
@@ -100,8 +139,10 @@ def margin_arg(text: str) -> tuple[float, bool]:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"--margin takes a number > 0 in the metric's units (0.5) or in seed "
-                                         f"standard deviations (1.5sd), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"--margin takes a number > 0 in the metric's units (0.5) or in seed "
+            f"standard deviations (1.5sd), got {text!r}"
+        )
     return value, sd
 
 
@@ -117,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = compare_parser().parse_args(argv)
         with contextlib.ExitStack() as stack:
-            table = compare_trees(_side(stack, "A", args.a), _side(stack, "B", args.b), args.metric, args.margin,
-                                  args.alpha)
+            table = compare_trees(
+                _side(stack, "A", args.a), _side(stack, "B", args.b), args.metric, args.margin, args.alpha
+            )
     except SystemExit as exc:  # argparse's --help and usage errors
         return exc.code if isinstance(exc.code, int) else 2
     except UsageError as exc:
@@ -131,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _write(table: render.Table, out: str) -> int:
     """Write FILE.md and FILE.csv (creating FILE's folder); 2 after one line when they cannot be written."""
-    stem = Path(out[:-len(".md")])
+    stem = Path(out[: -len(".md")])
     try:
         stem.parent.mkdir(parents=True, exist_ok=True)
         written = render.write(table, stem, ("md", "csv"))
@@ -156,15 +198,24 @@ def _side(stack: contextlib.ExitStack, label: str, path: str) -> Side:
     runs, notes = scan_runs(tree)
     if not len(runs):
         kept = Path(path) / "record"  # a committed results folder: its runs are in its record
-        hint = (f"; it holds a record of runs ({kept}): `visionbench run` writes yours under runs/<recipe>, e.g. "
-                f"visionbench compare runs/{Path(path).name} {kept}") if (kept / "record.json").is_file() else ""
-        raise UsageError(f"{label}: {path} is no results tree: no finished run (<recipe>/<act>/seed_<k>/summary.json) "
-                         f"under it, and no record (record.json){hint}")
+        hint = (
+            (
+                f"; it holds a record of runs ({kept}): `visionbench run` writes yours under runs/<recipe>, e.g. "
+                f"visionbench compare runs/{Path(path).name} {kept}"
+            )
+            if (kept / "record.json").is_file()
+            else ""
+        )
+        raise UsageError(
+            f"{label}: {path} is no results tree: no finished run (<recipe>/<act>/seed_<k>/summary.json) "
+            f"under it, and no record (record.json){hint}"
+        )
     return Side(label, path, runs, tuple(f"{label}: {n}" for n in notes))
 
 
-def compare_trees(a: Side, b: Side, metric: str | None = None, margin: tuple[float, bool] | None = None,
-                  alpha: float = power.ALPHA) -> render.Table:
+def compare_trees(
+    a: Side, b: Side, metric: str | None = None, margin: tuple[float, bool] | None = None, alpha: float = power.ALPHA
+) -> render.Table:
     """The comparison table of every (recipe, setting, act) of both trees; UsageError for what cannot be compared.
     `margin`: (value, in seed sd units?) as `margin_arg` parses it; None: `reproduction.DEFAULT_MARGIN_SD` sd."""
     recipes = sorted(set(a.runs["recipe"]) & set(b.runs["recipe"]))
@@ -181,15 +232,16 @@ def compare_trees(a: Side, b: Side, metric: str | None = None, margin: tuple[flo
             sa, sb = ra[ra["setting"] == setting], rb[rb["setting"] == setting]
             configs += [f"{where}: {d}" for d in config_differences(sa, sb, where)]
             for act in sorted(set(sa["act"]) & set(sb["act"])):
-                row, row_notes = compare_act(sa[sa["act"] == act], sb[sb["act"] == act], metrics[recipe], margin,
-                                             alpha)
+                row, row_notes = compare_act(sa[sa["act"] == act], sb[sb["act"] == act], metrics[recipe], margin, alpha)
                 rows.append({"recipe": recipe, "setting": setting, "act": act, **row})
                 compared[0].append(sa[sa["act"] == act])
                 compared[1].append(sb[sb["act"] == act])
                 notes += [f"{where} {act}: {n}" for n in row_notes]
     if not rows:
-        raise UsageError(f"A and B share no activation of {', '.join(recipes)} in one setting: A has "
-                         f"{_acts_at(a.runs, recipes)}; B has {_acts_at(b.runs, recipes)}")
+        raise UsageError(
+            f"A and B share no activation of {', '.join(recipes)} in one setting: A has "
+            f"{_acts_at(a.runs, recipes)}; B has {_acts_at(b.runs, recipes)}"
+        )
     data = _verdicts(pd.DataFrame(rows), alpha)
     envs = differences_between(*(pd.concat(groups) for groups in compared))
     return _table(data, a, b, metrics, configs, envs, list(dict.fromkeys(notes)), alpha)
@@ -204,8 +256,9 @@ def _acts_at(runs: pd.DataFrame, recipes: list[str], most: int = 12) -> str:
     `relu`), the recipe named when there are several; `most` of them, then how many more."""
     runs = runs[runs["recipe"].isin(recipes)]
     pairs = sorted({(r, s, act) for r, s, act in runs[["recipe", "setting", "act"]].itertuples(index=False)})
-    names = [(f"{r}/" if len(recipes) > 1 else "") + act + (f" at {s}" if s else " (no setting)")
-             for r, s, act in pairs]
+    names = [
+        (f"{r}/" if len(recipes) > 1 else "") + act + (f" at {s}" if s else " (no setting)") for r, s, act in pairs
+    ]
     more = f" and {len(names) - most} more" if len(names) > most else ""
     return ", ".join(names[:most]) + more
 
@@ -216,8 +269,9 @@ def _only_in_one(ra: pd.DataFrame, rb: pd.DataFrame) -> list[str]:
     out = []
     for label, mine, other in (("A", ra, rb), ("B", rb, ra)):
         theirs = set(map(tuple, other[keys].to_numpy()))
-        lone = sorted({f"{'/'.join(filter(None, k[:2]))} {k[2]}" for k in map(tuple, mine[keys].to_numpy())
-                       if k not in theirs})
+        lone = sorted(
+            {f"{'/'.join(filter(None, k[:2]))} {k[2]}" for k in map(tuple, mine[keys].to_numpy()) if k not in theirs}
+        )
         if lone:
             out.append(f"only in {label} (not compared): {', '.join(lone)}")
     return out
@@ -236,6 +290,7 @@ def _metric(ra: pd.DataFrame, rb: pd.DataFrame, recipe: str, explicit: str | Non
 
 # ---- configurations -------------------------------------------------------------------------------
 
+
 def allowed(key: str) -> bool:
     """Whether config key `key` (dotted) may differ between A and B (`ALLOWED`)."""
     return any(key == k or key.startswith(k + ".") for k in ALLOWED)
@@ -250,9 +305,11 @@ def config_differences(ra: pd.DataFrame, rb: pd.DataFrame, where: str) -> list[s
     diffs = diff_configs(ca, cb, labels=("A", "B"))
     refused = [d for d in diffs if not allowed(d.split(":")[0])]
     if refused:
-        raise UsageError(f"{where}: A and B are configured differently in {'; '.join(refused)} — another data set, "
-                         f"model or recipe is another experiment; only {', '.join(ALLOWED)} (and the keys below "
-                         "them) may differ")
+        raise UsageError(
+            f"{where}: A and B are configured differently in {'; '.join(refused)} — another data set, "
+            f"model or recipe is another experiment; only {', '.join(ALLOWED)} (and the keys below "
+            "them) may differ"
+        )
     return diffs
 
 
@@ -273,15 +330,18 @@ def _config(runs: pd.DataFrame, label: str, where: str) -> dict | None:
     configs = list(found.values())
     if len(configs) > 1:
         diffs = "; ".join(diff_configs(configs[0], configs[1], labels=("one run", "another")))
-        raise UsageError(f"{label}: the runs of {where} were configured differently ({diffs}); compare one "
-                         "configuration at a time")
+        raise UsageError(
+            f"{label}: the runs of {where} were configured differently ({diffs}); compare one configuration at a time"
+        )
     return configs[0] if configs else None
 
 
 # ---- one activation: A's runs against B's ---------------------------------------------------------
 
-def compare_act(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, margin: tuple[float, bool] | None,
-                alpha: float = power.ALPHA) -> tuple[dict, list[str]]:
+
+def compare_act(
+    ga: pd.DataFrame, gb: pd.DataFrame, metric: str, margin: tuple[float, bool] | None, alpha: float = power.ALPHA
+) -> tuple[dict, list[str]]:
     """(the numbers of one (recipe, setting, act), A's runs `ga` against B's `gb`, with `identical`; notes on its
     runs). The verdict needs the whole family (`_verdicts`: Holm over the activations compared)."""
     act = str(ga["act"].iloc[0])
@@ -295,8 +355,9 @@ def compare_act(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, margin: tuple[f
     va, vb = (scored_values(g, metric) for g in (ga, gb))
     notes += [n for label, group in (("A", ga), ("B", gb)) for n in _left_out(label, group)]
     value, in_sd = margin if margin is not None else (reproduction.DEFAULT_MARGIN_SD, True)
-    res = reproduction.compare_runs(va, vb, None if in_sd else value, alpha=alpha,
-                                    margin_sd=value if in_sd else reproduction.DEFAULT_MARGIN_SD)
+    res = reproduction.compare_runs(
+        va, vb, None if in_sd else value, alpha=alpha, margin_sd=value if in_sd else reproduction.DEFAULT_MARGIN_SD
+    )
     same = identical(ga, gb, arms["A"], arms["B"], _scored_metrics(ga, gb))
     lost = {f"left_out_{side}": int(g["status"].isin(LEFT_OUT).sum()) for side, g in (("a", ga), ("b", gb))}
     return {"metric": metric, **res, "identical": same, **lost}, notes
@@ -317,8 +378,9 @@ def _left_out(label: str, group: pd.DataFrame) -> list[str]:
         text = f"{label}: {len(runs)} {status} run{'s' if len(runs) > 1 else ''} (seed {seeds}) left out of the scoring"
         if status == layout.STALLED:
             reason = next((str(r) for r in runs.get("stalled", pd.Series(dtype=object)).dropna()), "")
-            text += (f" ({reason})" if reason else "") + ", as diverged runs are: a run that ended training at " \
-                                                         "chance level has no accuracy to compare"
+            text += (
+                f" ({reason})" if reason else ""
+            ) + ", as diverged runs are: a run that ended training at chance level has no accuracy to compare"
         out.append(text)
     return out
 
@@ -327,8 +389,9 @@ def _verdicts(data: pd.DataFrame, alpha: float) -> pd.DataFrame:
     """`data` with `welch_p_holm` (Holm over the rows whose verdict rests on a test: every row but the identical
     ones) and `verdict`."""
     out = data.copy()
-    out["welch_p_holm"], out["verdict"] = reproduction.family_verdicts(out.to_dict("records"),
-                                                                       list(out["identical"].astype(bool)), alpha)
+    out["welch_p_holm"], out["verdict"] = reproduction.family_verdicts(
+        out.to_dict("records"), list(out["identical"].astype(bool)), alpha
+    )
     # one side's runs all stalled, diverged or failed where the other's learned: no number to test, but no
     # reproduction either (a gate on compare's exit status must catch it)
     out.loc[[bool(_failed_side(r)) for r in out.to_dict("records")], "verdict"] = reproduction.DIFFERS
@@ -353,8 +416,9 @@ def identical(ga: pd.DataFrame, gb: pd.DataFrame, arms_a: list, arms_b: list, me
     if not np.array_equal(x[metrics].to_numpy(float), y[metrics].to_numpy(float), equal_nan=True):
         return False
     pred_a, pred_b = ({seed: arrays for seed, _, arrays in arms} for arms in (arms_a, arms_b))
-    return all(np.array_equal(pred_a[s][k], pred_b[s][k]) for s in pred_a.keys() & pred_b.keys()
-               for k in ("pred", "target"))
+    return all(
+        np.array_equal(pred_a[s][k], pred_b[s][k]) for s in pred_a.keys() & pred_b.keys() for k in ("pred", "target")
+    )
 
 
 def _scored_metrics(ga: pd.DataFrame, gb: pd.DataFrame) -> list[str]:
@@ -364,28 +428,73 @@ def _scored_metrics(ga: pd.DataFrame, gb: pd.DataFrame) -> list[str]:
 
 # ---- the table ---------------------------------------------------------------------------------------
 
-def _table(data: pd.DataFrame, a: Side, b: Side, metrics: dict, configs: list[str], envs: list[str],
-           notes: list[str], alpha: float) -> render.Table:
-    header = ["Recipe", "Act.", "A: mean ± sd (n)", "B: mean ± sd (n)", "Δ B − A", "Welch 95% CI", "Welch p (Holm)",
-              "equiv. p (±margin)", "supported ±", "verdict"]
-    rows = [[_where(r), r["act"], _mean_sd(r, "a"), _mean_sd(r, "b"), number(r["diff"], DIGITS, True), _ci(r),
-             p_text(r["welch_p_holm"]), _equivalence(r), _bound(r), _verdict_cell(r)] for _, r in data.iterrows()]
+
+def _table(
+    data: pd.DataFrame,
+    a: Side,
+    b: Side,
+    metrics: dict,
+    configs: list[str],
+    envs: list[str],
+    notes: list[str],
+    alpha: float,
+) -> render.Table:
+    header = [
+        "Recipe",
+        "Act.",
+        "A: mean ± sd (n)",
+        "B: mean ± sd (n)",
+        "Δ B − A",
+        "Welch 95% CI",
+        "Welch p (Holm)",
+        "equiv. p (±margin)",
+        "supported ±",
+        "verdict",
+    ]
+    rows = [
+        [
+            _where(r),
+            r["act"],
+            _mean_sd(r, "a"),
+            _mean_sd(r, "b"),
+            number(r["diff"], DIGITS, True),
+            _ci(r),
+            p_text(r["welch_p_holm"]),
+            _equivalence(r),
+            _bound(r),
+            _verdict_cell(r),
+        ]
+        for _, r in data.iterrows()
+    ]
     scored = "; ".join(f"{recipe}: `{m}`" for recipe, m in metrics.items())
     tested = int((~data["identical"].astype(bool)).sum())
-    intro = [f"A = `{a.path}`, B = `{b.path}`. Metric — {scored}. Per (recipe, setting, activation) run in both: "
-             "mean ± sample sd (n completed runs; stalled, diverged and failed runs are left out, named in the "
-             "notes) of each tree; Δ = B − A with its 95 % Welch interval; Welch p: "
-             f"two-tailed, Holm-adjusted over the {tested} activation{'s' if tested != 1 else ''} tested; "
-             f"equiv. p: that |Δ| < margin ({_margin_rule(data)}); supported ±: the largest |limit| of the 90 % "
-             "Welch interval, the smallest margin these runs show equivalence within. "
-             f"Verdict at α = {alpha:g} — {VERDICT_RULE}."]
+    intro = [
+        f"A = `{a.path}`, B = `{b.path}`. Metric — {scored}. Per (recipe, setting, activation) run in both: "
+        "mean ± sample sd (n completed runs; stalled, diverged and failed runs are left out, named in the "
+        "notes) of each tree; Δ = B − A with its 95 % Welch interval; Welch p: "
+        f"two-tailed, Holm-adjusted over the {tested} activation{'s' if tested != 1 else ''} tested; "
+        f"equiv. p: that |Δ| < margin ({_margin_rule(data)}); supported ±: the largest |limit| of the 90 % "
+        "Welch interval, the smallest margin these runs show equivalence within. "
+        f"Verdict at α = {alpha:g} — {VERDICT_RULE}."
+    ]
     outro = ["Verdicts:\n" + "\n".join(f"- {_sentence(r, alpha, tested)}" for _, r in data.iterrows())]
-    outro.append("Configuration: " + ("A and B differ in keys a rerun may change — " + "; ".join(configs) if configs
-                                      else "A and B are configured alike (but for act and seed)") + ".")
-    outro.append("Environment (git commit and visionbench version not compared): "
-                 + ("A and B differ in " + "; ".join(envs) if envs else "no difference recorded") + ".")
-    return render.Table(header, rows, align="ll" + "r" * 8, title="Did B reproduce A?", intro=intro, outro=outro,
-                        notes=notes, data=data)
+    outro.append(
+        "Configuration: "
+        + (
+            "A and B differ in keys a rerun may change — " + "; ".join(configs)
+            if configs
+            else "A and B are configured alike (but for act and seed)"
+        )
+        + "."
+    )
+    outro.append(
+        "Environment (git commit and visionbench version not compared): "
+        + ("A and B differ in " + "; ".join(envs) if envs else "no difference recorded")
+        + "."
+    )
+    return render.Table(
+        header, rows, align="ll" + "r" * 8, title="Did B reproduce A?", intro=intro, outro=outro, notes=notes, data=data
+    )
 
 
 def _margin_rule(data: pd.DataFrame) -> str:
@@ -393,8 +502,7 @@ def _margin_rule(data: pd.DataFrame) -> str:
     in_sd = data["equivalence_test"].eq("sd").all()
     if in_sd:
         k = number(float(data["margin_sd"].iloc[0]), DIGITS).rstrip("0").rstrip(".")
-        return (f"±{k} seed sd, the pooled sd of both trees' runs; the exact equivalence t-test in sd units, "
-                "Wellek 2010")
+        return f"±{k} seed sd, the pooled sd of both trees' runs; the exact equivalence t-test in sd units, Wellek 2010"
     return f"±{number(float(data['margin'].iloc[0]), DIGITS)} in the metric's units; Welch TOST"
 
 
@@ -450,29 +558,45 @@ def _sentence(r, alpha: float, tested: int) -> str:
     head = f"{_where(r)} {r['act']}: {r['verdict']}"
     delta = f"Δ = {number(r['diff'], DIGITS, True)}" + (f" {_ci(r)}" if _ci(r) else "")
     plain = f"±{number(r['margin'], DIGITS)}" if math.isfinite(r["margin"]) else ""
-    margin = plain + (f" = {number(r['margin_sd'], DIGITS).rstrip('0').rstrip('.')} seed sd"
-                      if plain and r["equivalence_test"] == "sd" else "")
+    margin = plain + (
+        f" = {number(r['margin_sd'], DIGITS).rstrip('0').rstrip('.')} seed sd"
+        if plain and r["equivalence_test"] == "sd"
+        else ""
+    )
     if r["verdict"] == reproduction.IDENTICAL:
         return f"{head} — the same {r['n_a']} runs, metric values and predicted classes run by run"
     if r["verdict"] == reproduction.REPRODUCED:
         return f"{head} — {delta}, within {margin} (equivalence p {p_relation(r['equivalence_p'])} < {alpha:g})"
     if r["verdict"] == reproduction.UNDECIDED and _unscored(r):
-        return (f"{head} — no scored run in {_unscored(r)} (every one stalled, diverged or failed: named in the "
-                "notes), nothing to compare")
+        return (
+            f"{head} — no scored run in {_unscored(r)} (every one stalled, diverged or failed: named in the "
+            "notes), nothing to compare"
+        )
     if _failed_side(r):
-        return (f"{head} — every run of {_failed_side(r)} stalled, diverged or failed (named in the notes) where "
-                f"{'B' if _failed_side(r) == 'A' else 'A'}'s learned: not reproduced")
+        return (
+            f"{head} — every run of {_failed_side(r)} stalled, diverged or failed (named in the notes) where "
+            f"{'B' if _failed_side(r) == 'A' else 'A'}'s learned: not reproduced"
+        )
     differs = r["verdict"] == reproduction.DIFFERS
-    welch = (f"Welch p {p_relation(r['welch_p_holm'])}{f' < {alpha:g}' if differs else ''}, Holm over {tested} "
-             f"activation{'s' if tested != 1 else ''}" if math.isfinite(r["welch_p_holm"])
-             else "no Welch test (n < 2 or no spread)")
-    tost = (f"equivalence p {p_relation(r['equivalence_p'])} at {margin}" if math.isfinite(r["equivalence_p"])
-            else "not tested for equivalence (n < 2 or no spread)")
-    supported = (f"; these runs show equivalence only within {_bound(r)}" if math.isfinite(r["bound"]) else "")
+    welch = (
+        f"Welch p {p_relation(r['welch_p_holm'])}{f' < {alpha:g}' if differs else ''}, Holm over {tested} "
+        f"activation{'s' if tested != 1 else ''}"
+        if math.isfinite(r["welch_p_holm"])
+        else "no Welch test (n < 2 or no spread)"
+    )
+    tost = (
+        f"equivalence p {p_relation(r['equivalence_p'])} at {margin}"
+        if math.isfinite(r["equivalence_p"])
+        else "not tested for equivalence (n < 2 or no spread)"
+    )
+    supported = f"; these runs show equivalence only within {_bound(r)}" if math.isfinite(r["bound"]) else ""
     if differs:
         return f"{head} — {delta} ({welch}; {tost}){supported}"
     n = r["seeds_needed"]
-    decide = (f"≈ {_seeds(n)} seeds per tree would call two trees that do not differ reproduced within "
-              f"{plain or 'the margin'} 80 % of the time" if math.isfinite(n) or n == math.inf
-              else "at least 2 completed runs per tree, with some spread, are needed to decide")
+    decide = (
+        f"≈ {_seeds(n)} seeds per tree would call two trees that do not differ reproduced within "
+        f"{plain or 'the margin'} 80 % of the time"
+        if math.isfinite(n) or n == math.inf
+        else "at least 2 completed runs per tree, with some spread, are needed to decide"
+    )
     return f"{head} — {delta} ({welch}; {tost}){supported}; {decide}"

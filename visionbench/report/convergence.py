@@ -20,6 +20,7 @@ without a metrics.csv are left out; a table without any says `no curves`, and fl
 CSV columns: `slope`, `slope_low`, `slope_high`, `last_sd` (the seed sd at the last epoch), `still_improving`, and
 for the table `kendall_tau`, `reversed_pairs` (how many pairs reversed), `ranking_moving` (a reversal beyond noise).
 """
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,16 @@ from .curves import _curve, plot_metric
 from .figures import curve_column
 from .tables import number, p_relation
 
-COLUMNS = ("slope", "slope_low", "slope_high", "last_sd", "still_improving", "kendall_tau", "reversed_pairs",
-           "ranking_moving")
+COLUMNS = (
+    "slope",
+    "slope_low",
+    "slope_high",
+    "last_sd",
+    "still_improving",
+    "kendall_tau",
+    "reversed_pairs",
+    "ranking_moving",
+)
 
 
 def stall_notes(runs: pd.DataFrame) -> list[str]:
@@ -45,12 +54,16 @@ def stall_notes(runs: pd.DataFrame) -> list[str]:
     out = []
     stalled = runs[runs["status"] == STALLED]
     if len(stalled):
-        out.append("stalled (ended training at chance level; not scored, counted like a divergence): "
-                   + "; ".join(f"{r['act']} seed {r['seed']}: {r['stalled']}" for _, r in stalled.iterrows()))
+        out.append(
+            "stalled (ended training at chance level; not scored, counted like a divergence): "
+            + "; ".join(f"{r['act']} seed {r['seed']}: {r['stalled']}" for _, r in stalled.iterrows())
+        )
     unknown = int(((runs["status"] == COMPLETED) & runs["n_classes"].isna()).sum())
     if unknown:
-        out.append(f"{unknown} completed run{'s' if unknown > 1 else ''} not checked for a stall: no predictions.npz "
-                   "names the number of classes")
+        out.append(
+            f"{unknown} completed run{'s' if unknown > 1 else ''} not checked for a stall: no predictions.npz "
+            "names the number of classes"
+        )
     return out
 
 
@@ -128,22 +141,31 @@ def _ranking(runs: pd.DataFrame, curves: dict[str, list[pd.Series]], epochs: lis
     acts = sorted(at_mid)
     means = [(float(np.mean(at_mid[a])), float(np.mean(at_last[a]))) for a in acts]
     resolution = _resolution(runs, [v for a in acts for v in at_mid[a] + at_last[a]])
-    return {"tau": conv.ranking_tau([m for m, _ in means], [x for _, x in means]), "mid": mid, "last": last,
-            "resolution": resolution, "change": conv.ranking_change(at_mid, at_last, higher, resolution)}
+    return {
+        "tau": conv.ranking_tau([m for m, _ in means], [x for _, x in means]),
+        "mid": mid,
+        "last": last,
+        "resolution": resolution,
+        "change": conv.ranking_change(at_mid, at_last, higher, resolution),
+    }
 
 
 SHOWN = 3  # reversals within noise named in the line (the lowest p first); those beyond noise are all named
 
 
 def _overtook(rev: conv.Reversal) -> str:
-    return f"{rev.ahead} overtook {rev.behind} (gain test p {p_relation(rev.p) or '= nan'}, Holm p " \
-           f"{p_relation(rev.p_holm) or '= nan'})"
+    return (
+        f"{rev.ahead} overtook {rev.behind} (gain test p {p_relation(rev.p) or '= nan'}, Holm p "
+        f"{p_relation(rev.p_holm) or '= nan'})"
+    )
 
 
 def _ranking_text(column: str, ranking: dict, alpha: float) -> str:
     """The ranking sentences of the convergence line."""
-    text = (f"The ranking of the activations' mean {column} at epoch {_epoch(ranking['mid'])} vs "
-            f"{_epoch(ranking['last'])}: Kendall τ ")
+    text = (
+        f"The ranking of the activations' mean {column} at epoch {_epoch(ranking['mid'])} vs "
+        f"{_epoch(ranking['last'])}: Kendall τ "
+    )
     tau = ranking["tau"]
     text += f"= {number(tau, 2)}" if math.isfinite(tau) else "undefined (tied means)"
     change = ranking["change"]
@@ -152,9 +174,11 @@ def _ranking_text(column: str, ranking: dict, alpha: float) -> str:
         text += "; no pair reversed: unchanged."
     else:
         beyond = conv.moving(change, alpha)
-        text += (f"; {len(found)} of {pairs} pair{'s' if pairs > 1 else ''} reversed, "
-                 f"{len(beyond) if beyond else 'none'} beyond noise (Welch test of the per-run gains between the two "
-                 f"epochs{f', Holm over the {pairs} pairs' if pairs > 1 else ''}, α = {alpha:g})")
+        text += (
+            f"; {len(found)} of {pairs} pair{'s' if pairs > 1 else ''} reversed, "
+            f"{len(beyond) if beyond else 'none'} beyond noise (Welch test of the per-run gains between the two "
+            f"epochs{f', Holm over the {pairs} pairs' if pairs > 1 else ''}, α = {alpha:g})"
+        )
         if beyond:
             text += ": " + "; ".join(map(_overtook, beyond)) + " — still moving."
         else:
@@ -162,13 +186,14 @@ def _ranking_text(column: str, ranking: dict, alpha: float) -> str:
             more = f"; {len(found) - len(shown)} more" if len(found) > len(shown) else ""
             text += ": " + "; ".join(map(_overtook, shown)) + more + "."
     if tied:
-        text += (f" {tied} pair{'s' if tied > 1 else ''} tied at one of the epochs"
-                 f"{' in image counts' if ranking['resolution'] else ''}: no reversal.")
+        text += (
+            f" {tied} pair{'s' if tied > 1 else ''} tied at one of the epochs"
+            f"{' in image counts' if ranking['resolution'] else ''}: no reversal."
+        )
     return text
 
 
-def _line(acts, column, epochs, curves, slopes, missing: int, higher: bool, ranking, alpha: float,
-          digits: int) -> str:
+def _line(acts, column, epochs, curves, slopes, missing: int, higher: bool, ranking, alpha: float, digits: int) -> str:
     """The convergence line of one table (module docstring), the activations in the table's order `acts`."""
     left_out = f" ({missing} completed run{'s' if missing > 1 else ''} without metrics.csv left out)" if missing else ""
     head = f"Convergence of {column}{left_out}: "
@@ -177,11 +202,12 @@ def _line(acts, column, epochs, curves, slopes, missing: int, higher: bool, rank
         text = head + f"{len(epochs)} epoch{plural}, too few for a slope (needs {conv.MIN_POINTS})"
     else:
         window = conv.tail_window(len(epochs))
-        text = head + (f"slope per epoch over the last {window} of {len(epochs)} epochs, mean [95 % t interval] over "
-                       f"seeds (still {'rising' if higher else 'falling'}: the interval excludes 0 and {window} epochs "
-                       f"at the slope move it by ≥ the seed sd at epoch {_epoch(epochs[-1])}): "
-                       + "; ".join(_slope_text(act, slopes[act], digits, higher, window)
-                                   for act in acts if act in slopes))
+        text = head + (
+            f"slope per epoch over the last {window} of {len(epochs)} epochs, mean [95 % t interval] over "
+            f"seeds (still {'rising' if higher else 'falling'}: the interval excludes 0 and {window} epochs "
+            f"at the slope move it by ≥ the seed sd at epoch {_epoch(epochs[-1])}): "
+            + "; ".join(_slope_text(act, slopes[act], digits, higher, window) for act in acts if act in slopes)
+        )
     if ranking is None:
         return text + "."
     return text + ". " + _ranking_text(column, ranking, alpha)
@@ -191,12 +217,15 @@ def _clause(ranking: dict, alpha: float) -> str:
     """What a verdict's sentence gets while the ranking was still moving."""
     beyond = conv.moving(ranking["change"], alpha)
     pairs = "; ".join(f"{r.ahead} overtook {r.behind}, gain test Holm p {p_relation(r.p_holm)}" for r in beyond)
-    return (f"; the ranking was still moving between epoch {_epoch(ranking['mid'])} and {_epoch(ranking['last'])} "
-            f"({pairs}).")
+    return (
+        f"; the ranking was still moving between epoch {_epoch(ranking['mid'])} and {_epoch(ranking['last'])} "
+        f"({pairs})."
+    )
 
 
-def attach(summary: pd.DataFrame, runs: pd.DataFrame, metric: str, digits: int = 2,
-           alpha: float = conv.ALPHA) -> tuple[pd.DataFrame, list[str]]:
+def attach(
+    summary: pd.DataFrame, runs: pd.DataFrame, metric: str, digits: int = 2, alpha: float = conv.ALPHA
+) -> tuple[pd.DataFrame, list[str]]:
     """`summary` (one table, after verdict.annotate) with the COLUMNS and, while the ranking was still moving (a
     reversal beyond noise at `alpha`), the clause in each verdict's sentence; and the table's notes: the stall
     notes, then the convergence line."""
@@ -222,5 +251,6 @@ def attach(summary: pd.DataFrame, runs: pd.DataFrame, metric: str, digits: int =
     if ranking is not None and out["ranking_moving"].any() and "verdict" in out:
         moving = out["verdict"].astype(str).ne("") & out["verdict_text"].astype(str).str.endswith(".")
         out.loc[moving, "verdict_text"] = out.loc[moving, "verdict_text"].str[:-1] + _clause(ranking, alpha)
-    return out, notes + [_line(list(out["act"]), column, epochs, curves, slopes, missing, higher, ranking, alpha,
-                               digits)]
+    return out, notes + [
+        _line(list(out["act"]), column, epochs, curves, slopes, missing, higher, ranking, alpha, digits)
+    ]

@@ -20,6 +20,7 @@ value: it is counted in the table's `n_missing` and named in the notes, not scor
 
 Only completed runs get a value (diverged and failed runs are never scored, as in the tables).
 """
+
 from __future__ import annotations
 
 import math
@@ -60,8 +61,12 @@ def _curve(frame: pd.DataFrame, column: str) -> pd.Series | None:
     """`column` by epoch: numeric, finite, one value per epoch (the last, after a resume), sorted."""
     if frame is None or column not in frame.columns or "epoch" not in frame.columns:
         return None
-    data = pd.DataFrame({"epoch": pd.to_numeric(frame["epoch"], errors="coerce"),
-                         "value": pd.to_numeric(frame[column], errors="coerce")})
+    data = pd.DataFrame(
+        {
+            "epoch": pd.to_numeric(frame["epoch"], errors="coerce"),
+            "value": pd.to_numeric(frame[column], errors="coerce"),
+        }
+    )
     data = data[np.isfinite(data["epoch"]) & np.isfinite(data["value"])]
     data = data.drop_duplicates("epoch", keep="last").sort_values("epoch")
     return pd.Series(data["value"].to_numpy(), index=data["epoch"].to_numpy()) if len(data) else None
@@ -85,8 +90,10 @@ def add_metric(runs: pd.DataFrame, name: str) -> pd.DataFrame:
     if cm is None:
         raise ValueError(f"{name!r} is no curve metric; curve metrics are {NAMES_HELP}")
     if cm.kind == "epochs_to" and not higher_is_better(cm.column):
-        raise ValueError(f"--metric {name}: epochs_to needs a column where higher is better (val_top1, test_top1, "
-                         f"ema_val_top1, ...), got {cm.column!r}")
+        raise ValueError(
+            f"--metric {name}: epochs_to needs a column where higher is better (val_top1, test_top1, "
+            f"ema_val_top1, ...), got {cm.column!r}"
+        )
     frames = {i: read_metrics(run["run_dir"]) for i, run in runs.iterrows() if run["status"] == "completed"}
     found = [f for f in frames.values() if f is not None]
     if not found:

@@ -15,6 +15,7 @@ JSON, None for a run that records none. All look at the runs a table's numbers c
 A key a run does not record (older runs record only their versions, git commit and threads; a run that did not
 complete has no data digest) is unknown, never a difference.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,8 +63,9 @@ def _who(runs: list[tuple[str, int]]) -> str:
     seeds: dict[str, list[int]] = {}
     for act, seed in runs:
         seeds.setdefault(act, []).append(seed)
-    return "; ".join(f"{act} seed{'s' if len(s) > 1 else ''} {', '.join(map(str, sorted(s)))}"
-                     for act, s in sorted(seeds.items()))
+    return "; ".join(
+        f"{act} seed{'s' if len(s) > 1 else ''} {', '.join(map(str, sorted(s)))}" for act, s in sorted(seeds.items())
+    )
 
 
 def shown(value) -> str:
@@ -96,8 +98,10 @@ def mixed_environments(runs: pd.DataFrame) -> list[str]:
     environment variables that choose kernels and threads, and the data digest. Not compared: the git commit
     (with its `+dirty` flag) and the visionbench version: a code change that changes a run's configuration shows
     in its config hash (a NOT COMPARABLE table), any other is the user's to judge."""
-    return [f"{key}: " + ", ".join(f"{v} ({_who(w)})" for v, w in values.items())
-            for key, values in _split(_recorded(runs)).items()]
+    return [
+        f"{key}: " + ", ".join(f"{v} ({_who(w)})" for v, w in values.items())
+        for key, values in _split(_recorded(runs)).items()
+    ]
 
 
 def differences_between(ra: pd.DataFrame, rb: pd.DataFrame) -> list[str]:
@@ -108,8 +112,11 @@ def differences_between(ra: pd.DataFrame, rb: pd.DataFrame) -> list[str]:
     note, a key only one tree records is unknown, never a difference, and the git commit and visionbench version are
     not compared (`IGNORED`)."""
     va, vb = _tree_values(ra), _tree_values(rb)
-    return [f"{k}: A {' / '.join(sorted(va[k]))}, B {' / '.join(sorted(vb[k]))}"
-            for k in sorted(va.keys() & vb.keys(), key=str.lower) if va[k] != vb[k]]
+    return [
+        f"{k}: A {' / '.join(sorted(va[k]))}, B {' / '.join(sorted(vb[k]))}"
+        for k in sorted(va.keys() & vb.keys(), key=str.lower)
+        if va[k] != vb[k]
+    ]
 
 
 def _tree_values(runs: pd.DataFrame) -> dict[str, set[str]]:
@@ -124,16 +131,21 @@ def _tree_values(runs: pd.DataFrame) -> dict[str, set[str]]:
 
 def mixed_note(lines: list[str]) -> str:
     """The note above a table whose runs come from more than one environment (`mixed_environments`' lines)."""
-    return ("MIXED ENVIRONMENTS: the runs of this table come from more than one environment — " + "; ".join(lines)
-            + ". A difference between activations may be the environment's; rerun them in one environment "
-              "(`make install` installs the locked one), or pass --strict-env to refuse such a table")
+    return (
+        "MIXED ENVIRONMENTS: the runs of this table come from more than one environment — "
+        + "; ".join(lines)
+        + ". A difference between activations may be the environment's; rerun them in one environment "
+        "(`make install` installs the locked one), or pass --strict-env to refuse such a table"
+    )
 
 
 def strict_env_refusal(table: str, lines: list[str]) -> str:
     """--strict-env's one line for the table `table` whose runs come from several environments."""
-    return (f"--strict-env: the runs of {table} come from different environments ({'; '.join(lines)}); rerun them "
-            "in one environment (`make install` installs the locked one), report each environment's runs from its "
-            "own results directory, or drop --strict-env to report them with a MIXED ENVIRONMENTS note")
+    return (
+        f"--strict-env: the runs of {table} come from different environments ({'; '.join(lines)}); rerun them "
+        "in one environment (`make install` installs the locked one), report each environment's runs from its "
+        "own results directory, or drop --strict-env to report them with a MIXED ENVIRONMENTS note"
+    )
 
 
 def _plural(n: int, word: str) -> str:
@@ -154,9 +166,11 @@ def _code(packages: dict, commits: list[str]) -> str:
 def _device(env: dict) -> list[str]:
     """`CPU AMD EPYC, AVX2 kernels, 2 threads`, the GPU, the determinism switches that are on."""
     device, switches = env.get("device") or {}, env.get("determinism") or {}
-    cpu = [f"CPU {device['cpu']}" if device.get("cpu") else "",
-           f"{device['cpu_capability']} kernels" if device.get("cpu_capability") else "",
-           _plural(env["threads"], "thread") if isinstance(env.get("threads"), int) else ""]
+    cpu = [
+        f"CPU {device['cpu']}" if device.get("cpu") else "",
+        f"{device['cpu_capability']} kernels" if device.get("cpu_capability") else "",
+        _plural(env["threads"], "thread") if isinstance(env.get("threads"), int) else "",
+    ]
     parts = [", ".join(filter(None, cpu))] if any(cpu) else []
     if device.get("gpu"):
         parts.append(f"GPU {device['gpu']} (CUDA {device.get('cuda')}, cuDNN {device.get('cudnn')})")
@@ -204,8 +218,9 @@ def environment_footer(runs: pd.DataFrame) -> str:
     if not recorded:
         return ""
     split = _split(recorded)
-    signatures = [tuple(shown(flat[k]) if k in flat else None for k in split)
-                  for flat in (leaves(env) for _, env in recorded)]
+    signatures = [
+        tuple(shown(flat[k]) if k in flat else None for k in split) for flat in (leaves(env) for _, env in recorded)
+    ]
     complete = [sig for sig in signatures if None not in sig] or signatures
     groups = Counter(complete)  # a run lacking a differing key (unknown) is not counted as an environment apart
     common = groups.most_common(1)[0][0]
@@ -229,5 +244,8 @@ def _placement(records: list) -> list[str]:
     workers = max(int(r.get("workers") or 1) for r in records)
     mps = sorted({r["mps"] for r in records if isinstance(r.get("mps"), bool)}, reverse=True)
     states = "/".join("on" if m else "off" for m in mps)
-    return [f"parallel={ks}{gpu}" + (f" ({workers} workers)" if gpu and workers > 1 else "")
-            + (f", MPS {states}" if mps else "")]
+    return [
+        f"parallel={ks}{gpu}"
+        + (f" ({workers} workers)" if gpu and workers > 1 else "")
+        + (f", MPS {states}" if mps else "")
+    ]

@@ -12,6 +12,7 @@ line naming it. A record already in OUT is replaced in one step (results/record.
 leaves the old record or the new one). Reporting a record writes the report's files into the folder that holds the
 record, at the places they have in the tree: a committed record and its tables sit together (docs/reproducing.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,17 +44,20 @@ def export(runs_dir: str | Path, out: str | Path) -> tuple[list[Path], list[str]
         row["path"] = Path(run_dir).relative_to(root).as_posix()
         row["snapshots"] = row["snapshots"] if run_dir in drawn else []
         rows.append(row)
-    files = {p.relative_to(root).as_posix(): layout.read_sequential(p.parent)
-             for p in sorted(root.rglob(layout.SEQUENTIAL))}
+    files = {
+        p.relative_to(root).as_posix(): layout.read_sequential(p.parent) for p in sorted(root.rglob(layout.SEQUENTIAL))
+    }
     return record.write(out, root.resolve().name, rows, files), notes
 
 
 def main(argv: list[str] | None = None) -> int:
     """`visionbench export RUNS_DIR OUT`; 0, or 2 with one line on stderr (nothing written)."""
-    p = argparse.ArgumentParser(prog="visionbench export",
-                                description="Write the compact, committable record of a results tree: every run's "
-                                            "summary, config, curves and per-example predictions "
-                                            "(docs/reproducing.md). `visionbench report OUT` reads it.")
+    p = argparse.ArgumentParser(
+        prog="visionbench export",
+        description="Write the compact, committable record of a results tree: every run's "
+        "summary, config, curves and per-example predictions "
+        "(docs/reproducing.md). `visionbench report OUT` reads it.",
+    )
     p.add_argument("runs_dir", metavar="RUNS_DIR", help="a results tree: a recipe dir or a parent of several")
     p.add_argument("out", metavar="OUT", help="the record's folder (record.json, predictions.<sha256>.npz)")
     args = p.parse_args(argv)
@@ -61,10 +65,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"visionbench export: error: {args.runs_dir} is a record already; export a results tree", file=sys.stderr)
         return 2
     out = Path(args.out)
-    if out.exists() and not out.is_dir() or (out.is_dir() and not record.is_record(out)
-                                             and not all(record.is_record_file(p.name) for p in out.iterdir())):
-        print(f"visionbench export: error: {out} exists and is not a record; give a new or empty folder (an "
-              "existing record there is replaced)", file=sys.stderr)
+    if (
+        out.exists()
+        and not out.is_dir()
+        or (
+            out.is_dir() and not record.is_record(out) and not all(record.is_record_file(p.name) for p in out.iterdir())
+        )
+    ):
+        print(
+            f"visionbench export: error: {out} exists and is not a record; give a new or empty folder (an "
+            "existing record there is replaced)",
+            file=sys.stderr,
+        )
         return 2
     try:
         written, notes = export(args.runs_dir, out)

@@ -21,6 +21,7 @@ Figures are drawn with `matplotlib.figure.Figure` (Agg canvas), never pyplot, so
 `collect.py`'s; the decision-boundary figure trains networks and lives in
 `visionbench.experiments.boundaries`.
 """
+
 from __future__ import annotations
 
 import io
@@ -77,7 +78,7 @@ def plot_curves(runs: pd.DataFrame, metric: str, out_dir, baseline: str | None =
         std = stats["std"].fillna(0.0).to_numpy()  # one seed: no band rather than no line
         style = {"color": "k", "ls": "--"} if act == baseline else {}
         label = f"{act} (n={group['seed'].nunique()}{', baseline' if act == baseline else ''})"
-        line, = ax.plot(stats.index, stats["mean"], label=label, **style)
+        (line,) = ax.plot(stats.index, stats["mean"], label=label, **style)
         ax.fill_between(stats.index, stats["mean"] - std, stats["mean"] + std, color=line.get_color(), alpha=0.2)
     recipe = runs["recipe"].iloc[0]
     ax.set(xlabel="epoch", ylabel=column, title=f"{recipe}: {column}, mean ± std over seeds")
@@ -98,8 +99,9 @@ def plot_act_shapes(run_dir, out_path, title: str | None = None) -> Path | None:
     colors = [_viridis(i / max(1, len(snaps) - 1)) for i in range(len(snaps))]
     for i, name in enumerate(names):
         ax = fig.add_subplot(nrows, ncols, i + 1)
-        hist = [layer for snap in snaps for layer in snap["layers"]
-                if layer["name"] == name and layer.get("hist_counts")]
+        hist = [
+            layer for snap in snaps for layer in snap["layers"] if layer["name"] == name and layer.get("hist_counts")
+        ]
         if hist:
             _histogram(ax, hist[-1])
         for snap, color in zip(snaps, colors):
@@ -148,8 +150,9 @@ def make_plots(runs: pd.DataFrame, metric: str, out_dir=None, baseline: str | No
     written = [plot_curves(runs, metric, out_dir, baseline)]
     for _, run in snapshot_runs(runs).iterrows():
         out = out_dir / f"act_shapes_{run['act']}_seed{run['seed']}.png"
-        title = (f"{run['recipe']} / {run['act']} / seed {run['seed']}: "
-                 "learned activation per layer over its input density")
+        title = (
+            f"{run['recipe']} / {run['act']} / seed {run['seed']}: learned activation per layer over its input density"
+        )
         written.append(plot_act_shapes(run["run_dir"], out, title=title))
     return [p for p in written if p is not None]
 
@@ -178,8 +181,10 @@ def plot_improvement(frame: pd.DataFrame, baseline: str, out_path) -> Path | Non
     ax.set_yticks(range(len(agg)), [f"{a} ({n})" for a, n in zip(agg["act"], agg["n_blocks"])])
     ax.set_xlim(-0.02, 1.02)
     ax.set_ylim(-0.6, len(agg) - 0.4)
-    ax.set_xlabel(f"P(X > {baseline}), normal model  (dot: mean over recipes, no interval: not estimable at these "
-                  "seed counts; gray: per recipe)")
+    ax.set_xlabel(
+        f"P(X > {baseline}), normal model  (dot: mean over recipes, no interval: not estimable at these "
+        "seed counts; gray: per recipe)"
+    )
     if blocks:
         ax.legend(fontsize=7, loc="lower right", frameon=False)
     ax.set_title(f"Probability of improvement over {baseline} (n recipes in brackets)", fontsize=9)
@@ -213,13 +218,21 @@ def plot_cd(test: dict, out_path) -> Path | None:
         level = -0.35 - 0.3 * (i if left else len(order) - 1 - i) - 0.15 * len(groups)
         x_text = 0.5 - 0.1 if left else k + 0.5 + 0.1
         ax.plot([ranks_[act], ranks_[act], x_text], [0, level, level], color="black", lw=0.8)
-        ax.text(x_text, level, f"{act} ({ranks_[act]:.2f})" if left else f"({ranks_[act]:.2f}) {act}",
-                ha="right" if left else "left", va="center", fontsize=9)
+        ax.text(
+            x_text,
+            level,
+            f"{act} ({ranks_[act]:.2f})" if left else f"({ranks_[act]:.2f}) {act}",
+            ha="right" if left else "left",
+            va="center",
+            fontsize=9,
+        )
     for j, g in enumerate(groups):
         y = -0.12 - 0.15 * j
         ax.hlines(y, ranks_[g[0]] - 0.04, ranks_[g[-1]] + 0.04, color="black", lw=3)
-    ax.set_title(f"Friedman p = {test['p_value']:.3g}, Nemenyi α = {test['alpha']:g} "
-                 f"({test['k']} acts × {test['n']} recipes)", fontsize=9)
+    ax.set_title(
+        f"Friedman p = {test['p_value']:.3g}, Nemenyi α = {test['alpha']:g} ({test['k']} acts × {test['n']} recipes)",
+        fontsize=9,
+    )
     return save(fig, out_path, dpi=120, bbox_inches="tight")
 
 

@@ -16,6 +16,7 @@ so the file works offline, mailed or opened from disk.
 
 Where matplotlib cannot draw, the page is written without figures and says why in one line (`drawing_problem`).
 """
+
 from __future__ import annotations
 
 import base64
@@ -33,8 +34,11 @@ PAGE = "report.html"
 INDEX = "index.html"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # the Markdown files of a recipe folder, in page order, with the heading of their section
-SECTIONS = (("table.md", "Significance table"), ("noise.md", "Where the noise comes from"),
-            ("per_example.md", "Per-example evidence"))
+SECTIONS = (
+    ("table.md", "Significance table"),
+    ("noise.md", "Where the noise comes from"),
+    ("per_example.md", "Per-example evidence"),
+)
 SUITE = (("ranks.md", "Suite view"),)
 # raw HTML the report's Markdown may hold (tables.py underlines the second-best mean with <ins>); any other tag is text
 _TAGS = re.compile(r"&lt;(/?)(ins|sub|sup|b|i|em|strong|code|kbd)&gt;|&lt;br\s*/?&gt;")
@@ -66,9 +70,8 @@ def markdown_to_html(text: str) -> str:
             continue
         fence = _FENCE.match(line)
         if fence:
-            end = next((j for j in range(i + 1, len(lines)) if lines[j].strip().startswith(fence.group(1))),
-                       len(lines))
-            out.append(_code_block(lines[i + 1:end]))
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].strip().startswith(fence.group(1))), len(lines))
+            out.append(_code_block(lines[i + 1 : end]))
             i = end + 1
             continue
         if line.startswith(("    ", "\t")):
@@ -91,7 +94,7 @@ def markdown_to_html(text: str) -> str:
             j = i + 2
             while j < len(lines) and lines[j].lstrip().startswith("|"):
                 j += 1
-            out.append(table_html(lines[i], lines[i + 1], lines[i + 2:j]))
+            out.append(table_html(lines[i], lines[i + 1], lines[i + 2 : j]))
             i = j
             continue
         if _ITEM.match(line):
@@ -108,8 +111,12 @@ def markdown_to_html(text: str) -> str:
 def _starts_block(lines: list[str], j: int) -> bool:
     """Whether line j interrupts a paragraph (a heading, a list item, a fence or a table)."""
     line = lines[j]
-    return bool(_HEADING.match(line) or _ITEM.match(line) or _FENCE.match(line)
-                or (line.lstrip().startswith("|") and j + 1 < len(lines) and _RULE.match(lines[j + 1].strip())))
+    return bool(
+        _HEADING.match(line)
+        or _ITEM.match(line)
+        or _FENCE.match(line)
+        or (line.lstrip().startswith("|") and j + 1 < len(lines) and _RULE.match(lines[j + 1].strip()))
+    )
 
 
 def _list(lines: list[str], i: int, out: list[str]) -> int:
@@ -127,8 +134,9 @@ def _list(lines: list[str], i: int, out: list[str]) -> int:
             items[-1].append(lines[i].strip())
         i += 1
     tag = "ol" if ordered else "ul"
-    out.append(f"<{tag}>" + "".join("<li>" + "\n".join(inline(x) for x in item) + "</li>" for item in items)
-               + f"</{tag}>")
+    out.append(
+        f"<{tag}>" + "".join("<li>" + "\n".join(inline(x) for x in item) + "</li>" for item in items) + f"</{tag}>"
+    )
     return i
 
 
@@ -166,10 +174,13 @@ def table_html(header: str, rule: str, rows: Iterable[str]) -> str:
     body = []
     for row in rows:
         cells = split_row(row)
-        cells = (cells + [""] * len(align))[:max(len(align), 1)]  # GFM: a row has its header's number of cells
+        cells = (cells + [""] * len(align))[: max(len(align), 1)]  # GFM: a row has its header's number of cells
         body.append("<tr>" + "".join(f"<td{style(k)}>{inline(c)}</td>" for k, c in enumerate(cells)) + "</tr>")
-    return (f'<div class="scroll"><table class="sortable">\n<thead><tr>{head}</tr></thead>\n<tbody>\n'
-            + "\n".join(body) + "\n</tbody>\n</table></div>")
+    return (
+        f'<div class="scroll"><table class="sortable">\n<thead><tr>{head}</tr></thead>\n<tbody>\n'
+        + "\n".join(body)
+        + "\n</tbody>\n</table></div>"
+    )
 
 
 def inline(text: str) -> str:
@@ -177,7 +188,7 @@ def inline(text: str) -> str:
     `<ins>`-like tags; every other character escaped."""
     out, pos = [], 0
     for m in _CODE.finditer(text):
-        out.append(_inline_text(text[pos:m.start()]))
+        out.append(_inline_text(text[pos : m.start()]))
         out.append("<code>" + html.escape(m.group(2).strip() or m.group(2), quote=False) + "</code>")
         pos = m.end()
     out.append(_inline_text(text[pos:]))
@@ -242,8 +253,10 @@ def figure_html(path: Path) -> str:
         return f'<p class="problem">{html.escape(path.name)} is not a PNG; not shown.</p>'
     name = html.escape(path.name)
     alt = html.escape(path.stem.replace("_", " "))
-    return (f'<figure><img alt="{alt}" src="data:image/png;base64,{base64.b64encode(data).decode("ascii")}">'
-            f"<figcaption>{name}</figcaption></figure>")
+    return (
+        f'<figure><img alt="{alt}" src="data:image/png;base64,{base64.b64encode(data).decode("ascii")}">'
+        f"<figcaption>{name}</figcaption></figure>"
+    )
 
 
 # ---- pages ----------------------------------------------------------------------------------------------------------
@@ -312,11 +325,13 @@ _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src
 
 def document(title: str, body: str) -> str:
     """A complete HTML page: `body` with the inline style and sorting script."""
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">\n'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>{html.escape(title)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n{body}\n"
-            f"<script>{_SCRIPT}</script>\n</body>\n</html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{html.escape(title)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n{body}\n"
+        f"<script>{_SCRIPT}</script>\n</body>\n</html>\n"
+    )
 
 
 def _md_section(path: Path, heading: str, anchor: str) -> str:
@@ -324,8 +339,9 @@ def _md_section(path: Path, heading: str, anchor: str) -> str:
     return f'<section id="{anchor}">\n<h2>{html.escape(heading)}</h2>\n{markdown_to_html(text)}\n</section>'
 
 
-def _folder_sections(folder: Path, files: list[Path], label: str, problem: str | None, plotted: bool,
-                     toc: list[tuple[str, str]]) -> list[str]:
+def _folder_sections(
+    folder: Path, files: list[Path], label: str, problem: str | None, plotted: bool, toc: list[tuple[str, str]]
+) -> list[str]:
     """The sections of one folder's files: its Markdown files in SECTIONS order, then its figures."""
     out = []
     prefix = f"{label}: " if label else ""
@@ -342,8 +358,9 @@ def _folder_sections(folder: Path, files: list[Path], label: str, problem: str |
         shown = [figure_html(p) for p in pngs]
         if problem and not pngs:
             shown = [_problem_line(problem)]
-        out.append(f'<section id="{anchor}">\n<h2>{html.escape(prefix)}Figures</h2>\n' + "\n".join(shown)
-                   + "\n</section>")
+        out.append(
+            f'<section id="{anchor}">\n<h2>{html.escape(prefix)}Figures</h2>\n' + "\n".join(shown) + "\n</section>"
+        )
     return out
 
 
@@ -351,8 +368,14 @@ def _problem_line(problem: str) -> str:
     return f'<p class="problem">Figures not drawn: matplotlib cannot draw here ({html.escape(problem)}).</p>'
 
 
-def recipe_page(recipe: str, root: Path, files: list[Path], problem: str | None = None, plotted: bool = True,
-                index: str | None = None) -> str:
+def recipe_page(
+    recipe: str,
+    root: Path,
+    files: list[Path],
+    problem: str | None = None,
+    plotted: bool = True,
+    index: str | None = None,
+) -> str:
     """The page of one recipe folder `root` from the files this report wrote under it: the recipe's tables, then
     each setting's (a factor sweep), with figures; `index`: the relative address of the index page, if any."""
     folders = sorted({p.parent for p in files}, key=lambda f: (f != root, f.relative_to(root).as_posix()))
@@ -369,18 +392,26 @@ def recipe_page(recipe: str, root: Path, files: list[Path], problem: str | None 
 
 def _page_body(title: str, toc: list[tuple[str, str]], sections: list[str], before: str = "") -> str:
     nav = "".join(f'<li><a href="#{a}">{html.escape(t)}</a></li>' for a, t in toc)
-    hint = ('<p class="hint">Written by <code>visionbench report --html</code> from the Markdown files beside it; '
-            "click a table's header to sort by that column.</p>")
-    return (f"<h1>{html.escape(title)}</h1>\n{hint}\n{before}"
-            + (f"<nav><ul>{nav}</ul></nav>\n" if len(toc) > 1 else "") + "\n".join(sections))
+    hint = (
+        '<p class="hint">Written by <code>visionbench report --html</code> from the Markdown files beside it; '
+        "click a table's header to sort by that column.</p>"
+    )
+    return (
+        f"<h1>{html.escape(title)}</h1>\n{hint}\n{before}"
+        + (f"<nav><ul>{nav}</ul></nav>\n" if len(toc) > 1 else "")
+        + "\n".join(sections)
+    )
 
 
 def index_page(root: Path, pages: list[tuple[str, Path]], files: list[Path], problem: str | None = None) -> str:
     """index.html at the reported root: a link to every recipe's page, then the suite view (ranks.md and its
     figures) when the report wrote one."""
-    links = "".join(f'<li><a href="{html.escape(page.relative_to(root).as_posix(), quote=True)}">'
-                    f"{html.escape(recipe)}</a> <span class=\"hint\">{html.escape(page.relative_to(root).as_posix())}"
-                    "</span></li>" for recipe, page in pages)
+    links = "".join(
+        f'<li><a href="{html.escape(page.relative_to(root).as_posix(), quote=True)}">'
+        f'{html.escape(recipe)}</a> <span class="hint">{html.escape(page.relative_to(root).as_posix())}'
+        "</span></li>"
+        for recipe, page in pages
+    )
     toc: list[tuple[str, str]] = [("recipes", "Recipes")]
     sections = [f'<section id="recipes">\n<h2>Recipes</h2>\n<ul>{links}</ul>\n</section>']
     by_name = {p.name: p for p in files if p.parent == root}
@@ -389,13 +420,17 @@ def index_page(root: Path, pages: list[tuple[str, Path]], files: list[Path], pro
             toc.append((slug(heading), heading))
             sections.append(_md_section(by_name[name], heading, slug(heading)))
     # the critical-difference diagram first
-    pngs = sorted((p for p in files if p.parent == root and p.suffix == ".png"), key=lambda p: p.name != "cd_diagram.png")
+    pngs = sorted(
+        (p for p in files if p.parent == root and p.suffix == ".png"), key=lambda p: p.name != "cd_diagram.png"
+    )
     if pngs or (problem and "ranks.md" in by_name):
         toc.append(("suite-figures", "Suite figures"))
         shown = [figure_html(p) for p in pngs] if pngs else [_problem_line(problem)]
         sections.append('<section id="suite-figures">\n<h2>Suite figures</h2>\n' + "\n".join(shown) + "\n</section>")
-    return document("visionbench report", _page_body(f"visionbench report: {len(pages)} recipe"
-                                                     f"{'' if len(pages) == 1 else 's'}", toc, sections))
+    return document(
+        "visionbench report",
+        _page_body(f"visionbench report: {len(pages)} recipe{'' if len(pages) == 1 else 's'}", toc, sections),
+    )
 
 
 def check(formats: Iterable[str], suite: bool) -> str | None:
@@ -408,16 +443,18 @@ def check(formats: Iterable[str], suite: bool) -> str | None:
         raise UsageError("--html renders the Markdown the report writes: keep md in --format (e.g. --format md,csv)")
     problem = drawing_problem()
     if problem and suite:
-        raise UsageError(f"--html: matplotlib cannot draw here ({problem}), and the suite view draws its "
-                         "critical-difference diagram; fix matplotlib, or pass --no-suite")
+        raise UsageError(
+            f"--html: matplotlib cannot draw here ({problem}), and the suite view draws its "
+            "critical-difference diagram; fix matplotlib, or pass --no-suite"
+        )
     if problem:
-        print(f"note: matplotlib cannot draw here ({problem}); the pages are written without figures",
-              file=sys.stderr)
+        print(f"note: matplotlib cannot draw here ({problem}); the pages are written without figures", file=sys.stderr)
     return problem
 
 
-def write_pages(written: Iterable, results_dir, recipes: dict, problem: str | None = None,
-                plotted: bool = True) -> list[Path]:
+def write_pages(
+    written: Iterable, results_dir, recipes: dict, problem: str | None = None, plotted: bool = True
+) -> list[Path]:
     """Write `report.html` into every recipe folder (`recipes`: {recipe folder: recipe name}) from the files of
     `written` below it, and `index.html` into `results_dir` when it is not itself the one recipe's folder (with the
     suite view the report wrote there). `problem`: why no figure was drawn (`check`). Returns the paths written."""

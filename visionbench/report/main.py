@@ -11,6 +11,7 @@
 only; the decision-boundary figure (`visionbench plot boundaries`) trains networks and is
 `visionbench.experiments.boundaries`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,21 @@ import pandas as pd
 from ..stats import power
 from ..stats.metrics import NAMES_HELP, higher_is_better, parse
 from ..stats.significance import TESTS
-from . import (best_of, convergence, curves, figures, html, per_example, protocol, published, render, stopping, suite,
-               tables, verdict)
+from . import (
+    best_of,
+    convergence,
+    curves,
+    figures,
+    html,
+    per_example,
+    protocol,
+    published,
+    render,
+    stopping,
+    suite,
+    tables,
+    verdict,
+)
 from .collect import has_curves, metric_names, scan_runs
 from .environment import environment_footer, mixed_environments, mixed_note, strict_env_refusal
 from .summary import summarize, withhold_tests
@@ -37,59 +51,127 @@ class UsageError(Exception):
 def report_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="visionbench report",
-        description="Aggregate the runs under RESULTS_DIR into mean ± std tables with t-tests against a baseline.")
-    p.add_argument("results_dir", metavar="RESULTS_DIR", type=_writable_tree,
-                   help="a recipe dir (runs/cifar10_vgg8) or a parent of several")
-    p.add_argument("--metric", default=None,
-                   help="summary metric to compare (default: each recipe's report.metric, the value its paper "
-                        f"reports; else {protocol.HELD_OUT_METRIC} with a held-out val split, else "
-                        f"{protocol.DEFAULT_METRIC}); "
-                        # argparse %-formats help strings: NAMES_HELP's "X % of" would raise
-                        "or a curve metric: " + NAMES_HELP.replace("%", "%%"))
-    p.add_argument("--baseline", default=None,
-                   help="act to test against (default: the summaries' baseline field, else relu, else gelu)")
-    p.add_argument("--best-of", default=None, metavar="KEY[,KEY]", type=_factor_keys,
-                   help="factor keys the recipe-level table of a factor sweep selects the best setting over "
-                        "(default: the recipe's report.best_of, e.g. model.lsuv for 004 Table 2; '' for none)")
-    p.add_argument("--test", choices=TESTS, default="student",
-                   help="student: equal variances, as the papers (default); welch; paired: over shared seeds")
-    p.add_argument("--format", default=",".join(tables.FORMATS),
-                   help="table files to write in each recipe dir, comma-separated subset of md,csv,tex")
-    p.add_argument("--extras", action="store_true",
-                   help="add Holm-adjusted p, Cohen's d, the t interval of Δ and P(> baseline) to md/tex "
-                        "(always in the CSV)")
-    p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=None,
-                   help="write curves and activation-shape PNGs (default: on when metrics.csv files exist)")
-    p.add_argument("--digits", type=_integer("--digits", 0, 15), default=2, help="decimals of mean, std and differences (default 2)")
-    p.add_argument("--seed", type=_integer("--seed", 0), default=0,
-                   help="seed of the sampled permutation tests (per-example churn beyond 10,000 relabelings; default 0)")
-    p.add_argument("--published", action="store_true",
-                   help="add the paper's mean ± std (n) of each row that has a published counterpart (same recipe, "
-                        "act, setting, metric), ours - paper, and a Welch p (`visionbench papers` lists them)")
-    p.add_argument("--margin", type=positive_arg("--margin"), default=None, metavar="M",
-                   help="equivalence margin in the metric's units: adds the TOST p (tost_p) against ±M and the "
-                        "verdict 'equivalent'")
-    p.add_argument("--effect", type=positive_arg("--effect"), default=None, metavar="D",
-                   help="difference of means (metric units) seeds_needed is solved for (default: the observed one)")
-    p.add_argument("--alpha", type=level_arg("--alpha"), default=power.ALPHA,
-                   help=f"significance level of the verdicts and of mde / seeds_needed (default {power.ALPHA:g})")
-    p.add_argument("--holm", action="store_true",
-                   help="decide the verdicts on the Holm-adjusted p-values (p_holm, tost_p_holm) over the "
-                        "recipe's acts")
-    p.add_argument("--suite", action=argparse.BooleanOptionalAction, default=True,
-                   help="with several recipes: write the suite view (ranks.csv, ranks.md, cd_diagram.png: mean "
-                        "ranks, Friedman test, Nemenyi CD, P(X > baseline)) into RESULTS_DIR (default on)")
-    p.add_argument("--html", action="store_true",
-                   help="also write report.html in each recipe folder (tables, verdicts, sections, figures: one "
-                        "self-contained page, works offline) and index.html at RESULTS_DIR linking them (html.py)")
-    p.add_argument("--strict-env", action="store_true",
-                   help="refuse to test across runs from different environments (package versions, CPU kernels, "
-                        "threads, data digest, ...: a table's MIXED ENVIRONMENTS note): exit 2, nothing written")
+        description="Aggregate the runs under RESULTS_DIR into mean ± std tables with t-tests against a baseline.",
+    )
+    p.add_argument(
+        "results_dir",
+        metavar="RESULTS_DIR",
+        type=_writable_tree,
+        help="a recipe dir (runs/cifar10_vgg8) or a parent of several",
+    )
+    p.add_argument(
+        "--metric",
+        default=None,
+        help="summary metric to compare (default: each recipe's report.metric, the value its paper "
+        f"reports; else {protocol.HELD_OUT_METRIC} with a held-out val split, else "
+        f"{protocol.DEFAULT_METRIC}); "
+        # argparse %-formats help strings: NAMES_HELP's "X % of" would raise
+        "or a curve metric: " + NAMES_HELP.replace("%", "%%"),
+    )
+    p.add_argument(
+        "--baseline",
+        default=None,
+        help="act to test against (default: the summaries' baseline field, else relu, else gelu)",
+    )
+    p.add_argument(
+        "--best-of",
+        default=None,
+        metavar="KEY[,KEY]",
+        type=_factor_keys,
+        help="factor keys the recipe-level table of a factor sweep selects the best setting over "
+        "(default: the recipe's report.best_of, e.g. model.lsuv for 004 Table 2; '' for none)",
+    )
+    p.add_argument(
+        "--test",
+        choices=TESTS,
+        default="student",
+        help="student: equal variances, as the papers (default); welch; paired: over shared seeds",
+    )
+    p.add_argument(
+        "--format",
+        default=",".join(tables.FORMATS),
+        help="table files to write in each recipe dir, comma-separated subset of md,csv,tex",
+    )
+    p.add_argument(
+        "--extras",
+        action="store_true",
+        help="add Holm-adjusted p, Cohen's d, the t interval of Δ and P(> baseline) to md/tex (always in the CSV)",
+    )
+    p.add_argument(
+        "--plots",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="write curves and activation-shape PNGs (default: on when metrics.csv files exist)",
+    )
+    p.add_argument(
+        "--digits",
+        type=_integer("--digits", 0, 15),
+        default=2,
+        help="decimals of mean, std and differences (default 2)",
+    )
+    p.add_argument(
+        "--seed",
+        type=_integer("--seed", 0),
+        default=0,
+        help="seed of the sampled permutation tests (per-example churn beyond 10,000 relabelings; default 0)",
+    )
+    p.add_argument(
+        "--published",
+        action="store_true",
+        help="add the paper's mean ± std (n) of each row that has a published counterpart (same recipe, "
+        "act, setting, metric), ours - paper, and a Welch p (`visionbench papers` lists them)",
+    )
+    p.add_argument(
+        "--margin",
+        type=positive_arg("--margin"),
+        default=None,
+        metavar="M",
+        help="equivalence margin in the metric's units: adds the TOST p (tost_p) against ±M and the "
+        "verdict 'equivalent'",
+    )
+    p.add_argument(
+        "--effect",
+        type=positive_arg("--effect"),
+        default=None,
+        metavar="D",
+        help="difference of means (metric units) seeds_needed is solved for (default: the observed one)",
+    )
+    p.add_argument(
+        "--alpha",
+        type=level_arg("--alpha"),
+        default=power.ALPHA,
+        help=f"significance level of the verdicts and of mde / seeds_needed (default {power.ALPHA:g})",
+    )
+    p.add_argument(
+        "--holm",
+        action="store_true",
+        help="decide the verdicts on the Holm-adjusted p-values (p_holm, tost_p_holm) over the recipe's acts",
+    )
+    p.add_argument(
+        "--suite",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with several recipes: write the suite view (ranks.csv, ranks.md, cd_diagram.png: mean "
+        "ranks, Friedman test, Nemenyi CD, P(X > baseline)) into RESULTS_DIR (default on)",
+    )
+    p.add_argument(
+        "--html",
+        action="store_true",
+        help="also write report.html in each recipe folder (tables, verdicts, sections, figures: one "
+        "self-contained page, works offline) and index.html at RESULTS_DIR linking them (html.py)",
+    )
+    p.add_argument(
+        "--strict-env",
+        action="store_true",
+        help="refuse to test across runs from different environments (package versions, CPU kernels, "
+        "threads, data digest, ...: a table's MIXED ENVIRONMENTS note): exit 2, nothing written",
+    )
     return p
 
 
 def _number(flag: str, ok, wanted: str):
     """An argparse type: a float for which `ok` holds, else one line naming the flag and what it takes."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -98,6 +180,7 @@ def _number(flag: str, ok, wanted: str):
         if not ok(value):
             raise argparse.ArgumentTypeError(f"{flag} takes {wanted}, got {text!r}")
         return value
+
     return parse
 
 
@@ -121,6 +204,7 @@ def _integer(flag: str, lo: int, hi: int | None = None):
         if value is None or value < lo or (hi is not None and value > hi):
             raise argparse.ArgumentTypeError(f"{flag} takes {wanted}, got {text!r}")
         return value
+
     return parse
 
 
@@ -134,7 +218,8 @@ def _factor_keys(text: str) -> str:
         if key not in valid_keys() or key in NOT_FACTORS or is_free(key):
             raise argparse.ArgumentTypeError(
                 f"--best-of {key!r} is not a config key a sweep varies{did_you_mean(key, valid_keys(), n=3)}; give "
-                "the factor keys to select the best setting over, e.g. --best-of model.lsuv")
+                "the factor keys to select the best setting over, e.g. --best-of model.lsuv"
+            )
     return text
 
 
@@ -146,9 +231,11 @@ def _writable_tree(text: str) -> str:
     found = first_unwritable(text, runs=False) if Path(text).is_dir() else None
     if found:
         where, why = found
-        raise argparse.ArgumentTypeError(f"{where} is not writable ({why}); the report writes its tables and plots "
-                                         f"there: make it writable (chmod -R u+w {where}) or copy the results to a "
-                                         "writable directory and report that")
+        raise argparse.ArgumentTypeError(
+            f"{where} is not writable ({why}); the report writes its tables and plots "
+            f"there: make it writable (chmod -R u+w {where}) or copy the results to a "
+            "writable directory and report that"
+        )
     return text
 
 
@@ -165,17 +252,25 @@ def main(argv: list[str] | None = None) -> int:
         args = report_parser().parse_args(argv)
         if store.is_store(args.results_dir):  # the runs selected, as a tree; the files into <STORE>/_report/
             with store.opened(args.results_dir, selection) as tree:
-                written = _copy_back(_report(argparse.Namespace(**{**vars(args), "results_dir": str(tree)})),
-                                     tree, store.report_dir(args.results_dir))
+                written = _copy_back(
+                    _report(argparse.Namespace(**{**vars(args), "results_dir": str(tree)})),
+                    tree,
+                    store.report_dir(args.results_dir),
+                )
         elif selection:
-            raise UsageError(f"{args.results_dir} is no store: recipe=, act= and config= select the runs of a store "
-                             "(visionbench collect ... --into STORE)")
+            raise UsageError(
+                f"{args.results_dir} is no store: recipe=, act= and config= select the runs of a store "
+                "(visionbench collect ... --into STORE)"
+            )
         elif not is_record(args.results_dir):
             written = _report(args)
         else:
             with opened(args.results_dir) as tree:
-                written = _copy_back(_report(argparse.Namespace(**{**vars(args), "results_dir": str(tree)})),
-                                     tree, record_dir(args.results_dir).parent)
+                written = _copy_back(
+                    _report(argparse.Namespace(**{**vars(args), "results_dir": str(tree)})),
+                    tree,
+                    record_dir(args.results_dir).parent,
+                )
     except SystemExit as exc:  # argparse's --help and usage errors
         return exc.code if isinstance(exc.code, int) else 2
     except (UsageError, RecordError, UnsafePath) as exc:
@@ -196,8 +291,11 @@ def _copy_back(written: list[Path], tree: Path, into: Path) -> list[Path]:
     places = []
     for path in map(Path, written):
         relative = path.relative_to(tree)
-        folder = inside(into, relative.parent.as_posix(), "the folder of a report file") \
-            if relative.parent != Path(".") else Path(into)
+        folder = (
+            inside(into, relative.parent.as_posix(), "the folder of a report file")
+            if relative.parent != Path(".")
+            else Path(into)
+        )
         places.append((path, folder / component(relative.name, "a report file")))
     return [atomic_write_bytes(target, path.read_bytes()) for path, target in places]
 
@@ -217,8 +315,10 @@ def _report(args) -> list[Path]:
     if not len(runs):
         kept = Path(args.results_dir) / "record"  # a committed results folder: its runs are in its record
         hint = f"; it holds a record of runs: visionbench report {kept}" if (kept / "record.json").is_file() else ""
-        raise UsageError(f"no finished run (summary.json) under {args.results_dir!r}; "
-                         f"expected <recipe>/<act>/seed_<k>/summary.json{hint}")
+        raise UsageError(
+            f"no finished run (summary.json) under {args.results_dir!r}; "
+            f"expected <recipe>/<act>/seed_<k>/summary.json{hint}"
+        )
     available = metric_names(runs)
     if args.metric is not None and args.metric not in available:
         runs = _curve_metric(runs, args.metric, available)
@@ -244,8 +344,9 @@ def _report(args) -> list[Path]:
             print(f"note: {skipped[-1]}; skipped", file=sys.stderr)
             continue
         # an explicit baseline missing from this recipe marks it "no baseline" instead of failing the others
-        summaries = summarize(root_runs, metric, args.baseline, args.test, require_baseline=False,
-                              higher_better=higher_is_better(metric))
+        summaries = summarize(
+            root_runs, metric, args.baseline, args.test, require_baseline=False, higher_better=higher_is_better(metric)
+        )
         summaries["metric_text"] = protocol.describe_metric(metric, _common(root_runs["val_split"]))
         per_setting = []
         for recipe_dir, summary in summaries.groupby("recipe_dir", sort=True):
@@ -262,17 +363,32 @@ def _report(args) -> list[Path]:
             footer = environment_footer(recipe_runs)
             summary, stop_notes = stopping.attach(summary, _sequential_record(Path(recipe_dir), metric))
             recipe_notes += stop_notes
-            summary = verdict.annotate(summary, recipe_runs, alpha=args.alpha, margin=args.margin, effect=args.effect,
-                                       holm_adjust=args.holm, higher_better=higher_is_better(metric),
-                                       digits=args.digits)
+            summary = verdict.annotate(
+                summary,
+                recipe_runs,
+                alpha=args.alpha,
+                margin=args.margin,
+                effect=args.effect,
+                holm_adjust=args.holm,
+                higher_better=higher_is_better(metric),
+                digits=args.digits,
+            )
             summary, learned_notes = convergence.attach(summary, recipe_runs, metric, args.digits, alpha=args.alpha)
             recipe_notes += learned_notes
             if args.published:
-                summary, published_notes = published.attach(summary, setting=recipe_runs["setting"].iloc[0],
-                                                            val_split=_common(recipe_runs["val_split"]))
+                summary, published_notes = published.attach(
+                    summary, setting=recipe_runs["setting"].iloc[0], val_split=_common(recipe_runs["val_split"])
+                )
                 recipe_notes += published_notes + _departures_note(summary, recipe_runs)
-            examples, examples_note = per_example.section(recipe_runs, metric, tables.baseline_of(summary), args.test,
-                                                          alpha=args.alpha, digits=args.digits, seed=args.seed)
+            examples, examples_note = per_example.section(
+                recipe_runs,
+                metric,
+                tables.baseline_of(summary),
+                args.test,
+                alpha=args.alpha,
+                digits=args.digits,
+                seed=args.seed,
+            )
             recipe_notes.append(examples_note)
             print(tables.markdown(summary, recipe_notes, args.digits, args.extras, footer))
             written += tables.write(summary, recipe_dir, formats, recipe_notes, args.digits, args.extras, footer)
@@ -280,23 +396,33 @@ def _report(args) -> list[Path]:
                 print(render.markdown(examples))
                 written += render.write(examples, Path(recipe_dir) / "per_example", [f for f in formats if f != "tex"])
             if want_plots:
-                written += figures.make_plots(recipe_runs, curves.plot_metric(metric), recipe_dir,
-                                              tables.baseline_of(summary))
+                written += figures.make_plots(
+                    recipe_runs, curves.plot_metric(metric), recipe_dir, tables.baseline_of(summary)
+                )
             per_setting.append(summary.assign(setting=recipe_runs["setting"].iloc[0]))
-            tasks.append(suite.task("/".join(filter(None, [Path(root).name, recipe_runs["setting"].iloc[0]])),
-                                    recipe_runs, metric, higher_is_better(metric), tables.baseline_of(summary)))
+            tasks.append(
+                suite.task(
+                    "/".join(filter(None, [Path(root).name, recipe_runs["setting"].iloc[0]])),
+                    recipe_runs,
+                    metric,
+                    higher_is_better(metric),
+                    tables.baseline_of(summary),
+                )
+            )
         if (root_runs["setting"] != "").any():
             written += _write_layout(pd.concat(per_setting, ignore_index=True), root_runs, Path(root), args, formats)
     if len(skipped) == runs["recipe_root"].nunique():
         raise UsageError("nothing to report: " + "; ".join(skipped))
     if args.suite and runs["recipe_root"].nunique() > 1:  # one recipe: no suite view (nothing to rank across)
-        text, suite_files = suite.write(suite.scores_frame(tasks), args.results_dir, alpha=args.alpha,
-                                        digits=args.digits)
+        text, suite_files = suite.write(
+            suite.scores_frame(tasks), args.results_dir, alpha=args.alpha, digits=args.digits
+        )
         print(text)
         written += suite_files
     if args.html:
-        written += html.write_pages(written, args.results_dir, dict(zip(runs["recipe_root"], runs["recipe"])),
-                                    problem, plotted)
+        written += html.write_pages(
+            written, args.results_dir, dict(zip(runs["recipe_root"], runs["recipe"])), problem, plotted
+        )
     return written
 
 
@@ -305,8 +431,9 @@ def _curve_metric(runs: pd.DataFrame, metric: str, available: list[str]) -> pd.D
     `metric` is neither a summary metric nor a curve metric, or its curves are missing."""
     try:
         if parse(metric) is None:
-            raise UsageError(f"unknown metric {metric!r}; available: {', '.join(available)}; "
-                             f"or a curve metric: {NAMES_HELP}")
+            raise UsageError(
+                f"unknown metric {metric!r}; available: {', '.join(available)}; or a curve metric: {NAMES_HELP}"
+            )
         return curves.add_metric(runs, metric)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -329,8 +456,15 @@ def _write_layout(summaries, runs, root: Path, args, formats) -> list[Path]:
     from . import noise  # a noise design's section (noise.md): its pointer or why not is one of this table's notes
 
     noise_table, noise_notes = noise.section(summaries, runs, alpha=args.alpha, digits=args.digits, effect=args.effect)
-    shown = best_of.layout(table, str(runs["recipe"].iloc[0]), keys, summaries["metric_text"].iloc[0],
-                           settings_dirs, args.digits, list(notes) + noise_notes)
+    shown = best_of.layout(
+        table,
+        str(runs["recipe"].iloc[0]),
+        keys,
+        summaries["metric_text"].iloc[0],
+        settings_dirs,
+        args.digits,
+        list(notes) + noise_notes,
+    )
     shown.footer = environment_footer(runs)
     print(render.markdown(shown))
     return render.write(shown, root / "table", formats) + noise.write(noise_table, root, formats)
@@ -356,8 +490,11 @@ def _sequential_record(recipe_dir: Path, metric: str) -> dict | None:
         print(f"note: {exc}", file=sys.stderr)
         return None
     if record and record.get("metric") != metric:
-        print(f"note: {recipe_dir.name}: seeds=auto decided on {record.get('metric')}, this table shows {metric}; "
-              "its stopping points are not shown", file=sys.stderr)
+        print(
+            f"note: {recipe_dir.name}: seeds=auto decided on {record.get('metric')}, this table shows {metric}; "
+            "its stopping points are not shown",
+            file=sys.stderr,
+        )
         return None
     return record
 
@@ -368,19 +505,27 @@ def _recipe_notes(summary, runs, notes: list[str], recipe_dir: Path, baseline: s
     used = tables.baseline_of(summary)
     declared = sorted(set(runs["baseline"].dropna()) - set(runs["act"]))
     if baseline is None and declared:
-        out.append(f"the summaries name baseline {', '.join(declared)}, which has no run here; "
-                   f"{'using ' + used if used else 'no fallback (relu, gelu) either'}")
+        out.append(
+            f"the summaries name baseline {', '.join(declared)}, which has no run here; "
+            f"{'using ' + used if used else 'no fallback (relu, gelu) either'}"
+        )
     if used is None:
-        wanted = f"baseline {baseline!r} has no run here" if baseline else \
-            "no baseline found (no summary names one, no relu or gelu run)"
+        wanted = (
+            f"baseline {baseline!r} has no run here"
+            if baseline
+            else "no baseline found (no summary names one, no relu or gelu run)"
+        )
         out.append(f"{wanted}: no differences or tests; pass --baseline ACT")
     for _, row in summary[summary["n_missing"] > 0].iterrows():
         out.append(f"{row['act']}: {row['n_missing']} completed run(s) without a finite {row['metric']}; not scored")
     out += _mixed_plugins(runs)
     mixed = _mixed_configs(runs)
     if mixed:
-        out.insert(0, f"NOT COMPARABLE: the runs differ in more than act and seed ({mixed}); rerun them with one "
-                      "configuration, or report each configuration from its own results_dir")
+        out.insert(
+            0,
+            f"NOT COMPARABLE: the runs differ in more than act and seed ({mixed}); rerun them with one "
+            "configuration, or report each configuration from its own results_dir",
+        )
     return out
 
 
@@ -399,8 +544,10 @@ def _departures_note(summary, runs) -> list[str]:
     lines = published.departures(config)
     if not lines:
         return []
-    return [f"{config['recipe']}: these runs depart from the packaged recipe, whose protocol the published numbers "
-            f"follow — {'; '.join(lines)}"]
+    return [
+        f"{config['recipe']}: these runs depart from the packaged recipe, whose protocol the published numbers "
+        f"follow — {'; '.join(lines)}"
+    ]
 
 
 def _mixed_plugins(runs) -> list[str]:
@@ -412,9 +559,13 @@ def _mixed_plugins(runs) -> list[str]:
         for item in str(row["plugins"]).split(";"):
             module, _, digest = item.partition("@")
             seen.setdefault(module, {}).setdefault(digest, []).append(f"{row['act']} seed {row['seed']}")
-    return [f"NOT ONE PLUGIN: the runs of plugin module {m} come from {len(v)} versions of its source (sha256 "
-            + "; ".join(f"{d}: {', '.join(r)}" for d, r in v.items()) + "); rerun them with one version"
-            for m, v in seen.items() if len(v) > 1]
+    return [
+        f"NOT ONE PLUGIN: the runs of plugin module {m} come from {len(v)} versions of its source (sha256 "
+        + "; ".join(f"{d}: {', '.join(r)}" for d, r in v.items())
+        + "); rerun them with one version"
+        for m, v in seen.items()
+        if len(v) > 1
+    ]
 
 
 def _mixed_configs(runs) -> str:

@@ -14,6 +14,7 @@ sources an ordinary run varies. The χ² intervals and F tests assume normal see
 variance (one seed per arm, no all-vary arm, no one-source arm) gets one sentence instead, never a number;
 missing arms are named.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,7 +37,7 @@ from .verdict import NO_DIFFERENCE_D, _seeds_text
 KEY = "noise"  # the config key of the design
 PART_NAMES = {"init": "init", "order": "order", "aug": "aug", nz.TEST: "test set", "sum": "sum", nz.ALL: "all-vary"}
 WORDS = {"init": "init", "order": "data order", "aug": "augmentation", nz.TEST: "the test set's finite sample"}
-METHOD = "docs/report.md, \"Where the noise comes from\""
+METHOD = 'docs/report.md, "Where the noise comes from"'
 
 
 def arms_of(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -49,8 +50,14 @@ def arms_of(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return arms
 
 
-def section(summaries: pd.DataFrame, runs: pd.DataFrame, *, alpha: float = power.ALPHA, digits: int = 2,
-            effect: float | None = None) -> tuple[render.Table | None, list[str]]:
+def section(
+    summaries: pd.DataFrame,
+    runs: pd.DataFrame,
+    *,
+    alpha: float = power.ALPHA,
+    digits: int = 2,
+    effect: float | None = None,
+) -> tuple[render.Table | None, list[str]]:
     """(the noise table of one recipe's runs, or None; the notes for the recipe-level table).
 
     `summaries`: the per-setting `summarize` rows with their `setting` column; `runs`: the recipe's runs.
@@ -62,11 +69,15 @@ def section(summaries: pd.DataFrame, runs: pd.DataFrame, *, alpha: float = power
     refusal = _refusal(runs, arms, recipe)
     if refusal:
         return None, [f"no noise section: {refusal}"]
-    values = {act: {arm: scored_values(group[group["act"] == act], metric) for arm, group in arms.items()}
-              for act in sorted(set(runs["act"]))}
+    values = {
+        act: {arm: scored_values(group[group["act"] == act], metric) for arm, group in arms.items()}
+        for act in sorted(set(runs["act"]))
+    }
     if all(len(v) < 2 for by_arm in values.values() for v in by_arm.values()):
-        return None, [f"no noise section: every arm has one seed, and there is no variance without 2 seeds per "
-                      f"arm; run more, e.g. `visionbench run recipe={recipe} noise={','.join(nz.SOURCES)} seeds=5`"]
+        return None, [
+            f"no noise section: every arm has one seed, and there is no variance without 2 seeds per "
+            f"arm; run more, e.g. `visionbench run recipe={recipe} noise={','.join(nz.SOURCES)} seeds=5`"
+        ]
     taus, notes, n_images = _test_set_parts(arms, metric, runs)
     base = _baseline(summaries, values)
     acts = sorted(values, key=lambda act: (act != base, act))
@@ -77,13 +88,28 @@ def section(summaries: pd.DataFrame, runs: pd.DataFrame, *, alpha: float = power
     notes = _arm_notes(arms, values) + notes + _outlier_notes(acts, values, outliers, base, digits)
     unit = _unit(metric)
     table = render.Table(
-        ["Act.", "part", "seeds", "arm s²", "component", "95% CI", "share", f"ratio vs {base or '—'}",
-         "p (less stable)"], [_cells(r, digits) for r in rows], title=f"{recipe} — where the noise comes from",
+        [
+            "Act.",
+            "part",
+            "seeds",
+            "arm s²",
+            "component",
+            "95% CI",
+            "share",
+            f"ratio vs {base or '—'}",
+            "p (less stable)",
+        ],
+        [_cells(r, digits) for r in rows],
+        title=f"{recipe} — where the noise comes from",
         intro=[_intro(summaries, unit, base)],
         outro=_outro(acts, parts, data, base, alpha, digits, unit, effect, outliers),
-        notes=notes, data=data)
-    return table, ["noise section (where the seed-to-seed variance comes from: init, data order, augmentation, "
-                   "the test set): noise.md"]
+        notes=notes,
+        data=data,
+    )
+    return table, [
+        "noise section (where the seed-to-seed variance comes from: init, data order, augmentation, "
+        "the test set): noise.md"
+    ]
 
 
 def write(table: render.Table | None, root: Path, formats) -> list[Path]:
@@ -96,18 +122,20 @@ def write(table: render.Table | None, root: Path, formats) -> list[Path]:
 
 # ---- the design and its inputs ------------------------------------------------------------------
 
+
 def _refusal(runs: pd.DataFrame, arms: dict, recipe: str) -> str | None:
     """Why the design gives no section at all (None: it gives one)."""
     other = sorted({k for label in set(runs["setting"]) for k in parse_setting_label(label)} - {KEY})
     if other:
-        return (f"the noise arms are crossed with other factors ({', '.join(other)}); run the noise design on its "
-                f"own: `visionbench run recipe={recipe} noise={','.join(nz.SOURCES)} seeds=5`")
+        return (
+            f"the noise arms are crossed with other factors ({', '.join(other)}); run the noise design on its "
+            f"own: `visionbench run recipe={recipe} noise={','.join(nz.SOURCES)} seeds=5`"
+        )
     unknown = sorted(set(arms) - set(nz.ARMS))
     if unknown:
         return f"unknown noise arm(s) {', '.join(unknown)}; the arms are {', '.join(nz.ARMS)}"
     if nz.ALL not in arms:
-        return (f"the all-vary arm ({KEY}={nz.ALL}: the ordinary runs every component is measured against) has no "
-                "runs")
+        return f"the all-vary arm ({KEY}={nz.ALL}: the ordinary runs every component is measured against) has no runs"
     if not set(nz.SOURCES) & set(arms):
         return f"no one-source arm ({', '.join(f'{KEY}={s}' for s in nz.SOURCES)}) has runs"
     return None
@@ -119,18 +147,23 @@ def _arm_notes(arms: dict, values: dict) -> list[str]:
     missing = [s for s in nz.SOURCES if s not in arms]
     if missing:
         names, its = ", ".join(f"{KEY}={s}" for s in missing), "its" if len(missing) == 1 else "their"
-        out.append(f"no runs of the arm(s) {names}: {its} component is blank and the sum is not checked against the "
-                   "all-vary arm")
+        out.append(
+            f"no runs of the arm(s) {names}: {its} component is blank and the sum is not checked against the "
+            "all-vary arm"
+        )
     for act, by_arm in values.items():
         few = [f"{KEY}={arm} ({len(by_arm[arm])})" for arm in nz.ARMS if arm in arms and len(by_arm[arm]) < 2]
         if few:
-            out.append(f"{act}: {', '.join(few)}: fewer than 2 completed seeds, no variance without 2 seeds; "
-                       "left blank")
+            out.append(
+                f"{act}: {', '.join(few)}: fewer than 2 completed seeds, no variance without 2 seeds; left blank"
+            )
         same = [f"{KEY}={arm}" for arm in nz.SOURCES if len(by_arm.get(arm, ())) > 1 and len(set(by_arm[arm])) == 1]
         if same:
-            out.append(f"{act}: {', '.join(same)}: every seed gave the same value, so nothing in these runs drew from "
-                       "that seed (e.g. aug in a recipe without augmentation, dropout or Mixup): its component is 0 by "
-                       "construction, not measured")
+            out.append(
+                f"{act}: {', '.join(same)}: every seed gave the same value, so nothing in these runs drew from "
+                "that seed (e.g. aug in a recipe without augmentation, dropout or Mixup): its component is 0 by "
+                "construction, not measured"
+            )
     return out
 
 
@@ -151,13 +184,19 @@ def _scores_predictions(runs: pd.DataFrame, metric: str) -> bool:
 def _test_set_parts(arms: dict, metric: str, runs: pd.DataFrame) -> tuple[dict, list[str], int | None]:
     """({act: {arm: test_set_part in points²}}, notes, N): from the arms' predictions.npz, when the metric is the
     top-1 they score and every run scored the same N images; {}, a note saying why not and None otherwise."""
-    lacking = "the components keep the test-set part, there is no test-set component, and under chaotic " \
-              "training the sources sum to more than the all-vary arm"
+    lacking = (
+        "the components keep the test-set part, there is no test-set component, and under chaotic "
+        "training the sources sum to more than the all-vary arm"
+    )
     if not _scores_predictions(runs, metric):
         return {}, [f"no test-set component: {metric} is not the top-1 predictions.npz scores ({lacking})"], None
     loaded = {arm: per_example.load_arms(group, variant_of(metric))[0] for arm, group in arms.items()}
-    every = [(f"{KEY}={arm}/{label}", arrays) for arm, by_act in loaded.items() for entries in by_act.values()
-             for _, label, arrays in entries]
+    every = [
+        (f"{KEY}={arm}/{label}", arrays)
+        for arm, by_act in loaded.items()
+        for entries in by_act.values()
+        for _, label, arrays in entries
+    ]
     if not every:
         return {}, [f"no test-set component: no run has usable predictions.npz ({lacking})"], None
     try:
@@ -171,8 +210,14 @@ def _test_set_parts(arms: dict, metric: str, runs: pd.DataFrame) -> tuple[dict, 
             if not math.isfinite(part.get("var", math.nan)):
                 short.append(f"{act} {KEY}={arm}")
             out.setdefault(act, {})[arm] = {k: v * 1e4 for k, v in part.items()}  # fractions² → points²
-    notes = [f"no test-set component for {', '.join(short)}: fewer than 2 runs with usable predictions.npz "
-             f"({lacking.replace('the components', 'their components')})"] if short else []
+    notes = (
+        [
+            f"no test-set component for {', '.join(short)}: fewer than 2 runs with usable predictions.npz "
+            f"({lacking.replace('the components', 'their components')})"
+        ]
+        if short
+        else []
+    )
     return out, notes, int(every[0][1]["target"].size)
 
 
@@ -199,16 +244,20 @@ def _outlier_notes(acts, values, outliers, base, digits) -> list[str]:
                 continue
             named = ", ".join(f"seed {seed} ({number(values[act][arm][seed], digits)})" for seed in seeds)
             what = f"χ² interval and its F test against {base} are" if base and act != base else "χ² interval is"
-            notes.append(f"{act} {KEY}={arm}: {named} lies far from the arm's other seeds (outlier test at α = "
-                         f"{nz.OUTLIER_ALPHA:g}, {METHOD}): the seeds are not normal there, so this arm's {what} "
-                         "unreliable")
+            notes.append(
+                f"{act} {KEY}={arm}: {named} lies far from the arm's other seeds (outlier test at α = "
+                f"{nz.OUTLIER_ALPHA:g}, {METHOD}): the seeds are not normal there, so this arm's {what} "
+                "unreliable"
+            )
     return notes
 
 
 # ---- rows, cells and words -----------------------------------------------------------------------
 
-def _rows(act: str, parts: dict, values: dict, base: str | None, alpha: float, effect: float | None,
-          outliers: dict) -> list[dict]:
+
+def _rows(
+    act: str, parts: dict, values: dict, base: str | None, alpha: float, effect: float | None, outliers: dict
+) -> list[dict]:
     """The CSV rows of one act: its components, their sum (with the checks and the seeds needed), the all-vary
     arm; `parts`: every act's `decompose`, `outliers`: `_outliers`."""
     rows = []
@@ -242,10 +291,17 @@ def _cells(row: dict, digits: int) -> list[str]:
     """One display row; variances to `digits` + 1 decimals."""
     v = lambda x: number(x, digits + 1)  # noqa: E731
     low, share = row.get("low", math.nan), row.get("share", math.nan)
-    return [row["act"], row["part"], str(row["n"]) if "n" in row else "", v(row.get("arm_var")), v(row["var"]),
-            f"[{v(low)}, {v(row['high'])}]" if math.isfinite(low) else "",
-            f"{share * 100:.0f} %" if math.isfinite(share) else "", number(row.get("ratio"), digits),
-            p_text(row.get("p"))]
+    return [
+        row["act"],
+        row["part"],
+        str(row["n"]) if "n" in row else "",
+        v(row.get("arm_var")),
+        v(row["var"]),
+        f"[{v(low)}, {v(row['high'])}]" if math.isfinite(low) else "",
+        f"{share * 100:.0f} %" if math.isfinite(share) else "",
+        number(row.get("ratio"), digits),
+        p_text(row.get("p")),
+    ]
 
 
 def _unit(metric: str) -> str:
@@ -256,33 +312,42 @@ def _unit(metric: str) -> str:
 
 def _intro(summaries: pd.DataFrame, unit: str, base: str | None) -> str:
     base = base or "the baseline"
-    return (f"Where the seed-to-seed variance comes from, per activation; metric {summaries['metric_text'].iloc[0]}. "
-            f"Arms: in {KEY}={nz.ALL} every source follows the seed (the ordinary run); in {KEY}=init, order, aug only "
-            "that source does (weight and activation init; the sampler's order; augmentation and dropout draws), the "
-            f"others are held at one fixed seed. Variances in {unit}; every run scores the same test set. arm s²: the arm's "
-            "sample variance over its seeds. component: what the source changes in the runs' true accuracy, the "
-            "arm's s² less the arm's own test-set part (unbiased; below 0 when the source is lost in the test-set "
-            "noise). test set: the part of the seed variance that comes only from which test images each run gets "
-            "right, Σᵢ vᵢ/N² from predictions.npz (the all-vary arm's; it is in every arm's s²: subtracted from each "
-            "source, counted once). 95% CI: the χ² interval of the arm's s² less its test-set part (taken as known), "
-            "floored at 0 (χ² intervals assume normal seeds: an arm with an outlying seed is named in the notes); "
-            "test set: a jackknife over the arm's runs; all-vary: the χ² interval its sum is checked against. "
-            "share: of the components, a negative one counted as 0. sum: the components', checked against the "
-            f"all-vary arm's s². ratio, p: the arm's s² over {base}'s, one-sided F test of \"less stable than "
-            f"{base}\". Method, assumptions and simulated coverage: {METHOD}.")
+    return (
+        f"Where the seed-to-seed variance comes from, per activation; metric {summaries['metric_text'].iloc[0]}. "
+        f"Arms: in {KEY}={nz.ALL} every source follows the seed (the ordinary run); in {KEY}=init, order, aug only "
+        "that source does (weight and activation init; the sampler's order; augmentation and dropout draws), the "
+        f"others are held at one fixed seed. Variances in {unit}; every run scores the same test set. arm s²: the arm's "
+        "sample variance over its seeds. component: what the source changes in the runs' true accuracy, the "
+        "arm's s² less the arm's own test-set part (unbiased; below 0 when the source is lost in the test-set "
+        "noise). test set: the part of the seed variance that comes only from which test images each run gets "
+        "right, Σᵢ vᵢ/N² from predictions.npz (the all-vary arm's; it is in every arm's s²: subtracted from each "
+        "source, counted once). 95% CI: the χ² interval of the arm's s² less its test-set part (taken as known), "
+        "floored at 0 (χ² intervals assume normal seeds: an arm with an outlying seed is named in the notes); "
+        "test set: a jackknife over the arm's runs; all-vary: the χ² interval its sum is checked against. "
+        "share: of the components, a negative one counted as 0. sum: the components', checked against the "
+        f"all-vary arm's s². ratio, p: the arm's s² over {base}'s, one-sided F test of \"less stable than "
+        f'{base}". Method, assumptions and simulated coverage: {METHOD}.'
+    )
 
 
 def _outro(acts, parts, data, base, alpha, digits, unit, effect, outliers) -> list[str]:
     lines = []
     for act in acts:
         flagged = [PART_NAMES[arm] for arm in nz.ARMS if (act, arm) in outliers]
-        lines.append(_where(act, parts[act], digits, unit) + (
-            f" (an outlying seed in {', '.join(flagged)}: {'its' if len(flagged) == 1 else 'their'} interval"
-            f"{'' if len(flagged) == 1 else 's'} unreliable, see the notes)" if flagged else ""))
+        lines.append(
+            _where(act, parts[act], digits, unit)
+            + (
+                f" (an outlying seed in {', '.join(flagged)}: {'its' if len(flagged) == 1 else 'their'} interval"
+                f"{'' if len(flagged) == 1 else 's'} unreliable, see the notes)"
+                if flagged
+                else ""
+            )
+        )
         if base and act != base:
             lines.append(_stability(act, data[data["act"] == act], base, alpha, digits))
-            lines.append(_seeds_words(act, data[(data["act"] == act) & (data["part"] == "sum")].iloc[0], base, digits,
-                                      effect))
+            lines.append(
+                _seeds_words(act, data[(data["act"] == act) & (data["part"] == "sum")].iloc[0], base, digits, effect)
+            )
     return ["In plain words:\n" + "\n".join(f"- {line}" for line in lines if line)]
 
 
@@ -293,9 +358,11 @@ def _where(act: str, parts: dict, digits: int, unit: str) -> str:
     shown = [k for k in nz.COMPONENTS if math.isfinite(parts[k]["var"])]
     if not shown or not math.isfinite(total["var"]):
         return f"{act}: no component has 2 seeds"
-    split = ", ".join(f"{PART_NAMES[k]} {v(parts[k]['var'])}" + (f" ({parts[k]['share'] * 100:.0f} %)"
-                                                                  if math.isfinite(parts[k]["share"]) else "")
-                      for k in shown)
+    split = ", ".join(
+        f"{PART_NAMES[k]} {v(parts[k]['var'])}"
+        + (f" ({parts[k]['share'] * 100:.0f} %)" if math.isfinite(parts[k]["share"]) else "")
+        for k in shown
+    )
     text = f"{act}: the components, in {unit}: {split}"
     if total["dominant"]:
         text += f"; {WORDS[total['dominant']]} dominates"
@@ -304,16 +371,23 @@ def _where(act: str, parts: dict, digits: int, unit: str) -> str:
         text += f" ({', '.join(lost)} below 0: lost in the test-set noise at these seeds)"
     if not total["complete"]:
         return text + "; the sum is not checked (an arm has fewer than 2 seeds or no runs)"
-    text += (f". Their sum {v(total['var'])} lies {'inside' if total['inside'] else 'outside'} the all-vary arm's "
-             f"95 % interval [{v(all_vary['low'])}, {v(all_vary['high'])}] (s² = {v(all_vary['var'])}); sum − s² = "
-             f"{v(total['diff'], True)} [{v(total['diff_low'], True)}, {v(total['diff_high'], True)}]")
+    text += (
+        f". Their sum {v(total['var'])} lies {'inside' if total['inside'] else 'outside'} the all-vary arm's "
+        f"95 % interval [{v(all_vary['low'])}, {v(all_vary['high'])}] (s² = {v(all_vary['var'])}); sum − s² = "
+        f"{v(total['diff'], True)} [{v(total['diff_low'], True)}, {v(total['diff_high'], True)}]"
+    )
     if total["consistent"]:
         return text + ", which holds 0: the components are consistent with the ordinary runs' variance"
     if total["diff"] > 0:
-        return text + (": the sources add up to more than the ordinary runs' variance — each alone moves the runs "
-                       "nearly as much as all together (chaotic training)" + (
-                           "; the test-set part, in every arm, is not subtracted here" if not
-                           math.isfinite(parts[nz.TEST]["var"]) else ""))
+        return text + (
+            ": the sources add up to more than the ordinary runs' variance — each alone moves the runs "
+            "nearly as much as all together (chaotic training)"
+            + (
+                "; the test-set part, in every arm, is not subtracted here"
+                if not math.isfinite(parts[nz.TEST]["var"])
+                else ""
+            )
+        )
     return text + ": the sources add up to less than the ordinary runs' variance (they interact: not additive)"
 
 
@@ -322,8 +396,10 @@ def _stability(act: str, rows: pd.DataFrame, base: str, alpha: float, digits: in
     tested = rows[rows["p"].notna()] if "p" in rows else rows.iloc[:0]
     if not len(tested):
         return f"{act} vs {base}: no arm has 2 seeds of both and a varying {base}: stability not tested"
-    said = {r["part"]: f"{r['part']} (ratio {number(r['ratio'], digits)}, one-sided F p {p_relation(r['p'])})"
-            for _, r in tested.iterrows()}
+    said = {
+        r["part"]: f"{r['part']} (ratio {number(r['ratio'], digits)}, one-sided F p {p_relation(r['p'])})"
+        for _, r in tested.iterrows()
+    }
     less = [said[part] for part, p in zip(tested["part"], tested["p"]) if p < alpha]
     rest = [said[part] for part, p in zip(tested["part"], tested["p"]) if not p < alpha]
     text = f"{act} vs {base}: " + (f"less stable in {', '.join(less)}" if less else "not shown less stable")
@@ -338,8 +414,13 @@ def _seeds_words(act: str, row, base: str, digits: int, effect: float | None) ->
         return ""
     if effect is None and row["d_for_seeds"] < NO_DIFFERENCE_D:
         return f"{act} vs {base}: no difference observed between the all-vary arms (pass --effect D for seeds needed)"
-    what = f"Δ = {number(effect, digits)} (--effect)" if effect is not None else \
-        f"Δ = {number(row['all_diff'], digits, True)} (the all-vary arms')"
-    return (f"{act} vs {base}: {_seeds_text(row['seeds_needed'])} for 80 % power to detect {what}, d = "
-            f"{row['d_for_seeds']:.2f} with the variance of an ordinary run taken as the sum of the components that "
-            f"vary in it (those above 0), pooled with {base}'s")
+    what = (
+        f"Δ = {number(effect, digits)} (--effect)"
+        if effect is not None
+        else f"Δ = {number(row['all_diff'], digits, True)} (the all-vary arms')"
+    )
+    return (
+        f"{act} vs {base}: {_seeds_text(row['seeds_needed'])} for 80 % power to detect {what}, d = "
+        f"{row['d_for_seeds']:.2f} with the variance of an ordinary run taken as the sum of the components that "
+        f"vary in it (those above 0), pooled with {base}'s"
+    )

@@ -8,6 +8,7 @@ printed mean ± std (n) beside the p the paper printed (data and statistics: `pu
 
 Returns an exit code: 0, or 2 on a bad argument (the message lists the valid choices).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,22 +20,54 @@ import pandas as pd
 from . import published, render
 from .tables import format_p
 
-TEST_NAMES = {"student": "two-tailed Student t-test (equal variances, as 001 states)",
-              "welch": "two-tailed Welch t-test (unequal variances)"}
-CSV_COLUMNS = ["paper", "table", "group", "recipe", "setting", "model", "dataset", "activation", "label", "metric",
-               "printed_column", "mean", "std", "n", "baseline", "diff", "p_value", "stars", "mark", "p_low",
-               "p_high", "printed_p", "check", "derived_from", "note"]
+TEST_NAMES = {
+    "student": "two-tailed Student t-test (equal variances, as 001 states)",
+    "welch": "two-tailed Welch t-test (unequal variances)",
+}
+CSV_COLUMNS = [
+    "paper",
+    "table",
+    "group",
+    "recipe",
+    "setting",
+    "model",
+    "dataset",
+    "activation",
+    "label",
+    "metric",
+    "printed_column",
+    "mean",
+    "std",
+    "n",
+    "baseline",
+    "diff",
+    "p_value",
+    "stars",
+    "mark",
+    "p_low",
+    "p_high",
+    "printed_p",
+    "check",
+    "derived_from",
+    "note",
+]
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="visionbench papers",
-                                description="The papers' published tables with p-values recomputed from their own "
-                                            "mean ± std (n) against each table's baseline.")
+    p = argparse.ArgumentParser(
+        prog="visionbench papers",
+        description="The papers' published tables with p-values recomputed from their own "
+        "mean ± std (n) against each table's baseline.",
+    )
     p.add_argument("--paper", default=None, help="000, 001, 003 or 004 (default: all)")
     p.add_argument("--table", default=None, help="a table number (2), or App H (default: all)")
     p.add_argument("--format", choices=("md", "csv"), default="md", help="md (default) or csv, to stdout")
-    p.add_argument("--test", choices=published.TESTS, default="student",
-                   help="student: equal variances, the papers' test (default); welch")
+    p.add_argument(
+        "--test",
+        choices=published.TESTS,
+        default="student",
+        help="student: equal variances, the papers' test (default); welch",
+    )
     return p
 
 
@@ -100,33 +133,70 @@ def group_table(g: pd.DataFrame) -> render.Table:
     """One (paper, table, group, metric) section: the printed rows, Δ, recomputed and printed p."""
     first = g.iloc[0]
     recipes = [f"`{r}`" for r in dict.fromkeys(g["recipe"]) if r]
-    where = f"{', '.join(dict.fromkeys(g['model']))} on {first['dataset']}; " + \
-        (f"recipe {', '.join(recipes)}" if recipes else "no visionbench recipe")
-    rows = [[r["label"], f"`{r['activation']}`", r["setting"], _n_cell(r["n"]), _mean_cell(r), _diff_cell(r),
-             _p_cell(r), r["printed_p"], r["check"], r["note"]] for _, r in g.iterrows()]
-    header = ["Act. (paper)", "act", "setting", "n", "mean ± std", "Δ vs baseline", "p (recomputed)", "printed p",
-              "check", "note"]
-    return render.Table(header, [[str(c) for c in row] for row in rows], align="lllrrrrrll",
-                        title=f"{first['paper']} {first['table']} — {first['group']} — {first['printed_column']} "
-                              f"(`{first['metric']}`)", intro=[f"{where}."], data=g)
+    where = f"{', '.join(dict.fromkeys(g['model']))} on {first['dataset']}; " + (
+        f"recipe {', '.join(recipes)}" if recipes else "no visionbench recipe"
+    )
+    rows = [
+        [
+            r["label"],
+            f"`{r['activation']}`",
+            r["setting"],
+            _n_cell(r["n"]),
+            _mean_cell(r),
+            _diff_cell(r),
+            _p_cell(r),
+            r["printed_p"],
+            r["check"],
+            r["note"],
+        ]
+        for _, r in g.iterrows()
+    ]
+    header = [
+        "Act. (paper)",
+        "act",
+        "setting",
+        "n",
+        "mean ± std",
+        "Δ vs baseline",
+        "p (recomputed)",
+        "printed p",
+        "check",
+        "note",
+    ]
+    return render.Table(
+        header,
+        [[str(c) for c in row] for row in rows],
+        align="lllrrrrrll",
+        title=f"{first['paper']} {first['table']} — {first['group']} — {first['printed_column']} (`{first['metric']}`)",
+        intro=[f"{where}."],
+        data=g,
+    )
 
 
 def markdown(rows: pd.DataFrame, test: str) -> str:
     """One section per (paper, table, group, metric), then the printed claims that do not hold."""
-    blocks = [f"Published results. p: {TEST_NAMES[test]} from the printed mean ± std (n) against the group's "
-              "baseline; `check`: does the paper's printed significance hold (`holds within rounding`: some "
-              "mean/std within the printed rounding gives the printed stars). n = seeds the paper states "
-              "(`?`: none stated).\n"]
+    blocks = [
+        f"Published results. p: {TEST_NAMES[test]} from the printed mean ± std (n) against the group's "
+        "baseline; `check`: does the paper's printed significance hold (`holds within rounding`: some "
+        "mean/std within the printed rounding gives the printed stars). n = seeds the paper states "
+        "(`?`: none stated).\n"
+    ]
     groups = rows.groupby(["paper", "table", "group", "metric"], sort=False)
     blocks += [render.markdown(group_table(g)) for _, g in groups]
     failing = rows[rows["check"] == published.FAILS]
     if (rows["check"] != "").any() and failing.empty:
         blocks.append("Every printed p-value shown holds under this test.")
     if len(failing):
-        blocks.append("\n".join(["Printed significance that does not hold under this test:"] + [
-            f"- {published.ref(r)} {r['label']} ({r['metric']}): printed {r['printed_p']}, recomputed "
-            f"{format_p(r['p_value'], r['stars'])} (rounding allows {r['p_low']:.2g}–{r['p_high']:.2g})"
-            for _, r in failing.iterrows()]))
+        blocks.append(
+            "\n".join(
+                ["Printed significance that does not hold under this test:"]
+                + [
+                    f"- {published.ref(r)} {r['label']} ({r['metric']}): printed {r['printed_p']}, recomputed "
+                    f"{format_p(r['p_value'], r['stars'])} (rounding allows {r['p_low']:.2g}–{r['p_high']:.2g})"
+                    for _, r in failing.iterrows()
+                ]
+            )
+        )
     return "\n".join(blocks).rstrip() + "\n"
 
 
@@ -144,8 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = published.recompute(rows, args.test)
     if args.format == "csv":
         # the numbers as printed (their rounding is part of the data); n as an integer, empty when not stated
-        rows[CSV_COLUMNS].assign(mean=rows["mean_text"], std=rows["std_text"], n=rows["n"].astype("Int64")) \
-            .to_csv(sys.stdout, index=False)
+        rows[CSV_COLUMNS].assign(mean=rows["mean_text"], std=rows["std_text"], n=rows["n"].astype("Int64")).to_csv(
+            sys.stdout, index=False
+        )
     else:
         sys.stdout.write(markdown(rows, args.test))
     return 0

@@ -18,6 +18,7 @@ A run's file is used only when it is that run's evidence (results/evidence.py: i
 accuracy, ranges); a damaged or mismatching file leaves that run's columns blank with a note naming it,
 why, and the command that rewrites it. No file, damaged or not, stops the report.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,12 +35,30 @@ from .tables import TEST_NAMES, number, p_relation, p_text
 LACKING = "two-level interval, variance share, churn, ensemble, NLL, ECE"
 TEST_WORD = {"student": "Student", "welch": "Welch", "paired": "paired"}
 # compare_arms' fractions shown and stored in points (× 100), and its variances in points² (× 10⁴)
-POINTS = ("diff", "two_level_low", "two_level_high", "two_level_seed_low", "two_level_seed_high",
-          "two_level_example_sd", "images_diff",
-          "churn_between", "churn_within", "ensemble_a", "ensemble_b", "ece_a", "ece_b", "ece_sd_a", "ece_sd_b",
-          "accuracy_a", "accuracy_b", "binomial_sd_a", "binomial_sd_b", "churn_within_a", "churn_within_b")
-SQUARED = ("two_level_seed_var", "two_level_example_var", "seed_var_a", "seed_var_b", "example_var_a",
-           "example_var_b")
+POINTS = (
+    "diff",
+    "two_level_low",
+    "two_level_high",
+    "two_level_seed_low",
+    "two_level_seed_high",
+    "two_level_example_sd",
+    "images_diff",
+    "churn_between",
+    "churn_within",
+    "ensemble_a",
+    "ensemble_b",
+    "ece_a",
+    "ece_b",
+    "ece_sd_a",
+    "ece_sd_b",
+    "accuracy_a",
+    "accuracy_b",
+    "binomial_sd_a",
+    "binomial_sd_b",
+    "churn_within_a",
+    "churn_within_b",
+)
+SQUARED = ("two_level_seed_var", "two_level_example_var", "seed_var_a", "seed_var_b", "example_var_a", "example_var_b")
 
 
 def scored_set(runs: pd.DataFrame) -> str:
@@ -74,8 +93,10 @@ def load_arms(runs: pd.DataFrame, variant: str) -> tuple[dict[str, list], dict[s
             found = _judge(row["run_dir"], variant)
             kinds.setdefault(found.kind, []).append((label, row["run_dir"]))
             if found.kind in (evidence.DAMAGED, evidence.MISMATCH):
-                notes.append(f"{label}: {found.why}; its per-example columns are blank; rewrite it with "
-                             f"`{evidence.fix_command(row['run_dir'])}`")
+                notes.append(
+                    f"{label}: {found.why}; its per-example columns are blank; rewrite it with "
+                    f"`{evidence.fix_command(row['run_dir'])}`"
+                )
             elif found.kind == evidence.NO_VARIANT:
                 notes.append(f"{label}: {found.why}")
             elif found.kind in evidence.USED:
@@ -83,8 +104,16 @@ def load_arms(runs: pd.DataFrame, variant: str) -> tuple[dict[str, list], dict[s
     return arms, counts, notes, kinds
 
 
-def section(runs: pd.DataFrame, metric: str, baseline: str | None, test: str = "student", *, alpha: float = 0.05,
-            digits: int = 2, seed: int = 0) -> tuple[render.Table | None, str]:
+def section(
+    runs: pd.DataFrame,
+    metric: str,
+    baseline: str | None,
+    test: str = "student",
+    *,
+    alpha: float = 0.05,
+    digits: int = 2,
+    seed: int = 0,
+) -> tuple[render.Table | None, str]:
     """(the per-example table of one recipe dir's runs, or None; the note for table.md)."""
     arms, counts, notes, kinds = load_arms(runs, variant_of(metric))
     total, have = sum(counts.values()), sum(len(v) for v in arms.values())
@@ -94,11 +123,14 @@ def section(runs: pd.DataFrame, metric: str, baseline: str | None, test: str = "
     if not have and kinds.get(evidence.MISSING):
         return None, f"per-example columns ({LACKING}) not computed: {_lost_note(kinds[evidence.MISSING])}"
     if not total:
-        return None, (f"no completed run (each diverged, stalled or failed): the per-example columns ({LACKING}) "
-                      "are not computed")
+        return None, (
+            f"no completed run (each diverged, stalled or failed): the per-example columns ({LACKING}) are not computed"
+        )
     if not have:
-        return None, (f"no run has {FILE_NAME} (results from before per-example predictions): the per-example "
-                      f"columns ({LACKING}) are not computed")
+        return None, (
+            f"no run has {FILE_NAME} (results from before per-example predictions): the per-example "
+            f"columns ({LACKING}) are not computed"
+        )
     every = [entry for act in sorted(arms) for entry in arms[act]]
     try:
         pex.check_same_images([e[2]["target"] for e in every], [e[1] for e in every])
@@ -107,16 +139,30 @@ def section(runs: pd.DataFrame, metric: str, baseline: str | None, test: str = "
     built = {act: pex.Arm.from_runs([e[2] for e in v], seeds=[e[0] for e in v]) for act, v in arms.items() if v}
     base = baseline if baseline in built else None
     rows = [_row(act, built.get(act), built.get(base), act == base, test, seed) for act in _order(arms, baseline)]
-    data = pd.DataFrame([{"act": act, "n_runs": counts[act], "n_with_predictions": len(arms[act]), **r}
-                         for act, r in zip(_order(arms, baseline), rows)])
+    data = pd.DataFrame(
+        [
+            {"act": act, "n_runs": counts[act], "n_with_predictions": len(arms[act]), **r}
+            for act, r in zip(_order(arms, baseline), rows)
+        ]
+    )
     intro = _intro(runs, metric, baseline, test, every[0][2]["target"].size)
-    lines = [_sentence(act, baseline, r, test, alpha, digits) for act, r in zip(data["act"], rows)
-             if r.get("diff") is not None and act != baseline]
+    lines = [
+        _sentence(act, baseline, r, test, alpha, digits)
+        for act, r in zip(data["act"], rows)
+        if r.get("diff") is not None and act != baseline
+    ]
     outro = ["In plain words:\n" + "\n".join(f"- {s}" for s in lines)] if lines else []
     table_notes = notes + _missing_notes(arms, counts, base, baseline, kinds)
     headers, cells = _cells(data, baseline, digits)
-    table = render.Table(headers, cells, title=f"{runs['recipe'].iloc[0]} — per-example evidence", intro=[intro],
-                         outro=outro, notes=table_notes, data=data)
+    table = render.Table(
+        headers,
+        cells,
+        title=f"{runs['recipe'].iloc[0]} — per-example evidence",
+        intro=[intro],
+        outro=outro,
+        notes=table_notes,
+        data=data,
+    )
     note = "per-example evidence (two-level intervals, churn, ensemble, calibration): per_example.md"
     refused = len(kinds.get(evidence.DAMAGED, [])) + len(kinds.get(evidence.MISMATCH, []))
     if have < total:
@@ -143,27 +189,31 @@ def _row(act, arm, base_arm, is_base, test, seed) -> dict:
 def _intro(runs, metric, baseline, test, n_images) -> str:
     variant = variant_of(metric)
     weights = "the EMA weights" if variant == "ema" else "the trained weights"
-    return (f"From each completed run's {FILE_NAME}: {weights} at the checkpoint `{metric}` reports, scored on "
-            f"{scored_set(runs)} ({n_images:,} images). Accuracy and Δ (points) are top-1 recomputed from the "
-            f"predictions, vs {baseline or '(no baseline)'}. Two-level 95 % CI: a t interval over seeds and test "
-            "images (what another test set from the same distribution would give); seed-only: Welch's, this test "
-            "set fixed. Test set's part of Δ: √E, the sd of Δ over new test sets of N images (the two-level "
-            "interval's example term E; both arms scored on the same images, most of one run's test-set sd cancels). "
-            "Run's test-set sd: √(p(1 − p)/N), one run's accuracy over random test sets of N images; "
-            "share: the part of the seed-to-seed variance the finite test set alone explains. Images p: paired "
-            "t-test over images of the seed-averaged correctness (these runs, these images). Churn: % of images "
-            "whose predicted class differs between two runs (perm. p: exact permutation test of between > "
-            "within). Ensemble: plurality vote of the seeds (McNemar exact p). NLL, ECE (15 bins): mean ± sd "
-            f"over runs, {TEST_NAMES[test]}. Method and references: docs/per_example.md.")
+    return (
+        f"From each completed run's {FILE_NAME}: {weights} at the checkpoint `{metric}` reports, scored on "
+        f"{scored_set(runs)} ({n_images:,} images). Accuracy and Δ (points) are top-1 recomputed from the "
+        f"predictions, vs {baseline or '(no baseline)'}. Two-level 95 % CI: a t interval over seeds and test "
+        "images (what another test set from the same distribution would give); seed-only: Welch's, this test "
+        "set fixed. Test set's part of Δ: √E, the sd of Δ over new test sets of N images (the two-level "
+        "interval's example term E; both arms scored on the same images, most of one run's test-set sd cancels). "
+        "Run's test-set sd: √(p(1 − p)/N), one run's accuracy over random test sets of N images; "
+        "share: the part of the seed-to-seed variance the finite test set alone explains. Images p: paired "
+        "t-test over images of the seed-averaged correctness (these runs, these images). Churn: % of images "
+        "whose predicted class differs between two runs (perm. p: exact permutation test of between > "
+        "within). Ensemble: plurality vote of the seeds (McNemar exact p). NLL, ECE (15 bins): mean ± sd "
+        f"over runs, {TEST_NAMES[test]}. Method and references: docs/per_example.md."
+    )
 
 
 def _lost_note(lost: list[tuple[str, str]]) -> str:
     """The runs whose summary says they wrote predictions.npz, which is gone, and the command that rewrites it."""
     names = ", ".join(label for label, _ in lost)
     dirs = " ".join(str(d) for _, d in lost)
-    return (f"{len(lost)} completed {'run' if len(lost) == 1 else 'runs'} lost {FILE_NAME} (deleted since they "
-            f"wrote it: {names}); rewrite it from the checkpoints with `{evidence.fix_command(dirs)}`, or rerun the "
-            "sweep's `visionbench run ...` command")
+    return (
+        f"{len(lost)} completed {'run' if len(lost) == 1 else 'runs'} lost {FILE_NAME} (deleted since they "
+        f"wrote it: {names}); rewrite it from the checkpoints with `{evidence.fix_command(dirs)}`, or rerun the "
+        "sweep's `visionbench run ...` command"
+    )
 
 
 def _missing_notes(arms, counts, base, baseline, kinds) -> list[str]:
@@ -171,9 +221,11 @@ def _missing_notes(arms, counts, base, baseline, kinds) -> list[str]:
     missing = {act: counts[act] - len(v) for act, v in arms.items() if counts[act] > len(v)}
     if kinds.get(evidence.UNNAMED):
         k = len(kinds[evidence.UNNAMED])
-        out.append(f"{k} {FILE_NAME} {'file does' if k == 1 else 'files do'} not name {'its run' if k == 1 else 'their runs'} "
-                   "(written before the files recorded recipe, act, setting, seed and config hash): checked against "
-                   "the summaries' selected epoch and accuracy only")
+        out.append(
+            f"{k} {FILE_NAME} {'file does' if k == 1 else 'files do'} not name {'its run' if k == 1 else 'their runs'} "
+            "(written before the files recorded recipe, act, setting, seed and config hash): checked against "
+            "the summaries' selected epoch and accuracy only"
+        )
     if kinds.get(evidence.MISSING):
         out.append(_lost_note(kinds[evidence.MISSING]))
     if missing:
@@ -181,9 +233,13 @@ def _missing_notes(arms, counts, base, baseline, kinds) -> list[str]:
         some = [act for act in missing if arms[act]]
         k = sum(missing.values())
         before = len(kinds.get(evidence.BEFORE, []))
-        why = "results from before per-example predictions" if before == k else \
-            f"{before} from before per-example predictions, {k - before} lost or refused: named above" if before else \
-            "lost or refused: named above"
+        why = (
+            "results from before per-example predictions"
+            if before == k
+            else f"{before} from before per-example predictions, {k - before} lost or refused: named above"
+            if before
+            else "lost or refused: named above"
+        )
         usable = "" if before == k else "usable "
         text = f"{k} of {sum(counts.values())} completed runs {_have(k)} no {usable}{FILE_NAME} ({why})"
         if none:
@@ -192,7 +248,9 @@ def _missing_notes(arms, counts, base, baseline, kinds) -> list[str]:
             text += f"{';' if none else ':'} {', '.join(some)} computed on the runs that have it"
         out.append(text)
     if baseline and base is None:
-        why = "has no predictions" if counts.get(baseline) else "has no completed run (each diverged, stalled or failed)"
+        why = (
+            "has no predictions" if counts.get(baseline) else "has no completed run (each diverged, stalled or failed)"
+        )
         out.append(f"the baseline {baseline} {why}: no per-example comparisons")
     return out
 
@@ -225,26 +283,56 @@ def _mean_sd(r, key, digits) -> str:
 
 
 def _cells(data: pd.DataFrame, baseline, digits) -> tuple[list[str], list[list[str]]]:
-    headers = ["Act.", "runs", "acc.", f"Δ vs {baseline}" if baseline else "Δ", "two-level 95% CI",
-               "seed-only 95% CI", "test set's part of Δ", "run's test-set sd", "share", "images p", "churn within %",
-               "churn between %", "perm. p", "ensemble", "McNemar p", "NLL", "NLL p", "ECE %", "ECE p"]
+    headers = [
+        "Act.",
+        "runs",
+        "acc.",
+        f"Δ vs {baseline}" if baseline else "Δ",
+        "two-level 95% CI",
+        "seed-only 95% CI",
+        "test set's part of Δ",
+        "run's test-set sd",
+        "share",
+        "images p",
+        "churn within %",
+        "churn between %",
+        "perm. p",
+        "ensemble",
+        "McNemar p",
+        "NLL",
+        "NLL p",
+        "ECE %",
+        "ECE p",
+    ]
     rows = []
     for _, r in data.iterrows():
         r = r.to_dict()
         base = r["act"] == baseline
         dash = "—" if base else ""
         share = r.get("share_a", math.nan)
-        rows.append([
-            r["act"], f"{r['n_with_predictions']}/{r['n_runs']}", _fmt(r.get("accuracy_a"), digits),
-            dash or _fmt(r.get("diff"), digits, True), dash or _ci(r, "two_level_low", "two_level_high", digits),
-            dash or _ci(r, "two_level_seed_low", "two_level_seed_high", digits),
-            dash or _pm(r.get("two_level_example_sd"), digits), _pm(r.get("binomial_sd_a"), digits),
-            f"{share * 100:.0f} %" if math.isfinite(share) else "", dash or p_text(r.get("images_p_value")),
-            _fmt(r.get("churn_within_a"), 1), dash or _fmt(r.get("churn_between"), 1),
-            dash or p_text(r.get("churn_p_value")), _fmt(r.get("ensemble_a"), digits),
-            dash or p_text(r.get("ensemble_p")),
-            _mean_sd(r, "nll", 3), dash or p_text(r.get("nll_p")) or r.get("nll_mark", "") or "",
-            _mean_sd(r, "ece", digits), dash or p_text(r.get("ece_p")) or r.get("ece_mark", "") or ""])
+        rows.append(
+            [
+                r["act"],
+                f"{r['n_with_predictions']}/{r['n_runs']}",
+                _fmt(r.get("accuracy_a"), digits),
+                dash or _fmt(r.get("diff"), digits, True),
+                dash or _ci(r, "two_level_low", "two_level_high", digits),
+                dash or _ci(r, "two_level_seed_low", "two_level_seed_high", digits),
+                dash or _pm(r.get("two_level_example_sd"), digits),
+                _pm(r.get("binomial_sd_a"), digits),
+                f"{share * 100:.0f} %" if math.isfinite(share) else "",
+                dash or p_text(r.get("images_p_value")),
+                _fmt(r.get("churn_within_a"), 1),
+                dash or _fmt(r.get("churn_between"), 1),
+                dash or p_text(r.get("churn_p_value")),
+                _fmt(r.get("ensemble_a"), digits),
+                dash or p_text(r.get("ensemble_p")),
+                _mean_sd(r, "nll", 3),
+                dash or p_text(r.get("nll_p")) or r.get("nll_mark", "") or "",
+                _mean_sd(r, "ece", digits),
+                dash or p_text(r.get("ece_p")) or r.get("ece_mark", "") or "",
+            ]
+        )
     return headers, [[c if isinstance(c, str) else "" for c in row] for row in rows]
 
 
@@ -259,8 +347,10 @@ def _sentence(act, baseline, r, test, alpha, digits) -> str:
         text += f" (share of seed variance {r['share_a'] * 100:.0f} %)"
     part = r.get("two_level_example_sd", math.nan)
     if math.isfinite(part):  # both arms scored the same images: most of the test set's sampling cancels in Δ
-        text += (f", while the test set's part of this Δ (√E: its sd over new test sets, both arms on the same "
-                 f"images) is ±{d(part)}")
+        text += (
+            f", while the test set's part of this Δ (√E: its sd over new test sets, both arms on the same "
+            f"images) is ±{d(part)}"
+        )
         text += " (E estimated at 0: lost in each image's seed noise)" if part == 0 else ""
     text += "; " + _churn_words(r, alpha)
     mcnemar = p_relation(r["ensemble_p"])
@@ -270,23 +360,29 @@ def _sentence(act, baseline, r, test, alpha, digits) -> str:
     for name, label, unit, places in (("nll", "NLL", "", 3), ("ece", "ECE", " %", digits)):
         p = p_relation(r[f"{name}_p"])
         test_text = f"{word} p {p}" if p else r[f"{name}_mark"] or "untested"
-        text += (f"{';' if name == 'nll' else ','} {label} {number(r[f'{name}_a'], places)}{unit} vs "
-                 f"{number(r[f'{name}_b'], places)}{unit} ({test_text})")
+        text += (
+            f"{';' if name == 'nll' else ','} {label} {number(r[f'{name}_a'], places)}{unit} vs "
+            f"{number(r[f'{name}_b'], places)}{unit} ({test_text})"
+        )
     return text
 
 
 def _churn_words(r, alpha) -> str:
     """Churn between seeds and between activations, and what the permutation test lets one say."""
-    within, between, p, min_p = (r.get(k, math.nan) for k in ("churn_within", "churn_between", "churn_p_value",
-                                                               "churn_min_p"))
-    text = (f"churn between seeds {_fmt(within, 1, unit=' %') or 'n/a'}, "
-            f"between activations {_fmt(between, 1, unit=' %')}")
+    within, between, p, min_p = (
+        r.get(k, math.nan) for k in ("churn_within", "churn_between", "churn_p_value", "churn_min_p")
+    )
+    text = (
+        f"churn between seeds {_fmt(within, 1, unit=' %') or 'n/a'}, between activations {_fmt(between, 1, unit=' %')}"
+    )
     if not math.isfinite(p):
         return text + " (too few runs for the permutation test)"
     text += f" (permutation p {p_relation(p)})"
     if p < alpha:
         return text + ": the activation changes which images are hard"
     if min_p >= alpha:
-        return text + (f": too few runs to tell whether the activation changes which images are hard (the smallest "
-                       f"p at {r['n_a']} vs {r['n_b']} runs is {min_p:.2f})")
+        return text + (
+            f": too few runs to tell whether the activation changes which images are hard (the smallest "
+            f"p at {r['n_a']} vs {r['n_b']} runs is {min_p:.2f})"
+        )
     return text + ": no sign that the activation changes which images are hard"

@@ -10,6 +10,7 @@ held-out val split, else `val_top1_best`).
     >>> metric, source = report_metric(runs_of_one_recipe)        # ("ema_val_top1_best", "recipe")
     >>> describe_metric("val_top1_best", val_split=0.0)
 """
+
 from __future__ import annotations
 
 import functools
@@ -48,7 +49,10 @@ def report_metric(runs: pd.DataFrame, available: list[str]) -> tuple[str, str]:
     else the packaged recipe's, else the default rule. `available` are the runs' metric names."""
     metric, source = _recorded(runs, "report_metric"), "the runs' report.metric"
     if metric is None:
-        metric, source = packaged_report(str(runs["recipe"].iloc[0])).get("metric"), "the packaged recipe's report.metric"
+        metric, source = (
+            packaged_report(str(runs["recipe"].iloc[0])).get("metric"),
+            "the packaged recipe's report.metric",
+        )
     if metric is None:
         metric = HELD_OUT_METRIC if HELD_OUT_METRIC in available else DEFAULT_METRIC
         source = "the default (no report.metric)"

@@ -22,6 +22,7 @@ Two uses:
     >>> rows = load(paper="001", table="Table 7")
     >>> recompute(rows)[["activation", "metric", "p_value", "printed_p", "check"]]
 """
+
 from __future__ import annotations
 
 import functools
@@ -86,7 +87,7 @@ def _half_unit(text: str) -> float:
     if not text or not re.fullmatch(r"-?\d+(\.\d+)?", text):
         return 0.0
     decimals = len(text.split(".")[1]) if "." in text else 0
-    return 0.5 * 10 ** -decimals
+    return 0.5 * 10**-decimals
 
 
 def _untestable(m1, s1, n1, m2, s2, n2, own: str, other: str) -> str:
@@ -106,8 +107,17 @@ def _untestable(m1, s1, n1, m2, s2, n2, own: str, other: str) -> str:
     return ""
 
 
-def ttest_from_stats(m1: float, s1: float, n1: float, m2: float, s2: float, n2: float,
-                     test: str = "student", own: str = "", other: str = "baseline") -> tuple[float, str]:
+def ttest_from_stats(
+    m1: float,
+    s1: float,
+    n1: float,
+    m2: float,
+    s2: float,
+    n2: float,
+    test: str = "student",
+    own: str = "",
+    other: str = "baseline",
+) -> tuple[float, str]:
     """Two-tailed p of mean m1 ± s1 (n1) against m2 ± s2 (n2), from summary statistics alone.
 
     `student` is 001's test (Tables 1, 2, 7: "two-tailed Student's t-test assuming equal
@@ -153,7 +163,7 @@ def parse_printed_p(text: str) -> tuple[float, float, str]:
 def _star_interval(mark: str) -> tuple[float, float]:
     """The p interval a star mark stands for: `**` -> [0.001, 0.01); `ns` -> [0.05, 1]."""
     levels = [0.0] + [lvl for lvl, _ in STAR_LEVELS] + [1.0]  # 0, 1e-4, 1e-3, 1e-2, 5e-2, 1
-    names = [m for _, m in STAR_LEVELS] + ["ns"]                # ****, ***, **, *, ns
+    names = [m for _, m in STAR_LEVELS] + ["ns"]  # ****, ***, **, *, ns
     i = names.index(mark)
     return levels[i], levels[i + 1]
 
@@ -196,8 +206,7 @@ def recompute(rows: pd.DataFrame, test: str = "student") -> pd.DataFrame:
             if row["is_baseline"]:
                 out.at[i, "mark"] = MARK_BASELINE
                 continue
-            p, mark = ttest_from_stats(row["mean"], row["std"], row["n"], base["mean"], base["std"], base["n"],
-                                       test)
+            p, mark = ttest_from_stats(row["mean"], row["std"], row["n"], base["mean"], base["std"], base["n"], test)
             out.at[i, "p_value"], out.at[i, "mark"], out.at[i, "stars"] = p, mark, stars(p)
             if math.isfinite(p):
                 out.at[i, "p_low"], out.at[i, "p_high"] = p_range(row, base, test)
@@ -207,8 +216,18 @@ def recompute(rows: pd.DataFrame, test: str = "student") -> pd.DataFrame:
 
 # --- our runs against the paper: `visionbench report --published` ------------------------------
 
-PUBLISHED_COLUMNS = ["published_mean", "published_std", "published_n", "published_diff", "published_p",
-                     "published_mark", "published_ref", "pi_low", "pi_high", "published_in_pi"]
+PUBLISHED_COLUMNS = [
+    "published_mean",
+    "published_std",
+    "published_n",
+    "published_diff",
+    "published_p",
+    "published_mark",
+    "published_ref",
+    "pi_low",
+    "pi_high",
+    "published_in_pi",
+]
 TEXT_COLUMNS = ("published_mark", "published_ref", "published_in_pi")
 
 
@@ -234,22 +253,26 @@ def comparable_metrics(metric: str, val_split) -> tuple[list[str], str]:
     if metric.startswith(("test_", "ema_test_")):
         return list(dict.fromkeys([metric, metric.replace("test_", "val_", 1)])), ""
     if metric.startswith(("val_", "ema_val_")):
-        return [], (f"the published numbers are on the official test/val split, {metric} here on a held-out part "
-                    f"of the training images (data.val_split={val_split}): not compared (a test_* metric is, "
-                    "e.g. --metric test_top1_at_best_val)")
+        return [], (
+            f"the published numbers are on the official test/val split, {metric} here on a held-out part "
+            f"of the training images (data.val_split={val_split}): not compared (a test_* metric is, "
+            "e.g. --metric test_top1_at_best_val)"
+        )
     return [metric], ""
 
 
 def _pick(hits: pd.DataFrame, metric: str) -> pd.Series:
     """The published row for one of our rows when several match (001 Tables 1 and 3-6 both print
     the recipe's Hermite): our exact metric first, then a row whose n is stated, then CSV order."""
-    order = sorted(range(len(hits)), key=lambda i: (hits["metric"].iloc[i] != metric,
-                                                   not math.isfinite(hits["n"].iloc[i]), i))
+    order = sorted(
+        range(len(hits)), key=lambda i: (hits["metric"].iloc[i] != metric, not math.isfinite(hits["n"].iloc[i]), i)
+    )
     return hits.iloc[order[0]]
 
 
-def attach(table: pd.DataFrame, *, setting: str = "", setting_col: str | None = None,
-           val_split: float | None = None) -> tuple[pd.DataFrame, list[str]]:
+def attach(
+    table: pd.DataFrame, *, setting: str = "", setting_col: str | None = None, val_split: float | None = None
+) -> tuple[pd.DataFrame, list[str]]:
     """Add the paper's mean ± std (n) to each row of one of our tables that has a published
     counterpart (same recipe, act, setting and metric) and test ours against it.
 
@@ -288,8 +311,10 @@ def attach(table: pd.DataFrame, *, setting: str = "", setting_col: str | None = 
     same_metric = rows[rows["metric"].isin(wanted)]
     if same_metric.empty:
         refs = ", ".join(sorted({ref(r) for _, r in rows.iterrows()}))
-        return out, [f"{recipe}: the published numbers ({refs}) are {', '.join(sorted(set(rows['metric'])))}; "
-                     f"this table scores {metric}: not compared"]
+        return out, [
+            f"{recipe}: the published numbers ({refs}) are {', '.join(sorted(set(rows['metric'])))}; "
+            f"this table scores {metric}: not compared"
+        ]
     matched = 0
     for i, row in out.iterrows():
         where = row[setting_col] if setting_col else setting
@@ -298,10 +323,22 @@ def attach(table: pd.DataFrame, *, setting: str = "", setting_col: str | None = 
             continue
         pub = _pick(hit, metric)
         matched += 1
-        p, mark = ttest_from_stats(float(row["mean"]), float(row["std"]), float(row["n"]),
-                                   pub["mean"], pub["std"], pub["n"], "welch", own="", other="published")
-        out.at[i, "published_mean"], out.at[i, "published_std"], out.at[i, "published_n"] = \
-            pub["mean"], pub["std"], pub["n"]
+        p, mark = ttest_from_stats(
+            float(row["mean"]),
+            float(row["std"]),
+            float(row["n"]),
+            pub["mean"],
+            pub["std"],
+            pub["n"],
+            "welch",
+            own="",
+            other="published",
+        )
+        out.at[i, "published_mean"], out.at[i, "published_std"], out.at[i, "published_n"] = (
+            pub["mean"],
+            pub["std"],
+            pub["n"],
+        )
         out.at[i, "published_diff"] = float(row["mean"]) - pub["mean"]
         out.at[i, "published_p"], out.at[i, "published_mark"], out.at[i, "published_ref"] = p, mark, ref(pub)
         low, high = prediction_interval(float(row["mean"]), float(row["std"]), int(row["n"]))
@@ -312,8 +349,10 @@ def attach(table: pd.DataFrame, *, setting: str = "", setting_col: str | None = 
     if not matched:
         settings = sorted(set(same_metric["setting"]) - {""})
         if settings and not setting_col:
-            notes.append(f"{recipe}: {ref(same_metric.iloc[0])} prints one number per {' / '.join(settings)} "
-                         "(the best over the other factors); compared in the recipe-level table")
+            notes.append(
+                f"{recipe}: {ref(same_metric.iloc[0])} prints one number per {' / '.join(settings)} "
+                "(the best over the other factors); compared in the recipe-level table"
+            )
         else:
             notes.append(f"{recipe}: no act of this table has a published {metric} row")
     return out, notes
@@ -323,9 +362,11 @@ def _pi_note(table: pd.DataFrame) -> str:
     """How many published numbers lie inside our one-run 95 % prediction interval, and which rows have none."""
     compared = table[table["published_ref"] != ""]
     judged = compared[compared["published_in_pi"] != ""]
-    text = (f"{int((judged['published_in_pi'] == 'yes').sum())} of {len(judged)} published numbers lie inside the "
-            "one-run 95 % prediction interval, mean ± t(0.975, n − 1)·s·√(1 + 1/n) of our n runs: where one more run "
-            "of ours would land (a number outside is unlikely to be one run of this protocol)")
+    text = (
+        f"{int((judged['published_in_pi'] == 'yes').sum())} of {len(judged)} published numbers lie inside the "
+        "one-run 95 % prediction interval, mean ± t(0.975, n − 1)·s·√(1 + 1/n) of our n runs: where one more run "
+        "of ours would land (a number outside is unlikely to be one run of this protocol)"
+    )
     lacking = compared[(compared["published_in_pi"] == "") & compared["published_mean"].notna()]
     if len(lacking):
         text += f"; no interval for {', '.join(dict.fromkeys(map(str, lacking['act'])))} (fewer than 2 runs)"
@@ -340,8 +381,12 @@ def departures(config: dict) -> list[str]:
     from ..results.identity import diff_configs, shared_part
 
     try:
-        packaged = run_config(recipe_config(str(config["recipe"])), str(config.get("act_label") or config["act"]),
-                              int(config.get("seed", 0)), config.get("setting") or {})
+        packaged = run_config(
+            recipe_config(str(config["recipe"])),
+            str(config.get("act_label") or config["act"]),
+            int(config.get("seed", 0)),
+            config.get("setting") or {},
+        )
     except (ConfigError, KeyError, TypeError, ValueError):
         return []
     ours = shared_part(config)
@@ -350,5 +395,8 @@ def departures(config: dict) -> list[str]:
 
 def _within(values: dict, keys: dict) -> dict:
     """`values` pruned to the keys `keys` has (a key a run did not store is not known to differ)."""
-    return {k: _within(v, keys[k]) if isinstance(v, dict) and isinstance(keys[k], dict) else v
-            for k, v in values.items() if k in keys}
+    return {
+        k: _within(v, keys[k]) if isinstance(v, dict) and isinstance(keys[k], dict) else v
+        for k, v in values.items()
+        if k in keys
+    }

@@ -18,6 +18,7 @@ Markdown: `### title`, the `intro` paragraphs, the pipe table, the `outro` parag
 the tabular. CSV: the table's `data` frame when it carries one (the numbers at full precision, every
 column), else the display cells; no footer.
 """
+
 from __future__ import annotations
 
 import csv
@@ -37,9 +38,24 @@ MARKS = {"": ("{}", "{}"), "bold": ("**{}**", r"\textbf{{{}}}"), "underline": ("
 _RULES = {"l": ":---", "r": "---:", "c": ":---:", "-": " --- "}
 _TEX_ALIGN = {"l": "l", "r": "r", "c": "c", "-": "l"}
 # one pass, so that the backslashes and dollars a substitution inserts are not escaped again
-_TEX = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$", "{": r"\{",
-        "}": r"\}", "~": r"\~{}", "^": r"\^{}", "±": r"$\pm$", "<": "$<$", ">": "$>$", "—": "--", "Δ": r"$\Delta$",
-        "·": r"$\cdot$"}
+_TEX = {
+    "\\": r"\textbackslash{}",
+    "_": r"\_",
+    "%": r"\%",
+    "&": r"\&",
+    "#": r"\#",
+    "$": r"\$",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\~{}",
+    "^": r"\^{}",
+    "±": r"$\pm$",
+    "<": "$<$",
+    ">": "$>$",
+    "—": "--",
+    "Δ": r"$\Delta$",
+    "·": r"$\cdot$",
+}
 _TEX_RE = re.compile("|".join(re.escape(k) for k in _TEX))
 
 
@@ -47,6 +63,7 @@ _TEX_RE = re.compile("|".join(re.escape(k) for k in _TEX))
 class Cell:
     """A cell with emphasis: `text` marked (`bold`, `underline` or "" for none), then `suffix` unmarked
     (the best-of table bolds the mean but not the setting it names after it)."""
+
     text: str
     mark: str = ""
     suffix: str = ""
@@ -75,6 +92,7 @@ class Table:
         label: the LaTeX label (`tab:<label>`).
         data: the frame the CSV holds (None: the display cells).
     """
+
     header: Sequence[str]
     rows: Sequence[Sequence[str | Cell]]
     align: str | None = None
@@ -91,7 +109,7 @@ class Table:
     def alignment(self) -> str:
         """One letter per column (`align`, padded with `-`)."""
         align = "l" + "r" * (len(self.header) - 1) if self.align is None else self.align
-        return (align + "-" * len(self.header))[:len(self.header)]
+        return (align + "-" * len(self.header))[: len(self.header)]
 
 
 def md_escape(text: str) -> str:
@@ -117,8 +135,10 @@ def plain(cell: str | Cell) -> str:
 
 def pipe_table(table: Table) -> str:
     """The header, rule and rows of a Markdown pipe table (no newline at the end)."""
-    lines = ["| " + " | ".join(md_escape(h) for h in table.header) + " |",
-             "|" + "|".join(_RULES[a] for a in table.alignment()) + "|"]
+    lines = [
+        "| " + " | ".join(md_escape(h) for h in table.header) + " |",
+        "|" + "|".join(_RULES[a] for a in table.alignment()) + "|",
+    ]
     lines += ["| " + " | ".join(_cell(c, md_escape, 0) for c in row) + " |" for row in table.rows]
     return "\n".join(lines)
 
@@ -141,8 +161,12 @@ def latex(table: Table) -> str:
         lines.append(r"\caption{" + tex_escape(table.caption) + "}")
     if table.label:
         lines.append(r"\label{tab:" + table.label + "}")
-    lines += [r"\begin{tabular}{" + "".join(_TEX_ALIGN[a] for a in table.alignment()) + "}", r"\toprule",
-              " & ".join(tex_escape(h) for h in table.header) + r" \\", r"\midrule"]
+    lines += [
+        r"\begin{tabular}{" + "".join(_TEX_ALIGN[a] for a in table.alignment()) + "}",
+        r"\toprule",
+        " & ".join(tex_escape(h) for h in table.header) + r" \\",
+        r"\midrule",
+    ]
     lines += [" & ".join(_cell(c, tex_escape, 1) for c in row) + r" \\" for row in table.rows]
     lines += [r"\bottomrule", r"\end{tabular}"]
     if table.footer:

@@ -3,6 +3,7 @@ from the `sequential.json` the sweep wrote beside the runs (visionbench/sweep/ro
 
     >>> summary, notes = attach(summary, layout.read_sequential(recipe_dir))
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -25,11 +26,13 @@ def notes(record: dict) -> list[str]:
     looks = ", ".join(map(str, record.get("looks", [])))
     levels = ", ".join(f"{a:.4f}" for a in record.get("nominal_alphas", []))
     margin = record.get("margin")
-    out = [f"seeds=auto on `{record.get('metric')}`: looks at {looks} seeds per activation, tested at levels {levels} "
-           f"(overall α = {record.get('alpha')}; {record.get('rule')})"
-           + (f"; equivalence margin ±{margin:g} (TOST)" if margin else "")
-           + ". The p-value column is the fixed-n test over the seeds that ran, not adjusted for stopping; "
-             "the `stopped` column holds the sequential decision."]
+    out = [
+        f"seeds=auto on `{record.get('metric')}`: looks at {looks} seeds per activation, tested at levels {levels} "
+        f"(overall α = {record.get('alpha')}; {record.get('rule')})"
+        + (f"; equivalence margin ±{margin:g} (TOST)" if margin else "")
+        + ". The p-value column is the fixed-n test over the seeds that ran, not adjusted for stopping; "
+        "the `stopped` column holds the sequential decision."
+    ]
     for act, entry in (record.get("acts") or {}).items():
         step = (entry.get("history") or [{}])[-1]
         why = step.get("why") or (f"Δ {step['diff']:+.3g}, {sequential.evidence_text(step)}" if "p" in step else "")

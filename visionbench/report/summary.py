@@ -5,6 +5,7 @@
 
 The numbers come from `visionbench.stats`; this module only groups the runs of a results tree.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,8 +13,18 @@ import pandas as pd
 
 from ..results.layout import STALLED
 from ..stats.metrics import higher_is_better
-from ..stats.significance import (MARK_BASELINE, MARK_MIXED, MARK_NO_BASELINE, MARK_NO_RUN, TESTS, cohen_d, compare,
-                                  difference_ci, holm, stars)
+from ..stats.significance import (
+    MARK_BASELINE,
+    MARK_MIXED,
+    MARK_NO_BASELINE,
+    MARK_NO_RUN,
+    TESTS,
+    cohen_d,
+    compare,
+    difference_ci,
+    holm,
+    stars,
+)
 from .collect import metric_names
 
 FALLBACK_BASELINES = ("relu", "gelu")  # the baselines of the papers' CNN and transformer tables
@@ -29,8 +40,15 @@ def default_baseline(runs: pd.DataFrame) -> str | None:
     return None
 
 
-def summarize(runs: pd.DataFrame, metric: str, baseline: str | None = None, test: str = "student", *,
-              higher_better: bool | None = None, require_baseline: bool = True) -> pd.DataFrame:
+def summarize(
+    runs: pd.DataFrame,
+    metric: str,
+    baseline: str | None = None,
+    test: str = "student",
+    *,
+    higher_better: bool | None = None,
+    require_baseline: bool = True,
+) -> pd.DataFrame:
     """One row per (recipe, act): counts, mean ± std, difference and test against the baseline.
 
     Args:
@@ -56,8 +74,9 @@ def summarize(runs: pd.DataFrame, metric: str, baseline: str | None = None, test
     if higher_better is None:
         higher_better = higher_is_better(metric)
     key = "recipe_dir" if "recipe_dir" in runs.columns and runs["recipe_dir"].notna().all() else "recipe"
-    parts = [_summarize_recipe(group, metric, baseline, test, higher_better)
-             for _, group in runs.groupby(key, sort=True)]
+    parts = [
+        _summarize_recipe(group, metric, baseline, test, higher_better) for _, group in runs.groupby(key, sort=True)
+    ]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
@@ -80,16 +99,25 @@ def _summarize_recipe(runs, metric, baseline, test, higher_better) -> pd.DataFra
         a, status = values[act], group["status"]
         done = group[status == "completed"]
         row = {
-            "recipe": group["recipe"].iloc[0], "act": act, "is_baseline": act == base, "baseline": base,
-            "metric": metric, "test": test, "n_runs": len(group), "n": len(a),
-            "n_diverged": int((status == "diverged").sum()), "n_stalled": int((status == STALLED).sum()),
+            "recipe": group["recipe"].iloc[0],
+            "act": act,
+            "is_baseline": act == base,
+            "baseline": base,
+            "metric": metric,
+            "test": test,
+            "n_runs": len(group),
+            "n": len(a),
+            "n_diverged": int((status == "diverged").sum()),
+            "n_stalled": int((status == STALLED).sum()),
             "n_failed": int((status == "failed").sum()),
             "n_missing": int(len(done) - len(a)),  # completed but without a finite value of the metric
-            "mean": a.mean() if len(a) else np.nan, "std": a.std(ddof=1) if len(a) > 1 else np.nan,
+            "mean": a.mean() if len(a) else np.nan,
+            "std": a.std(ddof=1) if len(a) > 1 else np.nan,
         }
         if base is None or b is None:
-            row.update(t_stat=np.nan, p_value=np.nan, mark=MARK_NO_RUN if not len(a) else MARK_NO_BASELINE,
-                       n_pairs=np.nan)
+            row.update(
+                t_stat=np.nan, p_value=np.nan, mark=MARK_NO_RUN if not len(a) else MARK_NO_BASELINE, n_pairs=np.nan
+            )
         elif act == base:
             row.update(t_stat=np.nan, p_value=np.nan, mark=MARK_BASELINE, n_pairs=np.nan)
         else:
@@ -146,8 +174,37 @@ def _count(group: pd.DataFrame, col: str):
 
 
 COLUMNS = [
-    "recipe", "act", "is_baseline", "baseline", "metric", "test", "n_runs", "n", "n_diverged", "n_stalled", "n_failed",
-    "n_missing", "mean", "std", "diff", "t_stat", "p_value", "stars", "mark", "n_pairs", "p_holm", "stars_holm",
-    "cohen_d", "ci_low", "ci_high", "rank", "best", "second", "train_time_s", "throughput_img_s",
-    "act_params", "params", "recipe_dir",
+    "recipe",
+    "act",
+    "is_baseline",
+    "baseline",
+    "metric",
+    "test",
+    "n_runs",
+    "n",
+    "n_diverged",
+    "n_stalled",
+    "n_failed",
+    "n_missing",
+    "mean",
+    "std",
+    "diff",
+    "t_stat",
+    "p_value",
+    "stars",
+    "mark",
+    "n_pairs",
+    "p_holm",
+    "stars_holm",
+    "cohen_d",
+    "ci_low",
+    "ci_high",
+    "rank",
+    "best",
+    "second",
+    "train_time_s",
+    "throughput_img_s",
+    "act_params",
+    "params",
+    "recipe_dir",
 ]

@@ -10,6 +10,7 @@ numbers; the CSV holds every column of `summarize` at full precision. As in the 
 tables (004 Table 2), the best mean is bold and the second-best underlined
 (`<ins>` in Markdown, which GitHub renders underlined; `\\underline` in LaTeX).
 """
+
 from __future__ import annotations
 
 import math
@@ -68,9 +69,16 @@ def format_p(p: float, star: str) -> str:
 def mean_cell(row, digits: int) -> str:
     """`mean ± std`; mean alone for n = 1; `NaN (3/5 diverged)`, `NaN (2/2 stalled)` when no run completed."""
     if row["n"] == 0:
-        why = [f"{row[k]}/{row['n_runs']} {label}" for k, label in
-               (("n_diverged", "diverged"), ("n_stalled", "stalled"), ("n_failed", "failed"),
-                ("n_missing", "without metric")) if row.get(k, 0)]
+        why = [
+            f"{row[k]}/{row['n_runs']} {label}"
+            for k, label in (
+                ("n_diverged", "diverged"),
+                ("n_stalled", "stalled"),
+                ("n_failed", "failed"),
+                ("n_missing", "without metric"),
+            )
+            if row.get(k, 0)
+        ]
         return f"NaN ({', '.join(why) or 'no runs'})"
     if row["n"] == 1:
         return number(row["mean"], digits)
@@ -109,14 +117,30 @@ def cells(summary: pd.DataFrame, digits: int = 2, extras: bool = False) -> tuple
     for _, r in summary.iterrows():
         mean = mean_cell(r, digits)
         mark = "bold" if r["best"] else "underline" if r["second"] else ""
-        row = [r["act"], str(r["n"]), render.Cell(mean, mark) if mean and not mean.startswith("NaN") else mean,
-               "—" if r["is_baseline"] else number(r["diff"], digits, sign=True), p_cell(r)]
+        row = [
+            r["act"],
+            str(r["n"]),
+            render.Cell(mean, mark) if mean and not mean.startswith("NaN") else mean,
+            "—" if r["is_baseline"] else number(r["diff"], digits, sign=True),
+            p_cell(r),
+        ]
         if extras:
-            ci = "" if not math.isfinite(r["ci_low"]) else \
-                f"[{number(r['ci_low'], digits, True)}, {number(r['ci_high'], digits, True)}]"
+            ci = (
+                ""
+                if not math.isfinite(r["ci_low"])
+                else f"[{number(r['ci_low'], digits, True)}, {number(r['ci_high'], digits, True)}]"
+            )
             row += [p_cell(r, "p_holm", "stars_holm"), number(r["cohen_d"], 2, sign=True), ci]
-        row += [str(r["n_diverged"])] + ([str(r["n_stalled"])] if show_stalled else []) + [
-            str(r["n_failed"]), number(r["train_time_s"], 1), number(r["throughput_img_s"], 0), _int(r["act_params"])]
+        row += (
+            [str(r["n_diverged"])]
+            + ([str(r["n_stalled"])] if show_stalled else [])
+            + [
+                str(r["n_failed"]),
+                number(r["train_time_s"], 1),
+                number(r["throughput_img_s"], 0),
+                _int(r["act_params"]),
+            ]
+        )
         if "stopped" in summary:
             row.append(r["stopped"])
         if extras and show_verdict:
@@ -242,8 +266,10 @@ def caption(summary: pd.DataFrame) -> str:
     recipe, base, test = summary["recipe"].iloc[0], baseline_of(summary), summary["test"].iloc[0]
     against = f"vs {base}" if base else "(no baseline: no tests)"
     metric = f" Metric {summary['metric_text'].iloc[0]}." if "metric_text" in summary else ""
-    return (f"{recipe}: mean ± sample std over completed seeds; {TEST_NAMES[test]} {against}.{metric} "
-            "* p < 0.05, ** < 0.01, *** < 0.001, **** < 0.0001, ns otherwise.")
+    return (
+        f"{recipe}: mean ± sample std over completed seeds; {TEST_NAMES[test]} {against}.{metric} "
+        "* p < 0.05, ** < 0.01, *** < 0.001, **** < 0.0001, ns otherwise."
+    )
 
 
 MARK_HELP = {
@@ -254,11 +280,13 @@ MARK_HELP = {
     "no baseline": "the recipe has no run of the baseline act",
     "<2 shared seeds": "fewer than two seeds completed by both this act and the baseline",
     "not comparable": "the runs of this table differ in more than act and seed (the first note names how): "
-                      "no test, interval or verdict across configurations that differ",
+    "no test, interval or verdict across configurations that differ",
 }
-IMPROVEMENT_HELP = ("P(> baseline): the normal-model probability that a run of the act beats a run of the "
-                    "baseline, Φ(d/√2) (paired: Φ(mean/sd of the differences)), with its exact 95 % interval "
-                    "(noncentral t); `n/e`: not estimable (Welch's test, or no spread).")
+IMPROVEMENT_HELP = (
+    "P(> baseline): the normal-model probability that a run of the act beats a run of the "
+    "baseline, Φ(d/√2) (paired: Φ(mean/sd of the differences)), with its exact 95 % interval "
+    "(noncentral t); `n/e`: not estimable (Welch's test, or no spread)."
+)
 
 
 def table(summary: pd.DataFrame, notes=(), digits: int = 2, extras: bool = False, footer: str = "") -> render.Table:
@@ -276,10 +304,18 @@ def table(summary: pd.DataFrame, notes=(), digits: int = 2, extras: bool = False
     if verdicts:
         outro.append("\n".join(verdicts))
     recipe, text = summary["recipe"].iloc[0], caption(summary)
-    return render.Table(headers, rows, title=f"{recipe} — {summary['metric'].iloc[0]}",
-                        intro=[text + " Best mean **bold**, second <ins>underlined</ins>."], outro=outro,
-                        notes=list(notes), footer=footer, caption=text, label=recipe.replace("_", "-"),
-                        data=summary.drop(columns=["recipe_dir"], errors="ignore"))
+    return render.Table(
+        headers,
+        rows,
+        title=f"{recipe} — {summary['metric'].iloc[0]}",
+        intro=[text + " Best mean **bold**, second <ins>underlined</ins>."],
+        outro=outro,
+        notes=list(notes),
+        footer=footer,
+        caption=text,
+        label=recipe.replace("_", "-"),
+        data=summary.drop(columns=["recipe_dir"], errors="ignore"),
+    )
 
 
 def markdown(summary: pd.DataFrame, notes=(), digits: int = 2, extras: bool = False, footer: str = "") -> str:
@@ -292,8 +328,9 @@ def latex(summary: pd.DataFrame, digits: int = 2, extras: bool = False, footer: 
     return render.latex(table(summary, digits=digits, extras=extras, footer=footer))
 
 
-def write(summary: pd.DataFrame, out_dir, formats=FORMATS, notes=(), digits: int = 2,
-          extras: bool = False, footer: str = "") -> list[Path]:
+def write(
+    summary: pd.DataFrame, out_dir, formats=FORMATS, notes=(), digits: int = 2, extras: bool = False, footer: str = ""
+) -> list[Path]:
     """Write `table.md`, `table.csv`, `table.tex` (those in `formats`) into `out_dir`.
 
     Raises:

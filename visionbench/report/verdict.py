@@ -34,6 +34,7 @@ Rows without a test (`n<2`, zero variance, not comparable, ...) get no verdict, 
 why; the baseline's own row gets neither, but a sentence when it stalled: the verdicts against it are withheld
 when fewer than two of its runs learned (no test), else marked with its count.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,8 +53,17 @@ TEST_LABEL = {"student": "Student", "welch": "Welch", "paired": "paired"}
 # |d| below this is "no difference observed", not "≈ 10⁶ seeds would decide d = 0.00": equal means
 # of float32 accuracies differ by a few ulps (relu6 vs relu on digits: Δ = -1.5e-6, d = 3e-6)
 NO_DIFFERENCE_D = 0.005
-NUMBER_COLUMNS = ("mde", "d_for_seeds", "seeds_needed", "tost_p", "tost_p_holm", "p_improve", "p_improve_low",
-                  "p_improve_high", "p_improve_empirical")
+NUMBER_COLUMNS = (
+    "mde",
+    "d_for_seeds",
+    "seeds_needed",
+    "tost_p",
+    "tost_p_holm",
+    "p_improve",
+    "p_improve_low",
+    "p_improve_high",
+    "p_improve_empirical",
+)
 
 
 def _p(p: float) -> str:
@@ -82,9 +92,18 @@ def check_settings(alpha: float, target_power: float, margin: float | None, effe
             raise ValueError(f"--{name} must lie in (0, 1), got {value!r}")
 
 
-def annotate(summary: pd.DataFrame, runs: pd.DataFrame, *, alpha: float = power.ALPHA,
-             target_power: float = power.POWER, margin: float | None = None, effect: float | None = None,
-             holm_adjust: bool = False, higher_better: bool | None = None, digits: int = 2) -> pd.DataFrame:
+def annotate(
+    summary: pd.DataFrame,
+    runs: pd.DataFrame,
+    *,
+    alpha: float = power.ALPHA,
+    target_power: float = power.POWER,
+    margin: float | None = None,
+    effect: float | None = None,
+    holm_adjust: bool = False,
+    higher_better: bool | None = None,
+    digits: int = 2,
+) -> pd.DataFrame:
     """One recipe's `summarize` rows (one `recipe_dir`) with the power, TOST, improvement, divergence and
     verdict columns.
 
@@ -109,14 +128,18 @@ def annotate(summary: pd.DataFrame, runs: pd.DataFrame, *, alpha: float = power.
     base = out["baseline"].iloc[0] if isinstance(out["baseline"].iloc[0], str) else None
     values = {act: scored_values(group, metric) for act, group in runs.groupby("act", sort=True)}
     b = values.get(base, pd.Series(dtype=float))
-    numbers = [_numbers(row, values.get(row["act"], pd.Series(dtype=float)), b, higher, alpha, target_power, margin,
-                        effect) for _, row in out.iterrows()]
+    numbers = [
+        _numbers(row, values.get(row["act"], pd.Series(dtype=float)), b, higher, alpha, target_power, margin, effect)
+        for _, row in out.iterrows()
+    ]
     for col in NUMBER_COLUMNS:
         out[col] = [res.get(col, math.nan) for res in numbers]
     out["tost_p_holm"] = holm(out["tost_p"])
     out = _divergence(out, base)
-    decided = [_decide(row, len(b), higher, alpha, target_power, margin, effect, holm_adjust, digits)
-               for _, row in out.iterrows()]
+    decided = [
+        _decide(row, len(b), higher, alpha, target_power, margin, effect, holm_adjust, digits)
+        for _, row in out.iterrows()
+    ]
     out["verdict"] = [v for v, _ in decided]
     out["verdict_text"] = [t for _, t in decided]
     out["alpha"], out["margin"], out["verdict_holm"] = alpha, margin if margin else math.nan, holm_adjust
@@ -128,8 +151,11 @@ def _numbers(row, a: pd.Series, b: pd.Series, higher: bool, alpha, target_power,
     without one, or when the table is not comparable."""
     if row["is_baseline"] or row["mark"] in (MARK_BASELINE, MARK_MIXED) or not len(b):
         return {}
-    res = {"p_improve_empirical": improvement.probability_of_improvement(a.to_numpy(float), b.to_numpy(float),
-                                                                        higher_better=higher)}
+    res = {
+        "p_improve_empirical": improvement.probability_of_improvement(
+            a.to_numpy(float), b.to_numpy(float), higher_better=higher
+        )
+    }
     if row["mark"]:  # untested: n<2, zero variance, ...
         return res
     paired = row["test"] == "paired"
@@ -141,8 +167,12 @@ def _numbers(row, a: pd.Series, b: pd.Series, higher: bool, alpha, target_power,
         x, y = a.to_numpy(float), b.to_numpy(float)
         sd, observed = power.pooled_sd(x, y), float(x.mean() - y.mean())
     if row["test"] != "welch":  # its interval misses at unequal spreads (docs/report.md): not estimable
-        res.update(zip(("p_improve", "p_improve_low", "p_improve_high"),
-                       improvement.recipe_interval(x, y, higher_better=higher, paired=paired)))
+        res.update(
+            zip(
+                ("p_improve", "p_improve_low", "p_improve_high"),
+                improvement.recipe_interval(x, y, higher_better=higher, paired=paired),
+            )
+        )
     res["mde"] = power.mde(x, y, paired=paired, alpha=alpha, power=target_power)
     res["d_for_seeds"] = (effect if effect is not None else abs(observed)) / sd if sd > 0 else math.nan
     res["seeds_needed"] = power.seeds_needed(res["d_for_seeds"], paired=paired, alpha=alpha, power=target_power)
@@ -168,8 +198,10 @@ def _divergence(out: pd.DataFrame, base: str | None) -> pd.DataFrame:
             continue
         j, m = int(base_row[f"n_{what}"].iloc[0]), int(out["base_runs"].iloc[0])
         out[f"base_{what}"] = j
-        out[p_col] = [math.nan if r["is_baseline"] else divergence_p(int(r[f"n_{what}"]), int(k), j, m)
-                      for (_, r), k in zip(out.iterrows(), ran)]
+        out[p_col] = [
+            math.nan if r["is_baseline"] else divergence_p(int(r[f"n_{what}"]), int(k), j, m)
+            for (_, r), k in zip(out.iterrows(), ran)
+        ]
     return out
 
 
@@ -195,14 +227,19 @@ def _baseline_text(row) -> str:
         return ""
     said = f"{row['act']}, the baseline, stalled in {stalled} of {ran} runs (ended training at chance level)"
     if row["n"] < 2:
-        return (f"{said}: no verdict against it — fewer than two of its runs learned, so there is nothing to test "
-                "against; rerun it with a setting under which it learns, or pass --baseline ACT.")
-    return (f"{said}: every verdict below compares with its {row['n']} runs that learned and is marked "
-            f"`{row['act']} {stalled}/{ran} stalled`.")
+        return (
+            f"{said}: no verdict against it — fewer than two of its runs learned, so there is nothing to test "
+            "against; rerun it with a setting under which it learns, or pass --baseline ACT."
+        )
+    return (
+        f"{said}: every verdict below compares with its {row['n']} runs that learned and is marked "
+        f"`{row['act']} {stalled}/{ran} stalled`."
+    )
 
 
-def _decide(row, n_base: int, higher: bool, alpha, target_power, margin, effect, holm_adjust,
-            digits) -> tuple[str, str]:
+def _decide(
+    row, n_base: int, higher: bool, alpha, target_power, margin, effect, holm_adjust, digits
+) -> tuple[str, str]:
     """(verdict, sentence) of one row over the runs that finished, then the divergence and stall rule (module
     docstring); the baseline's row has no verdict, and a sentence only when it stalled."""
     if row["is_baseline"]:
@@ -214,13 +251,16 @@ def _decide(row, n_base: int, higher: bool, alpha, target_power, margin, effect,
     if word in ("better", "equivalent") and (row["n_diverged"] > 0 or row["n_stalled"] > 0):
         claim, found = text[:-1].split(": ", 1)  # "x is better than relu", "Δ = ... (Student p ...; n = 3 vs 5)"
         scored = "learned" if row["n_stalled"] > 0 else "finished"
-        return "unstable", (f"{row['act']} is unstable against {row['baseline']}: among the runs that {scored} it "
-                            f"{claim.removeprefix(row['act'] + ' ')} — {found}; but {diverged}.")
+        return "unstable", (
+            f"{row['act']} is unstable against {row['baseline']}: among the runs that {scored} it "
+            f"{claim.removeprefix(row['act'] + ' ')} — {found}; but {diverged}."
+        )
     return word, f"{text[:-1]}; {diverged}."
 
 
-def _decide_finished(row, n_base: int, higher: bool, alpha, target_power, margin, effect, holm_adjust,
-            digits) -> tuple[str, str]:
+def _decide_finished(
+    row, n_base: int, higher: bool, alpha, target_power, margin, effect, holm_adjust, digits
+) -> tuple[str, str]:
     """(verdict, sentence) of one row; ("", "") for the baseline or a recipe without one."""
     act, base = row["act"], row["baseline"]
     if row["is_baseline"] or row["mark"] == MARK_BASELINE or not isinstance(base, str):
@@ -235,19 +275,26 @@ def _decide_finished(row, n_base: int, higher: bool, alpha, target_power, margin
     delta = f"Δ = {number(row['diff'], digits, sign=True)}"
     significant = math.isfinite(p) and p < alpha
     if margin and math.isfinite(tost) and tost < alpha:
-        text = (f"{act} is equivalent to {base} within ±{number(margin, digits)}: {delta}, "
-                f"{tost_name} {_p_below(tost, alpha)} ({n})")
+        text = (
+            f"{act} is equivalent to {base} within ±{number(margin, digits)}: {delta}, "
+            f"{tost_name} {_p_below(tost, alpha)} ({n})"
+        )
         if significant:
             text += f"; the difference is real ({test} {p_name} {_p(p)}) but inside the margin"
         return "equivalent", text + "."
     if significant:
         word = "better" if (row["diff"] > 0) == higher else "worse"
         return word, f"{act} is {word} than {base}: {delta} ({test} {p_name} {_p_below(p, alpha)}; {n})."
-    text = (f"{act} vs {base} is inconclusive: {delta} ({test} {p_name} {_p(p)}); at {n} the smallest difference "
-            f"detectable with {100 * target_power:g} % power at α = {alpha:g} is ±{number(row['mde'], digits)}")
+    text = (
+        f"{act} vs {base} is inconclusive: {delta} ({test} {p_name} {_p(p)}); at {n} the smallest difference "
+        f"detectable with {100 * target_power:g} % power at α = {alpha:g} is ±{number(row['mde'], digits)}"
+    )
     if margin:
-        text += f"; not shown equivalent within ±{number(margin, digits)} ({tost_name} {_p(tost)})" \
-            if math.isfinite(tost) else f"; no TOST within ±{number(margin, digits)}"
+        text += (
+            f"; not shown equivalent within ±{number(margin, digits)} ({tost_name} {_p(tost)})"
+            if math.isfinite(tost)
+            else f"; no TOST within ±{number(margin, digits)}"
+        )
     d, seeds = row["d_for_seeds"], row["seeds_needed"]
     if not math.isfinite(d) or d < NO_DIFFERENCE_D:
         text += "; no difference observed: pass --effect D or --margin M"

@@ -43,6 +43,7 @@ Holm-adjusted p over every pair compared; the ranking was still moving when some
 (`moving`).
 `ranking_tau` is Kendall's τ-b (scipy's `kendalltau`) between the two epochs' means: a summary, not the flag.
 """
+
 from __future__ import annotations
 
 import math
@@ -100,8 +101,10 @@ def never_learned(train_losses, n_classes: int) -> str | None:
     floor = stalled_loss(n_classes)
     if len(losses) < 2 or min(losses) < floor or losses[-1] < (1 - LOSS_DROP) * losses[0]:
         return None
-    return (f"training loss never came down: {losses[0]:.3f} in epoch 1, {losses[-1]:.3f} in epoch {len(losses)} "
-            f"(down < {LOSS_DROP:.0%}), never below {LOSS_FRACTION:g}·ln {n_classes} = {floor:.3f}")
+    return (
+        f"training loss never came down: {losses[0]:.3f} in epoch 1, {losses[-1]:.3f} in epoch {len(losses)} "
+        f"(down < {LOSS_DROP:.0%}), never below {LOSS_FRACTION:g}·ln {n_classes} = {floor:.3f}"
+    )
 
 
 def stall_reason(train_loss, best_top1, n_classes, final_top1=None, train_losses=None) -> str | None:
@@ -126,13 +129,19 @@ def stall_reason(train_loss, best_top1, n_classes, final_top1=None, train_losses
         return flat
     final_at_chance = not _finite(final_top1) or final_top1 <= stalled_top1(n_classes)
     long_run = len(losses) >= SHORT_RUN
-    if _finite(train_loss) and train_loss >= stalled_loss(n_classes) and (
-            long_run or final_at_chance or train_loss >= math.log(n_classes)):
-        return (f"final training loss {train_loss:.3f} ≥ {LOSS_FRACTION:g}·ln {n_classes} = "
-                f"{stalled_loss(n_classes):.3f}")
+    if (
+        _finite(train_loss)
+        and train_loss >= stalled_loss(n_classes)
+        and (long_run or final_at_chance or train_loss >= math.log(n_classes))
+    ):
+        return (
+            f"final training loss {train_loss:.3f} ≥ {LOSS_FRACTION:g}·ln {n_classes} = {stalled_loss(n_classes):.3f}"
+        )
     if _finite(best_top1) and best_top1 <= stalled_top1(n_classes):
-        return (f"best held-out top-1 {best_top1:.2f} % ≤ {stalled_top1(n_classes):.2f} % "
-                f"(chance {chance_top1(n_classes):.2f} %)")
+        return (
+            f"best held-out top-1 {best_top1:.2f} % ≤ {stalled_top1(n_classes):.2f} % "
+            f"(chance {chance_top1(n_classes):.2f} %)"
+        )
     return None
 
 
@@ -141,16 +150,22 @@ def run_stall_reason(metrics: Mapping, n_classes, train_losses=None) -> str | No
     `train_loss_final`, the highest of its held-out best top-1s (`HELD_OUT_TOP1`) and the highest of their values
     at the last epoch (`*_final`), with its per-epoch `train_losses` (results/layout.py `train_losses`, from its
     metrics.csv). The report's `stalled` status and `seeds=auto`'s decisions both judge by it."""
+
     def highest(keys):
         found = [float(metrics[k]) for k in keys if _finite(metrics.get(k))]
         return max(found) if found else None
 
-    return stall_reason(metrics.get("train_loss_final"), highest(HELD_OUT_TOP1), n_classes,
-                        final_top1=highest([k.replace("_best", "_final") for k in HELD_OUT_TOP1]),
-                        train_losses=train_losses)
+    return stall_reason(
+        metrics.get("train_loss_final"),
+        highest(HELD_OUT_TOP1),
+        n_classes,
+        final_top1=highest([k.replace("_best", "_final") for k in HELD_OUT_TOP1]),
+        train_losses=train_losses,
+    )
 
 
 # --- converged: the tail slope ----------------------------------------------------------------
+
 
 def tail_window(n_epochs: int) -> int:
     """How many of the last epochs the slope is fitted over: 25 % of them, rounded up, at least 3."""
@@ -207,6 +222,7 @@ def still_improving(mean: float, low: float, high: float, sd: float, window: int
 
 # --- converged: the ranking -------------------------------------------------------------------
 
+
 def compare_means(a, b, resolution: float | None = None) -> int:
     """-1, 0 or 1 as the mean of `a` is below, equal to or above the mean of `b`. With `resolution` (the metric's
     units per image: 100 / N for a top-1 in % over N images) each value is counted in images (rounded) and the
@@ -225,6 +241,7 @@ def compare_means(a, b, resolution: float | None = None) -> int:
 @dataclass(frozen=True)
 class Reversal:
     """A pair whose order reversed between the middle and the last epoch."""
+
     ahead: str  # better at the last epoch: it overtook `behind`
     behind: str
     p: float  # Welch p of the two activations' per-run gains (NaN: not testable)
@@ -234,13 +251,18 @@ class Reversal:
 @dataclass(frozen=True)
 class RankingChange:
     """How the order of the activations changed between the middle and the last epoch."""
+
     pairs: int  # pairs compared: every two activations with runs at both epochs
     tied: int  # of them, equal means (`compare_means`) at either epoch: no reversal, though Kendall's τ counts them
     reversals: list[Reversal]  # the pairs whose order reversed strictly, the lowest p first, the untestable last
 
 
-def ranking_change(mid: Mapping[str, Sequence[float]], last: Mapping[str, Sequence[float]],
-                   higher_better: bool = True, resolution: float | None = None) -> RankingChange:
+def ranking_change(
+    mid: Mapping[str, Sequence[float]],
+    last: Mapping[str, Sequence[float]],
+    higher_better: bool = True,
+    resolution: float | None = None,
+) -> RankingChange:
     """The pairs of activations whose order at the middle epoch (`mid`: per act, its runs' values there) and at the
     last epoch (`last`: the same runs' values, in the same order) reverses strictly (`compare_means` with
     `resolution`), each with the Welch p of the pair's per-run gains (significance.py `compare`) and its Holm adjustment over every

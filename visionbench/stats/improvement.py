@@ -31,6 +31,7 @@ limits 94 / 92 / 86 %; at 5 vs 5 the bootstrap still covers 93 %. Every per-task
 (the values are negated). P is not estimable (NaN) with fewer than 2 values in a group (2 pairs)
 or without spread (every value equal: d is undefined).
 """
+
 from __future__ import annotations
 
 import math
@@ -118,8 +119,7 @@ def _solve(t: np.ndarray, df: float, c: float, target: float) -> np.ndarray:
     res = np.where(below, -np.inf, np.where(above, np.inf, np.nan))
     inside = ~below & ~above
     if inside.any():
-        found = find_root(f, (lo[inside], hi[inside]), args=(tt[inside],),
-                          tolerances={"xatol": 1e-10, "xrtol": 1e-12})
+        found = find_root(f, (lo[inside], hi[inside]), args=(tt[inside],), tolerances={"xatol": 1e-10, "xrtol": 1e-12})
         res[inside] = found.x
     out[ok] = res
     return out
@@ -182,13 +182,30 @@ def table(blocks: dict, baseline: str) -> pd.DataFrame:
             x, y, higher = vals[act], vals[baseline], blk["higher_better"]
             p, lo, hi = recipe_interval(x, y, higher_better=higher)
             emp = probability_of_improvement(x, y, higher_better=higher)
-            rows.append({"act": act, "block": label, "p_improve": p, "ci_low": lo, "ci_high": hi,
-                         "p_improve_empirical": emp, "n_blocks": 1})
+            rows.append(
+                {
+                    "act": act,
+                    "block": label,
+                    "p_improve": p,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "p_improve_empirical": emp,
+                    "n_blocks": 1,
+                }
+            )
             if math.isfinite(p):
                 points.append(p)
                 empirical.append(emp)
         if points:
-            rows.append({"act": act, "block": "all", "p_improve": float(np.mean(points)), "ci_low": math.nan,
-                         "ci_high": math.nan, "p_improve_empirical": float(np.mean(empirical)),
-                         "n_blocks": len(points)})
+            rows.append(
+                {
+                    "act": act,
+                    "block": "all",
+                    "p_improve": float(np.mean(points)),
+                    "ci_low": math.nan,
+                    "ci_high": math.nan,
+                    "p_improve_empirical": float(np.mean(empirical)),
+                    "n_blocks": len(points),
+                }
+            )
     return pd.DataFrame(rows, columns=COLUMNS)

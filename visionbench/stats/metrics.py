@@ -18,6 +18,7 @@ reading); their names (`<column>`: a metrics.csv column, default `val_top1`):
 * `[<column>_]epochs_to_<T>_abs`: the first epoch at which the column reaches T in its own units.
 * `<column>_auc`: the mean of the column over training; better in the column's own direction.
 """
+
 from __future__ import annotations
 
 import re
@@ -28,13 +29,16 @@ LOWER_IS_BETTER = ("loss", "err", "ppl", "time", "mem")
 DEFAULT_COLUMN = "val_top1"  # the curve paper 004 Fig 1 draws
 _EPOCHS_TO = re.compile(r"^(?:(?P<column>\w+?)_)?epochs_to_(?P<level>\d+(?:\.\d+)?)(?P<abs>_abs)?$")
 _AUC = re.compile(r"^(?P<column>\w+)_auc$")
-NAMES_HELP = "epochs_to_<X> (X % of the run's own best val_top1), epochs_to_<T>_abs, <column>_auc " \
-             "(curve metrics from metrics.csv; docs/report.md)"
+NAMES_HELP = (
+    "epochs_to_<X> (X % of the run's own best val_top1), epochs_to_<T>_abs, <column>_auc "
+    "(curve metrics from metrics.csv; docs/report.md)"
+)
 
 
 @dataclass(frozen=True)
 class CurveMetric:
     """A parsed curve metric name: `kind` is `epochs_to` or `auc`; `level` is X (relative, %) or T."""
+
     name: str
     column: str
     kind: str
@@ -52,8 +56,10 @@ def parse(name: str) -> CurveMetric | None:
     if m:
         level, absolute = float(m["level"]), bool(m["abs"])
         if not absolute and not 0 < level <= 100:
-            raise ValueError(f"--metric {name}: X in epochs_to_<X> is a percentage of the run's best, in (0, 100]; "
-                             f"for an absolute threshold write epochs_to_{m['level']}_abs")
+            raise ValueError(
+                f"--metric {name}: X in epochs_to_<X> is a percentage of the run's best, in (0, 100]; "
+                f"for an absolute threshold write epochs_to_{m['level']}_abs"
+            )
         return CurveMetric(name, m["column"] or DEFAULT_COLUMN, "epochs_to", level, absolute)
     m = _AUC.match(name)
     if m:

@@ -44,6 +44,7 @@ images' v_i move together); the all-vary arm's, its χ² interval. The check, bo
 each s²'s variance 2σ⁴/(n − 1) — holds 0; τ̂²'s own noise is left out, and so is the covariance of s²_all with a one-source arm's s²
 (run k of both draws source k from seed k): positive, it makes the check conservative).
 """
+
 from __future__ import annotations
 
 import functools
@@ -108,7 +109,7 @@ def test_set_part(correct, level: float = LEVEL) -> dict:
         return {"var": var, "low": math.nan, "high": math.nan}
     if var == 0:
         return {"var": var, "low": 0.0, "high": 0.0}
-    loo = np.array([image_variances(np.delete(correct, r, axis=0)).sum() / n_img ** 2 for r in range(n_runs)])
+    loo = np.array([image_variances(np.delete(correct, r, axis=0)).sum() / n_img**2 for r in range(n_runs)])
     t = sps.t.ppf(0.5 + level / 2, n_runs - 1)
     if np.all(loo > 0):
         log = np.log(loo)
@@ -152,8 +153,9 @@ def variance_ratio_test(values_a: Sequence[float], values_b: Sequence[float]) ->
     return {"ratio": ratio, "p": float(sps.f.sf(ratio, len(values_a) - 1, len(values_b) - 1))}
 
 
-def decompose(values: Mapping[str, Sequence[float]], tau: Mapping[str, dict] | None = None,
-              level: float = LEVEL) -> dict[str, dict]:
+def decompose(
+    values: Mapping[str, Sequence[float]], tau: Mapping[str, dict] | None = None, level: float = LEVEL
+) -> dict[str, dict]:
     """The components of one activation's noise design.
 
     `values`: {arm: the metric over its seeds} (arms of `ARMS`; a missing one counts as no runs); `tau`:
@@ -176,11 +178,23 @@ def decompose(values: Mapping[str, Sequence[float]], tau: Mapping[str, dict] | N
         n, s2 = arms[arm].size, sample_var(arms[arm])
         shift = taus[arm] if subtract and arm != ALL else 0.0
         low, high = chi2_interval(s2, n, level)
-        out[arm] = {"n": n, "arm_var": s2, "tau": taus[arm], "var": s2 - shift, "low": _floor(low - shift),
-                    "high": _floor(high - shift)}
+        out[arm] = {
+            "n": n,
+            "arm_var": s2,
+            "tau": taus[arm],
+            "var": s2 - shift,
+            "low": _floor(low - shift),
+            "high": _floor(high - shift),
+        }
     test = (tau or {}).get(ALL, {}) if subtract else {}
-    out[TEST] = {"n": arms[ALL].size, "arm_var": math.nan, "tau": taus[ALL], "var": test.get("var", math.nan),
-                 "low": test.get("low", math.nan), "high": test.get("high", math.nan)}
+    out[TEST] = {
+        "n": arms[ALL].size,
+        "arm_var": math.nan,
+        "tau": taus[ALL],
+        "var": test.get("var", math.nan),
+        "low": test.get("low", math.nan),
+        "high": test.get("high", math.nan),
+    }
     out["sum"] = _sum(out, level)
     return out
 
@@ -197,13 +211,26 @@ def _sum(out: dict, level: float) -> dict:
     positive = sum(max(0.0, v) for v in finite.values())
     for k in COMPONENTS:
         out[k]["share"] = max(0.0, out[k]["var"]) / positive if k in finite and positive > 0 else math.nan
-    res = {"var": total, "varying": positive, "dominant": max(finite, key=finite.get) if positive > 0 else None,
-           "complete": all(math.isfinite(out[k]["var"]) for k in (*SOURCES, ALL)),
-           "inside": None, "consistent": None, "diff": math.nan, "diff_low": math.nan, "diff_high": math.nan}
+    res = {
+        "var": total,
+        "varying": positive,
+        "dominant": max(finite, key=finite.get) if positive > 0 else None,
+        "complete": all(math.isfinite(out[k]["var"]) for k in (*SOURCES, ALL)),
+        "inside": None,
+        "consistent": None,
+        "diff": math.nan,
+        "diff_low": math.nan,
+        "diff_high": math.nan,
+    }
     if res["complete"]:
         diff = total - out[ALL]["var"]
         se = math.sqrt(sum(2 * out[k]["arm_var"] ** 2 / (out[k]["n"] + 1) for k in (*SOURCES, ALL)))
         half = sps.norm.ppf(0.5 + level / 2) * se
-        res.update(inside=bool(out[ALL]["low"] <= total <= out[ALL]["high"]), diff=diff, diff_low=diff - half,
-                   diff_high=diff + half, consistent=bool(abs(diff) <= half))
+        res.update(
+            inside=bool(out[ALL]["low"] <= total <= out[ALL]["high"]),
+            diff=diff,
+            diff_low=diff - half,
+            diff_high=diff + half,
+            consistent=bool(abs(diff) <= half),
+        )
     return res

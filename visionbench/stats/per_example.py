@@ -21,6 +21,7 @@ in fractions (0.012, not 1.2 points); the report scales. What is computed, each 
 Every function that takes several runs refuses runs that did not score the same images
 (`check_same_images`: one ValueError naming the first run that differs).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -50,10 +51,15 @@ def check_same_images(targets: Sequence[np.ndarray], labels: Sequence[str] | Non
     for label, target in zip(labels[1:], targets[1:]):
         target = np.asarray(target)
         if target.shape != first.shape or not np.array_equal(target, first):
-            what = f"{target.size} images vs {first.size}" if target.shape != first.shape else \
-                f"{int(np.sum(target != first))} of {first.size} targets differ"
-            raise ValueError(f"the runs did not score the same images ({label} vs {labels[0]}: {what}); "
-                             "per-example statistics need every run scored on one test set in one order")
+            what = (
+                f"{target.size} images vs {first.size}"
+                if target.shape != first.shape
+                else f"{int(np.sum(target != first))} of {first.size} targets differ"
+            )
+            raise ValueError(
+                f"the runs did not score the same images ({label} vs {labels[0]}: {what}); "
+                "per-example statistics need every run scored on one test set in one order"
+            )
     return first
 
 
@@ -61,6 +67,7 @@ def check_same_images(targets: Sequence[np.ndarray], labels: Sequence[str] | Non
 class Arm:
     """One activation's runs over the same N images: `pred`, `p_true`, `confidence` are (n_runs × N),
     `target` (N,); `seeds` names the runs (for the seed-paired test of the calibration)."""
+
     pred: np.ndarray
     p_true: np.ndarray
     confidence: np.ndarray
@@ -72,8 +79,13 @@ class Arm:
         """Stack per-run dicts `{pred, p_true, confidence, target}` (results/predictions.py's variant)."""
         target = check_same_images([r["target"] for r in runs], labels)
         stack = {k: np.stack([np.asarray(r[k]) for r in runs]) for k in ("pred", "p_true", "confidence")}
-        return cls(stack["pred"].astype(np.int64), stack["p_true"].astype(float), stack["confidence"].astype(float),
-                   np.asarray(target).astype(np.int64), tuple(seeds if seeds is not None else range(len(runs))))
+        return cls(
+            stack["pred"].astype(np.int64),
+            stack["p_true"].astype(float),
+            stack["confidence"].astype(float),
+            np.asarray(target).astype(np.int64),
+            tuple(seeds if seeds is not None else range(len(runs))),
+        )
 
     @property
     def n(self) -> int:
@@ -86,6 +98,7 @@ class Arm:
 
 
 # ---- Δ with seeds and test examples as sources of variance ------------------------------------
+
 
 def two_level_interval(ca, cb, level: float = LEVEL) -> dict:
     """Δ = mean accuracy of `ca` − of `cb` with its seed-only (Welch) and two-level t intervals.
@@ -113,8 +126,20 @@ def two_level_interval(ca, cb, level: float = LEVEL) -> dict:
     diff = ca.mean(axis=(-2, -1)) - cb.mean(axis=(-2, -1))
     if na < 2 or nb < 2:
         nan = np.full(np.shape(diff), np.nan)
-        return _squeeze(dict(diff=diff, low=nan, high=nan, df=nan, seed_var=nan, example_var=nan, example_sd=nan,
-                             seed_low=nan, seed_high=nan, seed_df=nan))
+        return _squeeze(
+            dict(
+                diff=diff,
+                low=nan,
+                high=nan,
+                df=nan,
+                seed_var=nan,
+                example_var=nan,
+                example_sd=nan,
+                seed_low=nan,
+                seed_high=nan,
+                seed_df=nan,
+            )
+        )
     sa = ca.mean(axis=-1).var(axis=-1, ddof=1) / na
     sb = cb.mean(axis=-1).var(axis=-1, ddof=1) / nb
     d = ca.mean(axis=-2) - cb.mean(axis=-2)
@@ -129,17 +154,28 @@ def two_level_interval(ca, cb, level: float = LEVEL) -> dict:
     seed_half = np.where(seed > 0, seed_half, 0.0)
     # never narrower than the seed-only interval: a larger df can lower t by more than the example term adds
     half = np.maximum(np.where(seed + example > 0, half, 0.0), seed_half)
-    return _squeeze(dict(diff=diff, low=diff - half, high=diff + half, df=df, seed_var=seed, example_var=example,
-                         example_sd=np.sqrt(example), seed_low=diff - seed_half, seed_high=diff + seed_half,
-                         seed_df=seed_df))
+    return _squeeze(
+        dict(
+            diff=diff,
+            low=diff - half,
+            high=diff + half,
+            df=df,
+            seed_var=seed,
+            example_var=example,
+            example_sd=np.sqrt(example),
+            seed_low=diff - seed_half,
+            seed_high=diff + seed_half,
+            seed_df=seed_df,
+        )
+    )
 
 
 def _satterthwaite(terms) -> np.ndarray:
     """Welch–Satterthwaite df of a sum of variance terms [(term, its df)]; terms that are 0 drop out."""
     total = sum(t for t, _ in terms)
     with np.errstate(invalid="ignore", divide="ignore"):
-        denom = sum(np.where(t > 0, t ** 2 / k, 0.0) for t, k in terms)
-        return np.where(denom > 0, total ** 2 / np.where(denom > 0, denom, 1.0), np.nan)
+        denom = sum(np.where(t > 0, t**2 / k, 0.0) for t, k in terms)
+        return np.where(denom > 0, total**2 / np.where(denom > 0, denom, 1.0), np.nan)
 
 
 def _squeeze(out: dict) -> dict:
@@ -167,18 +203,24 @@ def variance_share(c) -> dict:
     c = np.asarray(c, float)
     n, n_img = c.shape
     p = float(c.mean())
-    out = {"accuracy": p, "binomial_sd": binomial_sd(p, n_img), "seed_var": math.nan,
-           "example_var": math.nan, "share": math.nan}
+    out = {
+        "accuracy": p,
+        "binomial_sd": binomial_sd(p, n_img),
+        "seed_var": math.nan,
+        "example_var": math.nan,
+        "share": math.nan,
+    }
     if n < 2:
         return out
     # from the counts of right images (exact): runs with equal counts have s² = 0, not a few ulps
-    seed_var = float(c.sum(axis=1).var(ddof=1)) / n_img ** 2
-    example_var = float(image_variances(c).sum() / n_img ** 2)
+    seed_var = float(c.sum(axis=1).var(ddof=1)) / n_img**2
+    example_var = float(image_variances(c).sum() / n_img**2)
     out.update(seed_var=seed_var, example_var=example_var, share=example_var / seed_var if seed_var > 0 else math.nan)
     return out
 
 
 # ---- the same images scored by both activations --------------------------------------------
+
 
 def paired_over_images(ca, cb) -> dict:
     """Paired two-tailed t-test over images of d_i = (seed-averaged correctness of image i) A − B.
@@ -203,6 +245,7 @@ def mcnemar_p(correct_a, correct_b) -> float:
 
 
 # ---- churn: which images change their predicted class ---------------------------------------
+
 
 def disagreement(pred) -> np.ndarray:
     """(n × n) matrix: the fraction of images on which runs j and k predict different classes."""
@@ -231,8 +274,16 @@ def churn_test(pred_a, pred_b, seed: int = 0) -> dict:
     smallest p these run counts can give (3 vs 3: 0.10, so never significant at 0.05)."""
     pred_a, pred_b = np.asarray(pred_a), np.asarray(pred_b)
     na, nb = len(pred_a), len(pred_b)
-    out = {"within_a": churn(pred_a), "within_b": churn(pred_b), "between": churn(pred_a, pred_b),
-           "within": math.nan, "p_value": math.nan, "min_p": math.nan, "n_relabelings": 0, "exact": True}
+    out = {
+        "within_a": churn(pred_a),
+        "within_b": churn(pred_b),
+        "between": churn(pred_a, pred_b),
+        "within": math.nan,
+        "p_value": math.nan,
+        "min_p": math.nan,
+        "n_relabelings": 0,
+        "exact": True,
+    }
     if na + nb < 3 or max(na, nb) < 2:
         return out
     dis = disagreement(np.concatenate([pred_a, pred_b]))
@@ -275,6 +326,7 @@ def _churn_statistic(dis: np.ndarray, masks: np.ndarray) -> np.ndarray:
 
 # ---- the seed ensemble and calibration ------------------------------------------------------
 
+
 def ensemble_pred(pred, confidence) -> np.ndarray:
     """The seed ensemble's class per image: the plurality of the runs' predicted classes; a tie goes to
     the class with the larger summed confidence (then to the lower run index)."""
@@ -307,6 +359,7 @@ def ece(confidence, correct, n_bins: int = N_BINS) -> np.ndarray:
 
 # ---- everything: one activation, and one against the baseline ---------------------------------
 
+
 def describe_arm(arm: Arm) -> dict:
     """One arm's own numbers: `accuracy`, `binomial_sd`, `seed_var`, `example_var`, `share`
     (`variance_share`), `churn_within`, `ensemble` accuracy, `nll`, `ece` and their sds over runs."""
@@ -336,8 +389,10 @@ def compare_arms(a: Arm, b: Arm, test: str = "student", level: float = LEVEL, se
     out.update({f"churn_{k}": v for k, v in churn_test(a.pred, b.pred, seed).items()})
     ens_a, ens_b = (ensemble_pred(x.pred, x.confidence) == x.target for x in (a, b))
     out["ensemble_p"] = mcnemar_p(ens_a, ens_b)
-    for name, values in (("nll", (nll(a.p_true), nll(b.p_true))),
-                         ("ece", (ece(a.confidence, a.correct), ece(b.confidence, b.correct)))):
+    for name, values in (
+        ("nll", (nll(a.p_true), nll(b.p_true))),
+        ("ece", (ece(a.confidence, a.correct), ece(b.confidence, b.correct))),
+    ):
         va, vb = (pd.Series(v, index=list(arm.seeds)) for v, arm in zip(values, (a, b)))
         res = compare(va, vb, test)
         out[f"{name}_p"], out[f"{name}_mark"] = res["p_value"], res["mark"]

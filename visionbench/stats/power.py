@@ -12,6 +12,7 @@ has no power for Welch's test: with `welch` the Student power with the pooled sd
 agree when the groups are of similar size and spread). The TOST is statsmodels' `ttost_ind`
 (pooled or unequal variances, as the table's test) or `ttost_paired`.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,7 +24,7 @@ from statsmodels.stats.power import TTestIndPower, TTestPower
 from statsmodels.stats.weightstats import ttost_ind, ttost_paired
 
 ALPHA = 0.05  # the papers' significance level (001 Tables 1, 2, 7: stars from p < 0.05)
-POWER = 0.8   # the conventional target power (Cohen 1988)
+POWER = 0.8  # the conventional target power (Cohen 1988)
 MAX_SEEDS = 1_000_000  # beyond this the answer is "no realistic number of seeds"
 
 
@@ -61,10 +62,18 @@ def mde_d(n1: int, n2: int | None = None, *, alpha: float = ALPHA, power: float 
     if n1 < 2 or (n2 is not None and n2 < 2):
         return math.nan
     if n2 is None:
-        return _quiet(TTestPower().solve_power, effect_size=None, nobs=n1, alpha=alpha, power=power,
-                      alternative="two-sided")
-    return _quiet(TTestIndPower().solve_power, effect_size=None, nobs1=n1, ratio=n2 / n1, alpha=alpha, power=power,
-                  alternative="two-sided")
+        return _quiet(
+            TTestPower().solve_power, effect_size=None, nobs=n1, alpha=alpha, power=power, alternative="two-sided"
+        )
+    return _quiet(
+        TTestIndPower().solve_power,
+        effect_size=None,
+        nobs1=n1,
+        ratio=n2 / n1,
+        alpha=alpha,
+        power=power,
+        alternative="two-sided",
+    )
 
 
 def mde(a, b, *, paired: bool = False, alpha: float = ALPHA, power: float = POWER) -> float:
@@ -107,8 +116,9 @@ def seeds_needed(d: float, *, paired: bool = False, alpha: float = ALPHA, power:
         return math.inf
     if power_at(2) >= power:
         return 2.0
-    n = _quiet(solver.solve_power, effect_size=d, alpha=alpha, power=power, alternative="two-sided",
-               **{n_key: None}, **extra)
+    n = _quiet(
+        solver.solve_power, effect_size=d, alpha=alpha, power=power, alternative="two-sided", **{n_key: None}, **extra
+    )
     if not math.isfinite(n) or not 2 <= n <= MAX_SEEDS:
         n = brentq(lambda x: power_at(x) - power, 2, MAX_SEEDS)
     return float(math.ceil(n - 1e-9))  # 5.0000000001 from the root finder is 5 seeds

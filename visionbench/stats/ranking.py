@@ -18,6 +18,7 @@ Friedman test runs over the tasks where every compared act has a score (scipy's
 Sec 3.2.2), and the Nemenyi critical difference is CD = q_α · sqrt(k(k+1) / (6N)), with q_α the
 studentized range quantile over √2.
 """
+
 from __future__ import annotations
 
 import math
@@ -55,13 +56,15 @@ def rank_table(scores: pd.DataFrame) -> pd.DataFrame:
     average: a rank out of 2 is not one out of 6), n_best (tasks where it ranked 1), sorted best first."""
     r = ranks(scores)
     n_acts = r.notna().sum(axis=1)
-    out = pd.DataFrame({
-        "act": r.columns,
-        "mean_rank": r.mean(axis=0).to_numpy(),
-        "n_recipes": r.notna().sum(axis=0).to_numpy(),
-        "n_acts_mean": [float(n_acts[r[a].notna()].mean()) for a in r.columns],
-        "n_best": (r == 1).sum(axis=0).to_numpy(),
-    })
+    out = pd.DataFrame(
+        {
+            "act": r.columns,
+            "mean_rank": r.mean(axis=0).to_numpy(),
+            "n_recipes": r.notna().sum(axis=0).to_numpy(),
+            "n_acts_mean": [float(n_acts[r[a].notna()].mean()) for a in r.columns],
+            "n_best": (r == 1).sum(axis=0).to_numpy(),
+        }
+    )
     return out.sort_values(["mean_rank", "act"], kind="stable").reset_index(drop=True)
 
 
@@ -117,21 +120,41 @@ def friedman(scores: pd.DataFrame, alpha: float = ALPHA) -> dict:
     the numbers are NaN and `note` says why when k < 3 or N < 2 (no test is run; `acts`, `tasks` are then the
     largest complete block, which no test used)."""
     acts, tasks = complete_block(scores)
-    out = {"acts": acts, "tasks": tasks, "k": len(acts), "n": len(tasks), "statistic": math.nan,
-           "p_value": math.nan, "f_stat": math.nan, "f_p_value": math.nan, "f_df": (math.nan, math.nan),
-           "cd": math.nan, "alpha": alpha, "mean_ranks": {}, "note": ""}
+    out = {
+        "acts": acts,
+        "tasks": tasks,
+        "k": len(acts),
+        "n": len(tasks),
+        "statistic": math.nan,
+        "p_value": math.nan,
+        "f_stat": math.nan,
+        "f_p_value": math.nan,
+        "f_df": (math.nan, math.nan),
+        "cd": math.nan,
+        "alpha": alpha,
+        "mean_ranks": {},
+        "note": "",
+    }
     if len(acts) < 3 or len(tasks) < 2:
-        out["note"] = (f"no Friedman test: it needs >= 3 activations scored in >= 2 common recipes; the largest "
-                       f"complete block has {len(acts)} activation(s) x {len(tasks)} recipe(s)")
+        out["note"] = (
+            f"no Friedman test: it needs >= 3 activations scored in >= 2 common recipes; the largest "
+            f"complete block has {len(acts)} activation(s) x {len(tasks)} recipe(s)"
+        )
         return out
     table = means(scores).loc[tasks, acts]
     # the statistic is the same for ranks in either direction: the means go in as they are
     res = stats.friedmanchisquare(*[table[a].to_numpy() for a in acts])
     block_ranks = _rank_rows(table, scores)
     f_stat, f_p, df1, df2 = iman_davenport(float(res.statistic), len(tasks), len(acts))
-    out.update(statistic=float(res.statistic), p_value=float(res.pvalue), f_stat=f_stat, f_p_value=f_p,
-               f_df=(df1, df2), cd=critical_difference(len(acts), len(tasks), alpha),
-               mean_ranks=block_ranks.mean(axis=0).sort_values().to_dict())
+    out.update(
+        statistic=float(res.statistic),
+        p_value=float(res.pvalue),
+        f_stat=f_stat,
+        f_p_value=f_p,
+        f_df=(df1, df2),
+        cd=critical_difference(len(acts), len(tasks), alpha),
+        mean_ranks=block_ranks.mean(axis=0).sort_values().to_dict(),
+    )
     return out
 
 
@@ -144,7 +167,7 @@ def cliques(mean_ranks: dict, cd: float) -> list[list[str]]:
         j = i
         while j + 1 < len(order) and mean_ranks[order[j + 1]] - mean_ranks[a] < cd:
             j += 1
-        group = order[i:j + 1]
+        group = order[i : j + 1]
         if len(group) > 1 and not any(set(group) <= set(g) for g in groups):
             groups.append(group)
     return groups

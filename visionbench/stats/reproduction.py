@@ -39,6 +39,7 @@ by simulation: docs/reproducing.md.
 `prediction_interval` is the other question: a paper printed ONE run per cell — does that number lie where
 one run of ours would? mean ± t(0.975, n − 1)·s·√(1 + 1/n) over our n runs (normal model; NaN for n < 2).
 """
+
 from __future__ import annotations
 
 import functools
@@ -69,6 +70,7 @@ def prediction_interval(mean: float, sd: float, n: int, level: float = LEVEL) ->
 
 
 # ---- the exact equivalence test in seed-sd units (Wellek 2010, Sec. 6.1) ---------------------------------
+
 
 def _within(c: float, df: float, ncp: float) -> float:
     """P(|T| < c) for T ~ noncentral t(df, ncp); the left tail through the symmetry P(T < −c; ncp) = P(T > c; −ncp)
@@ -132,6 +134,7 @@ def seeds_for_equivalence(k: float, *, alpha: float = power.ALPHA, target: float
 
 # ---- one activation, and the family ---------------------------------------------------------------------
 
+
 def supported_bound(a, b, level: float = 0.90) -> float:
     """The largest |limit| of the `level` (90 %) Welch interval of mean(b) − mean(a): the smallest margin
     within which a Welch TOST at α = (1 − level)/2 (0.05) would call them equivalent; NaN without an interval."""
@@ -139,8 +142,9 @@ def supported_bound(a, b, level: float = 0.90) -> float:
     return max(abs(float(low)), abs(float(high))) if math.isfinite(low) else math.nan
 
 
-def compare_runs(a, b, margin: float | None = None, *, margin_sd: float = DEFAULT_MARGIN_SD,
-                 alpha: float = power.ALPHA) -> dict:
+def compare_runs(
+    a, b, margin: float | None = None, *, margin_sd: float = DEFAULT_MARGIN_SD, alpha: float = power.ALPHA
+) -> dict:
     """A's and B's values of one metric (one per run): `n_a`, `mean_a`, `sd_a`, the same for B, `diff` = mean B −
     mean A, its Welch interval `ci_low`, `ci_high` (95 %), `welch_p` (unadjusted), `bound` (`supported_bound`),
     the equivalence margin in the metric's units (`margin`) and in pooled seed sd (`margin_sd`), the test
@@ -170,7 +174,9 @@ def compare_runs(a, b, margin: float | None = None, *, margin_sd: float = DEFAUL
     return out
 
 
-def family_verdicts(rows: list[dict], identical: list[bool], alpha: float = power.ALPHA) -> tuple[np.ndarray, list[str]]:
+def family_verdicts(
+    rows: list[dict], identical: list[bool], alpha: float = power.ALPHA
+) -> tuple[np.ndarray, list[str]]:
     """(the Holm-adjusted Welch p of each row, its verdict) for the activations of one comparison: `rows` are
     `compare_runs` results, `identical` whether each row's runs are the same run by run. The family is the rows
     whose verdict rests on a test (the identical ones are decided by their bits)."""

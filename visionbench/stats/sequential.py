@@ -26,6 +26,7 @@ The rule at look k (n_k seeds per group, both groups the same size):
    equivalence never adds a false "better"/"worse", so it costs the superiority test no α);
 3. else **continue**, or **inconclusive** at the last look.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -72,8 +73,13 @@ def _tests(a: np.ndarray, b: np.ndarray, margin: float | None):
     diff, se, df = _student(a, b)
     with np.errstate(divide="ignore", invalid="ignore"):
         p = np.nan_to_num(2.0 * stats.t.sf(np.abs(diff / se), df), nan=1.0)
-        p_tost = None if margin is None else np.nan_to_num(np.maximum(
-            stats.t.sf((diff + margin) / se, df), stats.t.cdf((diff - margin) / se, df)), nan=1.0)
+        p_tost = (
+            None
+            if margin is None
+            else np.nan_to_num(
+                np.maximum(stats.t.sf((diff + margin) / se, df), stats.t.cdf((diff - margin) / se, df)), nan=1.0
+            )
+        )
     return diff, p, p_tost
 
 
@@ -83,8 +89,9 @@ def _look(a, b, looks, alpha: float, margin: float | None, higher_is_better: boo
     looks = _check_looks(looks)
     n = a.shape[-1]
     if b.shape[-1] != n or n not in looks:
-        raise ValueError(f"both groups need the same number of seeds, one of the looks {looks}; "
-                         f"got {a.shape[-1]} and {b.shape[-1]}")
+        raise ValueError(
+            f"both groups need the same number of seeds, one of the looks {looks}; got {a.shape[-1]} and {b.shape[-1]}"
+        )
     k = looks.index(n)
     level = nominal_alphas(looks, alpha)[k]
     diff, p, p_tost = _tests(a, b, margin)
@@ -98,29 +105,37 @@ def _look(a, b, looks, alpha: float, margin: float | None, higher_is_better: boo
     return out, diff, p, p_tost, level
 
 
-def decide_batch(a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | None = None,
-                 higher_is_better: bool = True) -> np.ndarray:
+def decide_batch(
+    a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | None = None, higher_is_better: bool = True
+) -> np.ndarray:
     """Decisions for many sweeps at once: `a` (candidate) and `b` (baseline) have shape (..., n_k)
     with n_k one of `looks`; returns an array of DECISIONS of shape (...)."""
     return _look(a, b, looks, alpha, margin, higher_is_better)[0]
 
 
-def decide(a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | None = None,
-           higher_is_better: bool = True) -> str:
+def decide(
+    a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | None = None, higher_is_better: bool = True
+) -> str:
     """One decision: `a` the candidate's metric over its seeds, `b` the baseline's (same length,
     one of `looks`). Returns 'better' / 'worse' / 'equivalent' (stop), 'continue', or 'inconclusive'
     at the last look."""
-    return str(decide_batch(a, b, looks=looks, alpha=alpha, margin=margin,
-                            higher_is_better=higher_is_better))
+    return str(decide_batch(a, b, looks=looks, alpha=alpha, margin=margin, higher_is_better=higher_is_better))
 
 
-def evidence(a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | None = None,
-             higher_is_better: bool = True) -> dict:
+def evidence(
+    a, b, *, looks=LOOKS, alpha: float = ALPHA, margin: float | None = None, higher_is_better: bool = True
+) -> dict:
     """`decide` with the numbers behind it, for the sweep's record (visionbench/sweep/rounds.py): the
     seeds, the difference of means, the t-test's p, TOST's p (with a margin), the look's level, the decision."""
     decision, diff, p, p_tost, level = _look(a, b, looks, alpha, margin, higher_is_better)
-    return {"seeds": int(np.shape(a)[-1]), "diff": float(diff), "p": float(p),
-            "p_tost": None if p_tost is None else float(p_tost), "level": float(level), "decision": str(decision)}
+    return {
+        "seeds": int(np.shape(a)[-1]),
+        "diff": float(diff),
+        "p": float(p),
+        "p_tost": None if p_tost is None else float(p_tost),
+        "level": float(level),
+        "decision": str(decision),
+    }
 
 
 def evidence_text(step: dict) -> str:
@@ -132,8 +147,9 @@ def evidence_text(step: dict) -> str:
     return f"p = {step['p']:.3g}{tost} vs level {step['level']:.3g}"
 
 
-def simulate(d: float, *, n_sweeps: int = 10_000, looks=LOOKS, alpha: float = ALPHA,
-             margin: float | None = None, seed: int = 0) -> dict:
+def simulate(
+    d: float, *, n_sweeps: int = 10_000, looks=LOOKS, alpha: float = ALPHA, margin: float | None = None, seed: int = 0
+) -> dict:
     """Run `n_sweeps` sequential sweeps with true effect d (in sd units) and return the rejection
     rate (`p_reject`: better or worse), `p_better`, `p_equivalent` and the mean seeds per group used."""
     looks = _check_looks(looks)
@@ -148,6 +164,11 @@ def simulate(d: float, *, n_sweeps: int = 10_000, looks=LOOKS, alpha: float = AL
         stop = open_ & np.isin(dec, ("better", "worse", "equivalent"))
         final[stop], used[stop] = dec[stop], n
         open_ &= ~stop
-    return {"d": d, "p_reject": float(np.isin(final, ("better", "worse")).mean()),
-            "p_better": float((final == "better").mean()), "p_equivalent": float((final == "equivalent").mean()),
-            "mean_seeds": float(used.mean()), "seeds_max": looks[-1]}
+    return {
+        "d": d,
+        "p_reject": float(np.isin(final, ("better", "worse")).mean()),
+        "p_better": float((final == "better").mean()),
+        "p_equivalent": float((final == "equivalent").mean()),
+        "mean_seeds": float(used.mean()),
+        "seeds_max": looks[-1],
+    }

@@ -20,6 +20,7 @@ groups, or all paired differences, are constant), `no completed run` (all diverg
 `no baseline` (the recipe has no run of the baseline act), `<2 shared seeds` (paired test),
 `not comparable` (the runs of the table differ in more than act and seed: no test across them).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -203,4 +204,3 @@ def _quiet(fn, *args, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return fn(*args, **kwargs)
-

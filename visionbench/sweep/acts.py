@@ -9,6 +9,7 @@ visionbench/config/overrides.py); its label (the text as written, with the famil
 is its row in the report and its directory on disk. A factor setting is the other axis
 (`config.sweep_settings`); paper 004 Table 2 is both: acts x {GN off, on} x {default init, LSUV}.
 """
+
 from __future__ import annotations
 
 from omegaconf import DictConfig, open_dict
@@ -70,8 +71,10 @@ def parse_acts(text: str) -> list[ActSpec]:
     for t in items:
         if t.split("[", 1)[0].strip() == ALL and t != ALL:
             options = " ".join(f"act.{k}={format_value(v)}" for k, v in parse_variant(t)[1].items())
-            raise ValueError(f"act={t}: options cannot be given to {ALL} (its activations take different options); "
-                             f"write act={ALL} {options} (every activation that takes an option gets it)")
+            raise ValueError(
+                f"act={t}: options cannot be given to {ALL} (its activations take different options); "
+                f"write act={ALL} {options} (every activation that takes an option gets it)"
+            )
         if t != ALL:
             try:
                 given.append(parse_act(t))
@@ -103,8 +106,10 @@ def apply_act_keys(cfg: DictConfig, options: dict, strict: bool = True) -> None:
     for key, value in options.items():
         takers = [a for a in families if key in activations.accepted_kwargs(a)]
         if not takers and strict:
-            raise ConfigError(f"no activation in the sweep ({', '.join(families)}) takes option {key!r}; "
-                              + "; ".join(f"{a}: {', '.join(activations.accepted_kwargs(a))}" for a in families))
+            raise ConfigError(
+                f"no activation in the sweep ({', '.join(families)}) takes option {key!r}; "
+                + "; ".join(f"{a}: {', '.join(activations.accepted_kwargs(a))}" for a in families)
+            )
         with open_dict(cfg.act_options):  # a free mapping: the user's own keys
             for a in takers:
                 cfg.act_options.setdefault(a, {})

@@ -19,6 +19,7 @@ A failed or diverged run fails its job (non-zero exit, the run's one-line error)
 visionbench's own requeue (sweep/signals.py, which replaces Lightning's auto-requeue handler): the job is
 requeued, the run recorded `interrupted` (exit 138), and the requeued job resumes from last.ckpt.
 """
+
 from __future__ import annotations
 
 import re
@@ -40,8 +41,19 @@ from .signals import Interrupted, install_sigterm
 from .sweep import check_data, execute_jobs
 
 CARRIER = "cli"  # Hydra carries our arguments untouched, as strings under this key: +cli.a0='act=relu'
-HYDRA_FLAGS = ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd", "--cfg", "-c", "--package",
-               "-p", "--experimental-rerun")  # Hydra's flags that take the next argument
+HYDRA_FLAGS = (
+    "--config-name",
+    "-cn",
+    "--config-path",
+    "-cp",
+    "--config-dir",
+    "-cd",
+    "--cfg",
+    "-c",
+    "--package",
+    "-p",
+    "--experimental-rerun",
+)  # Hydra's flags that take the next argument
 
 
 def _quoted(arg: str) -> str:
@@ -124,15 +136,18 @@ def main(cfg: DictConfig) -> int:
     try:
         # execute_jobs, not execute: a `trainer.portable=true` run trains in a fresh worker started with the pinned
         # kernels and one thread (sweep/portable.py), as under `visionbench run`; any other run, in this process
-        outcome, = execute_jobs([(run, out)], 1, progress=False)
+        (outcome,) = execute_jobs([(run, out)], 1, progress=False)
     except Interrupted as stop:  # recorded `interrupted`; a requeued job (SLURM) reruns this and resumes
-        print(f"{cfg.recipe} {acts[0]} seed {seed}: interrupted by {stop.signal_name}; rerun the job to resume it",
-              file=sys.stderr)
+        print(
+            f"{cfg.recipe} {acts[0]} seed {seed}: interrupted by {stop.signal_name}; rerun the job to resume it",
+            file=sys.stderr,
+        )
         raise SystemExit(stop.exit_code) from None
     print(f"{cfg.recipe} {outcome.act} seed {outcome.seed}: {outcome.status}")
     if outcome.status in ("failed", "diverged"):  # Hydra ignores a return value: only an exception fails the job
-        raise RunFailed(f"{cfg.recipe} {outcome.act} seed {outcome.seed} {outcome.status}: "
-                        f"{outcome.summary.get('error')}")
+        raise RunFailed(
+            f"{cfg.recipe} {outcome.act} seed {outcome.seed} {outcome.status}: {outcome.summary.get('error')}"
+        )
     return 0
 
 

@@ -11,6 +11,7 @@ it without truncating) so the skip message can name it.
 
 Under DDP every rank runs the same command and trains the same run together: only rank 0 takes
 the lock (the others would find it held and skip, leaving rank 0 waiting for them forever)."""
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,10 @@ class RunLock:
             lock.acquire()
         except Timeout:
             holder = self.path.read_text().strip() if self.path.exists() else ""
-            raise RunLocked(f"{self.path.parent} is being trained by another visionbench process (pid {holder or '?'}); "
-                            "skipped here") from None
+            raise RunLocked(
+                f"{self.path.parent} is being trained by another visionbench process (pid {holder or '?'}); "
+                "skipped here"
+            ) from None
         self.path.write_text(str(os.getpid()))  # same inode: the lock stays held
         self._lock = lock
         return self

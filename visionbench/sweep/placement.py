@@ -11,6 +11,7 @@ Nothing here starts a daemon: MPS is used when its control daemon is running (`n
 started by whoever owns the machine), and `trainer.mps=true` refuses to run without one
 (docs/running.md#parallel-many-runs-per-device).
 """
+
 from __future__ import annotations
 
 import math
@@ -60,6 +61,7 @@ class Placement:
 
 # ---- where: the devices ------------------------------------------------------------------------------------------
 
+
 def visible_gpus() -> tuple[str, ...]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES entries (an index or a UUID); ConfigError when that
     variable names a GPU the machine does not have (CUDA then hides it and every entry after it)."""
@@ -71,9 +73,11 @@ def visible_gpus() -> tuple[str, ...]:
         return tuple(str(i) for i in range(count))
     entries = tuple(e.strip() for e in listed.split(",") if e.strip())
     if len(entries) > count:
-        raise ConfigError(f"CUDA_VISIBLE_DEVICES={listed}: CUDA sees {count} of these {len(entries)} GPUs "
-                          f"({', '.join(entries[:count]) or 'none'}); an index or UUID the machine does not have "
-                          "hides itself and every entry after it — `nvidia-smi -L` lists this machine's GPUs")
+        raise ConfigError(
+            f"CUDA_VISIBLE_DEVICES={listed}: CUDA sees {count} of these {len(entries)} GPUs "
+            f"({', '.join(entries[:count]) or 'none'}); an index or UUID the machine does not have "
+            "hides itself and every entry after it — `nvidia-smi -L` lists this machine's GPUs"
+        )
     return entries
 
 
@@ -91,29 +95,41 @@ def resolve(cfg: Any, jobs: int) -> Placement:
     `cfg.trainer.mps`; ConfigError (one line) for what cannot be placed."""
     k, t = cfg.parallel, cfg.trainer
     if k == "auto":
-        raise ConfigError("parallel=auto is chosen by `visionbench run` and `visionbench estimate` (they measure "
-                          "a run first); here give parallel=K")
+        raise ConfigError(
+            "parallel=auto is chosen by `visionbench run` and `visionbench estimate` (they measure "
+            "a run first); here give parallel=K"
+        )
     k = int(k)
     from ..train.trainer import trains_on_cuda  # Lightning: imported when a sweep starts, not with this module
 
     import torch
 
     listed = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    if listed not in ("", "-1") and str(t.accelerator) == "auto" and torch.backends.cuda.is_built() \
-            and not torch.cuda.is_available():
-        raise ConfigError(f"CUDA_VISIBLE_DEVICES={listed}: CUDA sees none of these GPUs, and the runs would train on "
-                          "the CPU; name GPUs this machine has (`nvidia-smi -L`), or set trainer.accelerator=cpu "
-                          "(or CUDA_VISIBLE_DEVICES=) to train on the CPU")
+    if (
+        listed not in ("", "-1")
+        and str(t.accelerator) == "auto"
+        and torch.backends.cuda.is_built()
+        and not torch.cuda.is_available()
+    ):
+        raise ConfigError(
+            f"CUDA_VISIBLE_DEVICES={listed}: CUDA sees none of these GPUs, and the runs would train on "
+            "the CPU; name GPUs this machine has (`nvidia-smi -L`), or set trainer.accelerator=cpu "
+            "(or CUDA_VISIBLE_DEVICES=) to train on the CPU"
+        )
     if not trains_on_cuda(t):
         if t.mps:
-            raise ConfigError("trainer.mps=true needs CUDA (NVIDIA's Multi-Process Service); this run trains on "
-                              f"{t.accelerator if str(t.accelerator) != 'auto' else 'the CPU'}: drop trainer.mps")
+            raise ConfigError(
+                "trainer.mps=true needs CUDA (NVIDIA's Multi-Process Service); this run trains on "
+                f"{t.accelerator if str(t.accelerator) != 'auto' else 'the CPU'}: drop trainer.mps"
+            )
         return Placement(min(k, max(jobs, 1)))
     mps = mps_running()
     if t.mps and not mps:
-        raise ConfigError(f"trainer.mps=true: no MPS control daemon is running (no {mps_pipe() / 'control'}); "
-                          "start one with `nvidia-cuda-mps-control -d` (visionbench starts no system daemon) or "
-                          "drop trainer.mps to share the GPU by time-slicing")
+        raise ConfigError(
+            f"trainer.mps=true: no MPS control daemon is running (no {mps_pipe() / 'control'}); "
+            "start one with `nvidia-cuda-mps-control -d` (visionbench starts no system daemon) or "
+            "drop trainer.mps to share the GPU by time-slicing"
+        )
     gpus = visible_gpus()
     if not gpus:
         raise ConfigError("CUDA is available but no GPU is visible (CUDA_VISIBLE_DEVICES is empty)")
@@ -121,24 +137,37 @@ def resolve(cfg: Any, jobs: int) -> Placement:
     if k == 1 and (len(gpus) == 1 or not one_gpu_runs):
         return Placement(1, (), mps)  # in this process, as Lightning places it (DDP where trainer.devices asks)
     if not one_gpu_runs:
-        raise ConfigError(f"parallel={k} on CUDA places single-GPU runs, one per worker, K per GPU; this run "
-                          f"asks for trainer.devices={t.devices} trainer.num_nodes={t.num_nodes}: set "
-                          "trainer.devices=1 (choose the GPUs with CUDA_VISIBLE_DEVICES=0,1,...) or parallel=1")
+        raise ConfigError(
+            f"parallel={k} on CUDA places single-GPU runs, one per worker, K per GPU; this run "
+            f"asks for trainer.devices={t.devices} trainer.num_nodes={t.num_nodes}: set "
+            "trainer.devices=1 (choose the GPUs with CUDA_VISIBLE_DEVICES=0,1,...) or parallel=1"
+        )
     per_device = max(1, min(k, math.ceil(max(jobs, 1) / len(gpus))))
     return Placement(per_device, gpus, mps)
 
 
 # ---- how many: parallel=auto -------------------------------------------------------------------------------------
 
+
 def choose_cpu(cores: int, jobs: int) -> tuple[int, str]:
     """The CPU rule: one run per core, each worker one torch thread (small networks use more threads poorly)."""
     k = max(1, min(cores, jobs))
-    return k, (f"parallel=auto on the CPU: {k} worker{'s' * (k > 1)}, one run per core ({cores} cores, {jobs} "
-               f"run{'s' * (jobs != 1)}), each with {max(1, cores // k)} thread{'s' * (cores // k > 1)}")
+    return k, (
+        f"parallel=auto on the CPU: {k} worker{'s' * (k > 1)}, one run per core ({cores} cores, {jobs} "
+        f"run{'s' * (jobs != 1)}), each with {max(1, cores // k)} thread{'s' * (cores // k > 1)}"
+    )
 
 
-def choose(*, busy: float | None, run_bytes: int | None, free_bytes: int | None, cores: int, gpus: int, jobs: int,
-           loader_workers: int = 0) -> tuple[int, str]:
+def choose(
+    *,
+    busy: float | None,
+    run_bytes: int | None,
+    free_bytes: int | None,
+    cores: int,
+    gpus: int,
+    jobs: int,
+    loader_workers: int = 0,
+) -> tuple[int, str]:
     """K per GPU for `parallel=auto` and why, from a run's measured GPU busy share (its kernels' time over a
     training step's wall time, 0-1), its peak GPU memory, the GPU's free memory, the CPU cores and the runs to place.
     K is the least of: the runs that fill the GPU (ceil(1 / busy)), the runs that fit in memory, a core per worker
@@ -149,8 +178,9 @@ def choose(*, busy: float | None, run_bytes: int | None, free_bytes: int | None,
     if run_bytes and free_bytes:
         per_run = run_bytes + CONTEXT_BYTES
         fit = int(free_bytes * GPU_MEMORY_SHARE // per_run)
-        limits.append((fit, f"{fit} runs fit in memory ({per_run / 2**30:.1f} GB each of {free_bytes / 2**30:.0f} GB "
-                             "free)"))
+        limits.append(
+            (fit, f"{fit} runs fit in memory ({per_run / 2**30:.1f} GB each of {free_bytes / 2**30:.0f} GB free)")
+        )
     per_worker = 1 + max(0, loader_workers)
     loaders = f" at {per_worker} processes a run (data.num_workers={loader_workers})" if loader_workers else ""
     limits.append((cores // (per_worker * gpus), f"{cores} CPU cores for {gpus} GPU{'s' * (gpus > 1)}{loaders}"))

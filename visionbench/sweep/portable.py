@@ -18,6 +18,7 @@ process started with them (`variables`); the sweep's own process is left as it i
 hash: a portable run and an ordinary one of the same config are rows of one table, and `visionbench compare`
 says whether their numbers agree.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -12,6 +12,7 @@ fine-tuning checkpoint's content and `finetune.source_act`, the trackers' packag
 The dataset is checked by `sweep.check_data` as the sweep plans, and with it the fine-tuning checkpoint
 against the architecture (`check_finetune_weights`: it needs the dataset's classes and image size).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,18 @@ from omegaconf import DictConfig, OmegaConf
 
 from .. import activations, plugins
 from ..train import seeds
-from ..config import (ConfigError, act_options, apply_setting, block, compose, defaults, parse, run_config,
-                      sweep_settings, typed)
+from ..config import (
+    ConfigError,
+    act_options,
+    apply_setting,
+    block,
+    compose,
+    defaults,
+    parse,
+    run_config,
+    sweep_settings,
+    typed,
+)
 from ..config.rules import choice
 from ..models.swap import check_layers, probe_shape, split_swap_options
 from .acts import Act, apply_act_keys, sweep_acts
@@ -55,8 +66,11 @@ def _registry_rules() -> dict[str, Callable[[Any], str | None]]:
             return f"one of {', '.join(TRAIN_CHOICES)} (parts in any order: head,act)"
         return None
 
-    return {"model.lsuv_variant": choice(*LSUV_VARIANTS), "optim.decay_rule": choice(*DECAY_RULES),
-            "finetune.train": train_parts}
+    return {
+        "model.lsuv_variant": choice(*LSUV_VARIANTS),
+        "optim.decay_rule": choice(*DECAY_RULES),
+        "finetune.train": train_parts,
+    }
 
 
 def preflight(cfg: DictConfig) -> DictConfig:
@@ -66,7 +80,7 @@ def preflight(cfg: DictConfig) -> DictConfig:
     if set(cfg.trainer.loggers) - {"tensorboard", "csv"}:  # an optional tracker: is its package installed?
         from ..train.trackers import missing
 
-        if (why := missing(cfg.trainer.loggers)):
+        if why := missing(cfg.trainer.loggers):
             raise ConfigError(why, "trainer.loggers")
     checked: set[str] = set()
     rules = _registry_rules()
@@ -88,8 +102,11 @@ def preflight(cfg: DictConfig) -> DictConfig:
                 if opts.get("per_channel") and "num_channels" in activations.accepted_kwargs(family):
                     opts.setdefault("num_channels", 1)  # the model gives the real count when it is built
                 owners = " ".join(f"imports={p.module}" for p in plugins.owner(family))
-                probe_shape(activations.create(family, **opts), act,  # a wrong output shape: here, not in a conv
-                            check=f"visionbench check {owners + ' ' if owners else ''}act={act}")
+                probe_shape(
+                    activations.create(family, **opts),
+                    act,  # a wrong output shape: here, not in a conv
+                    check=f"visionbench check {owners + ' ' if owners else ''}act={act}",
+                )
             except (ValueError, TypeError) as e:
                 raise ConfigError(f"act {act}{where}: {e}", "act") from None
         if c.finetune.source_act is not None:
@@ -113,10 +130,14 @@ def _noise_design(cfg: DictConfig) -> None:
 def _check_source_act(ft: DictConfig, where: str) -> None:
     """`finetune.source_act`: a registered activation, and only where a checkpoint's weights are loaded."""
     if not ft.checkpoint or str(ft.checkpoint) == "timm":
-        why = "timm's weights are trained with the model's own activation" if ft.checkpoint else \
-            "it names the activation a finetune.checkpoint was trained with, and none is set"
-        raise ConfigError(f"finetune.source_act={ft.source_act} is not used: {why}; drop it{where}",
-                          "finetune.source_act")
+        why = (
+            "timm's weights are trained with the model's own activation"
+            if ft.checkpoint
+            else "it names the activation a finetune.checkpoint was trained with, and none is set"
+        )
+        raise ConfigError(
+            f"finetune.source_act={ft.source_act} is not used: {why}; drop it{where}", "finetune.source_act"
+        )
     try:
         activations.resolve(str(ft.source_act))
     except ValueError as e:
@@ -147,7 +168,8 @@ def _check_model(model: DictConfig, where: str) -> None:
         check(model.name, model.norm, model.norm_free)
     except ValueError as e:
         given = f"model.name={model.name}" + "".join(
-            f", model.{k}={model[k]}" for k in ("norm", "norm_free") if model[k] not in (None, False))
+            f", model.{k}={model[k]}" for k in ("norm", "norm_free") if model[k] not in (None, False)
+        )
         raise ConfigError(f"{given}: {e}{where}", "model") from None
 
 

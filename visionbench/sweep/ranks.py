@@ -7,6 +7,7 @@ speaks for the job: progress lines, config.yaml, summary.json, error.txt, the en
 (Lightning's own `rank_zero_only` does the same for its logs; metrics.csv and checkpoints are
 already written by the global-zero process only).
 """
+
 from __future__ import annotations
 
 import os

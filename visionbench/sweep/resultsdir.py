@@ -10,6 +10,7 @@ while the sweep runs would be recreated, empty, by the next write (results split
 `ResultsWatch` notes the recipe directory's identity (device, inode) when the sweep first writes,
 and `ResultsMoved` stops the sweep as soon as the directory is gone or is another one.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -34,8 +35,11 @@ def check_directory(cfg: DictConfig) -> None:
     recipe_dir = Path(cfg.results_dir) / cfg.recipe
     existing = next((p for p in (recipe_dir, *recipe_dir.parents) if p.exists()), None)
     if existing is not None and not existing.is_dir():
-        raise ConfigError(f"results_dir {cfg.results_dir}: {existing} is a file, not a directory; pass "
-                          "results_dir=<a directory> (it is created if missing)", "results_dir")
+        raise ConfigError(
+            f"results_dir {cfg.results_dir}: {existing} is a file, not a directory; pass "
+            "results_dir=<a directory> (it is created if missing)",
+            "results_dir",
+        )
 
 
 def check_writable(cfg: DictConfig) -> None:
@@ -45,8 +49,11 @@ def check_writable(cfg: DictConfig) -> None:
     found = first_unwritable(Path(cfg.results_dir) / cfg.recipe)
     if found:
         where, why = found
-        raise ConfigError(f"results_dir {cfg.results_dir}: {where} is not writable ({why}); make it writable "
-                          f"(chmod -R u+w {where}) or pass results_dir=<a writable directory>", "results_dir")
+        raise ConfigError(
+            f"results_dir {cfg.results_dir}: {where} is not writable ({why}); make it writable "
+            f"(chmod -R u+w {where}) or pass results_dir=<a writable directory>",
+            "results_dir",
+        )
 
 
 @dataclass
@@ -65,9 +72,11 @@ class ResultsWatch:
         if self.moved():
             now = self._stat()
             what = "deleted or moved" if now is None else "replaced by another directory"
-            raise ResultsMoved(f"the results directory {self.path} was {what} during the sweep; stopped so that "
-                               "results are not split across two trees — put it back (or rerun the command with "
-                               "results_dir=<its new place>) to resume")
+            raise ResultsMoved(
+                f"the results directory {self.path} was {what} during the sweep; stopped so that "
+                "results are not split across two trees — put it back (or rerun the command with "
+                "results_dir=<its new place>) to resume"
+            )
 
     def moved(self) -> bool:
         """Whether the directory noted by the first `check` is gone or replaced (False before that)."""

@@ -12,6 +12,7 @@ open. Where each activation stopped, and why, is written to `<recipe>/[<setting>
 `visionbench report` shows it. Rerunning the command resumes: finished runs are skipped and the same
 decisions are made again.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,13 +54,19 @@ def check(cfg: DictConfig) -> tuple[str, list[str]]:
     """(baseline, other activations); ConfigError unless the baseline is swept with at least one other."""
     acts, baseline = sweep_acts(cfg), cfg.report.baseline
     if baseline not in acts or len(acts) < 2:
-        raise ConfigError(f"seeds=auto compares each activation with report.baseline={baseline!r}: act= must list it "
-                          f"and at least one other (got act={','.join(acts)}); set baseline=NAME or add it to act=")
+        raise ConfigError(
+            f"seeds=auto compares each activation with report.baseline={baseline!r}: act= must list it "
+            f"and at least one other (got act={','.join(acts)}); set baseline=NAME or add it to act="
+        )
     return baseline, [a for a in acts if a != baseline]
 
 
-def run_rounds(cfg: DictConfig, plan: Callable[..., list], execute_all: Callable[[list], list],
-               on_note: Callable[[str], None] | None = None) -> list:
+def run_rounds(
+    cfg: DictConfig,
+    plan: Callable[..., list],
+    execute_all: Callable[[list], list],
+    on_note: Callable[[str], None] | None = None,
+) -> list:
     """Every round of every setting; returns the outcomes of all runs executed or skipped.
 
     `plan(cfg, settings=, acts=, seeds=)` and `execute_all(jobs)` are the sweep's own (sweep/sweep.py)."""
@@ -69,12 +76,19 @@ def run_rounds(cfg: DictConfig, plan: Callable[..., list], execute_all: Callable
     up = higher_is_better(metric)
     outcomes = []
     for setting in sweep_settings(cfg):
-        record = {"rule": "group-sequential Student t-test, two-tailed; O'Brien-Fleming-type alpha spending "
-                          "(Lan-DeMets), Bonferroni on increments (visionbench.stats.sequential)",
-                  "metric": metric, "higher_is_better": up, "baseline": baseline, "alpha": sequential.ALPHA,
-                  "margin": margin, "looks": list(rounds),
-                  "nominal_alphas": [float(a) for a in sequential.nominal_alphas(rounds)],
-                  "baseline_seeds": 0, "acts": {a: {"decision": "continue", "seeds": 0, "history": []} for a in others}}
+        record = {
+            "rule": "group-sequential Student t-test, two-tailed; O'Brien-Fleming-type alpha spending "
+            "(Lan-DeMets), Bonferroni on increments (visionbench.stats.sequential)",
+            "metric": metric,
+            "higher_is_better": up,
+            "baseline": baseline,
+            "alpha": sequential.ALPHA,
+            "margin": margin,
+            "looks": list(rounds),
+            "nominal_alphas": [float(a) for a in sequential.nominal_alphas(rounds)],
+            "baseline_seeds": 0,
+            "acts": {a: {"decision": "continue", "seeds": 0, "history": []} for a in others},
+        }
         values: dict[str, dict[int, float]] = {a: {} for a in [baseline, *others]}
         done = 0
         for n in rounds:
@@ -93,8 +107,9 @@ def run_rounds(cfg: DictConfig, plan: Callable[..., list], execute_all: Callable
             if on_note:
                 on_note(_round_line(setting, n, rounds, record["acts"], open_acts))
         if is_rank_zero():
-            layout.write_sequential(results.run_dir(cfg.results_dir, cfg.recipe, baseline, 0, setting).parent.parent,
-                                    record)
+            layout.write_sequential(
+                results.run_dir(cfg.results_dir, cfg.recipe, baseline, 0, setting).parent.parent, record
+            )
     return outcomes
 
 
@@ -118,8 +133,11 @@ def _decide(act: dict[int, float], base: dict[int, float], n: int, rounds, margi
     missing = sum(map(math.isnan, a)) + sum(map(math.isnan, b))
     if missing:
         last = n == rounds[-1]
-        step = {"seeds": n, "decision": "inconclusive" if last else "continue",
-                "why": f"{missing} run(s) without the metric (diverged, stalled or failed)"}
+        step = {
+            "seeds": n,
+            "decision": "inconclusive" if last else "continue",
+            "why": f"{missing} run(s) without the metric (diverged, stalled or failed)",
+        }
     else:
         step = sequential.evidence(a, b, looks=rounds, margin=margin, higher_is_better=up)
     history.append(step)

@@ -17,6 +17,7 @@ TensorBoard write in that window fails the run ("'NoneType' object has no attrib
 seen in the tests). A second stop signal (SLURM's SIGTERM after the requeue) does not interrupt
 the recording of the first.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -92,8 +93,10 @@ def requeue_slurm_job() -> bool:
         print(f"visionbench: could not requeue SLURM job {job} ({e}); resubmit it to resume", file=sys.stderr)
         return False
     if done.returncode != 0:
-        print(f"visionbench: scontrol requeue {job} failed ({done.stderr.strip()[:200]}); resubmit it to resume",
-              file=sys.stderr)
+        print(
+            f"visionbench: scontrol requeue {job} failed ({done.stderr.strip()[:200]}); resubmit it to resume",
+            file=sys.stderr,
+        )
     return done.returncode == 0
 
 

@@ -3,6 +3,7 @@ resuming unfinished ones, recording divergence and failures without stopping.
 
     visionbench run recipe=cifar10_vgg8 act=relu,rational seeds=5 parallel=2
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -61,7 +62,8 @@ def check_resumable(run: dict, out: Path) -> None:
     diffs = diff_configs(fingerprint(stored), fingerprint(run))
     if diffs:
         raise ConfigMismatch(
-            f"{out} holds a run with a different configuration:\n  " + "\n  ".join(diffs)
+            f"{out} holds a run with a different configuration:\n  "
+            + "\n  ".join(diffs)
             + "\nUse another results_dir=..., restore the stored settings, or delete that directory to start over."
         )
     _check_portable(stored, run, out)
@@ -81,9 +83,12 @@ def _check_portable(stored: dict, run: dict, out: Path) -> None:
     except RunStateError:
         pass
     flag = {True: "true", False: "false"}
-    raise ConfigMismatch(f"{out} was trained so far with trainer.portable={flag[old]}; resuming it with "
-                         f"trainer.portable={flag[new]} would mix both in one run: rerun with "
-                         f"trainer.portable={flag[old]}, or delete that directory to retrain it", "trainer.portable")
+    raise ConfigMismatch(
+        f"{out} was trained so far with trainer.portable={flag[old]}; resuming it with "
+        f"trainer.portable={flag[new]} would mix both in one run: rerun with "
+        f"trainer.portable={flag[old]}, or delete that directory to retrain it",
+        "trainer.portable",
+    )
 
 
 def execute(run: dict, out: Path, progress: bool = True, watch: ResultsWatch | None = None) -> Outcome:
@@ -138,18 +143,34 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
     run = {**run, "threads": torch.get_num_threads()}  # results depend on it: recorded, a change is shown
     stored_threads = (layout.read_config(out) or {}).get("threads")
     if lead and stored_threads not in (None, run["threads"]):
-        print(f"note: {out} was trained with {stored_threads} threads so far, resumes with {run['threads']}: "
-              "on CPU its numbers will differ slightly from an uninterrupted run", file=sys.stderr)
+        print(
+            f"note: {out} was trained with {stored_threads} threads so far, resumes with {run['threads']}: "
+            "on CPU its numbers will differ slightly from an uninterrupted run",
+            file=sys.stderr,
+        )
     report = run.get("report") or {}
-    env = environment(run)  # this process's (its kernels: the run's trainer.kernels, as train/run.py applied it): a parallel=K worker's, a DDP rank 0's (data: its digest once trained)
+    env = environment(
+        run
+    )  # this process's (its kernels: the run's trainer.kernels, as train/run.py applied it): a parallel=K worker's, a DDP rank 0's (data: its digest once trained)
     env["placement"] = placement.recorded()  # K per device, the worker's GPU, MPS: a run's speed is evidence too
     summary = {
-        "schema": layout.SCHEMA, "recipe": run["recipe"], "act": act, "act_label": label, "seed": seed,
-        "status": layout.RUNNING, "setting": run.get("setting") or {}, "baseline": report.get("baseline"),
-        "report": report, "val_split": run["data"]["val_split"], "config_hash": config_hash(run),
-        "threads": run["threads"], "act_options": (run.get("act_options") or {}).get(act, {}),
+        "schema": layout.SCHEMA,
+        "recipe": run["recipe"],
+        "act": act,
+        "act_label": label,
+        "seed": seed,
+        "status": layout.RUNNING,
+        "setting": run.get("setting") or {},
+        "baseline": report.get("baseline"),
+        "report": report,
+        "val_split": run["data"]["val_split"],
+        "config_hash": config_hash(run),
+        "threads": run["threads"],
+        "act_options": (run.get("act_options") or {}).get(act, {}),
         "seeds": seeds.of(run)._asdict(),  # each source's seed: init, order, aug (train/seeds.py)
-        "metrics": {}, "versions": results.versions(env["packages"]), "git_commit": env["git_commit"],
+        "metrics": {},
+        "versions": results.versions(env["packages"]),
+        "git_commit": env["git_commit"],
         "environment": env,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
@@ -160,28 +181,40 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
             layout.write_config(out, run)
             layout.write_summary(out, summary)
         r = train_run(run, out, progress=progress)
-        summary.update(status=layout.COMPLETED, params=r.params, act_params=r.act_params,
-                       trainable_params=r.trainable_params,  # < params when fine-tuning (docs/finetune.md)
-                       train_time_s=round(r.train_time_s, 3), throughput_img_s=r.throughput_img_s,
-                       peak_mem_mb=r.peak_mem_mb, gpu_busy_pct=r.gpu_busy_pct,  # CUDA: NVML while training
-                       metrics=layout.metrics_from_rows(r.rows),
-                       **({"dataset": r.dataset} if r.dataset else {}),  # data.name=folder: classes, size, stats
-                       predictions=FILE_NAME if layout.files(out).predictions.exists() else None)
+        summary.update(
+            status=layout.COMPLETED,
+            params=r.params,
+            act_params=r.act_params,
+            trainable_params=r.trainable_params,  # < params when fine-tuning (docs/finetune.md)
+            train_time_s=round(r.train_time_s, 3),
+            throughput_img_s=r.throughput_img_s,
+            peak_mem_mb=r.peak_mem_mb,
+            gpu_busy_pct=r.gpu_busy_pct,  # CUDA: NVML while training
+            metrics=layout.metrics_from_rows(r.rows),
+            **({"dataset": r.dataset} if r.dataset else {}),  # data.name=folder: classes, size, stats
+            predictions=FILE_NAME if layout.files(out).predictions.exists() else None,
+        )
         env["data"] = r.data
     except Diverged as e:
         summary.update(status=layout.DIVERGED, diverged_epoch=e.epoch, error=str(e), metrics=_metrics_so_far(out))
     except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM (ours, or Lightning's SIGTERMException)
         why = received()
-        summary.update(status=layout.INTERRUPTED, error=f"interrupted by {why}; rerun the same command to resume",
-                       metrics=_metrics_so_far(out))
+        summary.update(
+            status=layout.INTERRUPTED,
+            error=f"interrupted by {why}; rerun the same command to resume",
+            metrics=_metrics_so_far(out),
+        )
         _finish(out, summary)
         raise Interrupted(why, recorded=1) from None
     except RunStateError as e:
         summary.update(status=layout.FAILED, error=str(e))
     except Exception as e:  # noqa: BLE001 - one seed's failure must not end the sweep
         if is_disk_full(e):
-            summary.update(status=layout.FAILED, error=str(e if isinstance(e, DiskFullError) else DiskFullError(
-                getattr(e, "filename", None) or out)) + "; free space and rerun the same command to resume")
+            summary.update(
+                status=layout.FAILED,
+                error=str(e if isinstance(e, DiskFullError) else DiskFullError(getattr(e, "filename", None) or out))
+                + "; free space and rerun the same command to resume",
+            )
         else:
             if lead:
                 with contextlib.suppress(OSError):  # the traceback is a bonus; the summary holds the line
@@ -189,8 +222,11 @@ def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = 
             summary.update(status=layout.FAILED, error=one_line(e), metrics=_metrics_so_far(out))
             if isinstance(e, torch.OutOfMemoryError):  # the sweep runs it again with fewer runs per device
                 where = placement.recorded()
-                summary.update(out_of_memory=True, error=f"out of memory with {where['parallel']} run(s) per device "
-                                                         f"({where['workers']} workers): {summary['error']}")
+                summary.update(
+                    out_of_memory=True,
+                    error=f"out of memory with {where['parallel']} run(s) per device "
+                    f"({where['workers']} workers): {summary['error']}",
+                )
     if watch:  # a run that failed because its directory went away: say that, and write nothing
         watch.check()
     _finish(out, summary)
@@ -229,8 +265,10 @@ def _check_summary_config(summary: dict | None, run: dict, out: Path) -> None:
     if not summary or layout.files(out).config.exists() or not summary.get("config_hash"):
         return
     if summary["config_hash"] != config_hash(run):
-        raise RunStateError(f"{layout.files(out).config} is missing and {layout.files(out).summary} was written by a run "
-                            f"with other settings; delete the run directory {out} to retrain it with these")
+        raise RunStateError(
+            f"{layout.files(out).config} is missing and {layout.files(out).summary} was written by a run "
+            f"with other settings; delete the run directory {out} to retrain it with these"
+        )
 
 
 def _metrics_so_far(out: Path) -> dict:
@@ -302,8 +340,13 @@ def one_line_message(text: str) -> str:
     return out
 
 
-def plan(cfg: DictConfig, *, settings: list[dict] | None = None, acts: list[str] | None = None,
-         seeds: Iterable[int] | None = None) -> list[tuple[dict, Path]]:
+def plan(
+    cfg: DictConfig,
+    *,
+    settings: list[dict] | None = None,
+    acts: list[str] | None = None,
+    seeds: Iterable[int] | None = None,
+) -> list[tuple[dict, Path]]:
     """(run config, run directory) of every run of the sweep — setting by setting, act by act,
     seed by seed (or of the given subset: a round of `seeds=auto`); fails early on a config mismatch
     or a missing dataset."""
@@ -328,8 +371,12 @@ def plan(cfg: DictConfig, *, settings: list[dict] | None = None, acts: list[str]
     return jobs
 
 
-def run_sweep(cfg: DictConfig, progress: bool = True, on_outcome: Callable[[Outcome], None] | None = None,
-              on_note: Callable[[str], None] | None = None) -> list[Outcome]:
+def run_sweep(
+    cfg: DictConfig,
+    progress: bool = True,
+    on_outcome: Callable[[Outcome], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
+) -> list[Outcome]:
     """Run every job of the sweep, `cfg.parallel` at a time (per visible GPU on CUDA: sweep/placement.py); returns
     the outcomes in plan order. With `seeds=auto`, in rounds (sweep/rounds.py; `on_note` gets a line per round).
     ConfigError when the results tree is not writable or the runs cannot be placed as asked; `ResultsMoved` when it
@@ -337,7 +384,7 @@ def run_sweep(cfg: DictConfig, progress: bool = True, on_outcome: Callable[[Outc
     if set(cfg.trainer.loggers) & {"mlflow", "wandb"}:  # a tracker that cannot work: one line, before any run
         from ..train.trackers import unusable
 
-        if (why := unusable(cfg.trainer.loggers, cfg.results_dir)):
+        if why := unusable(cfg.trainer.loggers, cfg.results_dir):
             raise ConfigError(why, "trainer.loggers")
     check_writable(cfg)
     watch = ResultsWatch(Path(cfg.results_dir) / cfg.recipe)
@@ -348,9 +395,11 @@ def run_sweep(cfg: DictConfig, progress: bool = True, on_outcome: Callable[[Outc
         where = placement.resolve(cfg, len(jobs))
         if where.gpus and where.workers > 1 and where.mps is False and "mps" not in said:
             said.add("mps")
-            note(f"note: {where.describe()} without MPS: the workers' kernels take turns on each GPU (time-slicing); "
-                 "an MPS daemon (`nvidia-cuda-mps-control -d`, docs/running.md#parallel-many-runs-per-device) lets "
-                 "them run at once")
+            note(
+                f"note: {where.describe()} without MPS: the workers' kernels take turns on each GPU (time-slicing); "
+                "an MPS daemon (`nvidia-cuda-mps-control -d`, docs/running.md#parallel-many-runs-per-device) lets "
+                "them run at once"
+            )
         return execute_jobs(jobs, where, progress, on_outcome, watch, note)
 
     with quiet_writer_threads(watch):
@@ -372,9 +421,14 @@ def _init_worker(threads: int, slots, per_device: int, workers: int, mps: bool |
     init_worker(threads)
 
 
-def execute_jobs(jobs: list[tuple[dict, Path]], where: Placement | int, progress: bool = True,
-                 on_outcome: Callable[[Outcome], None] | None = None,
-                 watch: ResultsWatch | None = None, note: Callable[[str], None] | None = None) -> list[Outcome]:
+def execute_jobs(
+    jobs: list[tuple[dict, Path]],
+    where: Placement | int,
+    progress: bool = True,
+    on_outcome: Callable[[Outcome], None] | None = None,
+    watch: ResultsWatch | None = None,
+    note: Callable[[str], None] | None = None,
+) -> list[Outcome]:
     """Run `jobs` on `where`'s workers (an int: that many on the CPU), in worker processes when more than one; the
     outcomes in job order. With `watch`, the results directory is checked before each run (`ResultsMoved` stops them
     all). Runs that ran out of memory among K per device are run again with K halved, down to 1 (`note` says so)."""
@@ -385,8 +439,10 @@ def execute_jobs(jobs: list[tuple[dict, Path]], where: Placement | int, progress
         if not again:
             break
         why = sorted({_retried(outcomes[i]) for i in again})
-        (note or print)(f"note: {len(again)} run{'s' * (len(again) > 1)} {' or '.join(why)} with {where.describe()}: "
-                        f"running {'them' if len(again) > 1 else 'it'} again with {lower.describe()}")
+        (note or print)(
+            f"note: {len(again)} run{'s' * (len(again) > 1)} {' or '.join(why)} with {where.describe()}: "
+            f"running {'them' if len(again) > 1 else 'it'} again with {lower.describe()}"
+        )
         retried = _execute_placed([jobs[i] for i in again], lower, progress, on_outcome, watch)
         for i, outcome in zip(again, retried):
             outcomes[i] = outcome
@@ -402,8 +458,13 @@ def _retried(outcome: Outcome) -> str | None:
     return "lost their worker process" if outcome.summary.get("worker_died") else None
 
 
-def _execute_placed(jobs: list[tuple[dict, Path]], where: Placement, progress: bool,
-                    on_outcome: Callable[[Outcome], None] | None, watch: ResultsWatch | None) -> list[Outcome]:
+def _execute_placed(
+    jobs: list[tuple[dict, Path]],
+    where: Placement,
+    progress: bool,
+    on_outcome: Callable[[Outcome], None] | None,
+    watch: ResultsWatch | None,
+) -> list[Outcome]:
     outcomes: dict[int, Outcome] = {}
     isolated = portable.wanted(jobs)  # its variables are read when torch loads: a fresh worker process
     workers = min(where.workers, len(jobs))
@@ -420,15 +481,20 @@ def _execute_placed(jobs: list[tuple[dict, Path]], where: Placement, progress: b
             slots.put(gpu)
         threads = portable.THREADS if isolated else worker_threads(max(workers, 1))
         # workers die with this process
-        pool = ProcessPoolExecutor(max_workers=max(workers, 1), mp_context=ctx, initializer=_init_worker,
-                                   initargs=(threads, slots, where.per_device, workers, where.mps))
+        pool = ProcessPoolExecutor(
+            max_workers=max(workers, 1),
+            mp_context=ctx,
+            initializer=_init_worker,
+            initargs=(threads, slots, where.per_device, workers, where.mps),
+        )
         started = time.time()
         try:
             if watch:
                 watch.check()  # noted here, so that every worker compares with the same directory
             with starting_workers(), portable.environment(isolated):  # submit() starts the workers
-                futures = {pool.submit(_execute_in_subprocess, run, str(out), watch): i
-                           for i, (run, out) in enumerate(jobs)}
+                futures = {
+                    pool.submit(_execute_in_subprocess, run, str(out), watch): i for i, (run, out) in enumerate(jobs)
+                }
             for fut in as_completed(futures):
                 i = futures[fut]
                 try:
@@ -437,10 +503,17 @@ def _execute_placed(jobs: list[tuple[dict, Path]], where: Placement, progress: b
                     raise
                 except Exception as e:  # noqa: BLE001 - a crashed worker process is one failed run
                     run, out = jobs[i]
-                    summary = {"schema": layout.SCHEMA, "recipe": run["recipe"], "act": run["act"],
-                               "act_label": run["act_label"], "seed": run["seed"], "setting": run["setting"],
-                               "status": layout.FAILED, "error": f"worker crashed: {e!r}",
-                               "worker_died": isinstance(e, BrokenProcessPool)}
+                    summary = {
+                        "schema": layout.SCHEMA,
+                        "recipe": run["recipe"],
+                        "act": run["act"],
+                        "act_label": run["act_label"],
+                        "seed": run["seed"],
+                        "setting": run["setting"],
+                        "status": layout.FAILED,
+                        "error": f"worker crashed: {e!r}",
+                        "worker_died": isinstance(e, BrokenProcessPool),
+                    }
                     layout.write_summary(out, summary)
                     outcomes[i] = Outcome(run["act_label"], run["seed"], layout.FAILED, summary, out)
                 if on_outcome:

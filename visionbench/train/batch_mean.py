@@ -11,6 +11,7 @@ which made every loss an unweighted mean of batch means; `MeanMetric()` weighs b
 This metric does what the first is documented to do. Its inputs are finite by construction: a non-finite training
 loss ends the run (loss_watch.py), and an evaluation loss that is not finite is the value to report.
 """
+
 from __future__ import annotations
 
 import torch

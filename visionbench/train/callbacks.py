@@ -1,5 +1,6 @@
 """Callbacks: the per-epoch metrics.csv, activation snapshots, checkpoints (atomic, movable), RNG state,
 per-epoch reseeding (so a resumed run repeats the uninterrupted one), the GPU's busy share, and the progress bar."""
+
 from __future__ import annotations
 
 import json
@@ -78,9 +79,11 @@ class MetricsWriter(L.Callback):
         rows = [r for r in read_csv_rows(self.path) if int(r["epoch"]) <= upto_epoch]
         epochs = [int(r["epoch"]) for r in rows]
         if epochs != list(range(1, upto_epoch + 1)):
-            raise RunStateError(f"{self.path} has rows for epochs {epochs[:5]}{'...' if len(epochs) > 5 else ''}, "
-                                f"its checkpoint completed epochs 1..{upto_epoch}: cut short? delete the run "
-                                f"directory {self.path.parent} to restart this run")
+            raise RunStateError(
+                f"{self.path} has rows for epochs {epochs[:5]}{'...' if len(epochs) > 5 else ''}, "
+                f"its checkpoint completed epochs 1..{upto_epoch}: cut short? delete the run "
+                f"directory {self.path.parent} to restart this run"
+            )
         self.rows = [{**{k: r.get(k, "") for k in self.LEAD}, **r} for r in rows]
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
@@ -99,9 +102,12 @@ class MetricsWriter(L.Callback):
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if self._t0 is None:
             return
-        self._pending = {"epoch": trainer.current_epoch + 1, "step": int(trainer.global_step),
-                         "samples": self._epoch_samples(trainer, pl_module),
-                         "epoch_time_s": round(time.perf_counter() - self._t0, 4)}
+        self._pending = {
+            "epoch": trainer.current_epoch + 1,
+            "step": int(trainer.global_step),
+            "samples": self._epoch_samples(trainer, pl_module),
+            "epoch_time_s": round(time.perf_counter() - self._t0, 4),
+        }
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         self._write_pending(trainer)
@@ -201,8 +207,10 @@ class ActivationSnapshots(L.Callback):
         if not layers or not trainer.is_global_zero:
             return
         inputs: dict[str, torch.Tensor] = {}
-        hooks = [m.register_forward_hook(lambda mod, inp, out, n=n: inputs.__setitem__(n, inp[0].detach().float()))
-                 for n, m in layers]
+        hooks = [
+            m.register_forward_hook(lambda mod, inp, out, n=n: inputs.__setitem__(n, inp[0].detach().float()))
+            for n, m in layers
+        ]
         was_training = pl_module.model.training
         pl_module.model.eval()
         try:
@@ -218,7 +226,7 @@ class ActivationSnapshots(L.Callback):
                 continue
             v = v.flatten()
             v = v[torch.isfinite(v)].cpu().numpy()
-            lo, hi = (np.percentile(v, [0.1, 99.9]) if v.size else (-3.0, 3.0))
+            lo, hi = np.percentile(v, [0.1, 99.9]) if v.size else (-3.0, 3.0)
             lo, hi = float(min(lo, -1.0)), float(max(hi, 1.0))
             counts, edges = np.histogram(v, bins=HIST_BINS, range=(lo, hi))
             grid = torch.linspace(lo, hi, SNAPSHOT_POINTS, dtype=torch.float64)
@@ -228,11 +236,19 @@ class ActivationSnapshots(L.Callback):
             module.eval()
             y = module.fit_forward(grid.to(dev, dtype=p.dtype if p is not None else torch.float32))
             module.train(was)
-            records.append({"name": name, "x": grid.tolist(), "y": y.double().cpu().tolist(),
-                            "hist_edges": edges.tolist(), "hist_counts": counts.tolist()})
+            records.append(
+                {
+                    "name": name,
+                    "x": grid.tolist(),
+                    "y": y.double().cpu().tolist(),
+                    "hist_edges": edges.tolist(),
+                    "hist_counts": counts.tolist(),
+                }
+            )
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.out_dir / f"epoch_{epoch:03d}.json",
-                          json.dumps({"epoch": epoch, "act": self.act, "layers": records}))
+        atomic_write_text(
+            self.out_dir / f"epoch_{epoch:03d}.json", json.dumps({"epoch": epoch, "act": self.act, "layers": records})
+        )
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -255,9 +271,10 @@ class RunCheckpoint(ModelCheckpoint):
     def load_state_dict(self, state_dict: dict) -> None:
         old, new = state_dict.get("dirpath"), self.dirpath
         if old and new and old != new:
+
             def rebase(value):
                 if isinstance(value, str) and value.startswith(old):
-                    return new + value[len(old):]
+                    return new + value[len(old) :]
                 if isinstance(value, dict):
                     return {rebase(k): v for k, v in value.items()}
                 return value

@@ -10,6 +10,7 @@ versions all change the numbers. The report names the environment under every ta
 come from more than one (visionbench/report/environment.py). The digest of the data the run read (`data`,
 visionbench/data/digest.py) is added when the run completes.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,10 +21,19 @@ from collections.abc import Mapping
 import torch
 
 from ..results.provenance import git_commit, package_versions
+
 # set before torch is imported, they choose the CPU kernels (ATen, oneDNN), the BLAS code path, the threads and
 # cuBLAS's deterministic workspace
-ENV_VARS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-            "CUBLAS_WORKSPACE_CONFIG", "VISIONBENCH_KERNELS", "TRITON_INTERPRET")
+ENV_VARS = (
+    "ATEN_CPU_CAPABILITY",
+    "ONEDNN_MAX_CPU_ISA",
+    "MKL_CBWR",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "VISIONBENCH_KERNELS",
+    "TRITON_INTERPRET",
+)
 
 
 def cpu_model() -> str:
@@ -43,7 +53,9 @@ def device() -> dict:
     CUDA)."""
     cuda = torch.cuda.is_available()
     return {
-        "cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine(),
+        "cpu": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "machine": platform.machine(),
         "gpu": torch.cuda.get_device_name() if cuda else None,
         "cuda": torch.version.cuda if cuda else None,
         "cudnn": torch.backends.cudnn.version() if cuda else None,
@@ -57,6 +69,7 @@ def kernels(run: Mapping | None = None) -> dict:
     typed config), what that run trains with (`fused.configured`, as train/run.py applies it: the variable wins over
     its trainer.kernels); without, this process's now."""
     from ..activations import fused, triton_ops
+
     with fused.configured(kernels_key(run)) if run is not None else contextlib.nullcontext():
         record = fused.record()
     return {**record, "triton": _triton_version() if triton_ops.HAVE_TRITON else None}
@@ -71,16 +84,21 @@ def kernels_key(run: Mapping | object) -> str:
 
 def _triton_version() -> str:
     import triton
+
     return triton.__version__
 
 
 def switches() -> dict:
     """What building the Trainer may change, taken again when the run ends (sweep.py): torch's thread count (DDP
     shares out the cores) and the determinism switches (Lightning's `deterministic=`, cuDNN's)."""
-    return {"threads": torch.get_num_threads(),
-            "determinism": {"deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-                            "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
-                            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark)}}
+    return {
+        "threads": torch.get_num_threads(),
+        "determinism": {
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        },
+    }
 
 
 def environment(run: Mapping | None = None) -> dict:

@@ -11,6 +11,7 @@ checks. The first non-finite loss and its step are kept on the device, so the st
 where it diverged, not the one where that was read; the check at each epoch's last batch stops the run inside
 the epoch it diverged in, before that epoch's checkpoint is written.
 """
+
 from __future__ import annotations
 
 import math

@@ -3,6 +3,7 @@ and the learning-rate schedule (built here, from the run's typed `sched` block a
 
 The network is injected (built by `visionbench.models`); this file only knows how to train it.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,10 @@ class Diverged(RuntimeError):
 
 def _metrics(num_classes: int) -> MetricCollection:
     # no per-batch input checks (each one a device sync): the inputs are the model's logits and the dataset's labels
-    metrics = {"top1": MulticlassAccuracy(num_classes, top_k=1, average="micro", validate_args=False),
-               "loss": BatchMean()}
+    metrics = {
+        "top1": MulticlassAccuracy(num_classes, top_k=1, average="micro", validate_args=False),
+        "loss": BatchMean(),
+    }
     if num_classes > 5:
         metrics["top5"] = MulticlassAccuracy(num_classes, top_k=5, average="micro", validate_args=False)
     return MetricCollection(metrics)
@@ -86,9 +89,14 @@ class ClassificationModule(L.LightningModule):
         self.mixup = None
         if loss.mixup > 0 or loss.cutmix > 0:
             # timm's Mixup folds label smoothing into the soft targets
-            self.mixup = Mixup(mixup_alpha=loss.mixup, cutmix_alpha=loss.cutmix, prob=loss.mixup_prob,
-                               switch_prob=loss.switch_prob, label_smoothing=loss.label_smoothing,
-                               num_classes=num_classes)
+            self.mixup = Mixup(
+                mixup_alpha=loss.mixup,
+                cutmix_alpha=loss.cutmix,
+                prob=loss.mixup_prob,
+                switch_prob=loss.switch_prob,
+                label_smoothing=loss.label_smoothing,
+                num_classes=num_classes,
+            )
             self.train_criterion: nn.Module = SoftTargetCrossEntropy()
         else:
             self.train_criterion = nn.CrossEntropyLoss(label_smoothing=loss.label_smoothing)
@@ -221,11 +229,13 @@ def lr_lambda(cfg: SchedConfig, base_lr: float, steps_per_epoch: int, epochs: in
     if name == "constant":
         return lambda step: warm(step) if step < warmup else 1.0
     if name == "step":
+
         def step_fn(step: int) -> float:
             if step < warmup:
                 return warm(step)
             epoch = step // steps_per_epoch
             return gamma ** sum(epoch >= m for m in milestones)
+
         return step_fn
 
     def cosine(step: int) -> float:

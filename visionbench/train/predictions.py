@@ -19,6 +19,7 @@ recipe, act label, setting, seed, config hash, classes, processes), which the re
 checkpoint (NaN).
 Under DDP every rank gathers the arrays (collectives on every rank); rank 0 writes.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,8 +45,12 @@ def compact(logits: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tenso
     probabilities in float32, on the logits' device."""
     pred = logits.argmax(dim=1)
     probs = torch.softmax(logits.float(), dim=1)
-    return {"pred": pred, "p_true": probs.gather(1, target[:, None]).squeeze(1),
-            "confidence": probs.gather(1, pred[:, None]).squeeze(1), "target": target}
+    return {
+        "pred": pred,
+        "p_true": probs.gather(1, target[:, None]).squeeze(1),
+        "confidence": probs.gather(1, pred[:, None]).squeeze(1),
+        "target": target,
+    }
 
 
 def improves(score: float, best: float | None) -> bool:
@@ -77,8 +82,14 @@ def interleave(gathered: torch.Tensor, counts: torch.Tensor, total: int | None) 
 def run_meta(cfg: Mapping, num_classes: int | None, world_size: int = 1) -> dict:
     """The identity a run's predictions file carries (results/predictions.py `IDENTITY`), from its run config
     as the sweep wrote it (config.yaml: with `act_label` and `setting`; its hash is the summary's `config_hash`)."""
-    meta = {"recipe": cfg["recipe"], "act": cfg.get("act_label") or cfg["act"], "setting": dict(cfg.get("setting") or {}),
-            "seed": cfg["seed"], "config_hash": config_hash(dict(cfg)), "world_size": int(world_size)}
+    meta = {
+        "recipe": cfg["recipe"],
+        "act": cfg.get("act_label") or cfg["act"],
+        "setting": dict(cfg.get("setting") or {}),
+        "seed": cfg["seed"],
+        "config_hash": config_hash(dict(cfg)),
+        "world_size": int(world_size),
+    }
     return {**meta, "n_classes": int(num_classes)} if num_classes else meta
 
 
@@ -109,12 +120,19 @@ class PredictionsWriter(L.Callback):
 
     # ---- checkpoint state --------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"selected": {v: {"score": s["score"], "epoch": s["epoch"], "arrays": dict(s["arrays"])}
-                             for v, s in self.selected.items()}, "meta": self.meta}
+        return {
+            "selected": {
+                v: {"score": s["score"], "epoch": s["epoch"], "arrays": dict(s["arrays"])}
+                for v, s in self.selected.items()
+            },
+            "meta": self.meta,
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.selected = {v: {"score": float(s["score"]), "epoch": int(s["epoch"]), "arrays": dict(s["arrays"])}
-                         for v, s in state_dict.get("selected", {}).items()}
+        self.selected = {
+            v: {"score": float(s["score"]), "epoch": int(s["epoch"]), "arrays": dict(s["arrays"])}
+            for v, s in state_dict.get("selected", {}).items()
+        }
         self._restored = True
 
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -143,8 +161,9 @@ class PredictionsWriter(L.Callback):
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
         self._batches = {}
 
-    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int,
-                                dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(
+        self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         if dataloader_idx != self.scored_index or not self._fitting(trainer) or not isinstance(outputs, Mapping):
             return
         for v in VARIANTS:
@@ -195,6 +214,11 @@ class PredictionsWriter(L.Callback):
             self.path.unlink(missing_ok=True)
 
     def _write(self) -> None:
-        write_predictions(self.path, {
-            v: {**{a: t.numpy() for a, t in s["arrays"].items()}, "epoch": s["epoch"]}
-            for v, s in self.selected.items()}, meta=self.meta)
+        write_predictions(
+            self.path,
+            {
+                v: {**{a: t.numpy() for a, t in s["arrays"].items()}, "epoch": s["epoch"]}
+                for v, s in self.selected.items()
+            },
+            meta=self.meta,
+        )

@@ -11,6 +11,7 @@ report checks it (results/evidence.py). The checkpoints are read as data only (r
 one that pickles code is refused, naming it). Runs whose checkpoints predate per-example predictions (or were
 deleted) cannot be rewritten this way: the error says so.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -40,8 +41,13 @@ def rewrite_predictions(run_dir) -> Path:
     run = layout.files(Path(run_dir))
     summary, cfg = layout.read_summary(run.root), layout.read_config(run.root)
     if summary is None or summary.get("status") != layout.COMPLETED or cfg is None:
-        what = "no summary.json" if summary is None else "no config.yaml" if cfg is None else \
-            f"status {summary.get('status')!r}"
+        what = (
+            "no summary.json"
+            if summary is None
+            else "no config.yaml"
+            if cfg is None
+            else f"status {summary.get('status')!r}"
+        )
         raise RunStateError(f"{run.root}: {what}: only a completed run's {FILE_NAME} can be rewritten")
     metrics = summary.get("metrics") or {}
     found, meta, expected = {}, None, set()
@@ -57,8 +63,11 @@ def rewrite_predictions(run_dir) -> Path:
                 found[v] = {**{a: t.numpy() for a, t in s["arrays"].items()}, "epoch": int(s["epoch"])}
     if not found or not expected <= set(found):
         where = ", ".join(p.name for p in (run.last, run.best) if p.exists()) or "no checkpoint"
-        lacks = "hold no per-example predictions (a run from before them?)" if not found else \
-            f"hold no {', '.join(sorted(expected - set(found)))} predictions at the selected epoch"
+        lacks = (
+            "hold no per-example predictions (a run from before them?)"
+            if not found
+            else f"hold no {', '.join(sorted(expected - set(found)))} predictions at the selected epoch"
+        )
         raise RunStateError(f"{run.root}: its checkpoints ({where}) {lacks}; delete the run directory to retrain it")
     meta = meta or run_meta(cfg, None)
     for v, arrays in found.items():

@@ -8,6 +8,7 @@ model and trainer (train/trainer.py); resumes from checkpoints/last.ckpt when it
 (`weights_only=True`, results/checkpoint.py: one that pickles code is refused before Lightning opens it).
 Raises `Diverged` on a non-finite loss; the sweep turns outcomes into summary.json.
 """
+
 from __future__ import annotations
 
 import resource
@@ -26,8 +27,15 @@ from ..models import finetune
 from ..config import RunConfig, typed
 from ..models.lsuv import lsuv_images
 from ..data import create_datamodule
-from .callbacks import (ActivationSnapshots, AtomicCheckpointIO, EpochSeeder, GpuBusy, MetricsWriter, RunCheckpoint,
-                        RunProgressBar)
+from .callbacks import (
+    ActivationSnapshots,
+    AtomicCheckpointIO,
+    EpochSeeder,
+    GpuBusy,
+    MetricsWriter,
+    RunCheckpoint,
+    RunProgressBar,
+)
 from ..results import checkpoint
 from ..results.checkpoint import checkpoint_epoch
 from ..results.layout import COMPLETED, DIVERGED, FAILED, INTERRUPTED, files
@@ -74,8 +82,15 @@ class _Throughput(L.Callback):
             self.images += int(batch[0].shape[0]) * trainer.world_size
 
 
-def _create(cfg: RunConfig, act: str | None, act_kwargs: Mapping[str, Any] | None, num_classes: int | None,
-            in_chans: int, img_size: int | None, pretrained: bool):
+def _create(
+    cfg: RunConfig,
+    act: str | None,
+    act_kwargs: Mapping[str, Any] | None,
+    num_classes: int | None,
+    in_chans: int,
+    img_size: int | None,
+    pretrained: bool,
+):
     """`models.create` with the run's `model:` block and the given activation, head size and weights."""
     m = cfg.model
     kwargs = dict(m.kwargs)
@@ -86,8 +101,16 @@ def _create(cfg: RunConfig, act: str | None, act_kwargs: Mapping[str, Any] | Non
     if m.global_pool is not None:  # e.g. flatten: 004 code's VGG head (models/vgg.py)
         kwargs["global_pool"] = m.global_pool
     return models.create(
-        m.name, act=act, act_kwargs=dict(act_kwargs or {}), num_classes=num_classes, img_size=img_size,
-        in_chans=in_chans, norm=m.norm, norm_free=m.norm_free, pretrained=pretrained, **kwargs,
+        m.name,
+        act=act,
+        act_kwargs=dict(act_kwargs or {}),
+        num_classes=num_classes,
+        img_size=img_size,
+        in_chans=in_chans,
+        norm=m.norm,
+        norm_free=m.norm_free,
+        pretrained=pretrained,
+        **kwargs,
     )
 
 
@@ -100,14 +123,25 @@ def build_model(cfg: RunConfig | Mapping[str, Any], num_classes: int, in_chans: 
     if not ft.checkpoint:
         return _create(cfg, cfg.act, cfg.act_kwargs, num_classes, in_chans, img_size, cfg.model.pretrained)
     if cfg.model.lsuv:
-        raise ValueError("model.lsuv=true would re-initialise the fine-tuned checkpoint's weights; "
-                         "set model.lsuv=false with finetune.checkpoint")
+        raise ValueError(
+            "model.lsuv=true would re-initialise the fine-tuned checkpoint's weights; "
+            "set model.lsuv=false with finetune.checkpoint"
+        )
 
     def build(a, a_kwargs, n, pretrained):
         return _create(cfg, a, a_kwargs, n, in_chans, img_size, pretrained)
 
-    return finetune.prepare(build, ft.checkpoint, cfg.act, cfg.act_kwargs, num_classes, train=ft.train,
-                            source_act=ft.source_act, ema=ft.ema, model_name=cfg.model.name)
+    return finetune.prepare(
+        build,
+        ft.checkpoint,
+        cfg.act,
+        cfg.act_kwargs,
+        num_classes,
+        train=ft.train,
+        source_act=ft.source_act,
+        ema=ft.ema,
+        model_name=cfg.model.name,
+    )
 
 
 def step_batch(batch_size: int, world_size: int, accumulate: int) -> int:
@@ -116,8 +150,10 @@ def step_batch(batch_size: int, world_size: int, accumulate: int) -> int:
     optimizer update (so a recipe's batch stays its batch: timm --grad-accum-steps)."""
     per_device = max(1, batch_size // max(1, world_size))
     if per_device % accumulate:
-        raise ValueError(f"trainer.accumulate_grad_batches={accumulate} must divide the per-device batch "
-                         f"{per_device} (batch_size={batch_size} over {world_size} processes)")
+        raise ValueError(
+            f"trainer.accumulate_grad_batches={accumulate} must divide the per-device batch "
+            f"{per_device} (batch_size={batch_size} over {world_size} processes)"
+        )
     return per_device // accumulate
 
 
@@ -148,11 +184,15 @@ def _train(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool) ->
     source = seeds.of(cfg)  # init, order, aug: each `seed` unless split (train/seeds.py)
     L.seed_everything(source.init, workers=True, verbose=False)
 
-    dm = create_datamodule(cfg.data, batch_size=cfg.batch_size, seed=source.order, aug_seed=source.aug, test_in_val=True)
+    dm = create_datamodule(
+        cfg.data, batch_size=cfg.batch_size, seed=source.order, aug_seed=source.aug, test_in_val=True
+    )
     model = build_model(cfg, dm.num_classes, dm.in_chans, dm.img_size)
     if cfg.model.lsuv:  # model.lsuv_variant: checked by the sweep's preflight (a registry name)
         dm.setup("fit")
-        models.lsuv_init(model, lsuv_images(dm.train_dataloader(), cfg.model.lsuv_variant), variant=cfg.model.lsuv_variant)
+        models.lsuv_init(
+            model, lsuv_images(dm.train_dataloader(), cfg.model.lsuv_variant), variant=cfg.model.lsuv_variant
+        )
     counts = models.count_parameters(model)
     counts["trainable_params"] = finetune.count_trainable(model)
     if t.channels_last:  # NHWC weights; the module converts each image batch too (timm --channels-last)
@@ -160,8 +200,16 @@ def _train(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool) ->
 
     eval_names = ("val", "test") if dm.has_test else ("val",)
     module = ClassificationModule(
-        model, num_classes=dm.num_classes, optim=cfg.optim, sched=cfg.sched, loss=cfg.loss, epochs=cfg.epochs,
-        ema_decay=cfg.ema.decay, act_lr_mult=cfg.lr_mult, batch_size=cfg.batch_size, eval_names=eval_names,
+        model,
+        num_classes=dm.num_classes,
+        optim=cfg.optim,
+        sched=cfg.sched,
+        loss=cfg.loss,
+        epochs=cfg.epochs,
+        ema_decay=cfg.ema.decay,
+        act_lr_mult=cfg.lr_mult,
+        batch_size=cfg.batch_size,
+        eval_names=eval_names,
         channels_last=t.channels_last,
     )
     compile_model(model, t)  # EMA copy stays eager
@@ -176,12 +224,27 @@ def _train(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool) ->
         resume_from = str(last)
     throughput, busy = _Throughput(), GpuBusy()
     callbacks = [  # MetricsWriter writes each epoch's row as its checkpoints are built (train/callbacks.py)
-        EpochSeeder(source.aug), writer, throughput, busy,
-        RunCheckpoint(dirpath=ckpt_dir, filename=paths.best.stem, monitor="val_top1", mode="max", save_top_k=1,
-                      enable_version_counter=False, save_on_train_epoch_end=True),
+        EpochSeeder(source.aug),
+        writer,
+        throughput,
+        busy,
+        RunCheckpoint(
+            dirpath=ckpt_dir,
+            filename=paths.best.stem,
+            monitor="val_top1",
+            mode="max",
+            save_top_k=1,
+            enable_version_counter=False,
+            save_on_train_epoch_end=True,
+        ),
         # every epoch, whatever val_top1 did: the final weights, and what a resume starts from
-        RunCheckpoint(dirpath=ckpt_dir, filename=paths.last.stem, save_top_k=1, enable_version_counter=False,
-                      save_on_train_epoch_end=True),
+        RunCheckpoint(
+            dirpath=ckpt_dir,
+            filename=paths.last.stem,
+            save_top_k=1,
+            enable_version_counter=False,
+            save_on_train_epoch_end=True,
+        ),
         # per-example predictions at the selected epoch, on the test set when there is one (predictions.npz)
         PredictionsWriter(paths.predictions, scored_index=eval_names.index("test") if "test" in eval_names else 0),
     ]
@@ -190,9 +253,15 @@ def _train(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool) ->
     if progress:
         callbacks.append(RunProgressBar(f"{act} seed {seed}", leave=False))
     loggers = trackers.build_loggers(plain, run_dir, resumed_epochs=done)
-    trainer = build_trainer(t, epochs=cfg.epochs, callbacks=callbacks, plugins=[AtomicCheckpointIO()],
-                            logger=loggers,  # trainer.loggers (train/trackers.py); metrics.csv is MetricsWriter's
-                            progress=progress, root_dir=run_dir)
+    trainer = build_trainer(
+        t,
+        epochs=cfg.epochs,
+        callbacks=callbacks,
+        plugins=[AtomicCheckpointIO()],
+        logger=loggers,  # trainer.loggers (train/trackers.py); metrics.csv is MetricsWriter's
+        progress=progress,
+        root_dir=run_dir,
+    )
     dm.batch_size = step_batch(cfg.batch_size, trainer.world_size, t.accumulate_grad_batches)
     t0 = time.perf_counter()
     if torch.cuda.is_available():
@@ -217,11 +286,15 @@ def _train(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool) ->
     else:  # CPU: the process's peak resident set (Linux reports KiB)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return RunResult(  # times of all sessions of a resumed run: its epochs' times, its saved image counts
-        rows=writer.rows, params=counts["params"], act_params=counts["act_params"],
+        rows=writer.rows,
+        params=counts["params"],
+        act_params=counts["act_params"],
         trainable_params=counts["trainable_params"],
         train_time_s=sum(float(r.get("epoch_time_s") or 0.0) for r in writer.rows) or elapsed,
         throughput_img_s=throughput.images / throughput.seconds if throughput.seconds else float("nan"),
-        peak_mem_mb=peak, gpu_busy_pct=busy.percent, dataset=getattr(dm, "summary_facts", dict)(),
+        peak_mem_mb=peak,
+        gpu_busy_pct=busy.percent,
+        dataset=getattr(dm, "summary_facts", dict)(),
         data=_data_digest(dm),
     )
 

@@ -12,6 +12,7 @@ A run's `seed` sets three sources of randomness; `seed_init`, `seed_order`, `see
     source_seeds(seed=3, noise="order")                # Seeds(init=10000, order=3, aug=10000): only the order varies
     source_seeds(seed=3, noise="all", seed_init=0)     # Seeds(init=0, order=3, aug=3): the init held fixed
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -32,12 +33,18 @@ class Seeds(NamedTuple):
     aug: int
 
 
-def source_seeds(seed: int, noise: str = ALL, seed_init: int | None = None, seed_order: int | None = None,
-                 seed_aug: int | None = None) -> Seeds:
+def source_seeds(
+    seed: int,
+    noise: str = ALL,
+    seed_init: int | None = None,
+    seed_order: int | None = None,
+    seed_aug: int | None = None,
+) -> Seeds:
     """Each source's seed: its own key when set, else `seed` when the arm `noise` varies it, else `FIXED`."""
     given = {"init": seed_init, "order": seed_order, "aug": seed_aug}
-    return Seeds(**{s: int(given[s]) if given[s] is not None else int(seed) if noise in (ALL, s) else FIXED
-                    for s in SOURCES})
+    return Seeds(
+        **{s: int(given[s]) if given[s] is not None else int(seed) if noise in (ALL, s) else FIXED for s in SOURCES}
+    )
 
 
 def of(cfg) -> Seeds:
@@ -52,15 +59,21 @@ def contradiction(noise: list[str], seeds, given: dict) -> str | None:
     fixed = [s for s in SOURCES if given.get(s) is not None]
     for arm in noise:
         if arm in fixed:
-            return (f"seed_{arm}={given[arm]} holds still the source the arm noise={arm} varies; drop seed_{arm}, "
-                    f"or drop {arm} from noise=")
+            return (
+                f"seed_{arm}={given[arm]} holds still the source the arm noise={arm} varies; drop seed_{arm}, "
+                f"or drop {arm} from noise="
+            )
     design = [a for a in noise if a != ALL]
     if design and seeds == "auto":
-        return ("noise= is a design of fixed size: give seeds=N (N >= 2 seeds per arm), not seeds=auto, which decides "
-                "per activation, not per source")
+        return (
+            "noise= is a design of fixed size: give seeds=N (N >= 2 seeds per arm), not seeds=auto, which decides "
+            "per activation, not per source"
+        )
     if design and isinstance(seeds, int) and seeds < 2:
         return f"noise={','.join(design)} with seeds={seeds}: a source's variance needs at least 2 seeds per arm; give seeds=N, N >= 2"
     if len(fixed) == len(SOURCES) and (seeds == "auto" or seeds > 1):
-        return (f"seed_init, seed_order and seed_aug are all set: every seed of seeds={seeds} would train the same "
-                "network; leave one source to follow the seed, or give seeds=1")
+        return (
+            f"seed_init, seed_order and seed_aug are all set: every seed of seeds={seeds} would train the same "
+            "network; leave one source to follow the seed, or give seeds=1"
+        )
     return None

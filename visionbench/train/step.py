@@ -8,6 +8,7 @@ training its digits VGG. It is the one step of train/
 that imports no Lightning: the rooms above (bench/, experiments/, check/) train with it without the
 LightningModule's hooks, logging and callbacks, which they neither need nor time.
 """
+
 from __future__ import annotations
 
 import torch
@@ -15,9 +16,15 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def classification_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-                        label_smoothing: float = 0.0, skip_nonfinite: bool = False,
-                        autocast_dtype: torch.dtype | None = None) -> torch.Tensor:
+def classification_step(
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    label_smoothing: float = 0.0,
+    skip_nonfinite: bool = False,
+    autocast_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
     """zero_grad, cross-entropy of `model(x)` against `y`, backward, `opt.step()`; returns the loss.
 
     With `skip_nonfinite`, a NaN/inf loss is returned without backward or step (one host sync per

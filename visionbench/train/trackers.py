@@ -15,6 +15,7 @@ the checkpoint it resumes from). A tracker that cannot work as configured — an
 answer, a store that is no SQLite database, a WANDB_MODE that W&B refuses — is one line before the sweep
 (`unusable`); each run asks again as it starts (the MLflow probe's requests bounded to seconds).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -55,8 +56,11 @@ def available(name: str) -> bool:
     if name == "mlflow":
         from lightning.pytorch.loggers import mlflow
 
-        return bool(mlflow._MLFLOW_AVAILABLE) and (bool(os.environ.get("MLFLOW_TRACKING_URI"))
-                                                   or module_available("sqlalchemy") and module_available("alembic"))
+        return bool(mlflow._MLFLOW_AVAILABLE) and (
+            bool(os.environ.get("MLFLOW_TRACKING_URI"))
+            or module_available("sqlalchemy")
+            and module_available("alembic")
+        )
     if name == "wandb":
         from lightning.pytorch.loggers import wandb
 
@@ -68,8 +72,9 @@ def missing(names: Iterable[str]) -> str | None:
     """One line for the first requested tracker that is not installed (the sweep's preflight says it)."""
     for name in names:
         if not available(name):
-            return (f"trainer.loggers: {name} is not installed; install it with: "
-                    f"pip install 'visionbench[{EXTRAS[name]}]'")
+            return (
+                f"trainer.loggers: {name} is not installed; install it with: pip install 'visionbench[{EXTRAS[name]}]'"
+            )
     return None
 
 
@@ -110,8 +115,10 @@ def wandb_mode_problem() -> str | None:
     mode = os.environ.get("WANDB_MODE")
     if mode is None or mode in (accepted := wandb_modes()):
         return None
-    return (f"trainer.loggers: wandb: WANDB_MODE={mode!r} is not a W&B mode; accepted: {', '.join(accepted)} "
-            "(offline needs no account; unset WANDB_MODE for W&B's default, online)")
+    return (
+        f"trainer.loggers: wandb: WANDB_MODE={mode!r} is not a W&B mode; accepted: {', '.join(accepted)} "
+        "(offline needs no account; unset WANDB_MODE for W&B's default, online)"
+    )
 
 
 def _shown(uri: str) -> str:
@@ -127,7 +134,7 @@ def mlflow_problem(uri: str) -> str | None:
     source = "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "the default store"
     scheme = uri.split(":", 1)[0].lower()
     if scheme == "sqlite" and uri.startswith("sqlite:///"):
-        return _sqlite_problem(Path(uri[len("sqlite:///"):]), source)
+        return _sqlite_problem(Path(uri[len("sqlite:///") :]), source)
     if scheme not in ("http", "https"):
         return None
     from mlflow.tracking import MlflowClient
@@ -136,25 +143,30 @@ def mlflow_problem(uri: str) -> str | None:
         with _bounded_requests():
             MlflowClient(uri).search_experiments(max_results=1)
     except Exception as e:  # noqa: BLE001 - refused, timed out, a proxy's 404, no MLflow there: all one line
-        return (f"trainer.loggers: mlflow: the tracking server {_shown(uri)} ({source}) cannot be reached: "
-                f"{_reason(e)}; start it, or fix or unset MLFLOW_TRACKING_URI "
-                "(unset: a SQLite store beside the results)")
+        return (
+            f"trainer.loggers: mlflow: the tracking server {_shown(uri)} ({source}) cannot be reached: "
+            f"{_reason(e)}; start it, or fix or unset MLFLOW_TRACKING_URI "
+            "(unset: a SQLite store beside the results)"
+        )
     return None
 
 
 def _sqlite_problem(path: Path, source: str) -> str | None:
     if not path.exists():
         if source == "MLFLOW_TRACKING_URI" and not path.parent.is_dir():
-            return (f"trainer.loggers: mlflow: the SQLite store {path} (MLFLOW_TRACKING_URI) cannot be created: "
-                    f"its folder {path.parent} does not exist")
+            return (
+                f"trainer.loggers: mlflow: the SQLite store {path} (MLFLOW_TRACKING_URI) cannot be created: "
+                f"its folder {path.parent} does not exist"
+            )
         return None  # created by the first run
     why = None
     if not path.is_file():
         why = "it is not a file"
     else:
         try:
-            con = sqlite3.connect(f"file:{urllib.request.pathname2url(str(path.resolve()))}?mode=ro", uri=True,
-                                  timeout=5)
+            con = sqlite3.connect(
+                f"file:{urllib.request.pathname2url(str(path.resolve()))}?mode=ro", uri=True, timeout=5
+            )
             try:
                 con.execute("SELECT count(*) FROM sqlite_master").fetchone()
             finally:
@@ -164,8 +176,10 @@ def _sqlite_problem(path: Path, source: str) -> str | None:
                 why = str(e)
     if why is None:
         return None
-    return (f"trainer.loggers: mlflow: {path} ({source}) is not a usable SQLite store ({why}); move it away (a new "
-            "store is created in its place) or name another with MLFLOW_TRACKING_URI")
+    return (
+        f"trainer.loggers: mlflow: {path} ({source}) is not a usable SQLite store ({why}); move it away (a new "
+        "store is created in its place) or name another with MLFLOW_TRACKING_URI"
+    )
 
 
 @contextlib.contextmanager
@@ -187,11 +201,11 @@ def _bounded_requests() -> Iterator[None]:
 def _reason(e: BaseException) -> str:
     """The cause in MLflow's long request error: `[Errno 111] Connection refused`, `no answer in 10 s`, `HTTP 404`."""
     text = str(e)
-    if (found := re.search(r"\[Errno -?\d+\][^'\")\]]*", text)):
+    if found := re.search(r"\[Errno -?\d+\][^'\")\]]*", text):
         return found.group(0).strip()
     if re.search(r"timed? ?out", text, re.I):
         return f"no answer in {PROBE_TIMEOUT_S} s"
-    if (found := re.search(r"error code (\d+)", text)):
+    if found := re.search(r"error code (\d+)", text):
         return f"HTTP {found.group(1)}, not an MLflow tracking server's answer"
     first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
     return f"{type(e).__name__}: {first[:160]}"
@@ -228,13 +242,21 @@ def build_loggers(run: Mapping, run_dir: Path, resumed_epochs: int = 0) -> list[
             for noisy in ("mlflow", "alembic", "lightning.pytorch.loggers.mlflow"):  # table creation; "Creating it."
                 logging.getLogger(noisy).setLevel(logging.ERROR)
             uri = mlflow_uri(run["results_dir"])
-            if (why := mlflow_problem(uri)):  # in seconds, not MLflow's minutes of silent retries per request
+            if why := mlflow_problem(uri):  # in seconds, not MLflow's minutes of silent retries per request
                 raise TrackerUnusable(why)
             run_id = ids.get("mlflow") if _mlflow_run_exists(uri, ids.get("mlflow")) else None
-            out.append(ContinuedMLFlowLogger(experiment_name=run["recipe"], run_name=name, tracking_uri=uri,
-                                             tags=tags, run_id=run_id, continued=run_id is not None))
+            out.append(
+                ContinuedMLFlowLogger(
+                    experiment_name=run["recipe"],
+                    run_name=name,
+                    tracking_uri=uri,
+                    tags=tags,
+                    run_id=run_id,
+                    continued=run_id is not None,
+                )
+            )
         elif tracker == "wandb":
-            if (why := wandb_mode_problem()):  # one line, not W&B's pydantic error (a Hydra job asks here only)
+            if why := wandb_mode_problem():  # one line, not W&B's pydantic error (a Hydra job asks here only)
                 raise TrackerUnusable(why)
             import wandb
             from lightning.pytorch.loggers import WandbLogger
@@ -242,9 +264,15 @@ def build_loggers(run: Mapping, run_dir: Path, resumed_epochs: int = 0) -> list[
             if wandb.run is not None:  # never log into another seed's run (lightning-hydra-template#289)
                 wandb.run.finish()
             labels = [t[:64] for t in (run["recipe"], tags["act"], f"seed_{run['seed']}", tags["setting"]) if t]
-            logger = WandbLogger(name=name, project=os.environ.get("WANDB_PROJECT") or run["recipe"],
-                                 save_dir=str(run_dir), id=ids.get("wandb") or uuid.uuid4().hex[:12], group=group,
-                                 job_type="train", tags=labels)
+            logger = WandbLogger(
+                name=name,
+                project=os.environ.get("WANDB_PROJECT") or run["recipe"],
+                save_dir=str(run_dir),
+                id=ids.get("wandb") or uuid.uuid4().hex[:12],
+                group=group,
+                job_type="train",
+                tags=labels,
+            )
             logger._wandb_init.pop("anonymous", None)  # Lightning's None: wandb warns that it has no effect
             out.append(logger)
     return out
@@ -275,8 +303,10 @@ class ContinuedMLFlowLogger(MLFlowLogger):
         """What the run held when this session first logged (read once: its own points are not skipped)."""
         if self._held is None:
             client, run_id = self.experiment, self.run_id
-            self._held = {key: max((m.step for m in client.get_metric_history(run_id, key)), default=-1)
-                          for key in client.get_run(run_id).data.metrics}
+            self._held = {
+                key: max((m.step for m in client.get_metric_history(run_id, key)), default=-1)
+                for key in client.get_run(run_id).data.metrics
+            }
         return self._held
 
 
@@ -303,7 +333,7 @@ def _mlflow_run_exists(uri: str, run_id: str | None) -> bool:
     if uri.startswith("sqlite:///"):  # create the tables once, not in each of parallel=K workers at the same time
         from filelock import FileLock
 
-        with FileLock(uri[len("sqlite:///"):] + ".lock"):
+        with FileLock(uri[len("sqlite:///") :] + ".lock"):
             MlflowClient(uri).search_experiments(max_results=1)
     if not run_id:
         return False
@@ -357,4 +387,3 @@ def close(loggers: list[Logger], status: str) -> None:
                 logger._experiment = None
         except Exception as e:  # noqa: BLE001 - the run's own outcome is what the sweep records
             print(f"note: could not close the {type(logger).__name__} run: {type(e).__name__}: {e}", file=sys.stderr)
-

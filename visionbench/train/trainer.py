@@ -8,6 +8,7 @@ GPU on a CPU machine) and the estimate (the device and world size a run will hav
 never fit it. Every Trainer of visionbench is made here, from the run's typed `trainer:` block
 (config.TrainerConfig, or the same block of a composed DictConfig).
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,17 +25,29 @@ def quiet_lightning() -> None:
     """Lightning's device lines ("GPU available: ...") and the warnings a run provokes on purpose."""
     for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    for message in (".*does not have many workers.*", ".*GPU available but not used.*", ".*LeafSpec.*",
-                    ".*smaller than the logging interval.*",
-                    ".*exists and is not empty.*",  # resuming writes into the run's existing folders on purpose
-                    ".*Encountered `nan` values.*",
-                    # the weight-EMA copy is kept in eval mode on purpose (timm ModelEmaV3)
-                    ".*module\\(s\\) in eval mode at the start of training.*"):
+    for message in (
+        ".*does not have many workers.*",
+        ".*GPU available but not used.*",
+        ".*LeafSpec.*",
+        ".*smaller than the logging interval.*",
+        ".*exists and is not empty.*",  # resuming writes into the run's existing folders on purpose
+        ".*Encountered `nan` values.*",
+        # the weight-EMA copy is kept in eval mode on purpose (timm ModelEmaV3)
+        ".*module\\(s\\) in eval mode at the start of training.*",
+    ):
         warnings.filterwarnings("ignore", message=message)
 
 
-def build_trainer(t: Any, *, epochs: int | None = None, callbacks: Sequence[L.Callback] = (), logger: Any = False,
-                  plugins: Sequence[Any] = (), progress: bool = False, root_dir: Path | None = None) -> L.Trainer:
+def build_trainer(
+    t: Any,
+    *,
+    epochs: int | None = None,
+    callbacks: Sequence[L.Callback] = (),
+    logger: Any = False,
+    plugins: Sequence[Any] = (),
+    progress: bool = False,
+    root_dir: Path | None = None,
+) -> L.Trainer:
     """A Trainer from the `trainer:` block `t`. With `epochs`, the Trainer a run fits (the block's
     clipping, batch limits, accumulation, sync-BN; `callbacks`, `logger`, `plugins` handed in); without,
     a probe built from the device arguments only (no logger, no checkpointing), never fitted."""
@@ -44,12 +57,20 @@ def build_trainer(t: Any, *, epochs: int | None = None, callbacks: Sequence[L.Ca
     if epochs is None:
         args.update(logger=False, enable_checkpointing=False)
     else:
-        args.update(max_epochs=epochs, gradient_clip_val=t.gradient_clip_val,
-                    limit_train_batches=t.limit_train_batches, limit_val_batches=t.limit_val_batches,
-                    accumulate_grad_batches=t.accumulate_grad_batches, sync_batchnorm=t.sync_batchnorm,
-                    callbacks=list(callbacks), plugins=list(plugins), num_sanity_val_steps=0,
-                    default_root_dir=root_dir, log_every_n_steps=10,
-                    **determinism(t))
+        args.update(
+            max_epochs=epochs,
+            gradient_clip_val=t.gradient_clip_val,
+            limit_train_batches=t.limit_train_batches,
+            limit_val_batches=t.limit_val_batches,
+            accumulate_grad_batches=t.accumulate_grad_batches,
+            sync_batchnorm=t.sync_batchnorm,
+            callbacks=list(callbacks),
+            plugins=list(plugins),
+            num_sanity_val_steps=0,
+            default_root_dir=root_dir,
+            log_every_n_steps=10,
+            **determinism(t),
+        )
     return L.Trainer(**args)
 
 

@@ -9,6 +9,7 @@ Registering is all a plugin does: `@register` from `visionbench.activations`, a 
 (models: timm's `@register_model`). visionbench's registry-wide contract holds for it: it takes `inplace` (timm
 calls `act_layer(inplace=True)`), `per_channel`/`num_channels`/`channel_dim`/`learnable`, and an `init`.
 """
+
 from __future__ import annotations
 
 import torch
