@@ -30,9 +30,9 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: on the subprocesses' PYTHONPATH (nothing is installed)
 SUMMARY = "gpu_window.md"

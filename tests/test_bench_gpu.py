@@ -3,7 +3,6 @@ the speed levers `bench train` applies as a run does (trainer.precision, trainer
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from visionbench.bench import main as bench_main

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from tests.helpers import copy_tree, shrunk
-from visionbench.cli import main
-from visionbench.results import layout
 from visionbench.bench import estimate as est
 from visionbench.bench import measure
+from visionbench.cli import main
+from visionbench.results import layout
 from visionbench.sweep import sweep
 from visionbench.sweep.preflight import load_config
 

@@ -259,7 +259,10 @@ def test_timm_weights_without_internet_is_a_clear_error(monkeypatch):
     import huggingface_hub.constants
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # fail at once, no network retries
-    build = lambda act, kw, n, pretrained: models.create("test_resnet", act=act, num_classes=n, pretrained=pretrained)
+
+    def build(act, kw, n, pretrained):
+        return models.create("test_resnet", act=act, num_classes=n, pretrained=pretrained)
+
     with pytest.raises(FileNotFoundError, match="timm's pretrained weights could not be loaded.*finetune.checkpoint="):
         finetune.prepare(build, "timm", "hermite", num_classes=10)
     with pytest.raises(ValueError, match="no pretrained weights"):
@@ -395,7 +398,10 @@ def test_facebook_convnext_checkpoint_is_remapped(tmp_path):
         k = k.replace("head.fc.", "head.").replace("head.norm.", "norm.")
         fb[k] = v
     torch.save({"model": fb}, tmp_path / "convnext_tiny_1k_224_ema.pth")
-    build = lambda act, kw, n, pretrained: models.create("convnext_t", act=act, num_classes=n, pretrained=pretrained)
+
+    def build(act, kw, n, pretrained):
+        return models.create("convnext_t", act=act, num_classes=n, pretrained=pretrained)
+
     ft = finetune.prepare(build, tmp_path / "convnext_tiny_1k_224_ema.pth", "gelu", num_classes=None).eval()
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():

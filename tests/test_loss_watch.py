@@ -77,7 +77,7 @@ def test_gpu_busy_is_none_on_a_cpu_and_without_nvml(monkeypatch):
         raise ModuleNotFoundError("pynvml does not seem to be installed")
 
     monkeypatch.setattr(torch.cuda, "utilization", no_nvml)
-    for epoch in range(3):
+    for _ in range(3):
         busy.on_train_epoch_start(None, _module("cuda"))
         busy.on_train_batch_end(None, _module("cuda"), None, None, 0)
         busy.on_train_batch_end(None, _module("cuda"), None, None, 1)

@@ -91,7 +91,7 @@ def test_param_groups_partition(name, kwargs):
     for n in decayed:  # only conv / linear weights
         owner, _, leaf = n.rpartition(".")
         assert leaf == "weight" and isinstance(modules[owner], (nn.Conv2d, nn.Linear))
-    for n, p in model.named_parameters():
+    for n, _ in model.named_parameters():
         if n.endswith(".bias") or n in ("cls_token", "pos_embed") or ".norm" in n:
             assert n not in decayed
     torch.optim.SGD(groups, lr=0.02, momentum=0.9).step()  # torch accepts them as they are

@@ -9,8 +9,8 @@ import functools
 
 import pytest
 import torch
-from torch import nn
 from timm.layers import activations as timm_acts
+from torch import nn
 
 from visionbench import activations, models
 
@@ -72,7 +72,7 @@ def _cases():
             yield pytest.param(name, act, id=f"{name}-{act}", marks=() if fast else pytest.mark.slow)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _base(name):
     img, classes = SIZE[name]
     return models.create(name, num_classes=classes, img_size=img)

@@ -4,19 +4,18 @@ order, seeded per (seed, epoch, position), so a resumed run repeats the uninterr
 
 from __future__ import annotations
 
-
 import numpy as np
 import torch
 from PIL import Image
 from scipy import stats
 
 from visionbench import data
-
-from .helpers import epoch_batches, metric_rows, sweep_small
 from visionbench.config import AugmentConfig
 from visionbench.data.on_device import DeviceAugment
 from visionbench.data.seeding import sample_seed, seeded_rngs
 from visionbench.data.transforms import build_train_transform
+
+from .helpers import epoch_batches, metric_rows, sweep_small
 
 AUG = {"crop_pad": 1, "hflip": 0.5}
 

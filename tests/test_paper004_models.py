@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from visionbench import data, models
-from visionbench.models.lsuv import PAPER004, lsuv_images, lsuv_init, swappable_types
 from visionbench.config import ConfigError, run_config
+from visionbench.models.lsuv import PAPER004, lsuv_images, lsuv_init, swappable_types
 from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import run_sweep
 from visionbench.train import run as one_run

@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 from scipy.stats import ttest_ind_from_stats
 
+from visionbench.config import recipe_names
 from visionbench.report import main as report_main
 from visionbench.report import published
 from visionbench.report.papers import main as papers_main
-from visionbench.config import recipe_names
 from visionbench.results.settings import parse_setting_label, setting_label
 from visionbench.sweep.acts import parse_acts
 from visionbench.sweep.preflight import load_config

@@ -23,8 +23,8 @@ import torch
 import yaml
 
 from visionbench.cli import main
-from visionbench.sweep.preflight import load_config
 from visionbench.sweep.locks import RunLock
+from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import run_sweep
 
 from .fixtures import write_cifar10, write_tiny_imagenet

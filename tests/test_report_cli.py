@@ -9,9 +9,10 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from .helpers import write_recipe, write_run
 
 from visionbench.report import load_runs, main, summarize, tables
+
+from .helpers import write_recipe, write_run
 
 VALUES = {
     "relu": [90.0, 90.4, 89.8, 90.1, 90.3],

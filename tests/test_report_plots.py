@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import matplotlib.image as mpimg
-
 import pytest
-
-from .helpers import write_recipe, write_run
 
 from visionbench.report import load_runs
 from visionbench.report.figures import curve_column, make_plots, plot_act_shapes
+
+from .helpers import write_recipe, write_run
 
 pytestmark = pytest.mark.plots
 

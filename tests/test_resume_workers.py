@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from visionbench import data
-
-from .helpers import epoch_batches, metric_rows, sweep_small
 from visionbench.data.keyed_samplers import KeyedDistributedSampler, KeyedExpandedRepeatAugSampler
 from visionbench.data.seeding import SampleKey, sample_seed, sample_seeds, seeded_rngs
+
+from .helpers import epoch_batches, metric_rows, sweep_small
 
 # every RNG an augmentation draws from: crop/flip/erasing noise (torch), RandAugment (numpy + random)
 AUGMENT = {"crop_pad": 1, "hflip": 0.5, "auto_augment": "rand-m9-mstd0.5-inc1", "re_prob": 0.5}

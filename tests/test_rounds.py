@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from visionbench.cli import main
+from visionbench.config import ConfigError
 from visionbench.report import stopping
 from visionbench.report.main import main as report_main
 from visionbench.results import layout
 from visionbench.sweep import rounds
-from visionbench.config import ConfigError
 from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import Outcome, plan
 

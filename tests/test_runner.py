@@ -142,8 +142,8 @@ def _as_older_version(config_path: Path, **augment) -> None:
 
 
 def test_results_of_an_older_version_resume_without_a_false_mismatch(relu_pair, tmp_path):
-    from visionbench.sweep.sweep import check_resumable
     from visionbench.config import run_config
+    from visionbench.sweep.sweep import check_resumable
 
     copy_tree(relu_pair, tmp_path)
     (o,) = sweep(tmp_path, "act=relu", "seeds=1")  # completed before: skipped

@@ -6,7 +6,7 @@ command line, run through `visionbench run`: tests/test_bad_inputs.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 import torch
@@ -82,8 +82,8 @@ def test_the_composed_config_stays_typed_and_in_struct_mode(recipes):
 
 def test_code_defaults_are_the_schema_defaults():
     """A partial block means what it means in a recipe (004 Table 6 SGD is Nesterov; warmup from 1e-6)."""
-    from visionbench.train.optim import build_optimizer
     from visionbench.train.module import lr_lambda
+    from visionbench.train.optim import build_optimizer
 
     opt = build_optimizer(torch.nn.Linear(2, 2), block("optim", {"name": "sgd", "lr": 0.1}), batch_size=8)
     assert opt.defaults["nesterov"] is True
@@ -114,7 +114,7 @@ def test_a_field_is_checked_by_its_annotation_and_its_rule():
         new_int: int = 3
         new_float: float = 0.5
         new_any: Any = None
-        new_opt: Optional[int] = rule(None, ">= 1")
+        new_opt: int | None = rule(None, ">= 1")
         new_frac: float = rule(0.0, "[0, 1)")
         new_mode: str = rule("a", choices=("a", "b"))
 

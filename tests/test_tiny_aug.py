@@ -5,7 +5,6 @@ weight-decay rule (pos_embed / cls_token / Swin's relative_position_bias_table d
 from __future__ import annotations
 
 import dataclasses
-
 import random
 
 import numpy as np

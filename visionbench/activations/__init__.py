@@ -6,6 +6,11 @@
 >>> act.fit("relu", interval=(-3, 3), derivative=True)
 """
 
+# importing a family module registers it
+from . import (
+    families,  # noqa: E402,F401
+    fixed,  # noqa: E402,F401
+)
 from .base import FitResult, LearnableActivation, learnable_parameters
 from .registry import (
     FAMILIES,
@@ -21,10 +26,6 @@ from .registry import (
     resolve,
 )
 from .targets import TARGETS, get_target, target_names
-
-# importing a family module registers it
-from . import fixed  # noqa: E402,F401
-from . import families  # noqa: E402,F401
 
 __all__ = [
     "FitResult",

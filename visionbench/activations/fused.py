@@ -51,7 +51,7 @@ import threading
 import time
 import types
 import warnings
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch.autograd.function import once_differentiable

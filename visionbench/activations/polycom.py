@@ -45,7 +45,7 @@ def _poly_backward(x, g, c, *, degree: int, relu: bool):
     if relu:  # ReLU'(0) = 0, as autograd has it
         grad_x = torch.where(x > 0, grad_x, 0.0)
     like, grads, term = c[..., 0], [], g
-    for i in range(degree + 1):  # sum g r^i, one power at a time
+    for _ in range(degree + 1):  # sum g r^i, one power at a time
         grads.append(reduce_to(term, like))
         term = term * r
     return grad_x, torch.stack(grads, -1)

@@ -24,7 +24,7 @@ paper fits LeakyReLU or GELU), computed in milliseconds and cached per process, 
 from __future__ import annotations
 
 import numbers
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -116,11 +116,11 @@ def _fused_backward(x, g, a, b, *, form: str, m: int, n: int):
     grad_x = w * (dp - f * dq)
     like = a[..., 0]
     grad_a, term = [], w
-    for i in range(m + 1):  # sum g x^i / Q, one power at a time
+    for _ in range(m + 1):  # sum g x^i / Q, one power at a time
         grad_a.append(reduce_to(term, like))
         term = term * x
     grad_b, term = [], -(w * f) * first
-    for j in range(n):
+    for _ in range(n):
         grad_b.append(reduce_to(term, like))
         term = term * base
     if form == "A":  # d|b_j|/db_j

@@ -82,7 +82,7 @@ def _local_basis(u, order: int):
     return cur
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def local_polynomials(order: int) -> tuple[tuple[float, ...], ...]:
     """M[m][p]: the power-basis coefficients of slot m's B-spline on its interval,
     b_m(u) = sum_p M[m][p] u^p (for k = 3: (1 - u)^3 / 6, (3u^3 - 6u^2 + 4) / 6, ...)."""

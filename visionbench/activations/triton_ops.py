@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -162,7 +162,8 @@ if OPS:
     if interpreting():
         define_op, op_launch = torch.library.custom_op, None
     else:
-        from torch.library import triton_op as define_op, wrap_triton as op_launch
+        from torch.library import triton_op as define_op
+        from torch.library import wrap_triton as op_launch
 
     @define_op("visionbench::act_forward", mutates_args=())
     def act_forward(x: torch.Tensor, c: torch.Tensor, spec: int, channel_axis: int) -> torch.Tensor:

@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
         print(f"visionbench bench data: {one_line_message(str(e))}", file=sys.stderr)
         return 2
     rates: dict[str, list[float]] = {k: [] for k in loaders}
-    for name, loader in loaders.items():
+    for loader in loaders.values():
         epoch_rate(loader, 0, device)  # warm: workers start, the set is moved and padded
     for r in range(args.rounds):
         for name, loader in loaders.items():

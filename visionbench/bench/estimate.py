@@ -38,12 +38,12 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
+from ..config import sweep_settings, typed
 from ..results import layout
 from ..results.io import RunStateError
-from ..config import sweep_settings, typed
 from ..results.settings import setting_label
-from ..sweep.placement import CONTEXT_BYTES, GPU_MEMORY_SHARE, choose, choose_cpu, visible_gpus
 from ..sweep.acts import sweep_acts
+from ..sweep.placement import CONTEXT_BYTES, GPU_MEMORY_SHARE, choose, choose_cpu, visible_gpus
 from ..sweep.sweep import plan, worker_threads
 from ..train.trainer import trains_on_cuda
 from .measure import DoesNotFit, loaders, measure  # noqa: F401 - DoesNotFit: what estimate raises

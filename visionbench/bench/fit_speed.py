@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
         for name in names:
             act = activations.create(name)
             for target in getattr(type(act), "fit_tolerance", {"gelu": None}):
-                seconds, r = cpu_seconds(lambda: act.fit(target), args.repeats)
+                seconds, r = cpu_seconds(lambda act=act, target=target: act.fit(target), args.repeats)
                 rows.append([name, target, 1e3 * seconds, seconds / step_s, r.max_abs_error, r.max_abs_deriv_error])
                 print(f"  {name} -> {target}: {1e3 * seconds:.1f} ms", file=sys.stderr, flush=True)
     header = ["activation", "target", "fit CPU ms", "× GELU fwd+bwd", "sup error of F", "sup error of F'"]

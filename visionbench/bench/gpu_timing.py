@@ -14,7 +14,7 @@ such events: both functions return None, and the tables show "—".
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 

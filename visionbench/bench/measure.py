@@ -17,8 +17,8 @@ import math
 import re
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -88,7 +88,7 @@ def _check_cpu_fits(model: torch.nn.Module, shape: tuple[int, ...], input_bytes:
     avail = available_bytes()
     if avail is None or shape[0] <= PROBE_BATCHES[-1]:
         return
-    saved = [timing.saved_bytes(lambda: model(torch.randn((b, *shape[1:])))) for b in PROBE_BATCHES]
+    saved = [timing.saved_bytes(lambda b=b: model(torch.randn((b, *shape[1:])))) for b in PROBE_BATCHES]
     per_image = (saved[1] - saved[0]) / (PROBE_BATCHES[1] - PROBE_BATCHES[0])
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     need = input_bytes + saved[0] + per_image * (shape[0] - PROBE_BATCHES[0]) + 4 * weights
@@ -174,8 +174,8 @@ def _measure(
     run: RunConfig, data, device: torch.device, batch: int, what: str
 ) -> tuple[int, float, float, int | None, float | None]:
     from .. import models
-    from .train_step import TrainStep
     from ..train.run import build_model
+    from .train_step import TrainStep
 
     torch.manual_seed(0)
     try:

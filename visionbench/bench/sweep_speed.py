@@ -184,8 +184,8 @@ def main(argv: list[str]) -> int:
 
 def project(overrides: list[str], args, results: Path) -> str:
     """`visionbench estimate`'s table and total for --project SEEDSxEPOCHS at parallel=auto, as a report section."""
-    from .estimate import estimate, format_estimate
     from ..sweep.preflight import load_config
+    from .estimate import estimate, format_estimate
 
     seeds, epochs = args.project
     cfg = load_config(

@@ -13,8 +13,8 @@ import datetime
 import platform
 import statistics
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import torch
 

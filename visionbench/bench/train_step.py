@@ -28,7 +28,6 @@ import torch
 
 from ..activations import fused
 from ..config import RunConfig
-
 from ..train.step import classification_step
 from . import gpu_timing, timing
 

@@ -175,10 +175,10 @@ def gradcheck(s: Subject, device: torch.device, fast: bool = False) -> tuple[boo
             names = [n for n, _ in learnable(module)]
             coefs = [module.get_parameter(n).detach().clone().requires_grad_(True) for n in names]
 
-            def f(x, *cs):
+            def f(x, *cs):  # called in this iteration only, so the loop's module and names are this one's
                 with torch.random.fork_rng(devices=devices):
                     torch.manual_seed(0)
-                    return torch.func.functional_call(module, dict(zip(names, cs)), (x,))
+                    return torch.func.functional_call(module, dict(zip(names, cs)), (x,))  # noqa: B023
 
             with on_path(path):
                 try:

@@ -8,8 +8,8 @@ import contextlib
 import functools
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 

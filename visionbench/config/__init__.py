@@ -8,6 +8,7 @@ OmegaConf and YAML only: what needs a registry or Lightning is checked by vision
 
 from __future__ import annotations
 
+from .overrides import DEFAULT_RECIPE, Overrides, parse, parse_value, parse_variant, split_top_level
 from .recipes import (
     RECIPES_DIR,
     act_options,
@@ -19,7 +20,6 @@ from .recipes import (
     sweep_settings,
     typed,
 )
-from .overrides import DEFAULT_RECIPE, Overrides, parse, parse_value, parse_variant, split_top_level
 from .schema import OPTIMIZERS, SCHEDULES, AugmentConfig, DataConfig, RunConfig, defaults, rand_augment_ops
 from .validate import ConfigError, apply_setting, block, valid_keys
 

@@ -4,8 +4,9 @@ Hydra reads them; commas inside brackets or quotes do not split a sweep (docs/co
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 

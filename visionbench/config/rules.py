@@ -7,9 +7,10 @@ import dataclasses
 import difflib
 import math
 import typing
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
-Check = Callable[[Any], Optional[str]]
+Check = Callable[[Any], str | None]
 
 
 def rule(

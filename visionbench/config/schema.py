@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 from omegaconf import MISSING, OmegaConf
 
@@ -82,13 +82,11 @@ def rand_augment_ops(policy: str) -> tuple[int, int] | None:
 class ReportConfig:
     """What the recipe's paper reports: `visionbench run` and `report` use it (docs/report.md)."""
 
-    metric: Optional[str] = (
+    metric: str | None = (
         None  # summary metric scored; null: test_top1_at_best_val with a held-out val split, else val_top1_best
     )
-    baseline: Optional[str] = (
-        "relu"  # the activation the report's t-test compares against (command line: baseline=gelu)
-    )
-    best_of: List[str] = field(
+    baseline: str | None = "relu"  # the activation the report's t-test compares against (command line: baseline=gelu)
+    best_of: list[str] = field(
         default_factory=list
     )  # factor keys reduced to the best setting per cell in the recipe-level table (004 Table 2: [model.lsuv])
 
@@ -98,13 +96,13 @@ class AugmentConfig:
     """`data.augment`: training-time augmentation (data/transforms.py)."""
 
     crop_pad: int = rule(0, ">= 0")  # random crop with this zero padding (CIFAR style); 0 = off
-    scale: Optional[List[float]] = rule(
+    scale: list[float] | None = rule(
         None, "(0, 1]", length=2
     )  # random-resized-crop scale range, e.g. [0.08, 1.0] (ImageNet); null = off
     hflip: float = rule(0.0, "[0, 1]")
     # ColorJitter before auto_augment: b (= b, b, b, hue 0) or [b, c, s(, hue)] (004 code: [0.4, 0.4, 0.4, 0.1]); null = off
     color_jitter: Any = rule(None, check=_jitter)
-    auto_augment: Optional[str] = None  # policy string, e.g. rand-m9-mstd0.5-inc1 (timm) or rand-n2-m9 (either impl)
+    auto_augment: str | None = None  # policy string, e.g. rand-m9-mstd0.5-inc1 (timm) or rand-n2-m9 (either impl)
     # timm: timm's RandAugment/AugMix/AutoAugment (m of 10); torchvision: T.RandAugment (m of 30; docs/data.md)
     auto_augment_impl: str = rule("timm", choices=("timm", "torchvision"))
     re_prob: float = rule(0.0, "[0, 1]")  # random erasing probability
@@ -132,17 +130,17 @@ class DataConfig:
     """`data:` the dataset and its splits (data modules take it typed: config.block("data", ...))."""
 
     name: str = "digits"  # cifar10 | fashion_mnist | tiny_imagenet | imagenet | digits | synthetic | folder (data registry checks)
-    root: Optional[str] = rule(None, check=path)  # null -> $VISIONBENCH_DATA, else ./data
+    root: str | None = rule(None, check=path)  # null -> $VISIONBENCH_DATA, else ./data
     download: bool = False  # cifar10, fashion_mnist: torchvision download where there is internet
-    img_size: Optional[int] = rule(None, ">= 1")  # null -> the dataset's native size
-    mean: Optional[List[float]] = None  # null -> the dataset's usual statistics
-    std: Optional[List[float]] = rule(None, "> 0")
+    img_size: int | None = rule(None, ">= 1")  # null -> the dataset's native size
+    mean: list[float] | None = None  # null -> the dataset's usual statistics
+    std: list[float] | None = rule(None, "> 0")
     val_split: float = rule(0.0, "[0, 1)")  # fraction of train held out (stratified, fixed) for model selection
     num_workers: int = rule(0, ">= 0")
     # the uint8 training set kept on the device, crop/flip/normalise drawn there (data/on_device.py, docs/data.md)
     on_device: bool = False
-    limit_train: Optional[int] = rule(None, ">= 1")  # cap the number of training images (smoke tests)
-    limit_val: Optional[int] = rule(None, ">= 1")
+    limit_train: int | None = rule(None, ">= 1")  # cap the number of training images (smoke tests)
+    limit_val: int | None = rule(None, ">= 1")
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
@@ -152,16 +150,16 @@ class ModelConfig:
     """`model:` the network and how it is initialised (models/factory.py checks name and norms)."""
 
     name: str = "vgg4"  # vgg4 | vgg8 | resnet32 | fmnist_resnet | fmnist_slnn | resnet50 | convnext_t | vit_s8 | cait_s24 | swin_t | any timm id
-    norm: Optional[str] = None  # group: GroupNorm (VGG, ResNet)
+    norm: str | None = None  # group: GroupNorm (VGG, ResNet)
     norm_free: bool = False  # ViT/CaiT/Swin: bypass block norm1/norm2
     lsuv: bool = False  # LSUV data-dependent init before training
     lsuv_variant: str = "mishkin"  # mishkin: Mishkin & Matas 2016; paper004: the 004 code's variant (docs/models.md)
     # classifier pooling; null = the model's own (VGG: avg; flatten = 004 code's head); timm models: avg, max, avgmax, token, ...
-    global_pool: Optional[str] = None
+    global_pool: str | None = None
     dropout: float = rule(0.0, "[0, 1)")  # before the classifier
     drop_path: float = rule(0.0, "[0, 1)")
     pretrained: bool = False
-    kwargs: Dict[str, Any] = field(default_factory=dict)  # more keyword arguments for the timm constructor
+    kwargs: dict[str, Any] = field(default_factory=dict)  # more keyword arguments for the timm constructor
 
 
 @dataclass
@@ -170,10 +168,10 @@ class OptimConfig:
 
     name: str = rule("sgd", choices=OPTIMIZERS)
     lr: float = rule(0.02, ">= 0")
-    lr_base_batch: Optional[int] = rule(None, "> 0")  # if set, lr is scaled by batch_size / lr_base_batch
+    lr_base_batch: int | None = rule(None, "> 0")  # if set, lr is scaled by batch_size / lr_base_batch
     momentum: float = rule(0.9, "[0, 1]")
     nesterov: bool = True
-    betas: List[float] = rule([0.9, 0.999], "[0, 1)", length=2)
+    betas: list[float] = rule([0.9, 0.999], "[0, 1)", length=2)
     eps: float = rule(1.0e-8, "> 0")
     weight_decay: float = rule(0.0, ">= 0")  # on the parameters decay_rule picks
     # conv_linear: conv/linear weights (004 App E); ndim: all but 1-D params and norms (004 Tiny code; docs/models.md)
@@ -186,7 +184,7 @@ class SchedConfig:
     """`sched:` the learning-rate schedule (train/module.py `lr_lambda`)."""
 
     name: str = rule("constant", choices=SCHEDULES)
-    milestones: List[int] = rule([], ">= 1")  # step: epochs at which lr *= gamma
+    milestones: list[int] = rule([], ">= 1")  # step: epochs at which lr *= gamma
     gamma: float = rule(0.1, "> 0")
     warmup_epochs: Any = rule(0, ">= 0", kind=float)  # linear warmup (cosine), in epochs
     warmup_lr: float = rule(1.0e-6, ">= 0")
@@ -211,7 +209,7 @@ class LossConfig:
 class EmaConfig:
     """`ema:` weight EMA."""
 
-    decay: Optional[float] = rule(None, "(0, 1)")  # weight EMA decay, e.g. 0.9999; null = off
+    decay: float | None = rule(None, "(0, 1)")  # weight EMA decay, e.g. 0.9999; null = off
 
 
 @dataclass
@@ -225,11 +223,13 @@ class TrainerConfig:
     strategy: str = "auto"
     # bf16-mixed / 16-mixed on GPUs; learnable activations stay fp32 (Lightning: str or int)
     precision: Any = rule("32-true", choices=PRECISIONS)
-    gradient_clip_val: Optional[float] = rule(None, "> 0")
+    gradient_clip_val: float | None = rule(None, "> 0")
     limit_train_batches: Any = rule(
-        None, "> 0", kind=Optional[float]
+        None,
+        "> 0",
+        kind=Optional[float],  # noqa: UP045 - rule() reads typing.Optional's arguments
     )  # Lightning's: an int counts batches, a float is a fraction
-    limit_val_batches: Any = rule(None, ">= 0", kind=Optional[float])
+    limit_val_batches: Any = rule(None, ">= 0", kind=Optional[float])  # noqa: UP045 - as above
     channels_last: bool = False  # model and image batches in NHWC (timm --channels-last; docs/running.md#speed-levers)
     # torch.compile the model (timm --torchcompile; checkpoints keep their keys); reduce-overhead: the captured step,
     # CUDA graphs of forward and backward on CUDA (docs/running.md#the-captured-step)
@@ -239,7 +239,7 @@ class TrainerConfig:
     deterministic: bool = True
     # NVIDIA MPS for parallel=K on CUDA: a running daemon serves the workers whatever this says; true: refuse to run
     # without one (visionbench starts none); recorded per run, not in the config hash
-    mps: Optional[bool] = None
+    mps: bool | None = None
     # the learnable activations' kernels (docs/bench.md): auto (Triton on CUDA, compiled elsewhere), triton, compile,
     # eager (fused, uncompiled) or reference (the plain formulas); VISIONBENCH_KERNELS wins over it; recorded per run
     # (summary.json environment.kernels), not in the config hash (results/identity.py)
@@ -249,7 +249,7 @@ class TrainerConfig:
     portable: bool = (
         False  # the same bits on any x86-64 CPU with AVX2: ISA, BLAS path, 1 thread pinned (sweep/portable.py)
     )
-    loggers: List[str] = rule(
+    loggers: list[str] = rule(
         ["tensorboard"], check=list_of(choice("tensorboard", "csv", "mlflow", "wandb"))
     )  # trackers (train/trackers.py)
 
@@ -258,11 +258,11 @@ class TrainerConfig:
 class FinetuneConfig:
     """`finetune:` docs/finetune.md; models/finetune.py."""
 
-    checkpoint: Optional[str] = (
+    checkpoint: str | None = (
         None  # PATH (state dict / visionbench checkpoint) or "timm" (pretrained weights); set: model.pretrained unused
     )
     train: str = "act,head"  # what is trained: act,head | act | head | all (act,head with a fixed act = head only)
-    source_act: Optional[str] = (
+    source_act: str | None = (
         None  # act the checkpoint was trained with; null: its run's config.yaml, else the model's own
     )
     ema: bool = False  # load the checkpoint's weight-EMA copy (visionbench ema.*, timm state_dict_ema)
@@ -275,29 +275,29 @@ class RunConfig:
 
     recipe: str = MISSING  # the recipe's own name; results go to <results_dir>/<recipe>/
     act: str = "relu"  # one name or a comma-separated sweep: relu,gelu; a variant: rational[init=leaky_relu]
-    act_options: Dict[str, Any] = field(
+    act_options: dict[str, Any] = field(
         default_factory=dict
     )  # per activation, options passed to it: {rational: {init: leaky_relu}}
-    act_lr_mult: Dict[str, Any] = rule(
+    act_lr_mult: dict[str, Any] = rule(
         {}, check=_multipliers
     )  # per activation, learning-rate multiplier of its coefficients: {rational: 4.0}
     imports: Any = rule(
         [], check=any_of(text, list_of(text))
     )  # plugin modules (my_acts or [a, b]; visionbench/plugins.py)
     # factor sweep {config key: [values]}: every combination is a setting (command line: model.norm=null,group)
-    factors: Dict[str, Any] = field(default_factory=dict)
+    factors: dict[str, Any] = field(default_factory=dict)
     # N -> seeds 0..N-1; auto: rounds of seeds up to seeds_max, stopped when decided (sweep/rounds.py)
     seeds: Any = rule(3, check=_seeds)
     seeds_max: int = rule(
         10, check=at_most(integer(">= 3"), MAX_SEEDS)
     )  # seeds=auto: the most seeds per activation (the last round)
-    seeds_margin: Optional[float] = rule(
+    seeds_margin: float | None = rule(
         None, "> 0"
     )  # seeds=auto: also stop as "equivalent" within ±this (metric units, TOST)
-    seed: Optional[int] = rule(None, ">= 0")  # set per run by the sweep (config.yaml of a run holds its seed)
-    seed_init: Optional[int] = rule(None, ">= 0")  # each source's own seed, null: seed's (train/seeds.py): the weights,
-    seed_order: Optional[int] = rule(None, ">= 0")  # the training sampler's order,
-    seed_aug: Optional[int] = rule(None, ">= 0")  # augmentation, dropout and Mixup draws
+    seed: int | None = rule(None, ">= 0")  # set per run by the sweep (config.yaml of a run holds its seed)
+    seed_init: int | None = rule(None, ">= 0")  # each source's own seed, null: seed's (train/seeds.py): the weights,
+    seed_order: int | None = rule(None, ">= 0")  # the training sampler's order,
+    seed_aug: int | None = rule(None, ">= 0")  # augmentation, dropout and Mixup draws
     noise: str = rule(
         "all", choices=("all", "init", "order", "aug")
     )  # sources following seed; noise=init,order,aug: arms + all
@@ -308,7 +308,7 @@ class RunConfig:
     # auto: chosen from a measured run (`visionbench estimate` says why; sweep/placement.py,
     # docs/running.md#parallel-many-runs-per-device)
     parallel: Any = rule(1, check=any_of(integer(">= 1"), choice("auto")))
-    snapshot_epochs: List[int] = rule(
+    snapshot_epochs: list[int] = rule(
         [0, 5, 30, -1], ">= -1"
     )  # epochs whose activation shapes + input histograms are stored (-1 = last)
     report: ReportConfig = field(default_factory=ReportConfig)

@@ -8,12 +8,13 @@ import dataclasses
 import functools
 import itertools
 import typing
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from omegaconf import OmegaConf
 
 from .rules import check_of, did_you_mean, is_int
-from .schema import AugmentConfig, RunConfig, defaults, rand_augment_ops, TV_MAGNITUDE_MAX
+from .schema import TV_MAGNITUDE_MAX, AugmentConfig, RunConfig, defaults, rand_augment_ops
 
 FREE_DICTS = ("act_options", "act_lr_mult", "model.kwargs", "factors")  # keys below these are the user's own
 # keys a factor sweep cannot vary
@@ -38,13 +39,13 @@ class ConfigError(ValueError):
         self.key = key
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fields(cls: type) -> dict[str, tuple[dataclasses.Field, Any]]:
     hints = typing.get_type_hints(cls)
     return {f.name: (f, hints[f.name]) for f in dataclasses.fields(cls)}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def valid_keys(cls: type = RunConfig, prefix: str = "") -> tuple[str, ...]:
     """Every key of block `cls` at `prefix`, its blocks' keys included (by default: the whole schema)."""
     out: tuple[str, ...] = ()

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Callable, Iterator, Sequence
+from typing import IO
 
 import numpy as np
 import torch

@@ -23,8 +23,8 @@ import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from ..results.io import atomic_write_text
 from .datasets import cache_dir

@@ -235,7 +235,7 @@ def layout(root: Path, source: str) -> tuple[list[str], dict[str, list[tuple[str
 def digest(splits: dict[str, list[tuple[str, int]]], root: Path) -> str:
     """sha256 of every image's split-relative path, size and mtime: what the cached facts were computed from."""
     h = hashlib.sha256(f"v{STATS_VERSION}".encode())
-    for split, samples in splits.items():
+    for samples in splits.values():
         for path, target in samples:
             st = os.stat(path)
             h.update(f"{os.path.relpath(path, root)}\t{target}\t{st.st_size}\t{st.st_mtime_ns}\n".encode())

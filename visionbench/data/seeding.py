@@ -18,8 +18,9 @@ A batch seeds each of its samples with `seed_rngs` inside one `preserved_rngs` b
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch

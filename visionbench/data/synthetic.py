@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
-from .base import VisionDataModule
 from ..config import DataConfig
+from .base import VisionDataModule
 from .datasets import ArrayDataset
 
 

@@ -18,7 +18,7 @@ Mixup/CutMix are batch operations and live in the LightningModule, not here.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from PIL import Image
 from timm.data import create_transform

@@ -25,9 +25,10 @@ Pure torch: the trainer only sees fewer parameters with requires_grad.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -44,8 +44,8 @@ network, `fmnist_resnet`, the activation swapped: 7 SLAFs, 2^7), `model.name=fmn
 from __future__ import annotations
 
 import torch
-from torch import nn
 from timm.models import generate_default_cfgs, register_model
+from torch import nn
 
 from .builder import build
 

@@ -33,9 +33,9 @@ ordinary modules here: they just run. Every buffer and all train/eval flags are 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import nn

@@ -16,7 +16,7 @@ and `act_weight_decay` (0 in every paper) under either rule.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from torch import nn
 

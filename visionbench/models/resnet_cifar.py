@@ -18,9 +18,9 @@ init (fan_out), as in He et al.; norms start at weight 1, bias 0.
 from __future__ import annotations
 
 import torch.nn.functional as F
-from torch import nn
 from timm.layers import DropPath
 from timm.models import generate_default_cfgs, register_model
+from torch import nn
 
 from .builder import build
 from .norms import norm_factory

@@ -55,7 +55,7 @@ def _receiver(node: ast.expr) -> str:
     return "<expr>"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _scan_class(cls: type) -> tuple[str, ...]:
     """Flags found in the source defined by `cls` itself (not its bases)."""
     try:

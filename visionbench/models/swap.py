@@ -37,14 +37,15 @@ from __future__ import annotations
 import copy
 import itertools
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 from timm.layers import activations as timm_acts
 from timm.layers import activations_me as timm_acts_me
+from torch import nn
 
 from .. import activations
 from ..activations import FitResult, LearnableActivation

@@ -21,8 +21,8 @@ init (paper 004 App E: "standard PyTorch default initialization").
 
 from __future__ import annotations
 
-from torch import nn
 from timm.models import generate_default_cfgs, register_model
+from torch import nn
 
 from .builder import build
 from .norms import norm_factory

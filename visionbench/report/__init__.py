@@ -26,9 +26,9 @@ statistic); it imports no torch and trains nothing. Modules:
   variance comes from — init, data order, augmentation, the test set (docs/report.md, "Where the noise comes from").
 """
 
-from .main import main
-from .collect import load_runs, metric_names
 from ..stats.significance import cohen_d, difference_ci, holm, stars
+from .collect import load_runs, metric_names
+from .main import main
 from .summary import summarize
 
 __all__ = ["main", "load_runs", "metric_names", "summarize", "stars", "holm", "cohen_d", "difference_ci"]

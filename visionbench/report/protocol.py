@@ -21,7 +21,7 @@ import pandas as pd
 from ..results.layout import DEFAULT_METRIC, HELD_OUT_METRIC
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def packaged_report(recipe: str) -> dict:
     """The `report:` block of the packaged recipe `recipe` ({} when there is no such recipe)."""
     from omegaconf import OmegaConf

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from scipy import stats as sps
@@ -74,7 +74,7 @@ def sample_var(values: Sequence[float]) -> float:
     return float(values.var(ddof=1)) if values.size > 1 else math.nan
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _chi2_factors(n: int, level: float) -> tuple[float, float]:
     """(n−1)/χ²(1−α/2, n−1) and (n−1)/χ²(α/2, n−1): the factors of s² at the interval's ends."""
     tail = (1 - level) / 2

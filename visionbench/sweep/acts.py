@@ -29,7 +29,7 @@ class Act(str):
     family: str
     options: dict
 
-    def __new__(cls, label: str, family: str | None = None, options: dict | None = None) -> "Act":
+    def __new__(cls, label: str, family: str | None = None, options: dict | None = None) -> Act:
         if isinstance(label, Act) and family is None:
             return label
         self = super().__new__(cls, label)

@@ -35,7 +35,7 @@ class RunLock:
         self.path = Path(run_dir) / LOCK_NAME
         self._lock: FileLock | None = None
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         if not is_rank_zero():  # rank 0 of this DDP job holds it
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True)

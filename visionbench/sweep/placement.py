@@ -100,9 +100,9 @@ def resolve(cfg: Any, jobs: int) -> Placement:
             "a run first); here give parallel=K"
         )
     k = int(k)
-    from ..train.trainer import trains_on_cuda  # Lightning: imported when a sweep starts, not with this module
-
     import torch
+
+    from ..train.trainer import trains_on_cuda  # Lightning: imported when a sweep starts, not with this module
 
     listed = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
     if (

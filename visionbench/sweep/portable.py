@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-from typing import Iterator
+from collections.abc import Iterator
 
 THREADS = 1  # torch threads of a portable run: a reduction split over more threads sums in another order
 CPU_VARIABLES = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"}

@@ -16,12 +16,12 @@ against the architecture (`check_finetune_weights`: it needs the dataset's class
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from .. import activations, plugins
-from ..train import seeds
 from ..config import (
     ConfigError,
     act_options,
@@ -36,6 +36,7 @@ from ..config import (
 )
 from ..config.rules import choice
 from ..models.swap import check_layers, probe_shape, split_swap_options
+from ..train import seeds
 from .acts import Act, apply_act_keys, sweep_acts
 
 

@@ -16,18 +16,18 @@ decisions are made again.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from omegaconf import DictConfig
 
+from ..config import ConfigError, sweep_settings
+from ..results import layout
+from ..results import provenance as results
+from ..results.layout import default_metric
+from ..results.predictions import n_classes
 from ..stats import sequential
 from ..stats.convergence import run_stall_reason
 from ..stats.metrics import higher_is_better
-from ..results import layout
-from ..results.predictions import n_classes
-from ..results import provenance as results
-from ..config import ConfigError, sweep_settings
-from ..results.layout import default_metric
 from .acts import sweep_acts
 from .ranks import is_rank_zero
 

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 EXIT_CODES = {"SIGTERM": 143, "Ctrl-C": 130, "SIGUSR1": 138}  # 128 + the signal number, as a shell reports it
 _PR_SET_PDEATHSIG = 1

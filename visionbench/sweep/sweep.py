@@ -13,31 +13,31 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Callable, Iterable
 
 from omegaconf import DictConfig
 
 from .. import plugins
+from ..config import ConfigError, apply_setting, defaults, run_config, sweep_settings
 from ..results import layout
+from ..results import provenance as results
 from ..results.checkpoint import UnsafeCheckpoint
+from ..results.identity import config_hash, diff_configs, fingerprint, upgrade
 from ..results.io import DiskFullError, RunStateError, is_disk_full
 from ..results.predictions import FILE_NAME
 from ..results.safe_paths import UnsafePath
-from ..results import provenance as results
-from ..results.identity import config_hash, diff_configs, fingerprint, upgrade
-from ..config import ConfigError, apply_setting, defaults, run_config, sweep_settings
-from .acts import sweep_acts
 from . import placement, portable
-from .placement import Placement
+from .acts import sweep_acts
 from .locks import RunLock, RunLocked
+from .placement import Placement
 from .preflight import check_finetune_weights
-from .resultsdir import ResultsMoved, ResultsWatch, check_writable, quiet_writer_threads
 from .ranks import is_rank_zero
+from .resultsdir import ResultsMoved, ResultsWatch, check_writable, quiet_writer_threads
 from .signals import Interrupted, init_worker, received, starting_workers, worker_run
 
 
@@ -121,10 +121,10 @@ def execute(run: dict, out: Path, progress: bool = True, watch: ResultsWatch | N
 def _execute(run: dict, out: Path, progress: bool, watch: ResultsWatch | None = None) -> Outcome:
     import torch
 
-    from ..train.run import train_run  # the heavy import only where training happens
-    from ..train.module import Diverged
     from ..train import seeds
     from ..train.environment import environment
+    from ..train.module import Diverged
+    from ..train.run import train_run  # the heavy import only where training happens
 
     act, label, seed = run["act"], run.get("act_label", run["act"]), run["seed"]
     plugins.load_for(run)  # in a parallel=K worker, a Hydra or submitit job: the run's plugins

@@ -7,7 +7,7 @@ The network is injected (built by `visionbench.models`); this file only knows ho
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import lightning as L
 import torch

@@ -23,8 +23,8 @@ Under DDP every rank gathers the arrays (collectives on every rank); rank 0 writ
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import lightning as L
 import torch

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import resource
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import lightning as L
 import torch
@@ -23,10 +24,14 @@ from omegaconf import OmegaConf
 
 from .. import models
 from ..activations import fused, is_learnable
-from ..models import finetune
 from ..config import RunConfig, typed
-from ..models.lsuv import lsuv_images
 from ..data import create_datamodule
+from ..models import finetune
+from ..models.lsuv import lsuv_images
+from ..results import checkpoint
+from ..results.checkpoint import checkpoint_epoch
+from ..results.layout import COMPLETED, DIVERGED, FAILED, INTERRUPTED, files
+from . import seeds, trackers
 from .callbacks import (
     ActivationSnapshots,
     AtomicCheckpointIO,
@@ -36,10 +41,6 @@ from .callbacks import (
     RunCheckpoint,
     RunProgressBar,
 )
-from ..results import checkpoint
-from ..results.checkpoint import checkpoint_epoch
-from ..results.layout import COMPLETED, DIVERGED, FAILED, INTERRUPTED, files
-from . import seeds, trackers
 from .environment import kernels_key
 from .module import ClassificationModule, Diverged
 from .predictions import PredictionsWriter
