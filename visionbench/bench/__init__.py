@@ -1,15 +1,16 @@
 """`visionbench bench`: speed and memory benchmarks, printed as Markdown and written to results/bench/.
 
-visionbench bench activations [--shape 64,128,32,32] [--dtype float32] [--device cpu] [--repeats N] [--families ...]
-                              [--event-rounds N]   # CUDA: GPU time by CUDA events, L2 flushed, and kernel counts
-visionbench bench train recipe=cifar10_vgg8 act=rational [--compare-to relu] [--steps N]
-visionbench bench fit [--families rational,hermite] [--repeats N]
-visionbench bench data recipe=digits_vgg4_aug [--rounds N] [--device cpu]   # loader path vs data.on_device
-visionbench bench fill recipe=cifar10_vgg8 act=relu,rational [--k 1,4,8,16] [--seconds 4] [--device cuda]
-                       [--mps] [--capture] [--bits 8]   # K training processes at once: img/s, GPU busy %
-visionbench bench sweep recipe=digits_vgg4 epochs=1 [--k 1,8] [--seeds 8] [--project 20x60] [--device cuda]
-                                                        # a real sweep at parallel=K vs alone: img/s, same bits
-python -m visionbench.bench ...   # the same without installing (no plugins): scripts/gpu_window.py
+Usage:
+    visionbench bench activations [--shape 64,128,32,32] [--dtype float32] [--device cpu] [--repeats N] [--families ...]
+                                  [--event-rounds N]   # CUDA: GPU time by CUDA events, L2 flushed, and kernel counts
+    visionbench bench train recipe=cifar10_vgg8 act=rational [--compare-to relu] [--steps N]
+    visionbench bench fit [--families rational,hermite] [--repeats N]
+    visionbench bench data recipe=digits_vgg4_aug [--rounds N] [--device cpu]   # loader path vs data.on_device
+    visionbench bench fill recipe=cifar10_vgg8 act=relu,rational [--k 1,4,8,16] [--seconds 4] [--device cuda]
+                           [--mps] [--capture] [--bits 8]   # K training processes at once: img/s, GPU busy %
+    visionbench bench sweep recipe=digits_vgg4 epochs=1 [--k 1,8] [--seeds 8] [--project 20x60] [--device cuda]
+                                                            # a real sweep at parallel=K vs alone: img/s, same bits
+    python -m visionbench.bench ...   # the same without installing (no plugins): scripts/gpu_window.py
 """
 
 from __future__ import annotations
