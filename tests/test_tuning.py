@@ -64,6 +64,7 @@ def test_every_activation_trains_the_same_trials(tmp_path):
         (["tune=optim.lr:nope"], "tune.space", "expected KEY:log[LO,HI], KEY:uniform[LO,HI] or KEY:[V1,V2,...]"),
         (["tune=optim.lr:[1e-3,1e-2]", "data.val_split=0"], "data.val_split", "data.val_split=0 has none"),
         (["tune=optim.lr:[1e-3,1e-2]", "model.norm=null,group"], "factors", "a factor sweep beside it"),
+        (["tune.trial=3"], "tune.trial", "tune.trial is set per run by the sweep"),
     ],
 )
 def test_a_bad_search_space_is_one_line_naming_the_key(args, key, text):
@@ -170,3 +171,30 @@ def test_estimate_prices_the_trials_and_the_retrain(tmp_path):
         any(n.startswith("tune=: per activation 3 trials") for n in est.notes)
         and not tmp_path.joinpath("digits_vgg4").exists()
     )
+
+
+def test_the_hydra_entry_point_refuses_a_design_in_one_line():
+    from visionbench.sweep.hydra_app import check_sweep
+
+    with pytest.raises(ConfigError, match="tune= is a design of `visionbench run`"):
+        check_sweep(["act=relu", "tune=optim.lr:[1e-3,1e-2]"])
+
+
+def test_the_equal_budget_table_is_comparable_though_its_tuned_keys_differ(tmp_path):
+    from visionbench.config import recipe_config, run_config
+    from visionbench.report.main import _mixed_configs
+    from visionbench.results import layout
+    from visionbench.results.identity import config_hash
+
+    cfg = recipe_config("digits_vgg4")
+    rows = []
+    for act, lr, momentum in (("relu", 0.001, 0.9), ("gelu", 0.01, 0.9), ("rational", 0.01, 0.5)):
+        run = run_config(cfg, act, 0, {"tune.trial": "best", "optim.lr": lr, "optim.momentum": momentum})
+        out = tmp_path / act
+        out.mkdir()
+        layout.write_config(out, run)
+        rows.append({"act": act, "config_hash": config_hash(run), "run_dir": str(out)})
+    runs = pd.DataFrame(rows)
+    assert _mixed_configs(runs).startswith("keys optim.lr, optim.momentum")  # any other table: NOT COMPARABLE
+    assert _mixed_configs(runs, {"optim.lr", "optim.momentum"}) == ""
+    assert _mixed_configs(runs, {"optim.lr"}).startswith("keys optim.lr, optim.momentum")  # only the tuned keys

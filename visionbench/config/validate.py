@@ -174,6 +174,14 @@ def _tune(c: dict) -> list[tuple[str, str]]:
     from . import tune
 
     t = c.get("tune") or {}
+    if t.get("trial") is not None:
+        return [
+            (
+                "tune.trial",
+                f"tune.trial is set per run by the sweep (a trial's index, best or defaults), got {t['trial']!r}; "
+                "declare a design with tune=SPACE trials=B",
+            )
+        ]
     if t.get("space") is None:
         return []
     try:
