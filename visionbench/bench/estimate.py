@@ -45,6 +45,8 @@ from ..results.settings import setting_label
 from ..sweep.acts import sweep_acts
 from ..sweep.placement import CONTEXT_BYTES, GPU_MEMORY_SHARE, choose, choose_cpu, visible_gpus
 from ..sweep.sweep import plan, worker_threads
+from ..sweep.tune import chosen_so_far, is_tuning, planned_runs, retrain_plan
+from ..sweep.tune import trials as tune_trials
 from ..train.trainer import trains_on_cuda
 from .measure import DoesNotFit, loaders, measure  # noqa: F401 - DoesNotFit: what estimate raises
 
@@ -137,10 +139,12 @@ def estimate(cfg: DictConfig) -> Estimate:
     missing dataset, a results_dir holding other settings, or a batch that does not fit."""
     auto = str(cfg.seeds) == "auto"
     n_seeds = int(getattr(cfg, "seeds_max", 10) if auto else cfg.seeds)
-    jobs = plan(cfg, seeds=range(n_seeds))  # every dataset checked and every stored config compared first
+    tuned = is_tuning(cfg)
+    jobs = tuning_jobs(cfg, n_seeds) if tuned else plan(cfg, seeds=range(n_seeds))  # datasets, stored configs checked
     groups: dict[tuple[str, str], list[tuple[dict, Path]]] = {}
     for run, out in jobs:
-        groups.setdefault((setting_label(run["setting"]), run["act_label"]), []).append((run, out))
+        label = tuning_label(cfg) if tuned else setting_label(run["setting"])
+        groups.setdefault((label, run["act_label"]), []).append((run, out))
     cuda = trains_on_cuda(cfg.trainer)
     cpu_k, cpu_why = choose_cpu(os.cpu_count() or 1, len(jobs))
     if cfg.parallel != "auto":
@@ -161,6 +165,12 @@ def estimate(cfg: DictConfig) -> Estimate:
         if auto
         else []
     )
+    if tuned:
+        notes.append(
+            f"tune=: per activation {cfg.tune.trials} trials (one run each) + {n_seeds} seeds of its best"
+            + (f" + {n_seeds} of the recipe's values" if cfg.tune.defaults else "")
+            + "; each activation timed once, at the recipe's values (its step time does not depend on the tuned values)"
+        )
     if unfinished:
         notes.append(f"{unfinished} unfinished run(s) counted by their remaining epochs (metrics.csv beside last.ckpt)")
     if unreadable:
@@ -180,6 +190,25 @@ def estimate(cfg: DictConfig) -> Estimate:
         notes.insert(0, over_auto(parallel, k, why, max((r.memory_bytes or 0 for r in rows), default=0), free))
     parallel = k if cfg.parallel == "auto" else parallel
     return Estimate(rows, device, world, batch, notes, parallel, threads, gpus, why)
+
+
+def tuning_label(cfg: DictConfig) -> str:
+    """The setting column of a tuning design's rows: its phases' runs per activation."""
+    runs = planned_runs(cfg)
+    return "tune: " + " + ".join(f"{n} {phase}" for phase, n in runs.items())
+
+
+def tuning_jobs(cfg: DictConfig, n_seeds: int) -> list[tuple[dict, Path]]:
+    """Every run of a tuning design (sweep/tune.py): the trials, then the retrain of each activation's best (planned
+    at the recipe's values: which trial wins is known only once the trials ran) and of the recipe's values."""
+    from ..config.tune import BEST, DEFAULTS, TRIAL_SEED
+
+    acts = sweep_acts(cfg)
+    jobs = plan(cfg, settings=tune_trials(cfg), seeds=[TRIAL_SEED])
+    chosen = chosen_so_far(cfg, jobs)
+    for phase in [BEST] + ([DEFAULTS] if cfg.tune.defaults else []):
+        jobs += retrain_plan(cfg, chosen, phase, acts, range(n_seeds))
+    return jobs
 
 
 def over_auto(parallel: int, k: int, why: str, run_bytes: int, free_bytes: int) -> str:

@@ -13,9 +13,11 @@ import yaml
 from .validate import NOT_FACTORS, ConfigError, is_free, unknown_key, valid_keys
 
 DEFAULT_RECIPE = "digits_vgg4"
-ALIASES = {"baseline": "report.baseline"}  # short command-line names
+# short command-line names
+ALIASES = {"baseline": "report.baseline", "tune": "tune.space", "trials": "tune.trials", "tune_seed": "tune.seed"}
 _OPEN, _CLOSE = "[{(", "]})"
 LIST_KEYS = ("imports", "trainer.loggers")  # `KEY=a,b` is one list value, not a factor sweep
+TEXT_KEYS = ("tune.space",)  # `KEY=a:log[1,2],b:[3,4]` is one text value, as written
 
 
 def split_top_level(text: str, sep: str = ",") -> list[str]:
@@ -137,6 +139,9 @@ def parse(args: Iterable[str]) -> Overrides:
                 "model.kwargs.<arg>)",
                 key,
             )
+        elif key in TEXT_KEYS:
+            out.given.add(key)
+            out.hydra.append(f"{key}='{value}'" if "'" not in value else f'{key}="{value}"')
         else:
             try:
                 values = split_top_level(value)

@@ -268,6 +268,24 @@ class FinetuneConfig:
     ema: bool = False  # load the checkpoint's weight-EMA copy (visionbench ema.*, timm state_dict_ema)
 
 
+def _space(v: Any) -> str | None:
+    ok = v is None or isinstance(v, str) or isinstance(v, dict)
+    return None if ok else "null, KEY:log[LO,HI],KEY:uniform[LO,HI],KEY:[V1,V2,...] or a mapping {KEY: spec}"
+
+
+@dataclass
+class TuneConfig:
+    """`tune:` equal tuning budgets (config/tune.py, sweep/tune.py, docs/tuning.md): per activation the same `trials`
+    configurations drawn from `space` with `seed`, each a run; each activation's best on validation retrained with
+    `seeds` fresh seeds and compared with the baseline's best. Command line: tune=SPACE trials=B tune_seed=K."""
+
+    space: Any = rule(None, check=_space)  # null: no tuning; optim.lr:log[1e-4,1e-1],optim.weight_decay:[0,5e-4]
+    trials: int = rule(16, check=at_most(integer(">= 2"), MAX_SEEDS))  # B: trials per activation (the budget)
+    seed: int = rule(0, ">= 0")  # the draw's seed: trial i is drawn from (seed, i), the same for every activation
+    defaults: bool = True  # also retrain the recipe's own values with the same seeds (the verdict without tuning)
+    trial: Any = None  # set per run by the sweep: the trial's index, best (the retrain) or defaults
+
+
 @dataclass
 class RunConfig:
     """Every key a recipe may set, with its default. A recipe starts with `defaults: [_base, _self_]`
@@ -312,6 +330,7 @@ class RunConfig:
         [0, 5, 30, -1], ">= -1"
     )  # epochs whose activation shapes + input histograms are stored (-1 = last)
     report: ReportConfig = field(default_factory=ReportConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)

@@ -28,6 +28,11 @@ NOT_FACTORS = (
     "parallel",
     "factors",
     "trainer.loggers",
+    "tune.space",
+    "tune.trials",
+    "tune.seed",
+    "tune.defaults",
+    "tune.trial",
 )
 
 
@@ -163,10 +168,57 @@ def snapshot_epochs_beyond(c: dict) -> list[tuple[str, str]]:
     ]
 
 
+def _tune(c: dict) -> list[tuple[str, str]]:
+    """`tune.space`: a space that can be drawn from (config/tune.py `parse_space`), whose bounds each pass their key's
+    own rule, on a sweep that selects on a held-out validation split; no factors or noise= design beside it."""
+    from . import tune
+
+    t = c.get("tune") or {}
+    if t.get("trial") is not None:
+        return [
+            (
+                "tune.trial",
+                f"tune.trial is set per run by the sweep (a trial's index, best or defaults), got {t['trial']!r}; "
+                "declare a design with tune=SPACE trials=B",
+            )
+        ]
+    if t.get("space") is None:
+        return []
+    try:
+        dims = tune.parse_space(t["space"], defaults(), NOT_FACTORS)
+    except tune.SpaceError as e:
+        return [(e.key, str(e))]
+    for d in dims:
+        for value in d.values or (d.lo, d.hi):
+            value = int(value) if d.integer else value
+            found = errors(apply_setting({k: v for k, v in c.items() if k != "tune"}, {d.key: value}))
+            if found:
+                return [("tune.space", f"tune.space {d.describe()}: {found[0][1]}")]
+    if not (c.get("data") or {}).get("val_split"):
+        return [
+            (
+                "data.val_split",
+                "tune= selects each activation's best configuration on a held-out validation split, and "
+                "data.val_split=0 has none (its val metric is read on the test set); set data.val_split=0.2",
+            )
+        ]
+    if c.get("factors"):
+        return [
+            (
+                "factors",
+                f"tune= draws its own settings; a factor sweep beside it ({', '.join(c['factors'])}) is not supported: "
+                "tune that key too (KEY:[V1,V2]) or run the factor sweep without tune=",
+            )
+        ]
+    if c.get("noise", "all") != "all":
+        return [("noise", "tune= with a noise= design is not supported; run them separately")]
+    return []
+
+
 # the rules that need several keys of one block, by the block's class
 CROSS: dict[type, Callable[[dict], list[tuple[str, str]]]] = {
     AugmentConfig: _augment,
-    RunConfig: lambda c: _accumulate(c) + _seeds_margin(c) + _seeds_max(c),
+    RunConfig: lambda c: _accumulate(c) + _seeds_margin(c) + _seeds_max(c) + _tune(c),
 }
 
 

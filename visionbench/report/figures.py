@@ -236,6 +236,37 @@ def plot_cd(test: dict, out_path) -> Path | None:
     return save(fig, out_path, dpi=120, bbox_inches="tight")
 
 
+def plot_tuning(curve: pd.DataFrame, out_path, recipe: str = "", metric: str = "") -> Path | None:
+    """`tuning.png` (report/tuning.py): per activation the expected best validation score after n trials with a
+    ±1 sd band (Dodge et al. 2019, Fig. 1 style), against n and, when the trials' times are known, against the
+    expected cumulative training time."""
+    if curve is None or curve.empty:
+        return None
+    timed = "expected_cost" in curve and curve["expected_cost"].notna().any()
+    fig = Figure(figsize=(10.5 if timed else 6.4, 4.2), layout="constrained")
+    axes = fig.subplots(1, 2 if timed else 1, squeeze=False)[0]
+    score = metric or curve.attrs.get("score", "score")
+    for act, group in curve.groupby("act", sort=False):
+        group = group.sort_values("n")
+        for ax, x in zip(axes, ["n", "expected_cost"]):
+            (line,) = ax.plot(group[x], group["expected_max"], marker=".", label=f"{act} (B={int(group['B'].iloc[0])})")
+            ax.fill_between(
+                group[x],
+                group["expected_max"] - group["sd"],
+                group["expected_max"] + group["sd"],
+                color=line.get_color(),
+                alpha=0.2,
+            )
+    axes[0].set(xlabel="trials n", ylabel=f"expected best {score} (± sd)", title=f"{recipe}: expected best of n trials")
+    axes[0].xaxis.get_major_locator().set_params(integer=True)
+    if timed:
+        axes[1].set(xlabel="expected training time of n trials (s)", title="against cumulative training time")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return save(fig, Path(out_path), dpi=120)
+
+
 def save(fig: Figure, path, **savefig) -> Path:
     """`fig` as the PNG (or the format of `path`'s suffix) `path`, written atomically: rendered in memory, then
     `results.io.atomic_write_bytes`, so a symlink planted at `path` is replaced, never written through."""

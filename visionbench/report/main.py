@@ -36,6 +36,7 @@ from . import (
     stopping,
     suite,
     tables,
+    tuning,
     verdict,
 )
 from .collect import has_curves, metric_names, scan_runs
@@ -352,8 +353,15 @@ def _report(args) -> list[Path]:
         for recipe_dir, summary in summaries.groupby("recipe_dir", sort=True):
             summary = summary.reset_index(drop=True)
             recipe_runs = root_runs[root_runs["recipe_dir"] == recipe_dir]
-            recipe_notes = _recipe_notes(summary, recipe_runs, notes, Path(recipe_dir), args.baseline)
-            if _mixed_configs(recipe_runs):  # NOT COMPARABLE: no test, interval or verdict across configurations
+            setting = recipe_runs["setting"].iloc[0]
+            phase = tuning.phase_of(setting)
+            expected = tuning.tuned_keys(root_runs) if phase == tuning.BEST else set()
+            recipe_notes = _recipe_notes(summary, recipe_runs, notes, Path(recipe_dir), args.baseline, expected)
+            if phase == tuning.BEST:
+                recipe_notes.insert(0, tuning.best_table_note(recipe_runs))
+            if _mixed_configs(
+                recipe_runs, expected
+            ):  # NOT COMPARABLE: no test, interval or verdict across configurations
                 summary = withhold_tests(summary)
             if metric_note:
                 recipe_notes.insert(0, metric_note)
@@ -390,10 +398,12 @@ def _report(args) -> list[Path]:
                 seed=args.seed,
             )
             recipe_notes.append(examples_note)
-            print(tables.markdown(summary, recipe_notes, args.digits, args.extras, footer))
+            if not isinstance(phase, int):  # a tuning design's trial tables are written, not printed (B of them)
+                print(tables.markdown(summary, recipe_notes, args.digits, args.extras, footer))
             written += tables.write(summary, recipe_dir, formats, recipe_notes, args.digits, args.extras, footer)
             if examples is not None:  # per_example.md/csv beside table.md (no LaTeX: too wide for a float)
-                print(render.markdown(examples))
+                if not isinstance(phase, int):
+                    print(render.markdown(examples))
                 written += render.write(examples, Path(recipe_dir) / "per_example", [f for f in formats if f != "tex"])
             if want_plots:
                 written += figures.make_plots(
@@ -409,7 +419,12 @@ def _report(args) -> list[Path]:
                     tables.baseline_of(summary),
                 )
             )
-        if (root_runs["setting"] != "").any():
+        if tuning.is_tuning(root_runs):  # the tuning section instead of the by-setting layout (B + 2 columns)
+            table, curve, _ = tuning.section(root_runs, per_setting, args.digits)
+            table.footer = environment_footer(root_runs)
+            print(render.markdown(table))
+            written += tuning.write(table, root_runs, curve, Path(root), formats)
+        elif (root_runs["setting"] != "").any():
             written += _write_layout(pd.concat(per_setting, ignore_index=True), root_runs, Path(root), args, formats)
     if len(skipped) == runs["recipe_root"].nunique():
         raise UsageError("nothing to report: " + "; ".join(skipped))
@@ -499,7 +514,9 @@ def _sequential_record(recipe_dir: Path, metric: str) -> dict | None:
     return record
 
 
-def _recipe_notes(summary, runs, notes: list[str], recipe_dir: Path, baseline: str | None) -> list[str]:
+def _recipe_notes(
+    summary, runs, notes: list[str], recipe_dir: Path, baseline: str | None, expected: set[str] = frozenset()
+) -> list[str]:
     """The skipped-run notes of this recipe plus what the table itself cannot show."""
     out = [n for n in notes if n.startswith(recipe_dir.name + "/")]
     used = tables.baseline_of(summary)
@@ -519,7 +536,7 @@ def _recipe_notes(summary, runs, notes: list[str], recipe_dir: Path, baseline: s
     for _, row in summary[summary["n_missing"] > 0].iterrows():
         out.append(f"{row['act']}: {row['n_missing']} completed run(s) without a finite {row['metric']}; not scored")
     out += _mixed_plugins(runs)
-    mixed = _mixed_configs(runs)
+    mixed = _mixed_configs(runs, expected)
     if mixed:
         out.insert(
             0,
@@ -568,8 +585,9 @@ def _mixed_plugins(runs) -> list[str]:
     ]
 
 
-def _mixed_configs(runs) -> str:
-    """'' when every run of the table was configured alike but for act and seed; else what differs, and where."""
+def _mixed_configs(runs, expected: set[str] = frozenset()) -> str:
+    """'' when every run of the table was configured alike but for act and seed (and the `expected` keys: a tuning
+    design's tuned keys in its equal-budget table); else what differs, and where."""
     from ..results.identity import diff_configs, shared_part
     from ..results.io import RunStateError
     from ..results.layout import read_config
@@ -585,5 +603,7 @@ def _mixed_configs(runs) -> str:
             config = {}
         groups.append((shared_part(config), sorted(set(group["act"]))))
     diffs = sorted({d.split(":")[0] for cfg, _ in groups[1:] for d in diff_configs(groups[0][0], cfg)})
+    if expected and diffs and set(diffs) <= set(expected):
+        return ""
     where = "; ".join(f"config {i + 1}: {', '.join(acts)}" for i, (_, acts) in enumerate(groups))
     return f"keys {', '.join(diffs) or '(unreadable configs)'} — {where}"

@@ -20,7 +20,9 @@ NOT_FINGERPRINTED = ("seeds", "seeds_max", "seeds_margin", "parallel", "results_
                      "setting", "factors", "estimate",
                      "threads", "data.root", "data.num_workers", "data.download", "snapshot_epochs",
                      "trainer.loggers", "trainer.portable", "trainer.mps", "trainer.kernels",
-                     "imports")  # imports: what counts is the run's `plugins` record
+                     "imports", "tune")  # imports: what counts is the run's `plugins` record
+# tune: a tuning design's record (config/tune.py); what a trial computes is its setting's values, which are keys of
+# their own, so a trial's run and an untuned run at the same values and seed are the same run
 # trainer.kernels (the learnable activations' kernel backend) is out at every value, so no ADDED_AT_DEFAULT entry: its
 # backends compute the same formulas and differ in float rounding only (tests/test_fast_path.py), like the CPU's
 # kernels or trainer.portable; and VISIONBENCH_KERNELS wins over it, so the key alone cannot say what ran. What ran is

@@ -99,7 +99,13 @@ def check_sweep(argv: list[str]) -> None:
     """The whole sweep checked once, before Hydra launches a job (ConfigError): `visionbench run`'s
     checks of the same arguments, but for seed, which Hydra sweeps (`seed=0,1,2`)."""
     _, ours, recipe = _split(argv)
-    load_config([f"recipe={recipe}", *(a for a in ours if a.split("=", 1)[0].lstrip("+") != "seed")])
+    cfg = load_config([f"recipe={recipe}", *(a for a in ours if a.split("=", 1)[0].lstrip("+") != "seed")])
+    if cfg.tune.space is not None:  # its retrain depends on the trials' outcome: no list of independent jobs
+        raise ConfigError(
+            "tune= is a design of `visionbench run` (its trials, then each activation's best retrained); the Hydra "
+            "entry point runs independent jobs: run the design with visionbench run",
+            "tune.space",
+        )
 
 
 def job_config(cfg: DictConfig, recipe: str) -> tuple[DictConfig, dict]:

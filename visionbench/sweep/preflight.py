@@ -77,6 +77,13 @@ def _registry_rules() -> dict[str, Callable[[Any], str | None]]:
 def preflight(cfg: DictConfig) -> DictConfig:
     """Check the sweep `cfg` setting by setting (see the module docstring); ConfigError, one line."""
     _noise_design(cfg)
+    if cfg.tune.space is not None:  # the recipe's cited values a search would vary: a warning line each, no refusal
+        import sys
+
+        from .tune import protocol_warnings
+
+        for line in protocol_warnings(cfg):
+            print(line, file=sys.stderr)
     acts = sweep_acts(cfg)
     if set(cfg.trainer.loggers) - {"tensorboard", "csv"}:  # an optional tracker: is its package installed?
         from ..train.trackers import missing

@@ -403,6 +403,10 @@ def run_sweep(
         return execute_jobs(jobs, where, progress, on_outcome, watch, note)
 
     with quiet_writer_threads(watch):
+        if cfg.tune.space is not None:  # a tuning design: its trials, then each activation's best (sweep/tune.py)
+            from .tune import run_tuning
+
+            return run_tuning(cfg, plan, execute_all, on_note or note)
         if cfg.seeds == "auto":
             from .rounds import run_rounds
 

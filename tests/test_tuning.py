@@ -1,0 +1,200 @@
+"""Equal tuning budgets (`tune=`, docs/tuning.md): the draw of the trials (reproducible from its seed, the same for
+every activation), the bad inputs of a search space (one line each), the protocol warning, the equal-budget
+sentences, and a tiny design end to end on the digits (2 activations x 3 trials, then 2 seeds of each best)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from visionbench.cli import main
+from visionbench.config import ConfigError
+from visionbench.config import tune as design
+from visionbench.report import tuning as report_tuning
+from visionbench.sweep import tune
+from visionbench.sweep.preflight import load_config
+from visionbench.sweep.sweep import plan
+
+from .helpers import shrunk
+
+SPACE = "tune=optim.lr:log[1e-4,1e-1],optim.weight_decay:log[1e-6,1e-3]"
+
+
+def test_the_draw_is_reproducible_from_its_seed_and_extends_with_the_budget():
+    dims = design.parse_space("optim.lr:log[1e-4,1e-1],optim.momentum:uniform[0.5,0.99],model.norm:[null,group]")
+    a, b = design.trial_settings(dims, 8, seed=3), design.trial_settings(dims, 8, seed=3)
+    assert a == b
+    assert a != design.trial_settings(dims, 8, seed=4)
+    assert design.trial_settings(dims, 16, seed=3)[:8] == a  # trial i is the same whatever B
+    assert [s["tune.trial"] for s in a] == list(range(8))
+    for s in a:
+        assert 1e-4 <= s["optim.lr"] <= 1e-1 and 0.5 <= s["optim.momentum"] <= 0.99
+        assert s["model.norm"] in (None, "group")
+        assert s["optim.lr"] == float(f"{s['optim.lr']:.3g}")  # rounded: the folder label holds the exact value
+
+
+def test_every_activation_trains_the_same_trials(tmp_path):
+    cfg = load_config(shrunk("act=relu,gelu", SPACE, "trials=4", "tune_seed=7", f"results_dir={tmp_path}"))
+    assert (cfg.tune.trials, cfg.tune.seed) == (4, 7)
+    settings = tune.trials(cfg)
+    assert settings == tune.trials(cfg) and len(settings) == 4
+    jobs = plan(cfg, settings=settings, seeds=[design.TRIAL_SEED])
+    by_act: dict[str, list] = {}
+    for run, out in jobs:
+        by_act.setdefault(run["act_label"], []).append(run["setting"])
+        assert run["tune"]["trial"] == run["setting"]["tune.trial"]  # recorded in config.yaml
+        assert run["optim"]["lr"] == run["setting"]["optim.lr"] and run["seed"] == design.TRIAL_SEED
+        assert out.parent.parent.name.startswith(f"tune.trial={run['setting']['tune.trial']},optim.lr=")
+    assert by_act["relu"] == by_act["gelu"] == settings
+
+
+@pytest.mark.parametrize(
+    "args, key, text",
+    [
+        (["tune=optim.lrr:log[1e-4,1e-1]"], "tune.space", "unknown key 'optim.lrr' (did you mean optim.lr"),
+        (["tune=model.name:log[1,2]"], "tune.space", "model.name is not numeric"),
+        (["tune=optim.lr:log[1e-1,1e-4]"], "tune.space", "has its bounds out of order"),
+        (["tune=optim.lr:log[0,1e-1]"], "tune.space", "needs 0 < LO on a log scale"),
+        (["tune=optim.lr:uniform[-1,1]"], "tune.space", "optim.lr must be a number >= 0, got -1.0"),
+        (["tune=optim.lr:log[1e-4,1e-1]", "trials=1"], "tune.trials", "tune.trials must be an integer >= 2, got 1"),
+        (["tune=seeds:[1,2]"], "tune.space", "seeds is not a key a search can vary"),
+        (["tune=optim.lr:[1e-3,1e-3]"], "tune.space", "repeats a value"),
+        (["tune=optim.lr:nope"], "tune.space", "expected KEY:log[LO,HI], KEY:uniform[LO,HI] or KEY:[V1,V2,...]"),
+        (["tune=optim.lr:[1e-3,1e-2]", "data.val_split=0"], "data.val_split", "data.val_split=0 has none"),
+        (["tune=optim.lr:[1e-3,1e-2]", "model.norm=null,group"], "factors", "a factor sweep beside it"),
+        (["tune.trial=3"], "tune.trial", "tune.trial is set per run by the sweep"),
+    ],
+)
+def test_a_bad_search_space_is_one_line_naming_the_key(args, key, text):
+    with pytest.raises(ConfigError) as e:
+        load_config(args)
+    assert e.value.key == key and text in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_bad_search_space_on_the_command_line_exits_2_in_one_line(tmp_path, capsys):
+    assert main(["run", f"results_dir={tmp_path}/r", "tune=optim.lr:log[1e-1,1e-4]"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        err
+        == [
+            "visionbench run: tune.space: optim.lr:log[1e-1,1e-4] has its bounds out of order; write [LO,HI] "
+            "with LO < HI"
+        ]
+        and not (tmp_path / "r").exists()
+    )
+
+
+def test_tuning_a_key_a_papers_recipe_fixes_warns_and_says_which(capsys):
+    load_config(["recipe=fashion_mnist_slaf", "act=relu", "tune=optim.lr:log[1e-4,1e-2]", "data.val_split=0.1"])
+    err = capsys.readouterr().err
+    assert "warning: tune= varies optim.lr, which recipe fashion_mnist_slaf fixes" in err and "003 code" in err
+    load_config(["act=relu", "tune=optim.lr:log[1e-4,1e-2]"])  # the digits recipe reruns no paper: no warning
+    assert "warning" not in capsys.readouterr().err
+
+
+def _summary(verdicts: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame({"act": list(verdicts), "verdict": list(verdicts.values()), "baseline": "relu"})
+
+
+def test_the_sentence_says_how_the_verdict_at_equal_budget_differs():
+    best, fixed = _summary({"relu": "", "rational": "inconclusive"}), _summary({"relu": "", "rational": "better"})
+    (line,) = report_tuning.sentences(best, fixed, "relu", 16)
+    assert line == (
+        "at the recipe's own values rational is better than relu; tuned alike (16 trials each), rational vs relu "
+        "is inconclusive (the verdict changes)"
+    )
+    (line,) = report_tuning.sentences(best, None, "relu", 16)
+    assert "were not retrained" in line
+
+
+def test_selection_takes_the_best_validation_score_never_a_failed_trial():
+    from types import SimpleNamespace as O
+
+    def trial(i, status, val):
+        return O(
+            act="relu",
+            summary={
+                "status": status,
+                "setting": {"tune.trial": i, "optim.lr": i / 10},
+                "metrics": {"val_top1_best": val, "test_top1_at_best_val": 100 - val},
+            },
+        )
+
+    chosen = tune.select(
+        [
+            trial(0, "completed", 90.0),
+            trial(1, "diverged", 99.0),
+            trial(2, "completed", 95.0),
+            trial(3, "completed", 95.0),
+        ],
+        "val_top1_best",
+    )
+    assert chosen["relu"]["trial"] == 2 and chosen["relu"]["values"] == {"optim.lr": 0.2}  # ties: the earlier
+    assert chosen["relu"]["scores"][1] is None and math.isclose(chosen["relu"]["score"], 95.0)
+
+
+def test_a_tiny_design_runs_end_to_end_and_reports_the_equal_budget_verdict(tmp_path, capsys):
+    root = tmp_path / "runs"
+    argv = shrunk("act=relu,gelu", "tune=optim.lr:log[1e-3,5e-3]", "trials=3", "seeds=2", f"results_dir={root}")
+    assert main(["run", *argv]) == 0
+    out = capsys.readouterr().out
+    recipe = root / "digits_vgg4"
+    assert (recipe / "tuning.json").is_file()
+    for name in ("tuning.md", "tuning.csv", "tuning.png", "tune.trial=best/table.md", "tune.trial=defaults/table.md"):
+        assert (recipe / name).is_file(), name
+    assert len(list(recipe.glob("tune.trial=*,optim.lr=*/gelu/seed_10000/summary.json"))) == 3
+    assert len(list(recipe.glob("tune.trial=best/*/seed_*/summary.json"))) == 4
+    assert "equal tuning budgets" in out and "expected best val_top1_best" in out
+    assert "tuned alike (3 trials each)" in out and "At the recipe's own values" in out
+    assert "Optimism of the selection" in out and "NOT COMPARABLE" not in out
+    curve = pd.read_csv(recipe / "tuning.csv")
+    assert set(curve["act"]) == {"relu", "gelu"} and list(curve[curve["act"] == "relu"]["n"]) == [1, 2, 3]
+    # the same command again trains nothing and reports the same
+    assert main(["run", *argv]) == 0
+    assert "tuned alike (3 trials each)" in capsys.readouterr().out
+
+
+def test_estimate_prices_the_trials_and_the_retrain(tmp_path):
+    from visionbench.bench.estimate import estimate
+
+    cfg = load_config(
+        shrunk("act=relu,gelu", "tune=optim.lr:[1e-3,1e-2]", "trials=3", "seeds=2", f"results_dir={tmp_path}")
+    )
+    est = estimate(cfg)
+    assert [(r.setting, r.act, r.runs) for r in est.rows] == [
+        ("tune: 3 trials + 2 best + 2 defaults", "relu", 7),
+        ("tune: 3 trials + 2 best + 2 defaults", "gelu", 7),
+    ]
+    assert (
+        any(n.startswith("tune=: per activation 3 trials") for n in est.notes)
+        and not tmp_path.joinpath("digits_vgg4").exists()
+    )
+
+
+def test_the_hydra_entry_point_refuses_a_design_in_one_line():
+    from visionbench.sweep.hydra_app import check_sweep
+
+    with pytest.raises(ConfigError, match="tune= is a design of `visionbench run`"):
+        check_sweep(["act=relu", "tune=optim.lr:[1e-3,1e-2]"])
+
+
+def test_the_equal_budget_table_is_comparable_though_its_tuned_keys_differ(tmp_path):
+    from visionbench.config import recipe_config, run_config
+    from visionbench.report.main import _mixed_configs
+    from visionbench.results import layout
+    from visionbench.results.identity import config_hash
+
+    cfg = recipe_config("digits_vgg4")
+    rows = []
+    for act, lr, momentum in (("relu", 0.001, 0.9), ("gelu", 0.01, 0.9), ("rational", 0.01, 0.5)):
+        run = run_config(cfg, act, 0, {"tune.trial": "best", "optim.lr": lr, "optim.momentum": momentum})
+        out = tmp_path / act
+        out.mkdir()
+        layout.write_config(out, run)
+        rows.append({"act": act, "config_hash": config_hash(run), "run_dir": str(out)})
+    runs = pd.DataFrame(rows)
+    assert _mixed_configs(runs).startswith("keys optim.lr, optim.momentum")  # any other table: NOT COMPARABLE
+    assert _mixed_configs(runs, {"optim.lr", "optim.momentum"}) == ""
+    assert _mixed_configs(runs, {"optim.lr"}).startswith("keys optim.lr, optim.momentum")  # only the tuned keys

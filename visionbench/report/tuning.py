@@ -1,0 +1,261 @@
+"""The tuning section of a tuning design's tree (`visionbench run ... tune=SPACE trials=B`, docs/tuning.md):
+
+* `tuning.md/csv` beside table.md: per activation the expected best validation score after n = 1..B trials with its
+  spread (stats/expected_max.py, Dodge et al. 2019) and the expected training time of those n trials; where two
+  curves cross, at which n;
+* `tuning.png`: those curves against n and against cumulative training time;
+* the equal-budget verdicts: the table of `tune.trial=best/` (each activation at its own best-on-validation
+  configuration, fresh seeds) beside the table of `tune.trial=defaults/` (the recipe's own values, the same seeds),
+  and one sentence per activation saying how the two verdicts differ;
+* the selection's optimism: a selected configuration's validation score is the best of B noisy scores, biased
+  upward; the retrained seeds' test scores are not.
+
+    table, figure_rows, notes = section(root_runs, per_setting_summaries, metric)
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from ..results.settings import parse_setting_label
+from ..stats import expected_max as em
+from . import render
+
+TRIAL = "tune.trial"
+BEST, DEFAULTS = "best", "defaults"
+VAL_METRICS = ("ema_val_top1_best", "val_top1_best")
+
+
+def phase_of(setting_label: str):
+    """The `tune.trial` of a setting folder (an index, best, defaults), None outside a tuning design."""
+    if not setting_label or not str(setting_label).startswith(f"{TRIAL}="):
+        return None
+    return parse_setting_label(setting_label).get(TRIAL)
+
+
+def is_tuning(runs: pd.DataFrame) -> bool:
+    return "setting" in runs and any(phase_of(s) is not None for s in runs["setting"])
+
+
+def tuned_keys(runs: pd.DataFrame) -> set[str]:
+    """The keys the trials varied (the setting keys besides tune.trial)."""
+    keys: set[str] = set()
+    for s in runs["setting"]:
+        if isinstance(phase_of(s), int):
+            keys |= set(parse_setting_label(s)) - {TRIAL}
+    return keys
+
+
+def selection_metric(runs: pd.DataFrame) -> str:
+    """The validation score the sweep selected on (sweep/tune.py `selection_metric`): the EMA's when the recipe
+    reports the EMA and the runs have it."""
+    reported = str(runs["report_metric"].dropna().iloc[0]) if runs["report_metric"].notna().any() else ""
+    return VAL_METRICS[0] if reported.startswith("ema_") and VAL_METRICS[0] in runs else VAL_METRICS[1]
+
+
+def trials_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per trial run: act, trial, the drawn values, score (the selection metric; NaN unless completed),
+    train_time_s."""
+    metric = selection_metric(runs)
+    rows = []
+    for _, r in runs.iterrows():
+        phase = phase_of(r["setting"])
+        if not isinstance(phase, int):
+            continue
+        # a completed run that stalled (learned nothing) still has its validation score, as the sweep selected on it
+        value = r.get(metric) if r["status"] in ("completed", "stalled") else math.nan
+        values = {k: v for k, v in parse_setting_label(r["setting"]).items() if k != TRIAL}
+        rows.append(
+            {
+                "act": r["act"],
+                "trial": phase,
+                "setting": ", ".join(f"{k}={v}" for k, v in values.items()),
+                "score": float(value) if value is not None and pd.notna(value) else math.nan,
+                "train_time_s": float(r["train_time_s"]) if pd.notna(r.get("train_time_s")) else math.nan,
+            }
+        )
+    return pd.DataFrame(rows, columns=["act", "trial", "setting", "score", "train_time_s"]).sort_values(
+        ["act", "trial"], kind="stable"
+    )
+
+
+def curves(trials: pd.DataFrame, method: str = "dodge") -> pd.DataFrame:
+    """The expected-maximum curve per activation (stats/expected_max.py), with the cumulative training time."""
+    cost = "train_time_s" if trials["train_time_s"].notna().any() else None
+    return em.expected_max_curve(trials, score="score", by="act", cost=cost, method=method)
+
+
+def _verdicts(summary: pd.DataFrame | None) -> dict[str, str]:
+    if summary is None or "verdict" not in summary:
+        return {}
+    return {r["act"]: str(r["verdict"] or "") for _, r in summary.iterrows()}
+
+
+def _phrase(verdict: str, act: str, base: str) -> str:
+    if verdict in ("better", "worse"):
+        return f"{act} is {verdict} than {base}"
+    if verdict == "equivalent":
+        return f"{act} and {base} are equivalent"
+    if verdict:
+        return f"{act} vs {base} is {verdict}"
+    return f"{act} vs {base} has no verdict"
+
+
+def sentences(best: pd.DataFrame | None, defaults: pd.DataFrame | None, base: str | None, budget: int) -> list[str]:
+    """One sentence per activation: its verdict at the recipe's own values and at equal budget, and how they differ."""
+    if base is None or best is None:
+        return []
+    tuned, fixed = _verdicts(best), _verdicts(defaults)
+    out = []
+    for act in tuned:
+        if act == base:
+            continue
+        now = _phrase(tuned[act], act, base)
+        if defaults is None:
+            out.append(
+                f"tuned alike ({budget} trials each), {now}; the recipe's own values were not retrained "
+                "(tune.defaults=false), so there is no verdict without tuning to set beside it"
+            )
+            continue
+        then = _phrase(fixed.get(act, ""), act, base)
+        same = tuned[act] == fixed.get(act, "")
+        out.append(
+            f"at the recipe's own values {then}; tuned alike ({budget} trials each), "
+            + (f"{now} too (the verdict does not change)" if same else f"{now} (the verdict changes)")
+        )
+    return out
+
+
+def section(
+    runs: pd.DataFrame, per_setting: list[pd.DataFrame], digits: int = 2
+) -> tuple[render.Table, pd.DataFrame, pd.DataFrame]:
+    """(the tuning table, the curves frame, the trials frame) of one recipe's tuning tree; `per_setting`: the
+    annotated summaries of its settings (each with a `setting` column)."""
+    trials = trials_frame(runs)
+    curve = curves(trials)
+    metric = selection_metric(runs)
+    budget = int(trials.groupby("act").size().min()) if len(trials) else 0
+    by_setting = {str(s["setting"].iloc[0]): s for s in per_setting if len(s)}
+    best = by_setting.get(f"{TRIAL}={BEST}")
+    defaults = by_setting.get(f"{TRIAL}={DEFAULTS}")
+    base = None
+    for s in (best, defaults):
+        if s is not None and isinstance(s["baseline"].iloc[0], str):
+            base = s["baseline"].iloc[0]
+            break
+    acts = list(dict.fromkeys(trials["act"]))
+    if base in acts:
+        acts = [base] + [a for a in acts if a != base]
+    rows, data = [], []
+    for act in acts:
+        mine = curve[curve["act"] == act].set_index("n")
+        picked = trials[(trials["act"] == act)].dropna(subset=["score"])
+        chosen = picked.loc[picked["score"].idxmax()] if len(picked) else None
+        for n, r in mine.iterrows():
+            cost = r.get("expected_cost", math.nan)
+            rows.append(
+                [
+                    act if n == mine.index[0] else "",
+                    str(int(n)),
+                    f"{r['expected_max']:.{digits}f} ± {r['sd']:.{digits}f}",
+                    "" if pd.isna(cost) else f"{cost:.1f}",
+                    (f"trial {int(chosen['trial'])}: {chosen['setting']} ({chosen['score']:.{digits}f})")
+                    if chosen is not None and n == mine.index[-1]
+                    else "",
+                ]
+            )
+        data.append(mine.reset_index().assign(act=act))
+    frame = pd.concat(data, ignore_index=True) if data else curve
+    notes = [
+        f"expected best {metric} after n of the {budget} trials per activation (Dodge et al. 2019: the max of n draws "
+        "from the trials' scores), ± its spread (sd of that best); training time: the expected cumulative training "
+        "seconds of n trials. A diverged or failed trial counts in the budget and is never the best."
+    ]
+    if base is not None:
+        unbiased = curves(trials, method="unbiased")
+        for act in acts:
+            if act == base:
+                continue
+            a, b = curve[curve["act"] == act], curve[curve["act"] == base]
+            n = em.crossing(a, b)
+            where = f"the curves cross at n = {n}" if n is not None else "the curves do not cross"
+            u = unbiased[unbiased["act"] == act], unbiased[unbiased["act"] == base]
+            m = em.crossing(*u) if len(u[0]) and len(u[1]) else n
+            if m != n:  # the plug-in's bias differs between activations: the order near n = B is not settled
+                where += (
+                    f"; with the unbiased estimator (Tang et al. 2020) {'at n = ' + str(m) if m else 'nowhere'}: "
+                    f"the order near n = {budget} is not settled by {budget} trials"
+                )
+            notes.append(f"{em.lead_sentence(a, b, act, base)} ({where})")
+    lines = sentences(best, defaults, base, budget)
+    if best is None:
+        notes.append(f"the retrain of each activation's best configuration ({TRIAL}={BEST}/) has no runs yet")
+    notes += [s[0].upper() + s[1:] + "." for s in lines]
+    selected = trials.dropna(subset=["score"]).groupby("act")["score"].max()
+    if best is not None and len(selected):
+        test = {r["act"]: r["mean"] for _, r in best.iterrows()}
+        retrained = runs[(runs["setting"] == f"{TRIAL}={BEST}") & (runs["status"] == "completed")]
+        fresh = retrained.groupby("act")[metric].mean() if metric in retrained else pd.Series(dtype=float)
+        pairs = "; ".join(
+            f"{act} {selected[act]:.{digits}f} selected, {fresh.get(act, math.nan):.{digits}f} over the fresh seeds "
+            f"(test {test.get(act, math.nan):.{digits}f})"
+            for act in acts
+            if act in selected
+        )
+        notes.append(
+            f"Optimism of the selection: each activation's selected configuration has the best {metric} of its "
+            f"{budget} trials, a maximum of noisy scores and so biased upward; the same configuration's {metric} "
+            f"over the fresh seeds is not ({pairs}). The verdict rests on the fresh seeds' "
+            f"{best['metric'].iloc[0]} ({TRIAL}={BEST}/table.md), never selected on."
+        )
+    table = render.Table(
+        ["Act.", "n trials", f"expected best {metric} (± sd)", "training time (s)", "selected (best of B)"],
+        rows,
+        align="lrrrl",
+        title=f"{runs['recipe'].iloc[0]} — equal tuning budgets",
+        intro=[
+            f"Each activation trained the same {budget} configurations (random search with a recorded seed), one "
+            f"run each; selected on {metric} (validation), its best retrained with fresh seeds ({TRIAL}={BEST}/), "
+            + (
+                f"beside the recipe's own values ({TRIAL}={DEFAULTS}/)."
+                if defaults is not None
+                else "the recipe's own values not retrained."
+            )
+        ],
+        notes=notes,
+        data=frame,
+    )
+    return table, frame, trials
+
+
+def best_table_note(runs: pd.DataFrame) -> str:
+    """The note of the `tune.trial=best` table: each activation's configuration (they differ by design)."""
+    from ..results.io import RunStateError
+    from ..results.layout import read_summary
+
+    configs: dict[str, str] = {}
+    for _, r in runs.iterrows():
+        if r["act"] in configs:
+            continue
+        try:
+            setting = (read_summary(Path(r["run_dir"])) or {}).get("setting") or {}
+        except RunStateError:
+            setting = {}
+        configs[r["act"]] = ", ".join(f"{k}={v}" for k, v in setting.items() if k != TRIAL)
+    shown = "; ".join(f"{a}: {v}" for a, v in configs.items() if v)
+    return (
+        "equal tuning budgets: each activation at its own best-on-validation configuration"
+        + (f" ({shown})" if shown else "")
+        + "; the differing tuned keys are by design, not a mixed configuration"
+    )
+
+
+def write(table: render.Table, runs: pd.DataFrame, curve: pd.DataFrame, root: Path, formats) -> list[Path]:
+    from .figures import plot_tuning
+
+    written = render.write(table, Path(root) / "tuning", [f for f in formats if f != "tex"])
+    figure = plot_tuning(curve, Path(root) / "tuning.png", str(runs["recipe"].iloc[0]), selection_metric(runs))
+    return written + ([figure] if figure else [])
