@@ -216,15 +216,17 @@ class SLAF(SurrogateFit, LearnableActivation):
             c = torch.stack([t.reshape(-1).expand(coefs[0].numel()) for t in coefs], -1)
             return run_poly(self, x, c[0] if c.shape[0] == 1 else c, relu=False)
         n = self._check_batch(x, dim)
-        if fused.backend_for(x) == "triton":
+        if fused.backend_for(x) == "triton":  # the kernels update the running averages themselves
             from . import triton_normalized
 
-            out, *stats = triton_normalized.slaf_train(x, dim, self.weight, self.eps)
-        else:
-            kernel = fused.Kernel(
-                "slaf", _train_forward, _train_backward, degree=self.degree, eps=self.eps, dim=dim - x.dim()
+            out, *_ = triton_normalized.slaf_train(
+                x, dim, self.weight, self.eps, self.running_mean, self.running_var, self.momentum
             )
-            out, *stats = fused.apply(kernel, x, self.coef_view(self.weight, x))
+            return out
+        kernel = fused.Kernel(
+            "slaf", _train_forward, _train_backward, degree=self.degree, eps=self.eps, dim=dim - x.dim()
+        )
+        out, *stats = fused.apply(kernel, x, self.coef_view(self.weight, x))
         self._update_running(stats[0::2], stats[1::2], n)
         return out
 

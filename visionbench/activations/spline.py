@@ -222,6 +222,9 @@ class BSpline(LearnableActivation):
             raise ValueError(f"bspline: residual must be one of {', '.join(RESIDUALS)}, got {residual!r}")
         self.residual = residual
         self.step = (self.grid_range[1] - self.grid_range[0]) / self.grid_size
+        # the fused kernel's per-interval polynomials, found once here: a first call under torch.compile must not
+        # trace numpy's Polynomial (Dynamo refuses to inline it)
+        self._poly = local_polynomials(self.order)
         self.weight = self.coefficient(torch.zeros(self.grid_size + self.order))
         if residual != "none":
             self.base_weight = self.coefficient([1.0])
@@ -265,7 +268,7 @@ class BSpline(LearnableActivation):
             intervals=self.grid_size + 2 * self.order,
             order=self.order,
             residual=self.residual,
-            poly=local_polynomials(self.order),
+            poly=self._poly,
         )
 
     # ---- fitting (linear in w_b and c) ------------------------------------------------------

@@ -7,13 +7,15 @@ All three take one pass, forward and backward; none needs a table built before t
   the middle atom and of the first ratio, then two multiplies per atom; q = exp(-2a) once per
   program, in fp64 rounded once to fp32 as kaf's Python float is: the walk multiplies an error of q
   into the far atoms up to D^2 / 8 times), with the same clamp of v;
-- bspline: the fused kernel's per-interval power-basis table (`local_polynomials`, floats that are
-  no constexpr) is not used: every B_i(x) is evaluated in closed form by the cardinal
-  truncated-power form `spline._cardinal` that the fused backward already uses, N((x - t_i) / h)
-  with N's argument clamped to its support, in the forward and the backward alike (dphi/dx from
-  N', the same sum one power lower); see `_cardinal`;
-- fourier: one sin and one cos per harmonic and element; the fixed factors sqrt(2) / k! from a
-  running k! (exact in fp32 up to k = 10), built from the degree.
+- bspline: only the k + 1 B-splines whose support holds x are evaluated: the element's knot interval j and local
+  coordinate u, then the k + 1 local values b_m(u) (slot m is B_(j-k+m)) by the uniform Cox-de Boor recursion that
+  `spline._local_basis` writes, and their u-derivatives from the order k - 1 values; the forward gathers the k + 1
+  coefficients of the interval, the backward hands each coefficient its slot's value (`_local_splines`);
+- fourier: one shared range reduction and one polynomial sin/cos pair per harmonic and element (`sincos`: Cody-Waite
+  reduction by pi/2 and Cephes' minimax polynomials, a few fp32 ulp for |f x - phi| < 1e5), not two accurate
+  library calls with their slow path for huge arguments; the fixed factors sqrt(2) / k! from a running k! (exact in
+  fp32 up to k = 10), built from the degree. (The angle-addition recurrence would need f_k = k f_1 and phi_k = k
+  phi_1; the family learns every f_k and phi_k apart, so each harmonic takes its own reduction.)
 
 Each pair evaluates the same expressions as the family's fused kernel in fp32; the backward writes
 dF/dx and g dF/dc_k per coefficient, with the fused kernels' derivative conventions.
@@ -29,10 +31,15 @@ import triton.language as tl
 from .kaf import CLAMP_SPACINGS
 from .spline import RESIDUALS
 from .triton_ops import Body
-from .triton_polynomial import sigmoid
+from .triton_polynomial import full, sigmoid
 from .triton_template import coef, emit
 
 SQRT2 = tl.constexpr(math.sqrt(2.0))
+TWO_OVER_PI = tl.constexpr(2.0 / math.pi)
+# pi / 2 in three parts (Cephes' DP1..DP3 doubled): k * PIO2_1 is exact for |k| < 2^16
+PIO2_1 = tl.constexpr(1.5703125)
+PIO2_2 = tl.constexpr(4.837512969970703125e-4)
+PIO2_3 = tl.constexpr(7.54978995489188216e-8)
 KAF_CLAMP = tl.constexpr(CLAMP_SPACINGS)
 
 
@@ -42,8 +49,12 @@ def _kaf_start(x, START: tl.constexpr, SPACING: tl.constexpr, SIZE: tl.constexpr
     """v (clamped, in spacings from the middle atom m), E_m, E_(m+1) / E_m, E_(m-1) / E_m and q = exp(-2a)."""
     m: tl.constexpr = SIZE // 2
     v = (x - (START + m * SPACING)) * (1.0 / SPACING)
-    v = tl.minimum(tl.maximum(v, -SIZE - KAF_CLAMP), SIZE + KAF_CLAMP)
-    q = tl.exp(tl.full((), -2.0 * A, tl.float64)).to(tl.float32)  # once per program, rounded once as kaf's
+    v = tl.minimum(
+        tl.maximum(v, -SIZE - KAF_CLAMP, propagate_nan=tl.PropagateNan.ALL),
+        SIZE + KAF_CLAMP,
+        propagate_nan=tl.PropagateNan.ALL,
+    )
+    q = tl.exp(tl.full((), -2.0 * A, tl.float64)).to(tl.float32)  # rounded once, as kaf's Python float is
     e_mid = tl.exp(-A * v * v)
     up = tl.exp(A * (2.0 * v - 1.0))
     down = q / up
@@ -51,24 +62,22 @@ def _kaf_start(x, START: tl.constexpr, SPACING: tl.constexpr, SIZE: tl.constexpr
 
 
 @triton.jit
-def kaf_forward(
-    x, C, cb, KT: tl.constexpr, START: tl.constexpr, SPACING: tl.constexpr, SIZE: tl.constexpr, A: tl.constexpr
-):
+def kaf_forward(x, C, cb, START: tl.constexpr, SPACING: tl.constexpr, SIZE: tl.constexpr, A: tl.constexpr):
     m: tl.constexpr = SIZE // 2
     v, e_mid, up, down, q = _kaf_start(x, START, SPACING, SIZE, A)
-    out = coef(C, cb, m, KT) * e_mid
+    out = coef(C, cb, m) * e_mid
     e = e_mid
     r = up
     for i in tl.static_range(m + 1, SIZE):
         e = e * r
         r = r * q
-        out = out + coef(C, cb, i, KT) * e
+        out = out + coef(C, cb, i) * e
     e = e_mid
     r = down
     for t in tl.static_range(m):
         e = e * r
         r = r * q
-        out = out + coef(C, cb, m - 1 - t, KT) * e
+        out = out + coef(C, cb, m - 1 - t) * e
     return out
 
 
@@ -78,10 +87,7 @@ def kaf_backward(
     g,
     C,
     cb,
-    PART,
-    pofs,
-    pmask,
-    KT: tl.constexpr,
+    acc,
     MODE: tl.constexpr,
     START: tl.constexpr,
     SPACING: tl.constexpr,
@@ -92,79 +98,90 @@ def kaf_backward(
     only where every E_i is 0 in fp32, so its zero derivative there is exact."""
     m: tl.constexpr = SIZE // 2
     v, e_mid, up, down, q = _kaf_start(x, START, SPACING, SIZE, A)
-    slope = (coef(C, cb, m, KT) * e_mid) * v
-    emit(PART, m, g * e_mid, pofs, pmask, KT, MODE)
+    slope = (coef(C, cb, m) * e_mid) * v
+    acc = emit(acc, MODE, m, g * e_mid)
     e = e_mid
     r = up
     for i in tl.static_range(m + 1, SIZE):
         e = e * r
         r = r * q
-        slope = slope + (coef(C, cb, i, KT) * e) * (v - (i - m))
-        emit(PART, i, g * e, pofs, pmask, KT, MODE)
+        slope = slope + (coef(C, cb, i) * e) * (v - (i - m))
+        acc = emit(acc, MODE, i, g * e)
     e = e_mid
     r = down
     for t in tl.static_range(m):
         e = e * r
         r = r * q
-        slope = slope + (coef(C, cb, m - 1 - t, KT) * e) * (v + (t + 1))
-        emit(PART, m - 1 - t, g * e, pofs, pmask, KT, MODE)
-    return g * slope * (-2.0 * A / SPACING)
+        slope = slope + (coef(C, cb, m - 1 - t) * e) * (v + (t + 1))
+        acc = emit(acc, MODE, m - 1 - t, g * e)
+    return g * slope * (-2.0 * A / SPACING), acc
 
 
 # ---- B-spline: w_b b(x) + sum_i c_i B_i(x); coefficients c_0..c_(G+k-1), then w_b (no w_b with "none") ----
 @triton.jit
-def _cardinal(w, K: tl.constexpr):
-    """The uniform B-spline N of order K on knots 0..K+1 at w (any float) and its right derivative dN/dw:
-    N(w) = (1/K!) sum_r (-1)^r C(K+1, r) (w - r)_+^K, w clamped to [0, K+1] as in `spline._cardinal`,
-    dN/dw = 0 outside [0, K+1). Both are evaluated on the half of the support where w <= (K+1)/2, by
-    N's symmetry N(w) = N(K+1-w), N'(w) = -N'(K+1-w): only the terms r <= K//2 remain and the largest
-    stays below ((K+1)/2)^K / K! (1.3 for K = 3, against (K+1)^K / K! = 10.7 on the whole support), so the
-    cancellation costs fewer fp32 ulps. For K = 1, (w - r)_+^0 is 1 from w = r on: the right derivative,
-    as the fused kernel's interval polynomials give it at a knot."""
-    wc = tl.minimum(tl.maximum(w, 0.0), K + 1.0)
-    flip = wc >= (K + 1) * 0.5
-    wr = tl.where(flip, (K + 1.0) - wc, wc)
-    value = 0.0 * w
-    slope = 0.0 * w
-    fact = 1.0  # K! and C(K+1, r): integer products, exact in fp32 up to K = 10; one rounding for their ratio
-    for i in tl.static_range(2, K + 1):
-        fact = fact * i
-    binom = 1.0
-    sgn = 1.0
-    for r in tl.static_range(K // 2 + 1):
-        t = tl.maximum(wr - r, 0.0)
-        if K == 1:
-            p = tl.where(wr >= r, 1.0, 0.0)
+def _local_splines(x, START: tl.constexpr, STEP: tl.constexpr, INTERVALS: tl.constexpr, K: tl.constexpr):
+    """The element's knot interval j (int32, clamped to the extended grid), whether x lies inside that grid, and the
+    k + 1 B-splines that can be non-zero there, as tuples over the slot m (B_(j-k+m)): their values b_m(u) and their
+    u-derivatives, u = z - j in [0, 1), z = (x - start) / h. The values by the uniform Cox-de Boor recursion
+    b^d_m = ((u + d - m) b^(d-1)_(m-1) + (m + 1 - u) b^(d-1)_m) / d (`spline._local_basis`), the derivatives from
+    the order k - 1 values: db^k_m/du = b^(k-1)_(m-1) - b^(k-1)_m."""
+    z = (x - START) * (1.0 / STEP)
+    inside = (z >= 0.0) & (z < INTERVALS)
+    jf = tl.minimum(tl.maximum(tl.floor(z), 0.0), INTERVALS - 1.0)
+    u = z - jf
+    cur = (full(x, 1.0),)
+    prev = cur
+    for d in tl.static_range(1, K + 1):
+        prev = cur
+        nxt = ()
+        for m in tl.static_range(d + 1):
+            if m == 0:
+                t = ((m + 1.0) - u) * prev[m]
+            elif m == d:
+                t = (u + (d - m)) * prev[m - 1]
+            else:
+                t = (u + (d - m)) * prev[m - 1] + ((m + 1.0) - u) * prev[m]
+            nxt = nxt + (t * (1.0 / d),)
+        cur = nxt
+    slopes = ()
+    for m in tl.static_range(K + 1):
+        if m == 0:
+            s = -prev[m]
+        elif m == K:
+            s = prev[m - 1]
         else:
-            p = t
-            for _ in tl.static_range(K - 2):
-                p = p * t
-        a = sgn * binom / fact
-        value = value + (a * p) * t
-        slope = slope + (a * K) * p
-        binom = binom * (K + 1 - r) / (r + 1)
-        sgn = -sgn
-    slope = tl.where(flip, -slope, slope)
-    slope = tl.where((w >= 0.0) & (w < K + 1.0), slope, 0.0)
-    return value, slope
+            s = prev[m - 1] - prev[m]
+        slopes = slopes + (s,)
+    return jf.to(tl.int32), inside, cur, slopes
 
 
 @triton.jit
-def bspline_forward(
-    x, C, cb, KT: tl.constexpr, START: tl.constexpr, STEP: tl.constexpr, INTERVALS: tl.constexpr, KRES: tl.constexpr
-):
+def _spline_weight(C, cb, i, ok):
+    """Coefficient i (an int tile) of the spline's first tensor, 0 where not ok (a B-spline that does not exist)."""
+    return tl.load(C[0] + cb * C[4] + i, mask=ok, other=0.0)
+
+
+@triton.jit
+def _nonfinite_to_nan(x, y):
+    """The plain formula's NaN where x is NaN or infinite (its Cox-de Boor recursion multiplies inf by 0)."""
+    return tl.where(tl.abs(x) < float("inf"), y, float("nan"))
+
+
+@triton.jit
+def bspline_forward(x, C, cb, START: tl.constexpr, STEP: tl.constexpr, INTERVALS: tl.constexpr, KRES: tl.constexpr):
     K: tl.constexpr = KRES // 4
     RES: tl.constexpr = KRES % 4
-    z = (x - START) * (1.0 / STEP)
-    out = 0.0 * x
-    for i in tl.static_range(INTERVALS - K):
-        value, slope = _cardinal(z - i, K)
-        out = out + coef(C, cb, i, KT) * value
+    j, inside, values, slopes = _local_splines(x, START, STEP, INTERVALS, K)
+    out = tl.zeros_like(x)
+    for m in tl.static_range(K + 1):
+        i = j + (m - K)
+        out = out + _spline_weight(C, cb, i, inside & (i >= 0) & (i < INTERVALS - K)) * values[m]
+    out = tl.where(inside, out, 0.0)
     if RES == 0:
-        out = out + coef(C, cb, INTERVALS - K, KT) * (x * sigmoid(x))
+        out = out + coef(C, cb, INTERVALS - K) * (x * sigmoid(x))
     elif RES == 1:
-        out = out + coef(C, cb, INTERVALS - K, KT) * x
-    return out
+        out = out + coef(C, cb, INTERVALS - K) * x
+    return _nonfinite_to_nan(x, out)
 
 
 @triton.jit
@@ -173,82 +190,89 @@ def bspline_backward(
     g,
     C,
     cb,
-    PART,
-    pofs,
-    pmask,
-    KT: tl.constexpr,
+    acc,
     MODE: tl.constexpr,
     START: tl.constexpr,
     STEP: tl.constexpr,
     INTERVALS: tl.constexpr,
     KRES: tl.constexpr,
 ):
-    """dphi/dx = sum_i c_i N'((x - t_i) / h) / h + w_b b'(x), dphi/dc_i = B_i(x), dphi/dw_b = b(x)."""
+    """dphi/dx = sum_m c_(j-k+m) b_m'(u) / h + w_b b'(x), dphi/dc_i = B_i(x) (the slot i - j + k's value, 0 outside
+    the k + 1 slots), dphi/dw_b = b(x)."""
     K: tl.constexpr = KRES // 4
     RES: tl.constexpr = KRES % 4
-    z = (x - START) * (1.0 / STEP)
-    ds = 0.0 * x
+    j, inside, values, slopes = _local_splines(x, START, STEP, INTERVALS, K)
+    ds = tl.zeros_like(x)
+    for m in tl.static_range(K + 1):
+        i = j + (m - K)
+        ds = ds + _spline_weight(C, cb, i, inside & (i >= 0) & (i < INTERVALS - K)) * slopes[m]
+    gin = tl.where(inside, g, 0.0)
     for i in tl.static_range(INTERVALS - K):
-        value, slope = _cardinal(z - i, K)
-        ds = ds + coef(C, cb, i, KT) * slope
-        emit(PART, i, g * value, pofs, pmask, KT, MODE)
-    grad_x = g * (ds * (1.0 / STEP))
+        slot = i + K - j
+        b = tl.zeros_like(x)
+        for m in tl.static_range(K + 1):
+            b = tl.where(slot == m, values[m], b)
+        acc = emit(acc, MODE, i, _nonfinite_to_nan(x, gin * b))
+    grad_x = gin * (ds * (1.0 / STEP))
     if RES == 0:
         s = sigmoid(x)
-        emit(PART, INTERVALS - K, g * (x * s), pofs, pmask, KT, MODE)
-        grad_x = grad_x + g * (coef(C, cb, INTERVALS - K, KT) * (s * (1.0 + x * (1.0 - s))))
+        acc = emit(acc, MODE, INTERVALS - K, g * (x * s))
+        grad_x = grad_x + g * (coef(C, cb, INTERVALS - K) * (s * (1.0 + x * (1.0 - s))))
     elif RES == 1:
-        emit(PART, INTERVALS - K, g * x, pofs, pmask, KT, MODE)
-        grad_x = grad_x + g * coef(C, cb, INTERVALS - K, KT)
-    return grad_x
+        acc = emit(acc, MODE, INTERVALS - K, g * x)
+        grad_x = grad_x + g * coef(C, cb, INTERVALS - K)
+    return _nonfinite_to_nan(x, grad_x), acc
 
 
 # ---- Fourier: a_0 + sum_k (sqrt(2) / k!) a_k cos(f_k x - phi_k); coefficients a_0..a_n, f_1..f_n, phi_1..phi_n --
 @triton.jit
-def fourier_forward(x, C, cb, KT: tl.constexpr, N: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
-    out = coef(C, cb, 0, KT) + 0.0 * x
+def sincos(a):
+    """(sin a, cos a) from one reduction: a = k pi/2 + r, |r| <= pi/4 (Cody-Waite, three parts of pi/2), Cephes'
+    sinf/cosf minimax polynomials on r, the pair rotated by the quadrant k mod 4. NaN and +-inf give NaN."""
+    k = tl.floor(a * TWO_OVER_PI + 0.5)
+    r = ((a - k * PIO2_1) - k * PIO2_2) - k * PIO2_3
+    r2 = r * r
+    s = r + r * r2 * ((-1.9515295891e-4 * r2 + 8.3321608736e-3) * r2 - 1.6666654611e-1)
+    c = 1.0 - 0.5 * r2 + r2 * r2 * ((2.443315711809948e-5 * r2 - 1.388731625493765e-3) * r2 + 4.166664568298827e-2)
+    q = k - 4.0 * tl.floor(k * 0.25)  # k mod 4, exact (0, 1, 2 or 3; NaN stays NaN through s and c)
+    sin = tl.where(q == 0.0, s, tl.where(q == 1.0, c, tl.where(q == 2.0, -s, -c)))
+    cos = tl.where(q == 0.0, c, tl.where(q == 1.0, -s, tl.where(q == 2.0, -c, s)))
+    return sin, cos
+
+
+@triton.jit
+def fourier_forward(x, C, cb, N: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+    out = full(x, coef(C, cb, 0))
     fact = 1.0  # k!, exact in fp32 up to k = 10: s_k = sqrt(2) / k! takes one rounding
     for k in tl.static_range(1, N + 1):
         fact = fact * k
         s = SQRT2 / fact
-        arg = coef(C, cb, N + k, KT) * x - coef(C, cb, 2 * N + k, KT)
-        out = out + (s * coef(C, cb, k, KT)) * tl.cos(arg)
+        sn, cs = sincos(coef(C, cb, N + k) * x - coef(C, cb, 2 * N + k))
+        out = out + (s * coef(C, cb, k)) * cs
     return out
 
 
 @triton.jit
 def fourier_backward(
-    x,
-    g,
-    C,
-    cb,
-    PART,
-    pofs,
-    pmask,
-    KT: tl.constexpr,
-    MODE: tl.constexpr,
-    N: tl.constexpr,
-    P1: tl.constexpr,
-    P2: tl.constexpr,
-    P3: tl.constexpr,
+    x, g, C, cb, acc, MODE: tl.constexpr, N: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
 ):
     """With A_k = s_k a_k: dF/dx = -sum_k A_k f_k sin(arg_k), dF/da_k = s_k cos(arg_k),
     dF/df_k = -A_k x sin(arg_k), dF/dphi_k = A_k sin(arg_k)."""
-    emit(PART, 0, g, pofs, pmask, KT, MODE)
-    slope = 0.0 * x
+    acc = emit(acc, MODE, 0, g)
+    slope = tl.zeros_like(x)
     fact = 1.0
     for k in tl.static_range(1, N + 1):
         fact = fact * k
         s = SQRT2 / fact
-        f = coef(C, cb, N + k, KT)
-        arg = f * x - coef(C, cb, 2 * N + k, KT)
-        amp = s * coef(C, cb, k, KT)
-        gs = g * tl.sin(arg)
-        emit(PART, k, s * (g * tl.cos(arg)), pofs, pmask, KT, MODE)
-        emit(PART, N + k, -amp * (gs * x), pofs, pmask, KT, MODE)
-        emit(PART, 2 * N + k, amp * gs, pofs, pmask, KT, MODE)
+        f = coef(C, cb, N + k)
+        sn, cs = sincos(f * x - coef(C, cb, 2 * N + k))
+        amp = s * coef(C, cb, k)
+        gs = g * sn
+        acc = emit(acc, MODE, k, s * (g * cs))
+        acc = emit(acc, MODE, N + k, -amp * (gs * x))
+        acc = emit(acc, MODE, 2 * N + k, amp * gs)
         slope = slope + (amp * f) * gs
-    return -slope
+    return -slope, acc
 
 
 def kaf_params(start: float, spacing: float, size: int, a: float) -> tuple:

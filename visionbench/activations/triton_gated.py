@@ -12,98 +12,62 @@ import triton
 import triton.language as tl
 
 from .triton_ops import Body
-from .triton_polynomial import sigmoid
+from .triton_polynomial import relu, sigmoid
 from .triton_template import coef, emit
 
 
 # ---- PReLU: max(0, x) + a min(0, x); coefficient a -------------------------------------------------
 @triton.jit
-def prelu_forward(x, C, cb, KT: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
-    return tl.where(x > 0, x, coef(C, cb, 0, KT) * x)
+def prelu_forward(x, C, cb, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+    return tl.where(x > 0, x, coef(C, cb, 0) * x)
 
 
 @triton.jit
 def prelu_backward(
-    x,
-    g,
-    C,
-    cb,
-    PART,
-    pofs,
-    pmask,
-    KT: tl.constexpr,
-    MODE: tl.constexpr,
-    P0: tl.constexpr,
-    P1: tl.constexpr,
-    P2: tl.constexpr,
-    P3: tl.constexpr,
+    x, g, C, cb, acc, MODE: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
 ):
-    """dF/dx = a where x <= 0, else 1; dF/da = x where x <= 0, else 0."""
-    w = coef(C, cb, 0, KT)
-    neg = x <= 0
-    emit(PART, 0, tl.where(neg, g * x, 0.0), pofs, pmask, KT, MODE)
-    return tl.where(neg, g * w, g)
+    """dF/dx = a where x <= 0, else 1; dF/da = x where x <= 0, else 0 (a NaN x: NaN both)."""
+    w = coef(C, cb, 0)
+    pos = x > 0
+    acc = emit(acc, MODE, 0, tl.where(pos, 0.0, g * x))
+    return tl.where(pos, g, g * w), acc
 
 
 # ---- Swish-beta: x sigmoid(beta x); coefficient beta -----------------------------------------------
 @triton.jit
-def swish_forward(x, C, cb, KT: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
-    return x * sigmoid(coef(C, cb, 0, KT) * x)
+def swish_forward(x, C, cb, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+    return x * sigmoid(coef(C, cb, 0) * x)
 
 
 @triton.jit
 def swish_backward(
-    x,
-    g,
-    C,
-    cb,
-    PART,
-    pofs,
-    pmask,
-    KT: tl.constexpr,
-    MODE: tl.constexpr,
-    P0: tl.constexpr,
-    P1: tl.constexpr,
-    P2: tl.constexpr,
-    P3: tl.constexpr,
+    x, g, C, cb, acc, MODE: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
 ):
     """dF/dx = s + beta x s (1 - s), dF/dbeta = x^2 s (1 - s), s = sigmoid(beta x)."""
-    bx = coef(C, cb, 0, KT) * x
+    bx = coef(C, cb, 0) * x
     s = sigmoid(bx)
     ds = s * (1.0 - s)
-    emit(PART, 0, g * (x * x) * ds, pofs, pmask, KT, MODE)
-    return g * (s + bx * ds)
+    acc = emit(acc, MODE, 0, g * (x * x) * ds)
+    return g * (s + bx * ds), acc
 
 
 # ---- ACON-C: (p1 - p2) x sigmoid(beta (p1 - p2) x) + p2 x; coefficients p1, p2, beta --------------
 @triton.jit
-def acon_forward(x, C, cb, KT: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
-    lo = coef(C, cb, 1, KT)
-    u = (coef(C, cb, 0, KT) - lo) * x
-    return u * sigmoid(coef(C, cb, 2, KT) * u) + lo * x
+def acon_forward(x, C, cb, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+    lo = coef(C, cb, 1)
+    u = (coef(C, cb, 0) - lo) * x
+    return u * sigmoid(coef(C, cb, 2) * u) + lo * x
 
 
 @triton.jit
 def acon_backward(
-    x,
-    g,
-    C,
-    cb,
-    PART,
-    pofs,
-    pmask,
-    KT: tl.constexpr,
-    MODE: tl.constexpr,
-    P0: tl.constexpr,
-    P1: tl.constexpr,
-    P2: tl.constexpr,
-    P3: tl.constexpr,
+    x, g, C, cb, acc, MODE: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
 ):
     """u = (p1 - p2) x, s = sigmoid(beta u), h = s + beta u s (1 - s): dF/dx = (p1 - p2) h + p2,
     dF/dp1 = x h, dF/dp2 = x (1 - h), dF/dbeta = u^2 s (1 - s)."""
-    hi = coef(C, cb, 0, KT)
-    lo = coef(C, cb, 1, KT)
-    beta = coef(C, cb, 2, KT)
+    hi = coef(C, cb, 0)
+    lo = coef(C, cb, 1)
+    beta = coef(C, cb, 2)
     d = hi - lo
     u = d * x
     s = sigmoid(beta * u)
@@ -111,40 +75,28 @@ def acon_backward(
     h = s + (beta * u) * ds
     gx = g * x
     gxh = gx * h
-    emit(PART, 0, gxh, pofs, pmask, KT, MODE)
-    emit(PART, 1, gx - gxh, pofs, pmask, KT, MODE)
-    emit(PART, 2, g * (u * u) * ds, pofs, pmask, KT, MODE)
-    return g * (d * h + lo)
+    acc = emit(acc, MODE, 0, gxh)
+    acc = emit(acc, MODE, 1, gx - gxh)
+    acc = emit(acc, MODE, 2, g * (u * u) * ds)
+    return g * (d * h + lo), acc
 
 
 # ---- StarReLU: s relu(x)^2 + b; coefficients s, b ---------------------------------------------------
 @triton.jit
-def star_forward(x, C, cb, KT: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
-    r = tl.maximum(x, 0.0)
-    return coef(C, cb, 0, KT) * (r * r) + coef(C, cb, 1, KT)
+def star_forward(x, C, cb, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+    r = relu(x)
+    return coef(C, cb, 0) * (r * r) + coef(C, cb, 1)
 
 
 @triton.jit
 def star_backward(
-    x,
-    g,
-    C,
-    cb,
-    PART,
-    pofs,
-    pmask,
-    KT: tl.constexpr,
-    MODE: tl.constexpr,
-    P0: tl.constexpr,
-    P1: tl.constexpr,
-    P2: tl.constexpr,
-    P3: tl.constexpr,
+    x, g, C, cb, acc, MODE: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
 ):
     """dF/dx = 2 s relu(x) (0 at x = 0), dF/ds = relu(x)^2, dF/db = 1."""
-    r = tl.maximum(x, 0.0)
-    emit(PART, 0, g * (r * r), pofs, pmask, KT, MODE)
-    emit(PART, 1, g, pofs, pmask, KT, MODE)
-    return g * (2.0 * coef(C, cb, 0, KT)) * r
+    r = relu(x)
+    acc = emit(acc, MODE, 0, g * (r * r))
+    acc = emit(acc, MODE, 1, g)
+    return g * (2.0 * coef(C, cb, 0)) * r, acc
 
 
 def no_params() -> tuple:

@@ -2,43 +2,48 @@
 position, over the channels) and SLAF in training (BatchNorm-like moments per channel, over every other dim).
 
     y = triton_normalized.polynorm(x, channel_axis, weight, eps)
-    y, mean_1, var_1, ..., mean_k, var_k = triton_normalized.slaf_train(x, channel_axis, weight, eps)
+    y, mean_1, var_1, ..., mean_k, var_k = triton_normalized.slaf_train(x, channel_axis, weight, eps,
+                                                                        running_mean, running_var, momentum)
 
 `PolyNorm.fast_forward` and `SLAF.fast_forward` (training) call these when `fused.backend_for(x)` is "triton";
 SLAF's eval mode is a plain polynomial and already takes `triton_polynomial.poly_*` through `run_poly`. The math
 is fp32 whatever the input dtype (fp32, bf16, fp16); coefficients are (K,) shared or (C, K) per channel; x is NCHW
 contiguous, channels_last, or tokens [..., C] (any rank, any channel axis: other layouts are made dense first).
 
-SLAF, two passes each way. The statistics span the whole tensor, so no single program can normalise its own
-tile: pass 1 reduces, the host (a few (C, k) tensors) turns the result into per-channel constants, pass 2 is
-elementwise on them.
-  forward 1  `_slaf_moments_kernel`: per channel and per program (the template's per-channel tiles, `_tile`, MODE
-             1 for NCHW and 2 for channels-last/tokens), the count and, per power x^i, the tile's sum and its
-             sum of squared deviations from the tile's own mean. The host merges these partials in float64 in a
-             fixed order (Chan's parallel variance), with no atomics, so every run gives the same bits. This
-             replaces raw power sums (sum x^j, j = 1..2k, var = E[p^2] - E[p]^2) at the same cost (one read of x,
-             2k + 1 partials per slot) because raw sums lose var(x^i) to cancellation in fp32 when |mean(x^i)| >>
-             std(x^i) (inputs with an offset; x^2 always has a positive mean).
-  forward 2  the template's forward with the `poly` body (relu=0; the same spec SLAF's eval mode uses) on the
-             per-channel coefficients c_0 = a_0 - sum_i a_i r_i m_i, c_i = a_i r_i (r_i = rsqrt(var_i + eps)).
-  backward 1 `_slaf_sums_kernel`: per channel, sum g and sum g (x^i - m_i), i = 1..k (centred on the saved means
-             for the same reason), merged on the host: dL/da_0 = sum g, dL/da_i = r_i sum g (x^i - m_i).
-  backward 2 `_slaf_grad_x_kernel`: grad_x = g A(x) + B(x), per channel, evaluated as `_train_backward` writes it,
+SLAF, three launches each way. The statistics span the whole tensor, so no single program can normalise its own
+tile: a persistent reduction, one finalize program set that merges its partials and computes every per-channel
+constant (no ATen op between), then one elementwise pass.
+  forward 1  `_slaf_moments_kernel`: the template's persistent tiling (`triton_template.tile`, MODE 1 for NCHW and 2
+             for channels-last/tokens); each program keeps, per channel slot and power x^i, the count, the mean and
+             the sum of squared deviations from it, merging tile after tile (Chan's parallel update, fp32), and
+             writes them once. Centred sums instead of raw power sums (var = E[p^2] - E[p]^2) because raw sums lose
+             var(x^i) to cancellation in fp32 when |mean(x^i)| >> std(x^i) (inputs with an offset; x^2 always has a
+             positive mean).
+  forward 2  `_slaf_finalize_kernel`: per channel block, the programs' partials merged in float64 in a fixed order
+             (Chan again), then the batch mean and biased variance, the polynomial's per-channel coefficients
+             c_0 = a_0 - sum_i a_i r_i m_i, c_i = a_i r_i (r_i = rsqrt(var_i + eps)), and the running averages
+             updated in place (unbiased variance, as BatchNorm's), as `SLAF._update_running` does on other paths.
+  forward 3  the template's forward with the `poly` body (relu=0; the spec SLAF's eval mode uses) on those c.
+  backward 1 `_slaf_sums_kernel`: persistent, per channel: sum g and sum g (x^i - m_i), i = 1..k (centred on the
+             saved means for the same reason).
+  backward 2 `_slaf_gradients_kernel`: one program over every channel block: the partials merged in float64,
+             dL/da_0 = sum g, dL/da_i = r_i sum g (x^i - m_i) (summed over channels, in order, for shared a), and
+             the per-channel constants of grad_x.
+  backward 3 `_slaf_grad_x_kernel`: grad_x = g A(x) + B(x), per channel, evaluated as `_train_backward` writes it,
              sum_i w_i x^(i-1) (g - mean(g) - (x^i - m_i) q_i) with w_i = i a_i r_i, q_i = r_i^2 mean(g (x^i - m_i)):
              the factored form keeps (x^i - m_i) as one difference instead of expanding B into powers of x.
   The forward returns each power's batch mean and biased variance (float32, the keepdim shapes of
-  `_train_forward`) for the module's running averages.
+  `_train_forward`).
 
-PolyNorm, one kernel each way. The norm of x^i is over the channels of one position, so a program owns a block of
-positions and loops over all channels of them: x seen as (pre, C, post) (`_geometry`): NCHW has post = H*W
-contiguous (a program: one `pre` and BP consecutive positions of post, a [BC, BP] tile per channel chunk),
-tokens and channels_last have C contiguous (post = 1: BP positions, each a row of C). Forward: loop 1 over the
-channel chunks accumulates sum_c x^(2i) per position, loop 2 reads the chunks again (from cache: the block is
-C * BP elements) and writes y. Backward: loop 1 accumulates sum_c x^(2i) and T_i = sum_c g a_i x^i per position,
-loop 2 writes grad_x = sum_i i x^(i-1) n_i (a_i g - n_i^2 x^i T_i / C) and the coefficient gradients as
-per-program partial sums (a row (C, K) per program when per channel, K values when shared), summed on the host
-in a fixed order. Nothing but x is saved: the norms are recomputed by the backward's first loop, which reads x
-anyway.
+PolyNorm, one kernel each way (and the sum of the backward's partial rows). The norm of x^i is over the channels of
+one position, so a program owns a block of positions and loops over all channels of them: x seen as (pre, C, post)
+(`_geometry`): NCHW has post = H*W contiguous (a program: one `pre` and BP consecutive positions of post, a [BC, BP]
+tile per channel chunk), tokens and channels_last have C contiguous (post = 1: BP positions, each a row of C).
+Forward: loop 1 over the channel chunks accumulates sum_c x^(2i) per position, loop 2 reads the chunks again (from
+cache: the block is C * BP elements) and writes y. Backward: loop 1 accumulates sum_c x^(2i) and T_i = sum_c g a_i x^i
+per position, loop 2 writes grad_x = sum_i i x^(i-1) n_i (a_i g - n_i^2 x^i T_i / C) and the coefficient gradients as
+per-program partial sums (a row (C, K) per program when per channel, K values when shared), summed on the host in a
+fixed order. Nothing but x is saved: the norms are recomputed by the backward's first loop, which reads x anyway.
 
 Ops: `visionbench::polynorm_forward/backward` and `visionbench::slaf_forward/backward`, defined as in
 `triton_ops.py` (`triton_op` + `wrap_triton` on a GPU; under the CPU interpreter a plain `custom_op` with a fake
@@ -53,11 +58,14 @@ import triton
 import triton.language as tl
 
 from . import triton_ops
-from .triton_template import _channels_last, _format, _tile, coef, launch_forward, layout
+from .triton_template import Tuning, _channels_last, _format, _plain, buffer, launch_forward, layout, tile, tuning
 
 TILE = 2048  # elements of x per program and channel chunk (the template's size)
-WARPS = 4
+WARPS = 8
 CL_CHUNK = 32  # channels per chunk when C is contiguous: a 128-byte fp32 row per position
+NCHW_POSITIONS = 64  # positions per PolyNorm program when post is contiguous: a 256-byte fp32 row per channel
+FINALIZE_CHANNELS = 128  # channels per program of SLAF's finalize kernels
+SLAF = Tuning(backward=(TILE, WARPS), backward_last=(TILE, WARPS))
 
 
 # ==== SLAF (training): per-channel statistics over every other dim ============================================
@@ -82,142 +90,399 @@ def _slot_bcast(s, MODE: tl.constexpr):
 
 
 @triton.jit
+def _group_channels(grp, MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    """The channels of group grp, one per slot."""
+    if MODE == 1:
+        c = grp * BM + tl.arange(0, BM)
+    else:
+        c = grp * BN + tl.arange(0, BN)
+    return c
+
+
+@triton.jit
+def _repeat(v, COUNT: tl.constexpr):
+    """(v, v, ..., v): COUNT times."""
+    out = ()
+    for _ in tl.static_range(COUNT):
+        out = out + (v,)
+    return out
+
+
+@triton.jit
+def _slot_zeros(MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    if MODE == 1:
+        z = tl.zeros([BM], dtype=tl.float32)
+    else:
+        z = tl.zeros([BN], dtype=tl.float32)
+    return z
+
+
+@triton.jit
 def _slaf_moments_kernel(
-    X, PART, M, N, CH, K: tl.constexpr, KT: tl.constexpr, MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr
+    X, PART, M, N, CH, NG, NBC, STEPS, SPLITS, K: tl.constexpr, MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr
 ):
-    """Per slot: count, then per power i = 1..K the sum of x^i and the sum of squared deviations from the slot mean."""
-    offs, mask, cb, pofs, pmask = _tile(M, N, CH, MODE, BM, BN)
-    x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-    cnt = _slot_sum(mask.to(tl.float32), MODE)
-    inv = 1.0 / tl.maximum(cnt, 1.0)
-    row = PART + pofs.to(tl.int64) * KT
-    tl.store(row, cnt, mask=pmask)
-    p = x
+    """Per program and channel slot: count, then per power i = 1..K the mean of x^i and the sum of squared deviations
+    from it, over the program's tiles (Chan's update after each tile); PART (SPLITS, CH, 1 + 2K)."""
+    pid = tl.program_id(0)
+    grp = pid % NG
+    split = pid // NG
+    n = _slot_zeros(MODE, BM, BN)
+    means = _repeat(n, K)
+    m2s = _repeat(n, K)
+    for j in range(split, STEPS, SPLITS):
+        offs, mask, cb = tile(grp, j, M, N, CH, NBC, MODE, BM, BN)
+        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+        cnt = _slot_sum(mask.to(tl.float32), MODE)
+        total = n + cnt
+        w = cnt / tl.maximum(total, 1.0)
+        inv = 1.0 / tl.maximum(cnt, 1.0)
+        new_means = ()
+        new_m2s = ()
+        p = x
+        for i in tl.static_range(K):
+            if i > 0:
+                p = p * x
+            mt = _slot_sum(p, MODE) * inv
+            d = tl.where(mask, p - _slot_bcast(mt, MODE), 0.0)
+            delta = mt - means[i]
+            new_means = new_means + (means[i] + delta * w,)
+            new_m2s = new_m2s + (m2s[i] + _slot_sum(d * d, MODE) + delta * delta * (n * w),)
+        means = new_means
+        m2s = new_m2s
+        n = total
+    c = _group_channels(grp, MODE, BM, BN)
+    row = PART + (tl.cast(split, tl.int64) * CH + c) * (1 + 2 * K)
+    ok = c < CH
+    tl.store(row, n, mask=ok)
     for i in tl.static_range(K):
-        if i > 0:
-            p = p * x
-        s = _slot_sum(p, MODE)
-        d = tl.where(mask, p - _slot_bcast(s * inv, MODE), 0.0)
-        tl.store(row + 1 + 2 * i, s, mask=pmask)
-        tl.store(row + 2 + 2 * i, _slot_sum(d * d, MODE), mask=pmask)
+        tl.store(row + 1 + 2 * i, means[i], mask=ok)
+        tl.store(row + 2 + 2 * i, m2s[i], mask=ok)
+
+
+@triton.jit
+def _coefficient(A, c, i: tl.constexpr, KA: tl.constexpr, PER_CHANNEL: tl.constexpr, ok):
+    """Coefficient i of the channels c (float64): a (C, KA) row each, or the one shared (KA,) vector."""
+    if PER_CHANNEL:
+        v = tl.load(A + c * KA + i, mask=ok, other=0.0)
+    else:
+        v = tl.load(A + i + 0 * c)
+    return v.to(tl.float64)
+
+
+@triton.jit
+def _slaf_finalize_kernel(
+    PART,
+    A,
+    COEF,
+    MEAN,
+    VAR,
+    RMEAN,
+    RVAR,
+    NEW_RMEAN,
+    NEW_RVAR,
+    CH,
+    SPLITS,
+    eps,
+    momentum,
+    unbiased,
+    K: tl.constexpr,
+    PER_CHANNEL: tl.constexpr,
+    BC: tl.constexpr,
+):
+    """Per channel of this program's block: the SPLITS partial rows merged in float64 (Chan), the batch mean and
+    biased variance (MEAN, VAR: (CH, K) float32), the polynomial's coefficients (COEF: (CH, K + 1) float32) and the
+    running averages (RMEAN, RVAR: (CH, K) float32) updated into NEW_RMEAN, NEW_RVAR (the same tensors, in eager
+    calls): r = (1 - m) r + m b (variance: b unbiased)."""
+    c = tl.program_id(0) * BC + tl.arange(0, BC)
+    ok = c < CH
+    KT: tl.constexpr = 1 + 2 * K
+    n = tl.zeros([BC], dtype=tl.float64)
+    means = _repeat(n, K)
+    m2s = _repeat(n, K)
+    for s in range(0, SPLITS):
+        row = PART + (tl.cast(s, tl.int64) * CH + c) * KT
+        cnt = tl.load(row, mask=ok, other=0.0).to(tl.float64)
+        total = n + cnt
+        w = cnt / tl.maximum(total, 1.0)
+        new_means = ()
+        new_m2s = ()
+        for i in tl.static_range(K):
+            delta = tl.load(row + 1 + 2 * i, mask=ok, other=0.0).to(tl.float64) - means[i]
+            m2 = tl.load(row + 2 + 2 * i, mask=ok, other=0.0).to(tl.float64)
+            new_means = new_means + (means[i] + delta * w,)
+            new_m2s = new_m2s + (m2s[i] + m2 + delta * delta * (n * w),)
+        means = new_means
+        m2s = new_m2s
+        n = total
+    shift = _coefficient(A, c, 0, K + 1, PER_CHANNEL, ok)
+    keep = 1.0 - momentum
+    for i in tl.static_range(K):
+        var = m2s[i] / tl.maximum(n, 1.0)
+        scale = _coefficient(A, c, i + 1, K + 1, PER_CHANNEL, ok) / tl.sqrt(var + eps)
+        shift = shift - scale * means[i]
+        tl.store(COEF + c * (K + 1) + i + 1, scale.to(tl.float32), mask=ok)
+        mean32 = means[i].to(tl.float32)
+        var32 = var.to(tl.float32)
+        tl.store(MEAN + c * K + i, mean32, mask=ok)
+        tl.store(VAR + c * K + i, var32, mask=ok)
+        old_mean = tl.load(RMEAN + c * K + i, mask=ok, other=0.0)
+        old_var = tl.load(RVAR + c * K + i, mask=ok, other=0.0)
+        tl.store(NEW_RMEAN + c * K + i, old_mean * keep + momentum * mean32, mask=ok)
+        tl.store(NEW_RVAR + c * K + i, old_var * keep + momentum * (var32 * unbiased), mask=ok)
+    tl.store(COEF + c * (K + 1), shift.to(tl.float32), mask=ok)
 
 
 @triton.jit
 def _slaf_sums_kernel(
-    X, G, S, PART, M, N, CH, K: tl.constexpr, KT: tl.constexpr, MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr
+    X,
+    G,
+    S,
+    PART,
+    M,
+    N,
+    CH,
+    NG,
+    NBC,
+    STEPS,
+    SPLITS,
+    K: tl.constexpr,
+    MODE: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
 ):
-    """Per slot: sum g, then sum g (x^i - m_i), i = 1..K (S: the per-channel means, (C, K))."""
-    offs, mask, cb, pofs, pmask = _tile(M, N, CH, MODE, BM, BN)
-    x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
-    row = PART + pofs.to(tl.int64) * KT
-    tl.store(row, _slot_sum(g, MODE), mask=pmask)
-    p = x
-    for i in tl.static_range(K):
-        if i > 0:
-            p = p * x
-        tl.store(row + 1 + i, _slot_sum(g * (p - coef(S, cb, i, K)), MODE), mask=pmask)
+    """Per program and channel slot: sum g, then sum g (x^i - m_i), i = 1..K (S: the batch means, (CH, K)), over the
+    program's tiles; PART (SPLITS, CH, K + 1)."""
+    pid = tl.program_id(0)
+    grp = pid % NG
+    split = pid // NG
+    sums = _repeat(_slot_zeros(MODE, BM, BN), K + 1)
+    for j in range(split, STEPS, SPLITS):
+        offs, mask, cb = tile(grp, j, M, N, CH, NBC, MODE, BM, BN)
+        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+        g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
+        new = (sums[0] + _slot_sum(g, MODE),)
+        p = x
+        for i in tl.static_range(K):
+            if i > 0:
+                p = p * x
+            new = new + (sums[i + 1] + _slot_sum(g * (p - tl.load(S + cb * K + i)), MODE),)
+        sums = new
+    c = _group_channels(grp, MODE, BM, BN)
+    row = PART + (tl.cast(split, tl.int64) * CH + c) * (K + 1)
+    for i in tl.static_range(K + 1):
+        tl.store(row + i, sums[i], mask=c < CH)
+
+
+@triton.jit
+def _slaf_gradients_kernel(
+    PART, A, MEAN, VAR, D, GA, CH, SPLITS, inv_n, eps, K: tl.constexpr, PER_CHANNEL: tl.constexpr, BC: tl.constexpr
+):
+    """One program: per channel, the partial rows merged in float64, the coefficient gradient (GA: (CH, K + 1), or
+    (K + 1,) summed over the channels in order when shared) and grad_x's constants D (CH, 1 + 3K): mean(g), then per
+    power (w_i, m_i, q_i)."""
+    KD: tl.constexpr = 1 + 3 * K
+    total = _repeat(tl.zeros([BC], dtype=tl.float64), K + 1)
+    for c0 in range(0, CH, BC):
+        c = c0 + tl.arange(0, BC)
+        ok = c < CH
+        sums = _repeat(tl.zeros([BC], dtype=tl.float64), K + 1)
+        for s in range(0, SPLITS):
+            row = PART + (tl.cast(s, tl.int64) * CH + c) * (K + 1)
+            new = ()
+            for i in tl.static_range(K + 1):
+                new = new + (sums[i] + tl.load(row + i, mask=ok, other=0.0).to(tl.float64),)
+            sums = new
+        tl.store(D + c * KD, (sums[0] * inv_n).to(tl.float32), mask=ok)
+        grads = (sums[0],)
+        for i in tl.static_range(K):
+            r = 1.0 / tl.sqrt(tl.load(VAR + c * K + i, mask=ok, other=1.0).to(tl.float64) + eps)
+            grad = r * sums[i + 1]
+            grads = grads + (grad,)
+            w = (i + 1) * _coefficient(A, c, i + 1, K + 1, PER_CHANNEL, ok) * r
+            tl.store(D + c * KD + 1 + 3 * i, w.to(tl.float32), mask=ok)
+            tl.store(D + c * KD + 2 + 3 * i, tl.load(MEAN + c * K + i, mask=ok, other=0.0), mask=ok)
+            tl.store(D + c * KD + 3 + 3 * i, (r * grad * inv_n).to(tl.float32), mask=ok)
+        if PER_CHANNEL:
+            for i in tl.static_range(K + 1):
+                tl.store(GA + c * (K + 1) + i, grads[i].to(tl.float32), mask=ok)
+        else:
+            new = ()
+            for i in tl.static_range(K + 1):
+                new = new + (total[i] + tl.where(ok, grads[i], 0.0),)
+            total = new
+    if not PER_CHANNEL:
+        for i in tl.static_range(K + 1):
+            tl.store(GA + i, tl.sum(total[i], 0).to(tl.float32))
 
 
 @triton.jit
 def _slaf_grad_x_kernel(
-    X, G, GX, D, M, N, CH, K: tl.constexpr, KT: tl.constexpr, MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr
+    X, G, GX, D, M, N, CH, NG, NBC, K: tl.constexpr, MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr
 ):
     """grad_x = sum_i w_i x^(i-1) (g - mean(g) - (x^i - m_i) q_i); D per channel: mean(g), then (w_i, m_i, q_i)."""
-    offs, mask, cb, pofs, pmask = _tile(M, N, CH, MODE, BM, BN)
+    pid = tl.program_id(0)
+    offs, mask, cb = tile(pid % NG, pid // NG, M, N, CH, NBC, MODE, BM, BN)
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
     g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
-    gc = g - coef(D, cb, 0, KT)
-    out = 0.0 * x
-    prev = 1.0 + 0.0 * x
+    KD: tl.constexpr = 1 + 3 * K
+    row = D + cb * KD
+    gc = g - tl.load(row)
+    out = tl.zeros_like(x)
+    prev = tl.zeros_like(x) + 1.0
     p = x
     for i in tl.static_range(K):
         if i > 0:
             prev = p
             p = p * x
-        term = coef(D, cb, 1 + 3 * i, KT) * (gc - (p - coef(D, cb, 2 + 3 * i, KT)) * coef(D, cb, 3 + 3 * i, KT))
+        term = tl.load(row + 1 + 3 * i) * (gc - (p - tl.load(row + 2 + 3 * i)) * tl.load(row + 3 + 3 * i))
         out = out + term * prev
     tl.store(GX + offs, out.to(GX.dtype.element_ty), mask=mask)
 
 
-def _plain(kernel):
-    return kernel
-
-
-def _slaf_layout(x: torch.Tensor, channel_axis: int):
+def _slaf_layout(x: torch.Tensor, channel_axis: int, backward: bool = False):
     """The template's per-channel layout (a channels_last map whose channels are not dim 1 made dense first)."""
     if _channels_last(x) and not x.is_contiguous() and channel_axis != 1:
         x = x.contiguous()
-    return layout(x, channel_axis, True)
+    return layout(x, channel_axis, True, SLAF, backward)
 
 
-def _poly_spec(degree: int):
-    """SLAF's eval-mode polynomial body (poly, relu=0) and its P0..P3, through triton_ops' spec registry."""
-    return triton_ops._SPECS[triton_ops.spec_id("poly", {"degree": degree, "relu": False})]
-
-
-def _per_channel(a: torch.Tensor, channels: int) -> torch.Tensor:
-    """Coefficients (K,) or (C, K) as (C, K) float64."""
+def _check_coefficients(a: torch.Tensor, channels: int) -> None:
     if a.dim() == 2 and a.shape[0] != channels:
         raise ValueError(f"coefficients are for {a.shape[0]} channels, input has {channels}")
-    return a.double().expand(channels, a.shape[-1])
 
 
-def _slaf_forward(x, a, channel_axis: int, eps: float, launch=None):
-    """(y, mean (C, k), var (C, k)): var biased, both float32."""
+def _slaf_forward(
+    x, a, running_mean, running_var, channel_axis: int, eps: float, momentum: float, launch=None, in_place=False
+):
+    """(y, mean (C, k), var (C, k), new running_mean, new running_var): var biased, all float32; the running averages
+    (C, k) float32 updated in place with `in_place` (then the last two are they), else into new tensors."""
     k = int(a.shape[-1]) - 1  # the degree: static (an int also under dynamic shapes)
-    lay, xd = _slaf_layout(x, channel_axis)
-    channels, kt = lay.channels, 1 + 2 * k
-    part = torch.empty((lay.partial_rows(), kt), device=x.device, dtype=torch.float32)
-    (launch or _plain)(_slaf_moments_kernel)[(lay.programs,)](
-        xd, part, lay.m, lay.n, lay.channels, k, kt, lay.mode, lay.bm, lay.bn, num_warps=WARPS
+    run = launch or _plain
+    lay, xd = _slaf_layout(x, channel_axis, backward=True)
+    channels = lay.channels
+    _check_coefficients(a, channels)
+    part = buffer((lay.splits, channels, 1 + 2 * k), device=x.device, dtype=torch.float32)
+    run(_slaf_moments_kernel)[(lay.groups * lay.splits,)](
+        xd,
+        part,
+        lay.m,
+        lay.n,
+        channels,
+        lay.groups,
+        lay.nbc,
+        lay.steps,
+        lay.splits,
+        k,
+        lay.mode,
+        lay.bm,
+        lay.bn,
+        num_warps=lay.warps,
     )
-    part = part.view(-1, channels, kt).double()
-    cnt = part[..., :1]  # (T, C, 1), T partial slots per channel, each >= 1 element
-    sums, m2 = part[..., 1::2], part[..., 2::2]  # (T, C, k)
-    n = cnt.sum(0)
-    mean = sums.sum(0) / n
-    var = (m2.sum(0) + (cnt * (sums / cnt.clamp_min(1.0) - mean).square()).sum(0)) / n  # Chan's merge
-    r = torch.rsqrt(var + eps)
-    a64 = _per_channel(a, channels)
-    scale = a64[:, 1:] * r
-    c = torch.cat([a64[:, :1] - (scale * mean).sum(1, keepdim=True), scale], 1).float().contiguous()
-    body, params = _poly_spec(k)
-    y = launch_forward((body.forward, body.backward), params, xd, c, lay, launch)
-    return y, mean.float(), var.float()
+    coef = buffer((channels, k + 1), device=x.device, dtype=torch.float32)
+    mean = buffer((channels, k), device=x.device, dtype=torch.float32)
+    var = buffer((channels, k), device=x.device, dtype=torch.float32)
+    n = x.numel() // max(channels, 1)
+    new_mean, new_var = (running_mean, running_var) if in_place else (buffer(running_mean), buffer(running_var))
+    run(_slaf_finalize_kernel)[(triton.cdiv(channels, FINALIZE_CHANNELS),)](
+        part,
+        a,
+        coef,
+        mean,
+        var,
+        running_mean,
+        running_var,
+        new_mean,
+        new_var,
+        channels,
+        lay.splits,
+        float(eps),
+        float(momentum),
+        n / max(n - 1, 1),
+        k,
+        a.dim() == 2,
+        FINALIZE_CHANNELS,
+        num_warps=4,
+    )
+    body, params = triton_ops.resolve(triton_ops.spec("poly", {"degree": k, "relu": False}))
+    forward, _ = layout(xd, channel_axis, True, tuning(body.forward))
+    y = launch_forward((body.forward, body.backward), params, xd, (coef,), forward, launch)
+    return y, mean, var, new_mean, new_var
 
 
 def _slaf_backward(x, g, a, mean, var, channel_axis: int, eps: float, launch=None):
     """(grad_x, grad_a), grad_a shaped like a."""
     k = int(a.shape[-1]) - 1  # the degree: static (an int also under dynamic shapes)
-    lay, xd = _slaf_layout(x, channel_axis)
+    run = launch or _plain
+    lay, xd = _slaf_layout(x, channel_axis, backward=True)
     if not g.is_contiguous(memory_format=_format(xd)):
         g = g.contiguous(memory_format=_format(xd))
     channels = lay.channels
-    means = mean.float().contiguous()
-    part = torch.empty((lay.partial_rows(), k + 1), device=x.device, dtype=torch.float32)
-    (launch or _plain)(_slaf_sums_kernel)[(lay.programs,)](
-        xd, g, means, part, lay.m, lay.n, channels, k, k + 1, lay.mode, lay.bm, lay.bn, num_warps=WARPS
+    part = buffer((lay.splits, channels, k + 1), device=x.device, dtype=torch.float32)
+    run(_slaf_sums_kernel)[(lay.groups * lay.splits,)](
+        xd,
+        g,
+        mean,
+        part,
+        lay.m,
+        lay.n,
+        channels,
+        lay.groups,
+        lay.nbc,
+        lay.steps,
+        lay.splits,
+        k,
+        lay.mode,
+        lay.bm,
+        lay.bn,
+        num_warps=lay.warps,
     )
-    sums = part.view(-1, channels, k + 1).double().sum(0)  # (C, k+1): sum g, sum g (x^i - m_i)
+    d = buffer((channels, 1 + 3 * k), device=x.device, dtype=torch.float32)
+    grad_a = buffer(a.shape, device=x.device, dtype=torch.float32)
     n = x.numel() // max(channels, 1)
-    r = torch.rsqrt(var.double() + eps)
-    grad = torch.cat([sums[:, :1], r * sums[:, 1:]], 1)  # dL/da per channel
-    a64 = _per_channel(a, channels)
-    powers = torch.arange(1, k + 1, device=x.device, dtype=torch.float64)
-    w = powers * a64[:, 1:] * r
-    q = r * grad[:, 1:] / n
-    d = torch.cat([sums[:, :1] / n, torch.stack([w, mean.double(), q], 2).reshape(channels, 3 * k)], 1)
-    d = d.float().contiguous()
-    grad_x = torch.empty_like(xd)
-    (launch or _plain)(_slaf_grad_x_kernel)[(lay.programs,)](
-        xd, g, grad_x, d, lay.m, lay.n, channels, k, 1 + 3 * k, lay.mode, lay.bm, lay.bn, num_warps=WARPS
+    run(_slaf_gradients_kernel)[(1,)](
+        part,
+        a,
+        mean,
+        var,
+        d,
+        grad_a,
+        channels,
+        lay.splits,
+        1.0 / n,
+        float(eps),
+        k,
+        a.dim() == 2,
+        FINALIZE_CHANNELS,
+        num_warps=4,
     )
-    grad_a = grad if a.dim() == 2 else grad.sum(0)
+    grad_x = buffer(xd)
+    fwd, _ = _slaf_layout(xd, channel_axis)
+    run(_slaf_grad_x_kernel)[(fwd.programs,)](
+        xd,
+        g,
+        grad_x,
+        d,
+        fwd.m,
+        fwd.n,
+        channels,
+        fwd.groups,
+        fwd.nbc,
+        k,
+        fwd.mode,
+        fwd.bm,
+        fwd.bn,
+        num_warps=fwd.warps,
+    )
     return grad_x, grad_a.to(a.dtype)
 
 
 # ==== PolyNorm: a norm per position, over the channels =========================================================
+@triton.jit
+def _acoef(A, cb, k: tl.constexpr, KT: tl.constexpr):
+    """Coefficient k of the channels at offsets cb (0 when shared): A is (KT,) or (C, KT)."""
+    return tl.load(A + cb * KT + k)
+
+
 @triton.jit
 def _positions(P, C, POST, NQB, CL: tl.constexpr, BP: tl.constexpr):
     """This program's positions: the offset of channel 0 of each, their mask and the channel stride."""
@@ -289,12 +554,12 @@ def _polynorm_forward_kernel(
     for c0 in range(0, C, BC):
         offs, mask, c, cmask, cb = _chunk(base, pmask, cs, c0, C, PER_CHANNEL, BC)
         x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-        y = coef(A, cb, 0, KT) + 0.0 * x
+        y = tl.zeros_like(x) + _acoef(A, cb, 0, KT)
         p = x
         for j in tl.static_range(K):
             if j > 0:
                 p = p * x
-            y = y + coef(A, cb, j + 1, KT) * (p * _pick(norm, kidx, j))
+            y = y + _acoef(A, cb, j + 1, KT) * (p * _pick(norm, kidx, j))
         tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
 
 
@@ -334,7 +599,7 @@ def _polynorm_backward_kernel(
             if j > 0:
                 p = p * x
             ssq += tl.where(kidx == j, tl.sum(p * p, 0)[None, :], 0.0)
-            dot += tl.where(kidx == j, tl.sum(g * coef(A, cb, j + 1, KT) * p, 0)[None, :], 0.0)
+            dot += tl.where(kidx == j, tl.sum(g * _acoef(A, cb, j + 1, KT) * p, 0)[None, :], 0.0)
     norm = tl.rsqrt(ssq / C + eps)
     mdot = dot / C
     kv = tl.arange(0, KP)
@@ -348,15 +613,15 @@ def _polynorm_backward_kernel(
             tl.store(row, tl.sum(g, 1), mask=cmask)
         else:
             total += tl.where(kv == 0, tl.sum(tl.sum(g, 1), 0), 0.0)
-        grad_x = 0.0 * x
-        prev = 1.0 + 0.0 * x
+        grad_x = tl.zeros_like(x)
+        prev = tl.zeros_like(x) + 1.0
         p = x
         for j in tl.static_range(K):
             if j > 0:
                 prev = p
                 p = p * x
             n = _pick(norm, kidx, j)
-            term = (coef(A, cb, j + 1, KT) * g - (n * n) * p * _pick(mdot, kidx, j)) * (n * (j + 1))
+            term = (_acoef(A, cb, j + 1, KT) * g - (n * n) * p * _pick(mdot, kidx, j)) * (n * (j + 1))
             grad_x = grad_x + term * prev
             v = g * p * n
             if PER_CHANNEL:
@@ -386,7 +651,7 @@ def _geometry(x: torch.Tensor, channel_axis: int):
         bp = TILE // bc
         nqb, programs = 1, triton.cdiv(positions, bp)
     else:
-        bp = min(triton.next_power_of_2(post), 256)
+        bp = min(triton.next_power_of_2(post), NCHW_POSITIONS)
         bc = min(max(TILE // bp, 1), triton.next_power_of_2(max(channels, 1)))
         nqb = triton.cdiv(post, bp)
         programs = (positions // post) * nqb
@@ -398,7 +663,7 @@ def _polynorm_forward(x, a, channel_axis: int, eps: float, launch=None):
     xd, cl, positions, channels, post, nqb, bc, bp, programs = _geometry(x, channel_axis)
     if a.dim() == 2 and a.shape[0] != channels:
         raise ValueError(f"polynorm: coefficients are for {a.shape[0]} channels, input has {channels}")
-    y = torch.empty_like(xd)
+    y = buffer(xd)
     if programs:
         (launch or _plain)(_polynorm_forward_kernel)[(programs,)](
             xd,
@@ -427,9 +692,9 @@ def _polynorm_backward(x, g, a, channel_axis: int, eps: float, launch=None):
     xd, cl, positions, channels, post, nqb, bc, bp, programs = _geometry(x, channel_axis)
     if not g.is_contiguous(memory_format=_format(xd)):
         g = g.contiguous(memory_format=_format(xd))
-    grad_x = torch.empty_like(xd)
+    grad_x = buffer(xd)
     per_channel = a.dim() == 2
-    part = torch.empty((programs,) + ((channels,) if per_channel else ()) + (kt,), device=x.device, dtype=torch.float32)
+    part = buffer((programs,) + ((channels,) if per_channel else ()) + (kt,), device=x.device, dtype=torch.float32)
     if programs:
         (launch or _plain)(_polynorm_backward_kernel)[(programs,)](
             xd,
@@ -471,17 +736,31 @@ def polynorm(x: torch.Tensor, channel_axis: int, weight: torch.Tensor, eps: floa
     return _polynorm_forward(x, a, channel_axis, float(eps))
 
 
-def slaf_train(x: torch.Tensor, channel_axis: int, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, ...]:
+def slaf_train(
+    x: torch.Tensor,
+    channel_axis: int,
+    weight: torch.Tensor,
+    eps: float,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    momentum: float,
+) -> tuple[torch.Tensor, ...]:
     """SLAF's training forward with batch statistics: (y, mean_1, var_1, ..., mean_k, var_k) as
-    `slaf._train_forward` returns them (keepdim shapes, biased variances; float32, no gradient)."""
+    `slaf._train_forward` returns them (keepdim shapes, biased variances; float32, no gradient), the running averages
+    (C, k) updated in place as `SLAF._update_running` updates them."""
     a = _block(weight)
     channel_axis = channel_axis % x.dim()
-    if torch.compiler.is_compiling():
-        y, mean, var = torch.ops.visionbench.slaf_forward(x, a, channel_axis, float(eps))
+    rm, rv = (_block(t) for t in (running_mean, running_var))  # themselves when float32 and contiguous
+    args = (channel_axis, float(eps), float(momentum))
+    if torch.compiler.is_compiling():  # a functional op: the new averages come back, copied into the buffers
+        y, mean, var, rm, rv = torch.ops.visionbench.slaf_forward(x, a, rm, rv, *args)
     elif torch.is_grad_enabled() and (x.requires_grad or a.requires_grad):
-        y, mean, var = _SLAFEager.apply(x, a, channel_axis, float(eps))
+        y, mean, var = _SLAFEager.apply(x, a, rm, rv, *args)
     else:
-        y, mean, var = _slaf_forward(x, a, channel_axis, float(eps))
+        y, mean, var, _, _ = _slaf_forward(x, a, rm, rv, *args, in_place=True)
+    for kept, updated in ((running_mean, rm), (running_var, rv)):
+        if kept is not updated:
+            kept.copy_(updated)
     shape = [1] * x.dim()
     shape[channel_axis] = -1
     stats = []
@@ -506,18 +785,19 @@ class _PolyNormEager(torch.autograd.Function):
 
 class _SLAFEager(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, a, channel_axis: int, eps: float):
-        y, mean, var = _slaf_forward(x, a, channel_axis, eps)
+    def forward(ctx, x, a, running_mean, running_var, channel_axis: int, eps: float, momentum: float):
+        y, mean, var, _, _ = _slaf_forward(x, a, running_mean, running_var, channel_axis, eps, momentum, in_place=True)
         ctx.save_for_backward(x, a, mean, var)
         ctx.channel_axis, ctx.eps = channel_axis, eps
         ctx.mark_non_differentiable(mean, var)
+        ctx.set_materialize_grads(False)  # no zero tensors for the statistics' (absent) gradients
         return y, mean, var
 
     @staticmethod
     def backward(ctx, grad_y, grad_mean, grad_var):
         x, a, mean, var = ctx.saved_tensors
         grad_x, grad_a = _slaf_backward(x, grad_y, a, mean, var, ctx.channel_axis, ctx.eps)
-        return grad_x, grad_a, None, None
+        return grad_x, grad_a, None, None, None, None, None
 
 
 if triton_ops.OPS:
@@ -535,9 +815,15 @@ if triton_ops.OPS:
 
     @_define("visionbench::slaf_forward", mutates_args=())
     def slaf_forward(
-        x: torch.Tensor, a: torch.Tensor, channel_axis: int, eps: float
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return _slaf_forward(x, a, channel_axis, eps, _launch)
+        x: torch.Tensor,
+        a: torch.Tensor,
+        running_mean: torch.Tensor,
+        running_var: torch.Tensor,
+        channel_axis: int,
+        eps: float,
+        momentum: float,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        return _slaf_forward(x, a, running_mean, running_var, channel_axis, eps, momentum, _launch)
 
     @_define("visionbench::slaf_backward", mutates_args=())
     def slaf_backward(
@@ -569,16 +855,16 @@ if triton_ops.OPS:
         return grad_x, grad_a, None, None
 
     def _slaf_setup(ctx, inputs, output):
-        x, a, channel_axis, eps = inputs
-        _, mean, var = output
+        x, a, running_mean, running_var, channel_axis, eps, momentum = inputs
+        _, mean, var, new_mean, new_var = output
         ctx.save_for_backward(x, a, mean, var)
         ctx.channel_axis, ctx.eps = channel_axis, eps
-        ctx.mark_non_differentiable(mean, var)
+        ctx.mark_non_differentiable(mean, var, new_mean, new_var)
 
-    def _slaf_op_backward(ctx, grad_y, grad_mean, grad_var):
+    def _slaf_op_backward(ctx, grad_y, grad_mean, grad_var, grad_new_mean, grad_new_var):
         x, a, mean, var = ctx.saved_tensors
         grad_x, grad_a = torch.ops.visionbench.slaf_backward(x, grad_y, a, mean, var, ctx.channel_axis, ctx.eps)
-        return grad_x, grad_a, None, None
+        return grad_x, grad_a, None, None, None, None, None
 
     polynorm_forward.register_autograd(_polynorm_op_backward, setup_context=_polynorm_setup)
     slaf_forward.register_autograd(_slaf_op_backward, setup_context=_slaf_setup)

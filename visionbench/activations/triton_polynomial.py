@@ -19,8 +19,8 @@ C_FLOOR = 0.1  # rational version C: Q >= 0.1 (rational.C_FLOOR)
 
 @triton.jit
 def sign(t):
-    """torch.sign: -1, 0 or 1."""
-    return tl.where(t > 0, 1.0, tl.where(t < 0, -1.0, 0.0))
+    """torch.sign: -1, 0 or 1 (NaN stays NaN)."""
+    return tl.where(t > 0, 1.0, tl.where(t < 0, -1.0, tl.where(t == 0, 0.0, t)))
 
 
 @triton.jit
@@ -35,32 +35,44 @@ def sigmoid(x):
     return 1.0 / (1.0 + tl.exp(-x))
 
 
+@triton.jit
+def relu(x):
+    """max(x, 0), NaN kept (torch.relu's)."""
+    return tl.maximum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def full(x, c):
+    """c broadcast to x's tile, with no arithmetic on x (0 * x would make NaN of an infinite x)."""
+    return tl.zeros_like(x) + c
+
+
 # ---- rational P / Q: coefficients a_0..a_m, then b (b_1..b_n; b_0..b_(n-1) for C) ----------------
 @triton.jit
-def _rational_parts(x, C, cb, KT: tl.constexpr, FORM: tl.constexpr, M: tl.constexpr, N: tl.constexpr):
+def _rational_parts(x, C, cb, FORM: tl.constexpr, M: tl.constexpr, N: tl.constexpr):
     """P, P', Q, dQ/dx, and the pieces of dQ/db_j = first * base^j (j from the lowest b)."""
-    p = coef(C, cb, M, KT) + 0.0 * x
-    dp = 0.0 * x
+    p = full(x, coef(C, cb, M))
+    dp = tl.zeros_like(x)
     for i in tl.static_range(M):
         dp = dp * x + p
-        p = p * x + coef(C, cb, M - 1 - i, KT)
+        p = p * x + coef(C, cb, M - 1 - i)
     if FORM == 0:  # A: Q = 1 + u H(u), u = |x|, H from |b_j|
         u = tl.abs(x)
-        h = tl.abs(coef(C, cb, M + N, KT)) + 0.0 * x
-        dh = 0.0 * x
+        h = full(x, tl.abs(coef(C, cb, M + N)))
+        dh = tl.zeros_like(x)
         for j in tl.static_range(N - 1):
             dh = dh * u + h
-            h = h * u + tl.abs(coef(C, cb, M + N - 1 - j, KT))
+            h = h * u + tl.abs(coef(C, cb, M + N - 1 - j))
         q = 1.0 + h * u
         dq = sign(x) * (h + u * dh)
         base = u
         first = u
     elif FORM == 1:  # B, D: Q = 1 + |T|, T = x H(x)
-        h = coef(C, cb, M + N, KT) + 0.0 * x
-        dh = 0.0 * x
+        h = full(x, coef(C, cb, M + N))
+        dh = tl.zeros_like(x)
         for j in tl.static_range(N - 1):
             dh = dh * x + h
-            h = h * x + coef(C, cb, M + N - 1 - j, KT)
+            h = h * x + coef(C, cb, M + N - 1 - j)
         t = h * x
         s = sign(t)
         q = 1.0 + tl.abs(t)
@@ -68,11 +80,11 @@ def _rational_parts(x, C, cb, KT: tl.constexpr, FORM: tl.constexpr, M: tl.conste
         base = x
         first = s * x
     else:  # C: Q = 0.1 + |T|, T = sum_{j<n} b_j x^j
-        t = coef(C, cb, M + N, KT) + 0.0 * x
-        dt = 0.0 * x
+        t = full(x, coef(C, cb, M + N))
+        dt = tl.zeros_like(x)
         for j in tl.static_range(N - 1):
             dt = dt * x + t
-            t = t * x + coef(C, cb, M + N - 1 - j, KT)
+            t = t * x + coef(C, cb, M + N - 1 - j)
         s = sign(t)
         q = 0.1 + tl.abs(t)
         dq = s * dt
@@ -82,97 +94,78 @@ def _rational_parts(x, C, cb, KT: tl.constexpr, FORM: tl.constexpr, M: tl.conste
 
 
 @triton.jit
-def rational_forward(
-    x, C, cb, KT: tl.constexpr, FORM: tl.constexpr, M: tl.constexpr, N: tl.constexpr, P3: tl.constexpr
-):
-    p, dp, q, dq, base, first = _rational_parts(x, C, cb, KT, FORM, M, N)
+def rational_forward(x, C, cb, FORM: tl.constexpr, M: tl.constexpr, N: tl.constexpr, P3: tl.constexpr):
+    p, dp, q, dq, base, first = _rational_parts(x, C, cb, FORM, M, N)
     return p / q
 
 
 @triton.jit
 def rational_backward(
-    x,
-    g,
-    C,
-    cb,
-    PART,
-    pofs,
-    pmask,
-    KT: tl.constexpr,
-    MODE: tl.constexpr,
-    FORM: tl.constexpr,
-    M: tl.constexpr,
-    N: tl.constexpr,
-    P3: tl.constexpr,
+    x, g, C, cb, acc, MODE: tl.constexpr, FORM: tl.constexpr, M: tl.constexpr, N: tl.constexpr, P3: tl.constexpr
 ):
     """dL/dx = g (P' - F Q') / Q, dL/da_i = g x^i / Q, dL/db_j = -g (F / Q) dQ/db_j."""
-    p, dp, q, dq, base, first = _rational_parts(x, C, cb, KT, FORM, M, N)
+    p, dp, q, dq, base, first = _rational_parts(x, C, cb, FORM, M, N)
     w = g / q
     f = p / q
     term = w
     for i in tl.static_range(M + 1):
-        emit(PART, i, term, pofs, pmask, KT, MODE)
+        acc = emit(acc, MODE, i, term)
         term = term * x
     term = -(w * f) * first
     for j in tl.static_range(N):
         if FORM == 0:  # d|b_j|/db_j
-            emit(PART, M + 1 + j, term * sign(coef(C, cb, M + 1 + j, KT)), pofs, pmask, KT, MODE)
+            acc = emit(acc, MODE, M + 1 + j, term * sign(coef(C, cb, M + 1 + j)))
         else:
-            emit(PART, M + 1 + j, term, pofs, pmask, KT, MODE)
+            acc = emit(acc, MODE, M + 1 + j, term)
         term = term * base
-    return w * (dp - f * dq)
+    return w * (dp - f * dq), acc
 
 
 # ---- sum_i c_i r^i, r = ReLU(x) (PolyReLU) or x (SLAF in eval) ----------------------------------
 @triton.jit
-def poly_forward(
-    x, C, cb, KT: tl.constexpr, DEGREE: tl.constexpr, RELU: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
-):
-    r = tl.maximum(x, 0.0) if RELU else x
-    out = coef(C, cb, DEGREE, KT) + 0.0 * x
+def _poly_input(x, RELU: tl.constexpr):
+    if RELU:
+        r = relu(x)
+    else:
+        r = x
+    return r
+
+
+@triton.jit
+def poly_forward(x, C, cb, DEGREE: tl.constexpr, RELU: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+    r = _poly_input(x, RELU)
+    out = full(x, coef(C, cb, DEGREE))
     for i in tl.static_range(DEGREE):
-        out = out * r + coef(C, cb, DEGREE - 1 - i, KT)
+        out = out * r + coef(C, cb, DEGREE - 1 - i)
     return out
 
 
 @triton.jit
 def poly_backward(
-    x,
-    g,
-    C,
-    cb,
-    PART,
-    pofs,
-    pmask,
-    KT: tl.constexpr,
-    MODE: tl.constexpr,
-    DEGREE: tl.constexpr,
-    RELU: tl.constexpr,
-    P2: tl.constexpr,
-    P3: tl.constexpr,
+    x, g, C, cb, acc, MODE: tl.constexpr, DEGREE: tl.constexpr, RELU: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
 ):
-    r = tl.maximum(x, 0.0) if RELU else x
-    value = coef(C, cb, DEGREE, KT) + 0.0 * x
-    deriv = 0.0 * x
+    r = _poly_input(x, RELU)
+    value = full(x, coef(C, cb, DEGREE))
+    deriv = tl.zeros_like(x)
     for i in tl.static_range(DEGREE):
         deriv = deriv * r + value
-        value = value * r + coef(C, cb, DEGREE - 1 - i, KT)
+        value = value * r + coef(C, cb, DEGREE - 1 - i)
     term = g
     for i in tl.static_range(DEGREE + 1):
-        emit(PART, i, term, pofs, pmask, KT, MODE)
+        acc = emit(acc, MODE, i, term)
         term = term * r
     grad_x = g * deriv
-    if RELU:  # ReLU'(0) = 0, as autograd has it
-        grad_x = tl.where(x > 0, grad_x, 0.0)
-    return grad_x
+    if RELU:  # ReLU'(0) = 0, as autograd has it; a NaN x keeps its NaN
+        grad_x = tl.where(x > 0, grad_x, tl.where(x != x, x, 0.0))
+    return grad_x, acc
 
 
 # ---- Hermite: sum_k a_k P_k(z), P_k = He_k / k!, z = x or L tanh(x / 2) -------------------------
 @triton.jit
-def _hermite_input(x, C, cb, KT: tl.constexpr, DEGREE: tl.constexpr, CLAMP: tl.constexpr):
+def _hermite_input(x, C, cb, DEGREE: tl.constexpr, CLAMP: tl.constexpr):
     if CLAMP:
         t = tanh(0.5 * x)
-        z = coef(C, cb, DEGREE + 1, KT) * t
+        z = coef(C, cb, DEGREE + 1) * t
     else:
         t = x
         z = x
@@ -180,56 +173,42 @@ def _hermite_input(x, C, cb, KT: tl.constexpr, DEGREE: tl.constexpr, CLAMP: tl.c
 
 
 @triton.jit
-def hermite_forward(
-    x, C, cb, KT: tl.constexpr, DEGREE: tl.constexpr, CLAMP: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
-):
-    z, t = _hermite_input(x, C, cb, KT, DEGREE, CLAMP)
-    out = coef(C, cb, 0, KT) + coef(C, cb, 1, KT) * z
-    p_prev = 1.0 + 0.0 * z
+def hermite_forward(x, C, cb, DEGREE: tl.constexpr, CLAMP: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+    z, t = _hermite_input(x, C, cb, DEGREE, CLAMP)
+    out = coef(C, cb, 0) + coef(C, cb, 1) * z
+    p_prev = full(z, 1.0)
     p = z
     for k in tl.static_range(1, DEGREE):
         p_next = (z * p - p_prev) / (k + 1)
         p_prev = p
         p = p_next
-        out = out + coef(C, cb, k + 1, KT) * p
+        out = out + coef(C, cb, k + 1) * p
     return out
 
 
 @triton.jit
 def hermite_backward(
-    x,
-    g,
-    C,
-    cb,
-    PART,
-    pofs,
-    pmask,
-    KT: tl.constexpr,
-    MODE: tl.constexpr,
-    DEGREE: tl.constexpr,
-    CLAMP: tl.constexpr,
-    P2: tl.constexpr,
-    P3: tl.constexpr,
+    x, g, C, cb, acc, MODE: tl.constexpr, DEGREE: tl.constexpr, CLAMP: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
 ):
     """F'(z) = sum_{k>=1} a_k P_(k-1)(z); dF/da_k = P_k(z); the clamp adds dz/dx = L (1 - t^2) / 2, dz/dL = t."""
-    z, t = _hermite_input(x, C, cb, KT, DEGREE, CLAMP)
-    emit(PART, 0, g, pofs, pmask, KT, MODE)
-    emit(PART, 1, g * z, pofs, pmask, KT, MODE)
-    deriv = coef(C, cb, 1, KT) + 0.0 * z
-    p_prev = 1.0 + 0.0 * z
+    z, t = _hermite_input(x, C, cb, DEGREE, CLAMP)
+    acc = emit(acc, MODE, 0, g)
+    acc = emit(acc, MODE, 1, g * z)
+    deriv = full(z, coef(C, cb, 1))
+    p_prev = full(z, 1.0)
     p = z
     for k in tl.static_range(1, DEGREE):
-        deriv = deriv + coef(C, cb, k + 1, KT) * p
+        deriv = deriv + coef(C, cb, k + 1) * p
         p_next = (z * p - p_prev) / (k + 1)
         p_prev = p
         p = p_next
-        emit(PART, k + 1, g * p, pofs, pmask, KT, MODE)
+        acc = emit(acc, MODE, k + 1, g * p)
     grad_z = g * deriv
     if CLAMP:
-        lim = coef(C, cb, DEGREE + 1, KT)
-        emit(PART, DEGREE + 1, grad_z * t, pofs, pmask, KT, MODE)
+        lim = coef(C, cb, DEGREE + 1)
+        acc = emit(acc, MODE, DEGREE + 1, grad_z * t)
         grad_z = grad_z * (lim * 0.5) * (1.0 - t * t)
-    return grad_z
+    return grad_z, acc
 
 
 def rational_params(form: str, m: int, n: int) -> tuple:
