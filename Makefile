@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test test-slow lint format bench gpu-window gpu-carry reference install lock clean results
+.PHONY: run test test-slow lint format bench kernel-card gpu-window gpu-carry reference install lock clean results
 
 # every package at the version requirements.lock names (the CPU reference environment), then visionbench itself,
 # editable and without dependencies: they all came from the lock, the extras' too (dev, slurm, mlflow, wandb).
@@ -61,6 +61,15 @@ format: $(STAMP)  ## format every file and apply the linter's safe fixes
 bench: $(STAMP)  ## activation speed and fit time (docs/bench.md)
 	$(BIN)/visionbench bench activations
 	$(BIN)/visionbench bench fit
+
+# The Triton kernels' cost card, no GPU needed (docs/bench.md#the-cost-card-what-the-compiled-kernels-predict-no-gpu-needed):
+# every family compiled for sm_90 and sm_80 by the pinned Triton and by Triton $(TRITON_OTHER) (torch 2.11's, what the
+# lent GPU machine runs), fetched from PyPI into .cache/ first; into results/bench/kernels_sm90.md
+TRITON_OTHER ?= 3.6.0
+kernel-card: $(STAMP)
+	@test -f .cache/triton-$(TRITON_OTHER)/triton/__init__.py || \
+	  $(BIN)/python -m pip install -q --no-deps --target .cache/triton-$(TRITON_OTHER) triton==$(TRITON_OTHER)
+	$(BIN)/visionbench bench kernels --also-triton .cache/triton-$(TRITON_OTHER)
 
 # One lent GPU's window (docs/bench.md#the-gpu-window): every GPU benchmark in at most 6 minutes, each stage in its own
 # subprocess under a timeout, each report into results/bench/ as soon as its stage ends, with gpu_window.md listing
