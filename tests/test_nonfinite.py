@@ -218,8 +218,8 @@ def inputs(kind: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def run(act: torch.nn.Module, x: torch.Tensor, g: torch.Tensor, backend: str, device: str = "cpu") -> list:
-    """[y, grad_x, *coefficient gradients] on a fresh copy of `act` (SLAF's statistics, D's noise) under `backend`,
-    on the CPU."""
+    """[y, grad_x, *coefficient gradients] of a fresh copy of `act` (SLAF's statistics, D's noise) under `backend` on
+    `device`, returned on the CPU."""
     act = copy.deepcopy(act).to(device)
     x = x.to(device).requires_grad_(True)
     with fused.use_backend(backend):
@@ -304,7 +304,7 @@ def test_every_learnable_family_has_a_case():
     assert set(REFERENCE) == set(IDS)
 
 
-def _spread(name: str, kind: str, where: str) -> set:
+def _spread(kind: str, where: str) -> set:
     """The entries a non-finite input entry reaches: itself, its channel vector (polynorm), its channel (slaf)."""
     out = set()
     for n, c, h, w in KINDS[kind]:
@@ -332,7 +332,7 @@ def test_reference_path(name, kwargs, training, kind):
         at = {CLASSES[int(c[i])].lstrip("+-") for i in KINDS[kind]}
         assert at == {"finite" if want == "fin" else want}, f"{label} at the {kind} entries: {at}"
         nonfinite = {tuple(i) for i in (c != 0).nonzero().tolist()}
-        assert nonfinite == (set() if want == "fin" else _spread(name, kind, where)), label
+        assert nonfinite == (set() if want == "fin" else _spread(kind, where)), label
 
 
 @pytest.mark.parametrize(PARAMS, list(_params("eager")))
