@@ -77,7 +77,8 @@ def _prelu_backward(x, g, a):
     w = a[..., 0]
     neg = x <= 0
     grad_x = torch.where(neg, g * w, g)
-    grad_a = reduce_to(torch.where(neg, g * x, torch.zeros_like(x)), w)
+    # dF/da = min(0, x): NaN at a NaN x, as the plain formula's clamp has it (x > 0 is False there, as x <= 0 is)
+    grad_a = reduce_to(torch.where(x > 0, torch.zeros_like(x), g * x), w)
     return grad_x, grad_a.unsqueeze(-1)
 
 

@@ -4,8 +4,10 @@
     >>> act = activations.create("hermite", degree=3)                 # Cor 3.9 init
     >>> act = activations.create("hermite", degree=3, init="gelu")    # Hermite interpolation of GELU
 
-The fused kernel runs the same recurrence; its backward uses P_k' = P_(k-1) (He_k' = k He_(k-1)),
-so F'(z) = sum_{k>=1} a_k P_(k-1)(z) comes out of the same loop.
+The fused kernel runs the same recurrence; its backward runs it forwards for the coefficient gradients
+g P_k, then backwards for F'(z): the adjoint recurrence that autograd runs through the plain formula
+(`_derivative`), whose terms give the same NaN and inf where the input is +-inf (the sum
+F'(z) = sum_{k>=1} a_k P_(k-1)(z) of P_k' = P_(k-1), the same number, adds infinities of both signs there).
 """
 
 from __future__ import annotations
@@ -43,6 +45,25 @@ def _fused_forward(x, a, *limit, degree: int, clamp: bool):
     return (_hermite_series(z, a, degree),)
 
 
+def _derivative(z, a, powers, degree: int):
+    """F'(z) by the adjoint of the recurrence P_(k+1) = (z P_k - P_(k-1)) / (k + 1), the terms autograd forms through
+    `Hermite.reference_forward` (there each times g): from b_n = a_n down, c_(k+1) = b_(k+1) / (k + 1) and
+    b_k = a_k + c_(k+1) z - c_(k+2); F'(z) = b_1 + sum_{k=1..n-1} c_(k+1) P_k (`powers` holds P_1..P_(n-1)).
+    Nested like Horner's rule, the highest power decides the sign of an infinite z's derivative, where the sum
+    sum_{k>=1} a_k P_(k-1)(z) would add infinities of both signs (NaN)."""
+    b = a[..., degree]
+    c_next = None  # c_(k+2)
+    total = None
+    for k in range(degree - 1, 0, -1):
+        c = b / (k + 1)
+        total = c * powers[k - 1] if total is None else torch.addcmul(total, c, powers[k - 1])
+        b = torch.addcmul(a[..., k], c, z)
+        if c_next is not None:
+            b = b - c_next
+        c_next = c
+    return b if total is None else b + total
+
+
 def _fused_backward(x, g, a, *limit, degree: int, clamp: bool):
     if clamp:
         t = torch.tanh(0.5 * x)
@@ -51,13 +72,14 @@ def _fused_backward(x, g, a, *limit, degree: int, clamp: bool):
         z = x
     like = a[..., 0]
     grads = [reduce_to(g, like), reduce_to(g * z, like)]
-    deriv = a[..., 1]  # F'(z) = sum_{k>=1} a_k P_(k-1)(z)
+    powers = [z]  # P_1..P_(n-1), for the adjoint recurrence
     p_prev, p = 1.0, z
     for k in range(1, degree):
-        deriv = deriv + a[..., k + 1] * p
         p_prev, p = p, (z * p - p_prev) / (k + 1)
         grads.append(reduce_to(g * p, like))
-    grad_z = g * deriv
+        if k < degree - 1:
+            powers.append(p)
+    grad_z = g * _derivative(z, a, powers, degree)
     if not clamp:
         return grad_z, torch.stack(grads, -1)
     lim = limit[0][..., 0]

@@ -37,11 +37,16 @@ def dictionary(size: int, boundary: float, dtype=torch.float64) -> torch.Tensor:
     return torch.linspace(-boundary, boundary, size, dtype=dtype)
 
 
+def _position(x, *, start: float, spacing: float, size: int):
+    """v = (x - d_m) / spacing, the position of x in spacings from the middle atom m, unclamped."""
+    return (x - (start + (size // 2) * spacing)) * (1.0 / spacing)
+
+
 def _kernel_values(x, *, start: float, spacing: float, size: int, a: float):
     """[(i, exp(-a ((x - d_i) / spacing)^2)) for every atom i], by the ratio walk of the module
-    docstring, plus v = (x - d_m) / spacing (clamped), m the middle atom."""
+    docstring, plus v = (x - d_m) / spacing, m the middle atom (the walk takes it clamped: `_position`)."""
     m = size // 2
-    v = ((x - (start + m * spacing)) * (1.0 / spacing)).clamp(-size - CLAMP_SPACINGS, size + CLAMP_SPACINGS)
+    v = _position(x, start=start, spacing=spacing, size=size).clamp(-size - CLAMP_SPACINGS, size + CLAMP_SPACINGS)
     q = math.exp(-2.0 * a)
     e_mid = torch.exp(-a * v * v)
     up = torch.exp(a * (2.0 * v - 1.0))  # E_{m+1} / E_m
@@ -69,8 +74,11 @@ def _kaf_forward(x, alpha, *, start: float, spacing: float, size: int, a: float)
 
 def _kaf_backward(x, g, alpha, *, start: float, spacing: float, size: int, a: float):
     """dF/dx = -(2 a / spacing) sum_i alpha_i E_i (v - (i - m)), dF/dalpha_i = E_i. The clamp of v
-    only acts where every E_i is 0 in float32, so its zero derivative there is exact."""
-    terms, v = _kernel_values(x, start=start, spacing=spacing, size=size, a=a)
+    only acts where every E_i is 0 in float32, so its zero derivative there is exact; the factor
+    v - (i - m) is taken unclamped, as the plain formula's (x - d_i): at x = +-inf its E_i (x - d_i) is
+    0 * inf = NaN there, and so is dF/dx here (tests/test_nonfinite.py)."""
+    terms, _ = _kernel_values(x, start=start, spacing=spacing, size=size, a=a)
+    v = _position(x, start=start, spacing=spacing, size=size)
     m, like = size // 2, alpha[..., 0]
     grads: list = [None] * size
     slope = None

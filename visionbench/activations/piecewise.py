@@ -38,12 +38,14 @@ def _apl_forward(x, a, b, *, hinges: int):
 
 def _apl_backward(x, g, a, b, *, hinges: int):
     """dh/dx = [x > 0] - sum_s a_s [x < b_s], dh/da_s = max(0, b_s - x), dh/db_s = a_s [x < b_s]
-    (derivatives at the kinks as torch.relu's: 0)."""
-    slope = (x > 0).to(x.dtype)
+    (derivatives at the kinks as torch.relu's: 0). The indicators are written as not [relu's argument <= 0],
+    as autograd's relu backward has them: 1 where the argument is NaN, so a NaN x gets the plain formula's
+    finite dh/dx and dh/db_s."""
+    slope = (~(x <= 0)).to(x.dtype)
     like = a[..., 0]
     grad_a, grad_b = [], []
     for s in range(hinges):
-        active = (b[..., s] - x > 0).to(x.dtype)
+        active = (~(b[..., s] - x <= 0)).to(x.dtype)
         slope = slope - a[..., s] * active
         grad_a.append(reduce_to(g * F.relu(b[..., s] - x), like))
         grad_b.append(a[..., s] * reduce_to(g * active, like))

@@ -42,8 +42,8 @@ def _poly_backward(x, g, c, *, degree: int, relu: bool):
     r = torch.relu(x) if relu else x
     _, deriv = horner_and_derivative(slices(c, degree + 1), r)
     grad_x = g * deriv
-    if relu:  # ReLU'(0) = 0, as autograd has it
-        grad_x = torch.where(x > 0, grad_x, 0.0)
+    if relu:  # ReLU'(0) = 0, as autograd has it; a NaN x keeps its NaN (autograd passes g where relu(x) is NaN)
+        grad_x = torch.where(x <= 0, 0.0, grad_x)
     like, grads, term = c[..., 0], [], g
     for _ in range(degree + 1):  # sum g r^i, one power at a time
         grads.append(reduce_to(term, like))
