@@ -48,9 +48,11 @@ or a_0; bspline at +-inf, where every B_i is 0 and phi = w_b b(x); kaf's NaN der
 tropical's finite gradients, and coefficient gradients that ignore the NaN, at a NaN input), the paths follow the
 reference anyway: it is the definition, and this test says what it does.
 
-The Triton bodies do not have the property yet (TRITON_XFAIL lists each case and why); the compiled kernels run the
-eager ones through torch.compile, checked in full under `-m slow` (a cold compilation costs seconds per configuration)
-and for a few families by default (DEFAULT_COMPILED).
+The Triton bodies have it too (under TRITON_INTERPRET=1 here, on CUDA where there is a GPU): no tl.maximum or
+tl.minimum without propagate_nan=ALL, a relu's derivative as autograd has it (g where x is NaN), Horner derivatives
+started without 0 * x, Hermite's F' by the adjoint recurrence, KAF's slope factor unclamped. The compiled kernels run
+the eager ones through torch.compile, checked in full under `-m slow` (a cold compilation costs seconds per
+configuration) and for a few families by default (DEFAULT_COMPILED).
 """
 
 from __future__ import annotations
@@ -117,77 +119,6 @@ SPREAD = {
     "slaf": {kind: ("channel", "channel") for kind in ("nan", "+inf", "-inf")},
 }
 
-# ---- the Triton bodies' deviations, for whoever fixes them (triton_*.py); strict=False: a fixed body passes ----------
-_RATIONAL = (
-    "triton body (triton_polynomial._rational_parts): p, h and t start as coef + 0.0 * x, NaN at x = +-inf, so Q is "
-    "NaN and dL/da_0 = g / Q is NaN where the reference's is g / inf = 0 (y and grad_x are NaN in both)"
-)
-_POLY_INF = (
-    "triton body (triton_polynomial.poly_forward/poly_backward): out = coef + 0.0 * x and deriv = 0.0 * x are NaN at "
-    "x = +-inf: y and grad_x NaN where the reference's polynomial gives +-inf (PolyReLU: y = a_0 at -inf)"
-)
-_POLY_NAN = (
-    "triton body (triton_polynomial.poly_*): r = tl.maximum(x, 0.0) drops a NaN (propagate_nan NONE), so r = 0: "
-    "grad_x (tl.where(x > 0, ...)) and dL/da_1..a_r finite where the reference's are NaN"
-)
-_HERMITE = (
-    "triton body (triton_polynomial.hermite_backward): at x = +-inf the forward-mode sum F'(z) = sum_k a_k P_(k-1)(z) "
-    "adds infinities of both signs (and p_prev = 1.0 + 0.0 * z is NaN): grad_x NaN where autograd's adjoint "
-    "recurrence, the reference's and hermite._grad_z's, gives +-inf"
-)
-_TROPICAL = (
-    "triton body (triton_piecewise._select): idx = 0.0 * x is NaN at x = NaN/+-inf, where no line wins the strict "
-    "comparison: grad_x = g idx NaN where the reference's is 0 (line 0), and the [idx == k] masks leave the element "
-    "out of every dL/da_k where the reference adds g to a_0 (finite, other values)"
-)
-_TROPICAL_RATIONAL = (
-    "triton body (triton_piecewise._select): icp, slp and idx start as coef + 0.0 * x / 0.0 * x, NaN at x = NaN/+-inf "
-    "where line 0 stays selected: grad_x = g (p_i - q_j) NaN where the reference's is finite, y NaN at -inf where the "
-    "reference's is -inf, and [i == k] with i NaN drops the element from every coefficient gradient (the reference: "
-    "g x, NaN or +-inf, in the line-0 slope gradients; g in the intercepts')"
-)
-_PRELU = (
-    "triton body (triton_gated.prelu_backward): dL/da = where(x <= 0, g x, 0) is 0 at a NaN x where the reference's "
-    "min(0, x) is NaN (classic._prelu_backward: where(x > 0, 0, g x))"
-)
-_STAR = (
-    "triton body (triton_gated.star_*): r = tl.maximum(x, 0.0) drops a NaN (propagate_nan NONE): y = b, grad_x 0 and "
-    "dL/ds finite where the reference's are NaN"
-)
-_APL = (
-    "triton body (triton_piecewise.apl_*): tl.maximum(x, 0.0) and tl.maximum(b_s - x, 0.0) drop a NaN (y and dL/da_s "
-    "finite where the reference's are NaN), and the indicators tl.where(x > 0, ...), tl.where(b_s - x > 0, ...) are 0 "
-    "at a NaN where autograd's relu backward passes g: grad_x and dL/db_s take other finite values "
-    "(piecewise._apl_backward: not [argument <= 0])"
-)
-_KAF_NAN = (
-    "triton body (triton_basis._kaf_start): tl.minimum(tl.maximum(v, ...)) drops a NaN (propagate_nan NONE), so v is a "
-    "clamp bound: y = 0, grad_x 0 and every dL/dalpha_i finite where the reference's are NaN"
-)
-_KAF_INF = (
-    "triton body (triton_basis.kaf_backward): the slope factor takes the clamped v, so grad_x = 0 at x = +-inf where "
-    "the reference's E_i (x - d_i) is 0 * inf = NaN (kaf._kaf_backward: v unclamped there)"
-)
-TRITON_XFAIL = {
-    **{(i, k): _RATIONAL for i in IDS if i.startswith("rational-") for k in ("+inf", "-inf", "mixed")},
-    ("polyrelu", "nan"): _POLY_NAN,
-    ("polyrelu", "+inf"): _POLY_INF,
-    ("polyrelu", "-inf"): _POLY_INF,
-    ("polyrelu", "mixed"): _POLY_NAN + "; " + _POLY_INF,
-    **{("hermite", k): _HERMITE for k in ("+inf", "-inf", "mixed")},
-    **{("tropical", k): _TROPICAL for k in KINDS},
-    **{("tropical_rational", k): _TROPICAL_RATIONAL for k in KINDS},
-    **{("prelu", k): _PRELU for k in ("nan", "mixed")},
-    **{("star_relu", k): _STAR for k in ("nan", "mixed")},
-    **{("apl", k): _APL for k in ("nan", "mixed")},
-    ("kaf", "nan"): _KAF_NAN,
-    ("kaf", "+inf"): _KAF_INF,
-    ("kaf", "-inf"): _KAF_INF,
-    ("kaf", "mixed"): _KAF_NAN + "; " + _KAF_INF,
-    **{("slaf-eval", k): _POLY_INF for k in ("+inf", "-inf", "mixed")},
-}
-# ... but these pass with shared coefficients: the mixed input's NaN makes the reference's gradient NaN there too
-TRITON_XFAIL_PER_CHANNEL_ONLY = {(i, "mixed") for i in IDS if i.startswith("rational-")} | {("prelu", "mixed")}
 # compiled in the default run, shared coefficients (a cold compilation costs ~3 s per function): one family per kind of
 # fix made for the property (a relu mask, the adjoint recurrence, an unclamped factor, an index and a NaN off the grid)
 DEFAULT_COMPILED = {"polyrelu", "hermite", "kaf", "bspline-none"}
@@ -277,17 +208,13 @@ def check_path(name: str, kwargs: dict, training: bool, per_channel: bool, kind:
 
 
 def _params(backend: str):
-    """(name, kwargs, training, kind, per_channel) of every case the path runs, with the Triton xfails and the compile
-    path's slow marks."""
+    """(name, kwargs, training, kind, per_channel) of every case the path runs, with the compile path's slow marks."""
     for case, i in zip(CASES, IDS):
         if backend == "triton" and not activations.get_class(case[0]).triton_kernels:
             continue
         for kind in KINDS:
             for per_channel in (False, True):
                 marks = []
-                xfail = (i, kind) in TRITON_XFAIL and (per_channel or (i, kind) not in TRITON_XFAIL_PER_CHANNEL_ONLY)
-                if backend == "triton" and xfail:
-                    marks.append(pytest.mark.xfail(strict=False, reason=TRITON_XFAIL[(i, kind)]))
                 if backend == "compile" and (i not in DEFAULT_COMPILED or per_channel):
                     marks.append(pytest.mark.slow)
                 layout = "per_channel" if per_channel else "shared"

@@ -46,11 +46,12 @@ KAF_CLAMP = tl.constexpr(CLAMP_SPACINGS)
 # ---- KAF: sum_i alpha_i exp(-a v_i^2), v_i = (x - d_i) / spacing; coefficients alpha_0..alpha_(D-1) ------
 @triton.jit
 def _kaf_start(x, START: tl.constexpr, SPACING: tl.constexpr, SIZE: tl.constexpr, A: tl.constexpr):
-    """v (clamped, in spacings from the middle atom m), E_m, E_(m+1) / E_m, E_(m-1) / E_m and q = exp(-2a)."""
+    """v (clamped, in spacings from the middle atom m), E_m, E_(m+1) / E_m, E_(m-1) / E_m, q = exp(-2a), and v
+    unclamped (the derivative's factor: 0 * inf = NaN at an infinite x, as the plain formula's)."""
     m: tl.constexpr = SIZE // 2
-    v = (x - (START + m * SPACING)) * (1.0 / SPACING)
+    raw = (x - (START + m * SPACING)) * (1.0 / SPACING)
     v = tl.minimum(
-        tl.maximum(v, -SIZE - KAF_CLAMP, propagate_nan=tl.PropagateNan.ALL),
+        tl.maximum(raw, -SIZE - KAF_CLAMP, propagate_nan=tl.PropagateNan.ALL),
         SIZE + KAF_CLAMP,
         propagate_nan=tl.PropagateNan.ALL,
     )
@@ -58,13 +59,13 @@ def _kaf_start(x, START: tl.constexpr, SPACING: tl.constexpr, SIZE: tl.constexpr
     e_mid = tl.exp(-A * v * v)
     up = tl.exp(A * (2.0 * v - 1.0))
     down = q / up
-    return v, e_mid, up, down, q
+    return v, e_mid, up, down, q, raw
 
 
 @triton.jit
 def kaf_forward(x, C, cb, START: tl.constexpr, SPACING: tl.constexpr, SIZE: tl.constexpr, A: tl.constexpr):
     m: tl.constexpr = SIZE // 2
-    v, e_mid, up, down, q = _kaf_start(x, START, SPACING, SIZE, A)
+    v, e_mid, up, down, q, raw = _kaf_start(x, START, SPACING, SIZE, A)
     out = coef(C, cb, m) * e_mid
     e = e_mid
     r = up
@@ -94,25 +95,25 @@ def kaf_backward(
     SIZE: tl.constexpr,
     A: tl.constexpr,
 ):
-    """dF/dx = -(2 a / spacing) sum_i alpha_i E_i (v - (i - m)), dF/dalpha_i = E_i; the clamp of v acts
-    only where every E_i is 0 in fp32, so its zero derivative there is exact."""
+    """dF/dx = -(2 a / spacing) sum_i alpha_i E_i (v - (i - m)), dF/dalpha_i = E_i; the clamp of v (in the E_i
+    only) acts where every E_i is 0 in fp32, so its zero derivative there is exact."""
     m: tl.constexpr = SIZE // 2
-    v, e_mid, up, down, q = _kaf_start(x, START, SPACING, SIZE, A)
-    slope = (coef(C, cb, m) * e_mid) * v
+    v, e_mid, up, down, q, raw = _kaf_start(x, START, SPACING, SIZE, A)
+    slope = (coef(C, cb, m) * e_mid) * raw
     acc = emit(acc, MODE, m, g * e_mid)
     e = e_mid
     r = up
     for i in tl.static_range(m + 1, SIZE):
         e = e * r
         r = r * q
-        slope = slope + (coef(C, cb, i) * e) * (v - (i - m))
+        slope = slope + (coef(C, cb, i) * e) * (raw - (i - m))
         acc = emit(acc, MODE, i, g * e)
     e = e_mid
     r = down
     for t in tl.static_range(m):
         e = e * r
         r = r * q
-        slope = slope + (coef(C, cb, m - 1 - t) * e) * (v + (t + 1))
+        slope = slope + (coef(C, cb, m - 1 - t) * e) * (raw + (t + 1))
         acc = emit(acc, MODE, m - 1 - t, g * e)
     return g * slope * (-2.0 * A / SPACING), acc
 

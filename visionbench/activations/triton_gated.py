@@ -26,11 +26,11 @@ def prelu_forward(x, C, cb, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr
 def prelu_backward(
     x, g, C, cb, acc, MODE: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
 ):
-    """dF/dx = a where x <= 0, else 1; dF/da = x where x <= 0, else 0 (a NaN x: NaN both)."""
+    """dF/dx = a where x <= 0, else 1; dF/da = x where x <= 0, else 0. At a NaN x as the plain formula's autograd:
+    relu(x) passes g (not x <= 0), min(0, x) is NaN: dF/dx = 1, dF/da NaN."""
     w = coef(C, cb, 0)
-    pos = x > 0
-    acc = emit(acc, MODE, 0, tl.where(pos, 0.0, g * x))
-    return tl.where(pos, g, g * w), acc
+    acc = emit(acc, MODE, 0, tl.where(x > 0, 0.0, g * x))
+    return tl.where(x <= 0, g * w, g), acc
 
 
 # ---- Swish-beta: x sigmoid(beta x); coefficient beta -----------------------------------------------

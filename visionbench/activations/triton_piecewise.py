@@ -34,12 +34,13 @@ def apl_forward(x, C, cb, S: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P
 def apl_backward(
     x, g, C, cb, acc, MODE: tl.constexpr, S: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
 ):
-    """dF/dx = [x > 0] - sum_s a_s [x < b_s], dF/da_s = max(0, b_s - x), dF/db_s = a_s [x < b_s]."""
-    slope = tl.where(x > 0, 1.0, 0.0)
+    """dF/dx = [x > 0] - sum_s a_s [x < b_s], dF/da_s = max(0, b_s - x), dF/db_s = a_s [x < b_s]; the indicators are
+    autograd's relu backward, not [argument <= 0] (1 at a NaN)."""
+    slope = tl.where(x <= 0, 0.0, 1.0)  # relu's derivative as autograd has it: 0 where x <= 0, else 1 (NaN too)
     for s in tl.static_range(S):
         a = coef(C, cb, s)
         t = coef(C, cb, S + s) - x
-        active = tl.where(t > 0, 1.0, 0.0)
+        active = tl.where(t <= 0, 0.0, 1.0)
         slope = slope - a * active
         acc = emit(acc, MODE, s, g * relu(t))
         acc = emit(acc, MODE, S + s, a * (g * active))
@@ -55,9 +56,9 @@ def _select(x, C, cb, I0: tl.constexpr, S0: tl.constexpr, COUNT: tl.constexpr, S
     if SLOPES:
         slp = full(x, coef(C, cb, S0))
         best = icp + slp * x
-    else:
+    else:  # line 0 is c_0 + 0 x, as the plain formula writes it: NaN at an infinite x, where no line beats it
         slp = tl.zeros_like(x)
-        best = icp
+        best = icp + 0.0 * x
     idx = tl.zeros_like(x)
     for k in tl.static_range(1, COUNT):
         c = coef(C, cb, I0 + k)

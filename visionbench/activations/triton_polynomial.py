@@ -42,6 +42,17 @@ def relu(x):
 
 
 @triton.jit
+def horner_step(deriv, x, value, i: tl.constexpr):
+    """The derivative's Horner step, deriv x + value, the first one (i = 0) just value: no 0 * x, which is NaN at an
+    infinite x where the polynomial's derivative is infinite."""
+    if i == 0:
+        out = value
+    else:
+        out = deriv * x + value
+    return out
+
+
+@triton.jit
 def full(x, c):
     """c broadcast to x's tile, with no arithmetic on x (0 * x would make NaN of an infinite x)."""
     return tl.zeros_like(x) + c
@@ -54,14 +65,14 @@ def _rational_parts(x, C, cb, FORM: tl.constexpr, M: tl.constexpr, N: tl.constex
     p = full(x, coef(C, cb, M))
     dp = tl.zeros_like(x)
     for i in tl.static_range(M):
-        dp = dp * x + p
+        dp = horner_step(dp, x, p, i)
         p = p * x + coef(C, cb, M - 1 - i)
     if FORM == 0:  # A: Q = 1 + u H(u), u = |x|, H from |b_j|
         u = tl.abs(x)
         h = full(x, tl.abs(coef(C, cb, M + N)))
         dh = tl.zeros_like(x)
         for j in tl.static_range(N - 1):
-            dh = dh * u + h
+            dh = horner_step(dh, u, h, j)
             h = h * u + tl.abs(coef(C, cb, M + N - 1 - j))
         q = 1.0 + h * u
         dq = sign(x) * (h + u * dh)
@@ -71,7 +82,7 @@ def _rational_parts(x, C, cb, FORM: tl.constexpr, M: tl.constexpr, N: tl.constex
         h = full(x, coef(C, cb, M + N))
         dh = tl.zeros_like(x)
         for j in tl.static_range(N - 1):
-            dh = dh * x + h
+            dh = horner_step(dh, x, h, j)
             h = h * x + coef(C, cb, M + N - 1 - j)
         t = h * x
         s = sign(t)
@@ -83,7 +94,7 @@ def _rational_parts(x, C, cb, FORM: tl.constexpr, M: tl.constexpr, N: tl.constex
         t = full(x, coef(C, cb, M + N))
         dt = tl.zeros_like(x)
         for j in tl.static_range(N - 1):
-            dt = dt * x + t
+            dt = horner_step(dt, x, t, j)
             t = t * x + coef(C, cb, M + N - 1 - j)
         s = sign(t)
         q = 0.1 + tl.abs(t)
@@ -148,7 +159,7 @@ def poly_backward(
     value = full(x, coef(C, cb, DEGREE))
     deriv = tl.zeros_like(x)
     for i in tl.static_range(DEGREE):
-        deriv = deriv * r + value
+        deriv = horner_step(deriv, r, value, i)
         value = value * r + coef(C, cb, DEGREE - 1 - i)
     term = g
     for i in tl.static_range(DEGREE + 1):
@@ -173,6 +184,25 @@ def _hermite_input(x, C, cb, DEGREE: tl.constexpr, CLAMP: tl.constexpr):
 
 
 @triton.jit
+def _hermite_derivative(z, C, cb, powers, DEGREE: tl.constexpr):
+    """F'(z) by the adjoint of the recurrence P_(k+1) = (z P_k - P_(k-1)) / (k + 1), the terms autograd forms through
+    the plain formula (`hermite._derivative`): from b_n = a_n down, c_(k+1) = b_(k+1) / (k + 1) and
+    b_k = a_k + c_(k+1) z - c_(k+2); F'(z) = b_1 + sum_{k=1..n-1} c_(k+1) P_k. Nested like Horner's rule, an infinite
+    z gets the infinite derivative the plain formula's autograd gives (the sum sum_k a_k P_(k-1) adds infinities of
+    both signs there)."""
+    b = full(z, coef(C, cb, DEGREE))
+    total = tl.zeros_like(z)
+    c_next = tl.zeros_like(z)
+    for j in tl.static_range(DEGREE - 1):
+        k: tl.constexpr = DEGREE - 1 - j
+        c = b / (k + 1)
+        total = total + c * powers[k - 1]
+        b = coef(C, cb, k) + c * z - c_next
+        c_next = c
+    return b + total
+
+
+@triton.jit
 def hermite_forward(x, C, cb, DEGREE: tl.constexpr, CLAMP: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
     z, t = _hermite_input(x, C, cb, DEGREE, CLAMP)
     out = coef(C, cb, 0) + coef(C, cb, 1) * z
@@ -194,16 +224,17 @@ def hermite_backward(
     z, t = _hermite_input(x, C, cb, DEGREE, CLAMP)
     acc = emit(acc, MODE, 0, g)
     acc = emit(acc, MODE, 1, g * z)
-    deriv = full(z, coef(C, cb, 1))
+    powers = (z,)  # P_1..P_(n-1), for the adjoint recurrence
     p_prev = full(z, 1.0)
     p = z
     for k in tl.static_range(1, DEGREE):
-        deriv = deriv + coef(C, cb, k + 1) * p
         p_next = (z * p - p_prev) / (k + 1)
         p_prev = p
         p = p_next
         acc = emit(acc, MODE, k + 1, g * p)
-    grad_z = g * deriv
+        if k < DEGREE - 1:
+            powers = powers + (p,)
+    grad_z = g * _hermite_derivative(z, C, cb, powers, DEGREE)
     if CLAMP:
         lim = coef(C, cb, DEGREE + 1)
         acc = emit(acc, MODE, DEGREE + 1, grad_z * t)
