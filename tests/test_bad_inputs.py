@@ -402,6 +402,12 @@ BAD_INPUTS = [
     bad(["bench", "train", "act=relu", "--steps", "0", OUT], 2, "argument --steps: must be an integer >= 1, got '0'"),
     bad(["bench", "fit", "--families", "relu", OUT], 2, "unknown learnable activation(s) relu; known: acon_c, "),
     bad(["bench", "fit", "--repeats", "0", OUT], 2, "--repeats must be >= 1, got 0"),
+    bad(
+        ["bench", "activations", "--deterministic", "yes", OUT],
+        2,
+        "argument --deterministic: must be one of on, off, both, got 'yes'",
+    ),
+    bad(["bench", "train", "act=relu", "--deterministic", "1", OUT], 2, "argument --deterministic: must be one of "),
     # ---- bench data (and every bench's --device and --out: refused before anything is built or timed)
     bad(
         ["bench", "data", "--device", "cuda:99", OUT],
