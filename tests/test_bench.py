@@ -324,3 +324,21 @@ def test_bench_sweep_keeps_the_k_it_finished(tmp_path, monkeypatch):
     text = (tmp_path / "cut.md").read_text()
     assert "| 1 | 1 | — | 2 | 4 | 100 | 1 | — |" in text
     assert "- partial: 1 of 3 parts done; not yet: K=2, bit check" in text and "bit check: not yet made" in text
+
+
+def test_bench_warm_runs_every_learnable_family_of_the_registry_in_a_pool_of_processes(tmp_path, monkeypatch):
+    """The warm-up's tasks come from the registry (every learnable name; the benchmark's cases of it), and each runs
+    in a process of the pool (here one task, one process: the code path; on a GPU it fills Triton's cache)."""
+    from visionbench.bench import warm_kernels
+    from visionbench.bench.act_speed import CASES
+
+    cases = warm_kernels.warm_cases()
+    assert {name for _, name, _ in cases} == {n for n in A.names() if A.is_learnable(n)}
+    assert {label for label, _, _ in cases} >= set(CASES)  # every case `bench activations` times
+    monkeypatch.setattr(warm_kernels, "warm_cases", lambda: [("rational B", "rational", {"version": "B"})])
+    args = ["warm", "--shape", "2,4,6,6", "--jobs", "4", "--out", str(tmp_path), "--name", "warm"]
+    assert main(args) == 0
+    text = (tmp_path / "warm.md").read_text()
+    rows = [r for r in text.splitlines() if r.startswith("| rational B |")]
+    assert [r.split(" | ")[1] for r in rows] == ["shared", "per-channel"] and "2 tasks on 2 processes" in text
+    assert "partial" not in text
