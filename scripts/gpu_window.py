@@ -213,7 +213,7 @@ def run_stage(
     command: list[str], log: Path, timeout: float, env: dict[str, str], cwd: str, stop_signal: int = signal.SIGTERM
 ) -> tuple[str, float]:
     """Run one stage in its own process group, stdout and stderr into `log`; (status, seconds). At `timeout` it is
-    sent `stop_signal`, and SIGKILL if it is still there `GRACE_S` later."""
+    stopped (`stop`: `stop_signal`, then SIGKILL; at most `GRACE_S`)."""
     t0 = time.monotonic()
     with open(log, "w") as out:
         out.write(f"$ {' '.join(command)}\n\n")
