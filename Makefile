@@ -71,20 +71,22 @@ kernel-card: $(STAMP)
 	  $(BIN)/python -m pip install -q --no-deps --target .cache/triton-$(TRITON_OTHER) triton==$(TRITON_OTHER)
 	$(BIN)/visionbench bench kernels --also-triton .cache/triton-$(TRITON_OTHER)
 
-# One lent GPU's window (docs/bench.md#the-gpu-window): every GPU benchmark in at most 6 minutes, each stage in its own
-# subprocess under a timeout, each report into results/bench/ as soon as its stage ends, with gpu_window.md listing
-# them. No venv and no install: a lent GPU has no registry (python3 there holds torch; visionbench runs from the
-# checkout). `make gpu-window DEVICE=cpu` is the dry run (tiny sizes, into runs/gpu_window_dry/).
+# One lent GPU's window (docs/bench.md#the-gpu-window): every GPU benchmark in at most 6 minutes, kernel compilation
+# included, each stage in its own subprocess under the time it is given, each report into results/bench/ as its rows
+# are measured, with gpu_window.md listing them. No venv and no install: a lent GPU has no registry (python3 there
+# holds torch; visionbench runs from the checkout). `make gpu-window DEVICE=cpu` is the dry run (tiny sizes, into
+# runs/gpu_window_dry/); `python3 scripts/gpu_window.py --plan` prints the stages and their times.
 DEVICE    ?= cuda
 WINDOW_PY := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY))
 gpu-window:
 	$(WINDOW_PY) scripts/gpu_window.py --device $(DEVICE) $(if $(wildcard .gpu-site),--site .gpu-site)
 
-# what `bench train` needs and the lent GPUs lack (hydra-core, omegaconf, antlr4: pure Python), copied from this venv
-# into .gpu-site/ (git-ignored; the device tool carries it: docs/bench.md#the-gpu-window)
+# what the window's stages need beyond the lent GPUs' image (Hydra for the recipes; pytest, its requirements and xdist
+# at the locked versions: pure Python; scripts/pack_site.py WINDOW), copied from this venv into .gpu-site/
+# (git-ignored; the device tool carries it: docs/bench.md#the-gpu-window)
 gpu-carry: $(STAMP)
 	rm -rf .gpu-site
-	$(BIN)/python scripts/pack_site.py .gpu-site hydra-core omegaconf antlr4-python3-runtime
+	$(BIN)/python scripts/pack_site.py .gpu-site
 
 reference: $(STAMP)  ## the bench's reference implementations (rational-activations pins torch 1.7.1: no deps)
 	$(BIN)/pip install -q -e '.[reference]'

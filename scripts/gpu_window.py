@@ -1,20 +1,20 @@
-"""One lent GPU's window, prepared: every GPU benchmark in one command of at most `--budget` seconds, each stage's
-report kept as soon as the stage ends (docs/bench.md, "The GPU window").
+"""One lent GPU's window, prepared: every GPU benchmark in one command of at most `--budget` seconds (360: six
+minutes, kernel compilation included), each stage's rows kept as they are measured (docs/bench.md, "The GPU window").
 
+    python3 scripts/gpu_window.py --plan                          # the stages, their times, what each decides
     python3 scripts/gpu_window.py                                 # on the GPU: into results/bench/, 360 s at most
     python3 scripts/gpu_window.py --site .gpu-site --archive $OUT/gpu_window.tar.gz   # on a lent GPU (see docs)
     python3 scripts/gpu_window.py --stages train_vgg8_rational    # one stage again
     python3 scripts/gpu_window.py --device cpu --out /tmp/w       # the dry run: tiny sizes, Triton's interpreter
 
-Needs only python3 with torch here: visionbench need not be installed. Each stage runs `python -m visionbench.bench
-...` in its own subprocess, with this checkout on PYTHONPATH, under a timeout (one hang cannot eat the window), its
-output in <out>/gpu_window_<stage>.log. A stage whose imports fail (`bench train` needs hydra-core and omegaconf,
-which the lent GPUs lack: `make gpu-carry`, then --site) fails with the ImportError in the summary, and the others
-run. <out>/gpu_window.md, rewritten before and after every stage, lists each stage's status (ok, failed (rc N),
-skipped: reason, timed out), its seconds, the card and the torch and triton versions. A stage is skipped, with the
-reason recorded, when less of the budget is left than it needs.
-
-Stages are a registry, `STAGES`: a later benchmark appends its own with `stage(...)` or `bench_stage(...)`.
+Needs only python3 with torch here: visionbench need not be installed. Each stage (scripts/window_stages.py: the
+registry, in the order of what the stages decide, and the rule that gives each its time) runs `python -m
+visionbench.bench ...` or pytest in its own subprocess, with this checkout on PYTHONPATH, under its time (one hang
+cannot eat the window), its output in <out>/gpu_window_<stage>.log; its benchmark rewrites its report as it goes,
+so a stage stopped at its time keeps the rows it measured. A stage whose imports fail (`bench train` needs hydra-core
+and omegaconf, which the lent GPUs lack: `make gpu-carry`, then --site) fails with the ImportError in the summary, and
+the others run. <out>/gpu_window.md, rewritten before and after every stage, lists each stage's status (ok, failed (rc
+N), skipped: reason, timed out), its seconds and the seconds it was given, the card and the torch and triton versions.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import datetime
 import os
 import platform
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -31,197 +32,23 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]  # the checkout: on the subprocesses' PYTHONPATH (nothing is installed)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: the stages' registry beside this file
+from window_stages import (  # noqa: E402
+    BUDGET_S,
+    GRACE_S,
+    OVERHEAD_S,
+    ROOT,
+    STAGES,
+    START_S,
+    Stage,
+    Window,
+    planned,
+    seconds_for,
+)
+
 SUMMARY = "gpu_window.md"
-
-
-@dataclass(frozen=True)
-class Window:
-    """What every stage's command is built from."""
-
-    device: str  # "cuda" or "cpu" (cpu: the dry run)
-    out: Path
-
-    @property
-    def dry(self) -> bool:
-        return self.device == "cpu"
-
-
-@dataclass(frozen=True)
-class Stage:
-    name: str
-    what: str  # one line for the summary
-    command: Callable[[Window], list[str]]  # the subprocess's arguments after `python`
-    report: Callable[[Window], str]  # the file it writes into the out dir
-    seconds: float  # its timeout (the budget left, where less)
-    least: float  # skipped when less of the budget is left
-
-
-STAGES: list[Stage] = []
-
-
-def stage(
-    name: str,
-    what: str,
-    command: Callable[[Window], list[str]],
-    report: Callable[[Window], str],
-    seconds: float,
-    least: float,
-) -> Stage:
-    """Append a stage to the window (run in registration order)."""
-    if any(s.name == name for s in STAGES):
-        raise ValueError(f"stage {name!r} is registered twice")
-    STAGES.append(Stage(name, what, command, report, seconds, least))
-    return STAGES[-1]
-
-
-def bench_stage(name: str, what: str, args: list[str], dry: list[str], seconds: float, least: float) -> Stage:
-    """A `visionbench bench` stage writing <out>/<name>_<device>.md; `dry` is appended in the dry run (the last of
-    a repeated flag wins: tiny sizes, one or two repeats)."""
-
-    def command(w: Window) -> list[str]:
-        return [
-            "-m",
-            "visionbench.bench",
-            *args,
-            "--device",
-            w.device,
-            "--out",
-            str(w.out),
-            "--name",
-            f"{name}_{w.device}",
-            *(dry if w.dry else []),
-        ]
-
-    return stage(name, what, command, lambda w: f"{name}_{w.device}.md", seconds, least)
-
-
-# The timeouts are estimates, not measurements: on the first H100 (2026-11-25, torch.compile kernels) compiling took
-# 0.8-8.3 s per activation case (activations_cuda.md, 19 cases) and a training step's warm-up 0.5-15 s
-# (train_*_cuda.md); how long each whole command ran was not recorded. gpu_window.md records it from now on.
-bench_stage(
-    "activations",
-    "every family's forward + backward vs GELU, fp32 [64, 128, 32, 32]",
-    ["activations", "--shape", "64,128,32,32", "--dtype", "float32"],
-    ["--shape", "2,8,8,8", "--repeats", "2", "--event-rounds", "2"],
-    seconds=150,
-    least=60,
-)
-bench_stage(
-    "activations_per_channel",
-    "the same with one coefficient set per channel",
-    ["activations", "--shape", "64,128,32,32", "--dtype", "float32", "--per-channel", "--no-reference"],
-    ["--shape", "2,8,8,8", "--repeats", "1", "--event-rounds", "1"],
-    seconds=100,
-    least=45,
-)
-bench_stage(
-    "train_vgg8_rational",
-    "a VGG8 training step (cifar10_vgg8, batch 128) with rational vs its own ReLU",
-    ["train", "recipe=cifar10_vgg8", "act=rational"],
-    ["--steps", "1", "--warmup", "0", "batch_size=2"],
-    seconds=60,
-    least=30,
-)
-bench_stage(
-    "train_convnext_t_hermite",
-    "a ConvNeXt-T training step (cifar10_convnext_t, batch 512) with hermite vs its own GELU",
-    ["train", "recipe=cifar10_convnext_t", "act=hermite"],
-    ["--steps", "1", "--warmup", "0", "batch_size=1"],
-    seconds=90,
-    least=40,
-)
-# K training processes on one GPU (16 workers on the lent 16 cores; their start is most of the cost), under a
-# private MPS daemon, the whole step in one CUDA graph at K=1 and 8, the bit check; `--budget` skips the last cases
-# (torch.compile's first) rather than run into the timeout, and the report is rewritten after every case. The dry run
-# trains ReLU alone: rational's Triton kernels in the interpreter take seconds a step (train_vgg8_rational runs them).
-bench_stage(
-    "fill_vgg8",
-    "K training processes of cifar10_vgg8 (batch 128) on the GPU at once, relu and rational: "
-    "img/s and GPU busy % vs one, under MPS, a captured step, the bit check",
-    [
-        "fill",
-        "recipe=cifar10_vgg8",
-        "act=relu,rational",
-        "--k",
-        "1,4,8,16",
-        "--seconds",
-        "2",
-        "--mps",
-        "--capture",
-        "--bits",
-        "8",
-        "--budget",
-        "150",
-    ],
-    ["--k", "1,2", "--seconds", "0.3", "--bits", "2", "--bit-steps", "2", "act=relu", "batch_size=2"],
-    seconds=170,
-    least=60,
-)
-# the same through `visionbench run`'s own sweep (Lightning, checkpoints, predictions) on synthetic CIFAR-shaped
-# data: 8 seeds at parallel=8 against 2 of them alone, the bits of each seed compared (predictions and final weights),
-# and `visionbench estimate`'s projection of 20 seeds x 60 epochs at parallel=auto (the target: <= 20 min on one H100)
-bench_stage(
-    "sweep_vgg8",
-    "a real cifar10_vgg8 sweep (synthetic data, 1 epoch) at parallel=8 vs alone: aggregate img/s, "
-    "GPU busy, the bits of each seed; the projected 20 seeds x 60 epochs",
-    [
-        "sweep",
-        "recipe=cifar10_vgg8",
-        "act=relu",
-        "data.name=synthetic",
-        "data.synthetic.num_train=20480",
-        "data.synthetic.num_val=2048",
-        "epochs=1",
-        "--k",
-        "1,8",
-        "--seeds",
-        "8",
-        "--solo-seeds",
-        "2",
-        "--project",
-        "20x60",
-    ],
-    [
-        "recipe=digits_vgg4",
-        "data.name=digits",
-        "data.limit_train=128",
-        "data.limit_val=64",
-        "--k",
-        "1,2",
-        "--seeds",
-        "2",
-        "--solo-seeds",
-        "1",
-        "--project",
-        "2x1",
-    ],
-    seconds=150,
-    least=60,
-)
-
-stage(
-    "kernel_tests",
-    "the Triton kernels against float64 (tests/test_triton_kernels.py) and the CUDA tests' "
-    "activation checks (tests/test_cuda.py -k accurate)",
-    lambda w: [
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        str(ROOT / "tests" / "test_triton_kernels.py"),
-        *([] if w.dry else [str(ROOT / "tests" / "test_cuda.py"), "-k", "not trains_on_cuda"]),
-        *(["-k", "rational and nchw or opcheck"] if w.dry else []),
-        f"--junitxml={w.out / f'kernel_tests_{w.device}.xml'}",
-    ],
-    lambda w: f"kernel_tests_{w.device}.xml",
-    seconds=120,
-    least=40,
-)
 
 
 def positive_seconds(text: str) -> float:
@@ -250,7 +77,17 @@ def archive_file(text: str) -> str:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="scripts/gpu_window.py", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cuda (default), or cpu: the dry run")
-    p.add_argument("--budget", type=positive_seconds, default=360.0, help="seconds for all stages (default 360)")
+    p.add_argument(
+        "--budget",
+        type=positive_seconds,
+        default=BUDGET_S,
+        help=f"seconds for the whole window, its own start included (default {BUDGET_S:.0f})",
+    )
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the stages in order, the time each may take and what each decides, and the total; run nothing",
+    )
     p.add_argument(
         "--out", default=None, help="report folder (default results/bench; the dry run's: runs/gpu_window_dry)"
     )
@@ -287,7 +124,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             f"known: {', '.join(s.name for s in STAGES)}"
         )
     args.stages = [s for s in STAGES if s.name in names]
-    if args.device == "cuda" and not cuda_available():
+    if args.device == "cuda" and not args.plan and not cuda_available():
         p.error(
             "--device cuda: no CUDA device here (torch.cuda.is_available() is False, or no torch); "
             "--device cpu is the dry run"
@@ -372,8 +209,11 @@ class Terminated(Exception):
     """SIGTERM (a device tool's timeout): the running stage is stopped and the summary says so."""
 
 
-def run_stage(command: list[str], log: Path, timeout: float, env: dict[str, str], cwd: str) -> tuple[str, float]:
-    """Run one stage in its own process group, stdout and stderr into `log`; (status, seconds)."""
+def run_stage(
+    command: list[str], log: Path, timeout: float, env: dict[str, str], cwd: str, stop_signal: int = signal.SIGTERM
+) -> tuple[str, float]:
+    """Run one stage in its own process group, stdout and stderr into `log`; (status, seconds). At `timeout` it is
+    stopped (`stop`: `stop_signal`, then SIGKILL; at most `GRACE_S`)."""
     t0 = time.monotonic()
     with open(log, "w") as out:
         out.write(f"$ {' '.join(command)}\n\n")
@@ -384,18 +224,19 @@ def run_stage(command: list[str], log: Path, timeout: float, env: dict[str, str]
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            stop(proc)
+            stop(proc, stop_signal)
             return f"timed out after {timeout:.0f} s", time.monotonic() - t0
         except (KeyboardInterrupt, Terminated):
-            stop(proc)
+            stop(proc, stop_signal)
             raise
     seconds = time.monotonic() - t0
     return ("ok" if rc == 0 else f"failed (rc {rc}): {why_failed(log)}"), seconds
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to the stage's process group, SIGKILL 10 s later if it is still there."""
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+def stop(proc: subprocess.Popen, first: int = signal.SIGTERM) -> None:
+    """`first` to the stage's process group (its benchmark writes what it has), SIGKILL if it is still there
+    `GRACE_S` - 2 s later: at most `GRACE_S` in all."""
+    for sig, wait in ((first, GRACE_S - 2), (signal.SIGKILL, 2)):
         try:
             os.killpg(proc.pid, sig)
             proc.wait(timeout=wait)
@@ -411,8 +252,8 @@ def write_summary(out: Path, head: list[str], rows: list[list[str]], archive: st
     A plain table, not visionbench's renderer: this script imports nothing of visionbench, whose imports may fail."""
     cells = [[c.replace("|", "\\|") for c in row] for row in rows]
     table = [
-        "| stage | status | seconds | report | log | what |",
-        "| --- | --- | ---: | --- | --- | --- |",
+        "| stage | status | seconds | given s | report | log | what |",
+        "| --- | --- | ---: | ---: | --- | --- | --- |",
         *[f"| {' | '.join(row)} |" for row in cells],
     ]
     text = "\n".join(
@@ -455,51 +296,117 @@ def stage_env(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, str], list
     return env, notes + [f"environment: {', '.join(switches)}"] * bool(switches)
 
 
+def written_since(path: Path, since: float) -> bool:
+    """Whether `path` was written at or after `since` (a stage stopped at its time kept the rows it measured; an
+    older report of the same name may lie in the folder)."""
+    try:
+        return path.stat().st_mtime >= since - 1  # file systems keep mtimes coarser than time.time()
+    except OSError:
+        return False
+
+
+def plan(stages: list[Stage], budget: float, device: str) -> str:
+    """The window's plan: each stage in order with its cap, its least time and what it decides; the total against
+    the budget, and the rule that gives each stage its time."""
+    w = Window(device, Path("<out>"))
+    lines = [
+        f"The GPU window: {len(stages)} stage(s) in the order of what they decide, on {device}"
+        + (" (the dry run: tiny sizes)" if w.dry else ""),
+        "",
+        f"{'#':>2}  {'stage':<26} {'cap s':>5} {'least s':>7}  decides",
+    ]
+    for i, s in enumerate(stages, 1):
+        lines.append(f"{i:>2}  {s.name:<26} {s.cap:>5.0f} {s.least:>7.0f}  {s.decides}")
+    total = planned(stages)
+    caps = sum(s.cap for s in stages)
+    verdict = (
+        f"within the budget of {budget:.0f} s"
+        if total <= budget
+        else f"{total - budget:.0f} s over the budget of {budget:.0f} s: the last stages get what is left, "
+        "skipped when less than their least"
+    )
+    budgeted = [s.name for s in stages if "--budget" in s.command(w, s.cap)]
+    lines += [
+        "",
+        f"total: {caps:.0f} s of caps + {OVERHEAD_S:.0f} s of the window's own (its start {START_S:.0f} s, a stopped "
+        f"stage's grace {GRACE_S:.0f} s) = {total:.0f} s, {verdict}",
+        "each stage is given its cap plus what the stages before it left unused (the time left less the later "
+        "stages' caps), never more than is left; with less than its least left it is skipped",
+        *([f"given as their own --budget (less a margin for their ending): {', '.join(budgeted)}"] if budgeted else []),
+        "",
+        "commands (at their caps):",
+        *[f"  {s.name}: {shlex.join(['python', *s.command(w, s.cap)])}" for s in stages],
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
+    start = time.monotonic()  # the window's clock: its own start counts against the budget
     args = parse_args(argv)
+    if args.plan:
+        print(plan(args.stages, args.budget, args.device))
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpu_window_") as tmp:  # the wheels' install, the stages' cwd
-        return run_window(args, Window(args.device, args.out.resolve()), Path(tmp))
+        return run_window(args, Window(args.device, args.out.resolve()), Path(tmp), start)
 
 
-def run_window(args: argparse.Namespace, w: Window, tmp: Path) -> int:
-    start = time.monotonic()
+def run_window(
+    args: argparse.Namespace,
+    w: Window,
+    tmp: Path,
+    start: float,
+    clock: Callable[[], float] = time.monotonic,
+    runner: Callable[..., tuple[str, float]] = run_stage,
+) -> int:
+    """Run the chosen stages in order, each given `seconds_for` of the time left (the budget from `start` less one
+    stop's grace, by `clock`), each through `runner` (`run_stage`); the summary rewritten around each."""
     env, notes = stage_env(args, tmp)
     cwd = tmp / "cwd"  # lightning_logs/ and the like land here, not in the out folder
-    cwd.mkdir()
+    cwd.mkdir(exist_ok=True)
     head = [
         *machine(args.device),
-        f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, budget {args.budget:.0f} s, "
-        f"{'the dry run (tiny sizes)' if w.dry else 'full sizes'}",
+        f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, budget {args.budget:.0f} s (planned "
+        f"{planned(args.stages):.0f} s), {'the dry run (tiny sizes)' if w.dry else 'full sizes'}",
         *notes,
     ]
     # the report's cell stays "—" unless the stage ended ok: an older report of the same name may lie in the folder
-    rows = [[s.name, "not reached", "", "—", f"gpu_window_{s.name}.log", s.what] for s in args.stages]
+    rows = [[s.name, "not reached", "", "", "—", f"gpu_window_{s.name}.log", s.what] for s in args.stages]
 
     def terminated(signum, frame):
         raise Terminated()
 
     signal.signal(signal.SIGTERM, terminated)
-    for row, s in zip(rows, args.stages):
-        left = args.budget - (time.monotonic() - start)
-        if left < s.least:
-            row[1] = f"skipped: {left:.0f} s of the {args.budget:.0f} s budget left, the stage needs {s.least:.0f} s"
+    for i, (row, s) in enumerate(zip(rows, args.stages)):
+        left = args.budget - (clock() - start) - GRACE_S  # a stage stopped at its time takes its grace beyond
+        seconds = seconds_for(args.stages, i, left)
+        if seconds < s.least:
+            row[1] = (
+                f"skipped: {max(0.0, left):.0f} s of the {args.budget:.0f} s budget left, the stage needs {s.least:.0f} s"
+            )
             continue
-        row[1] = f"running since {datetime.datetime.now().strftime('%H:%M:%S')}"
+        row[1], row[3] = f"running since {datetime.datetime.now().strftime('%H:%M:%S')}", f"{seconds:.0f}"
         write_summary(w.out, head, rows, args.archive)
-        print(f"gpu_window: {s.name} (at most {min(s.seconds, left):.0f} s)", file=sys.stderr, flush=True)
+        print(f"gpu_window: {s.name} (at most {seconds:.0f} s)", file=sys.stderr, flush=True)
+        began = time.time()
         try:
-            row[1], seconds = run_stage(
-                [sys.executable, *s.command(w)], w.out / row[4], min(s.seconds, left), env, str(cwd)
+            row[1], took = runner(
+                [sys.executable, *s.command(w, seconds)],
+                w.out / row[5],
+                seconds,
+                {**env, **s.env},
+                str(cwd),
+                s.stop_signal,
             )
         except (KeyboardInterrupt, Terminated):
             row[1] = "stopped: the window was interrupted"
             write_summary(w.out, head, rows, args.archive)
             return 130
-        row[2], row[3] = f"{seconds:.1f}", s.report(w) if row[1] == "ok" else "—"
+        kept = row[1] == "ok" or (row[1].startswith("timed out") and written_since(w.out / s.report(w), began))
+        row[2], row[4] = f"{took:.1f}", s.report(w) if kept else "—"
         write_summary(w.out, head, rows, args.archive)
-        print(f"gpu_window: {s.name}: {row[1]} ({seconds:.0f} s)", file=sys.stderr, flush=True)
-    head.append(f"used {time.monotonic() - start:.0f} s of {args.budget:.0f}")
+        print(f"gpu_window: {s.name}: {row[1]} ({took:.0f} s)", file=sys.stderr, flush=True)
+    head.append(f"used {clock() - start:.0f} s of {args.budget:.0f}")
     write_summary(w.out, head, rows, args.archive)
     print(f"written: {w.out / SUMMARY}")
     return 0 if all(row[1] == "ok" or row[1].startswith("skipped") for row in rows) else 1

@@ -1,11 +1,15 @@
 """Copy installed pure-Python distributions (their packages and dist-info) into a folder that PYTHONPATH can import
 from: the packages a machine without a registry lacks, carried there as they are installed here. `make gpu-carry`
-packs what `visionbench bench train` needs and the lent GPUs lack (docs/bench.md, "The GPU window"):
+packs what the GPU window's stages import and the lent GPUs' image lacks or holds at another version (`WINDOW`;
+docs/bench.md, "The GPU window"):
 
-    python scripts/pack_site.py .gpu-site hydra-core omegaconf antlr4-python3-runtime
+    python scripts/pack_site.py .gpu-site                    # WINDOW: what scripts/gpu_window.py's stages need
+    python scripts/pack_site.py /tmp/site omegaconf          # any installed pure-Python distribution
 
 A distribution with compiled extensions is refused: it would not load on another Python (carry a wheel built for
-that machine instead: `scripts/gpu_window.py --wheels DIR`).
+that machine instead: `scripts/gpu_window.py --wheels DIR`). The image's own list is scripts/gpu_image_packages.txt;
+tests/test_gpu_window.py checks that every distribution the stages import is on it or here, and that what is carried
+here needs nothing else.
 """
 
 from __future__ import annotations
@@ -17,6 +21,23 @@ import sys
 from pathlib import Path
 
 COMPILED = (".so", ".pyd", ".dylib")
+# what the window's stages need beyond the image: the recipes' composition (`bench train`, `bench fill`, `bench sweep`:
+# Hydra, absent there), and pytest for the kernel_tests stage at requirements.lock's version with the requirements it
+# has there (pytest 9 needs pluggy, iniconfig, packaging, pygments; on Python >= 3.11 nothing else), and xdist with
+# execnet, whose workers compile the kernel tests' kernels side by side. The image lists pytest, xdist and these four
+# at unrecorded versions: carried, the stages run the ones this checkout was tested with.
+WINDOW = (
+    "hydra-core",
+    "omegaconf",
+    "antlr4-python3-runtime",
+    "pytest",
+    "pluggy",
+    "iniconfig",
+    "packaging",
+    "pygments",
+    "pytest-xdist",
+    "execnet",
+)
 
 
 def pack(names: list[str], out: Path) -> list[str]:
@@ -45,10 +66,12 @@ def pack(names: list[str], out: Path) -> list[str]:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="scripts/pack_site.py", description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="the folder to fill (created; put it on PYTHONPATH there)")
-    p.add_argument("names", nargs="+", help="distribution names, as pip names them")
+    p.add_argument(
+        "names", nargs="*", help=f"distribution names, as pip names them (default: the window's, {', '.join(WINDOW)})"
+    )
     args = p.parse_args(argv)
     try:
-        lines = pack(args.names, args.out)
+        lines = pack(args.names or list(WINDOW), args.out)
     except ValueError as e:
         p.error(str(e))
     print("\n".join(lines + [f"written: {args.out}"]))

@@ -376,7 +376,7 @@ BAD_INPUTS = [
     bad(["papers", "--paper", "3", "--table", "7"], 2, "unknown --table '7'; choose from Table "),
     bad(["papers", "--format", "html"], 2, "argument --format: invalid choice: 'html' (choose from 'md', 'csv')"),
     bad(["papers", "--test", "anova"], 2, "argument --test: invalid choice: 'anova' (choose from 'student', 'welch')"),
-    # ---- bench activations | train | fit
+    # ---- bench activations | train | fit | warm
     bad(["bench", "activations", "--families", "relux", OUT], 2, "unknown family 'relux'; known: rational A, "),
     bad(
         ["bench", "activations", "--shape", "2,x", OUT],
@@ -402,6 +402,18 @@ BAD_INPUTS = [
     bad(["bench", "train", "act=relu", "--steps", "0", OUT], 2, "argument --steps: must be an integer >= 1, got '0'"),
     bad(["bench", "fit", "--families", "relu", OUT], 2, "unknown learnable activation(s) relu; known: acon_c, "),
     bad(["bench", "fit", "--repeats", "0", OUT], 2, "--repeats must be >= 1, got 0"),
+    bad(
+        ["bench", "activations", "--deterministic", "yes", OUT],
+        2,
+        "argument --deterministic: must be one of on, off, both, got 'yes'",
+    ),
+    bad(["bench", "train", "act=relu", "--deterministic", "1", OUT], 2, "argument --deterministic: must be one of "),
+    bad(
+        ["bench", "warm", "--coefficients", "shared,none", OUT],
+        2,
+        "argument --coefficients: takes comma-separated kinds of shared, per-channel, got 'shared,none'",
+    ),
+    bad(["bench", "warm", "--jobs", "0", OUT], 2, "argument --jobs: must be an integer >= 1, got '0'"),
     # ---- bench data (and every bench's --device and --out: refused before anything is built or timed)
     bad(
         ["bench", "data", "--device", "cuda:99", OUT],

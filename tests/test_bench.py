@@ -4,7 +4,11 @@ bad flags: test_bad_inputs.py."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -177,3 +181,164 @@ def test_the_kernel_label_names_what_ran_and_the_setting_that_chose_it(monkeypat
     assert kernel_backend(torch.randn(100)) == "compiled (VISIONBENCH_KERNELS=compile)"
     with fused.use_backend("reference", "trainer.kernels"):
         assert kernel_backend(torch.randn(100)) == "reference (trainer.kernels=reference)"
+
+
+# ---- rows written as they go, and the determinism a run sets ---------------------------------------------------
+TINY = ["--shape", "2,4,6,6", "--repeats", "1", "--families", "rational,hermite"]
+
+
+def test_bench_activations_rewrites_its_table_after_each_case_so_a_stopped_run_keeps_its_rows(tmp_path, monkeypatch):
+    """Stopped two cases in (a timeout's signal, as KeyboardInterrupt): the file holds GELU's row and the two done,
+    and says which are missing; every case and GELU were timed with deterministic algorithms on (as a run)."""
+    from visionbench.bench import act_speed
+
+    real_case, real_gelu, flags = act_speed.bench_case, act_speed.gelu_row, []
+
+    def gelu_row(*args):
+        flags.append(("gelu", torch.are_deterministic_algorithms_enabled()))
+        return real_gelu(*args)
+
+    def bench_case(label, *args):
+        if len(flags) == 3:
+            raise KeyboardInterrupt
+        flags.append((label, torch.are_deterministic_algorithms_enabled()))
+        return real_case(label, *args)
+
+    monkeypatch.setattr(act_speed, "gelu_row", gelu_row)
+    monkeypatch.setattr(act_speed, "bench_case", bench_case)
+    with pytest.raises(KeyboardInterrupt):
+        main(["activations", *TINY, "--out", str(tmp_path), "--name", "cut"])
+    text = (tmp_path / "cut.md").read_text()
+    assert set(table_rows(text)) == {"gelu (baseline)", "rational A", "rational B"}
+    assert "- partial: 2 of 6 cases done; not yet: rational C, rational D, hermite, hermite clamp" in text
+    assert flags == [("gelu", True), ("rational A", True), ("rational B", True)]
+    assert not torch.are_deterministic_algorithms_enabled()  # put back as it was
+
+
+def test_a_failed_case_is_its_note_and_the_others_still_run(tmp_path, monkeypatch, capsys):
+    from visionbench.bench import act_speed
+
+    real = act_speed.bench_case
+
+    def bench_case(label, *args):
+        if label == "rational B":
+            raise RuntimeError("no kernel for this\nsecond line")
+        return real(label, *args)
+
+    monkeypatch.setattr(act_speed, "bench_case", bench_case)
+    assert main(["activations", *TINY, "--out", str(tmp_path), "--name", "one_failed"]) == 1
+    text = (tmp_path / "one_failed.md").read_text()
+    assert "rational B" not in table_rows(text) and {"rational C", "hermite clamp"} <= set(table_rows(text))
+    assert "- failed: rational B: RuntimeError: no kernel for this\n" in text and "partial" not in text
+    assert "rational B: failed" in capsys.readouterr().err
+
+
+def test_a_killed_bench_activations_leaves_the_rows_it_finished(tmp_path):
+    """The real thing: a benchmark process killed part way (SIGTERM, as the window's timeout) leaves its file with
+    the rows done and the partial note (no time asserted: it is killed once a row is there)."""
+    from .helpers import ROOT
+
+    report = tmp_path / "killed.md"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), VISIONBENCH_KERNELS="eager")
+    command = [sys.executable, "-m", "visionbench.bench", "activations", "--shape", "2,4,6,6", "--repeats", "200"]
+    proc = subprocess.Popen(
+        [*command, "--families", "rational,hermite", "--out", str(tmp_path), "--name", "killed"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            if report.exists() and "| rational A |" in report.read_text():
+                break
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    text = report.read_text()
+    assert {"gelu (baseline)", "rational A"} <= set(table_rows(text)) and "hermite clamp" not in table_rows(text)
+    assert "- partial: " in text and "hermite clamp" in text.split("- partial: ")[1].splitlines()[0]
+
+
+def test_bench_activations_times_either_determinism_or_both(tmp_path):
+    args = ["activations", *TINY[:4], "--families", "prelu", "--out", str(tmp_path)]
+    assert main([*args, "--name", "both", "--deterministic", "both"]) == 0
+    text = (tmp_path / "both.md").read_text()
+    assert text.index("### deterministic algorithms on") < text.index("### deterministic algorithms off")
+    assert text.count("| gelu (baseline) |") == 2 and text.count("| prelu |") == 2  # GELU under each, beside it
+    assert main([*args, "--name", "off", "--deterministic", "off"]) == 0
+    off = (tmp_path / "off.md").read_text()
+    assert "- deterministic algorithms off" in off and "###" not in off
+    with pytest.raises(SystemExit) as stop:
+        main([*args, "--deterministic", "sometimes"])
+    assert stop.value.code == 2
+
+
+def test_bench_train_writes_each_phase_and_times_what_the_config_sets(tmp_path, monkeypatch):
+    """Stopped after its warm-up: the warm-up column is there, the rest "—" and said missing. Without
+    --deterministic it times what a run of the config sets: on with trainer.deterministic (true unless overridden) or
+    trainer.portable."""
+    from visionbench.bench import timing
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    args = ["train", "recipe=digits_vgg4", "act=rational", "--compare-to", "relu", "--steps", "1", "--warmup", "1"]
+    with monkeypatch.context() as patch:
+        patch.setattr(timing, "rounds", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            main([*args, "--out", str(tmp_path), "--name", "cut"])
+    text = (tmp_path / "cut.md").read_text()
+    rows = table_rows(text)
+    assert float(rows["rational"]["warm-up s (1 steps, incl. compile)"]) > 0 and rows["rational"]["step ms"] == "—"
+    assert "- partial: 1 of 3 phases done; not yet: timed steps, GPU time and memory" in text
+    assert "- deterministic algorithms on" in text
+    # digits_vgg4 runs under trainer.portable, which sets them whatever trainer.deterministic says
+    assert (
+        main([*args, "trainer.portable=false", "trainer.deterministic=false", "--out", str(tmp_path), "--name", "off"])
+        == 0
+    )
+    text = (tmp_path / "off.md").read_text()
+    assert "- deterministic algorithms off" in text and "partial" not in text
+
+
+def test_bench_sweep_keeps_the_k_it_finished(tmp_path, monkeypatch):
+    """A sweep benchmark stopped during its second K: the first K's row is in the report, the rest said missing."""
+    from types import SimpleNamespace
+
+    from visionbench.bench import sweep_speed
+
+    def sweep_once(overrides, k, seeds, device, results):
+        if k > 1:
+            raise KeyboardInterrupt
+        summary = {"throughput_img_s": 100.0, "train_time_s": 2.0, "environment": {"placement": {"workers": 1}}}
+        return 4.0, [
+            SimpleNamespace(act="relu", seed=s, status="completed", summary=summary, run_dir=results)
+            for s in range(seeds)
+        ]
+
+    monkeypatch.setattr(sweep_speed, "sweep_once", sweep_once)
+    with pytest.raises(KeyboardInterrupt):
+        main(["sweep", "recipe=digits_vgg4", "--k", "1,2", "--seeds", "2", "--out", str(tmp_path), "--name", "cut"])
+    text = (tmp_path / "cut.md").read_text()
+    assert "| 1 | 1 | — | 2 | 4 | 100 | 1 | — |" in text
+    assert "- partial: 1 of 3 parts done; not yet: K=2, bit check" in text and "bit check: not yet made" in text
+
+
+def test_bench_warm_runs_every_learnable_family_of_the_registry_in_a_pool_of_processes(tmp_path, monkeypatch):
+    """The warm-up's tasks come from the registry (every learnable name; the benchmark's cases of it), and each runs
+    in a process of the pool (here one task, one process: the code path; on a GPU it fills Triton's cache)."""
+    from visionbench.bench import warm_kernels
+    from visionbench.bench.act_speed import CASES
+
+    cases = warm_kernels.warm_cases()
+    assert {name for _, name, _ in cases} == {n for n in A.names() if A.is_learnable(n)}
+    assert {label for label, _, _ in cases} >= set(CASES)  # every case `bench activations` times
+    monkeypatch.setattr(warm_kernels, "warm_cases", lambda: [("rational B", "rational", {"version": "B"})])
+    args = ["warm", "--shape", "2,4,6,6", "--jobs", "4", "--out", str(tmp_path), "--name", "warm"]
+    assert main(args) == 0
+    text = (tmp_path / "warm.md").read_text()
+    rows = [r for r in text.splitlines() if r.startswith("| rational B |")]
+    assert [r.split(" | ")[1] for r in rows] == ["shared", "per-channel"] and "2 tasks on 2 processes" in text
+    assert "partial" not in text

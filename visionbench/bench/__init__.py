@@ -10,6 +10,8 @@ Usage:
                            [--mps] [--capture] [--bits 8]   # K training processes at once: img/s, GPU busy %
     visionbench bench sweep recipe=digits_vgg4 epochs=1 [--k 1,8] [--seeds 8] [--project 20x60] [--device cuda]
                                                             # a real sweep at parallel=K vs alone: img/s, same bits
+    visionbench bench warm [--shape 64,128,32,32] [--device cuda] [--jobs N]   # compile the Triton kernels of
+                                                            # `bench activations` in parallel first (Triton's cache)
     visionbench bench kernels [--families rational,kaf] [--arch 90,80] [--also-triton DIR]
                                                             # no GPU: registers, spills, launches, bytes per kernel
     python -m visionbench.bench ...   # the same without installing (no plugins): scripts/gpu_window.py
@@ -43,11 +45,14 @@ def main(argv: list[str]) -> int:
         from .fill_gpu import main as run
     elif what == "sweep":
         from .sweep_speed import main as run
+    elif what == "warm":
+        from .warm_kernels import main as run
     elif what == "kernels":
         from .kernel_card import main as run
     else:
         print(
-            f"visionbench bench: unknown benchmark {what!r}; known: activations, train, fit, data, fill, sweep, kernels\n{USAGE}",
+            f"visionbench bench: unknown benchmark {what!r}; known: activations, train, fit, data, fill, sweep, warm, "
+            f"kernels\n{USAGE}",
             file=sys.stderr,
         )
         return 2

@@ -3,6 +3,7 @@
     visionbench bench activations                                   # [64, 128, 32, 32] float32 on the CPU
     visionbench bench activations --families rational,hermite --repeats 30
     visionbench bench activations --shape 128,96,56,56 --device cuda --per-channel
+    visionbench bench activations --deterministic both         # a table with deterministic algorithms, one without
 
 Per activation (train mode, shared coefficients unless --per-channel): the median fwd+bwd time
 (y = act(x), then the gradients of <y, g> for x and every coefficient) with a sync after each call, its
@@ -12,7 +13,10 @@ kernels one forward + backward launches; the bytes saved for backward in units o
 memory above the inputs (CUDA only), the compile time (first call; inductor's disk cache shortens later
 runs), and, with the `reference` extra installed, the same against the reference implementation: median
 time ratio and the largest output difference. Writes `results/bench/<name>.md`, naming the kernels
-that ran (`fused.ran_on`) and the setting that chose them.
+that ran (`fused.ran_on`) and the setting that chose them, rewritten after every case: a benchmark stopped part
+way (a timeout) leaves the rows done and a `partial:` note naming the cases missing; a case that fails is a
+`failed:` note and the others still run (exit 1). Timed, GELU included, under the determinism a run sets
+(`--deterministic`, default on: `determinism.py`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from torch import nn
 
 from .. import activations
 from ..activations import fused
-from . import gpu_timing, timing
+from . import determinism, gpu_timing, timing
 from .references import reference_for
 
 # label -> (registry name, options): every family, every rational version, Hermite with its clamp
@@ -93,6 +97,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--per-channel", action="store_true", help="one coefficient set per channel")
     p.add_argument("--no-reference", action="store_true", help="skip the reference implementations")
+    p.add_argument(
+        "--deterministic",
+        type=determinism.settings,
+        default="on",
+        metavar="{on,off,both}",
+        help="deterministic algorithms while timing (default on: what a run sets on CUDA; both: a table each)",
+    )
     p.add_argument("--name", default="activations", help="report name: results/bench/<name>.md")
     p.add_argument(
         "--out", type=timing.out_dir, default=str(timing.RESULTS_DIR), help="report folder (default results/bench)"
@@ -185,68 +196,50 @@ def kernel_backend(x: torch.Tensor) -> str:
     return f"{name} ({fused.switch()}{note})"
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    try:
-        labels = select(args.families)
-        shape = args.shape
-    except ValueError as e:
-        print(f"visionbench bench activations: {e}", file=sys.stderr)
-        return 2
-    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
-    gen = torch.Generator(device=device).manual_seed(0)
-    x = torch.randn(shape, generator=gen, device=device, dtype=dtype).requires_grad_(True)
-    g = torch.randn(shape, generator=gen, device=device, dtype=dtype)
-    gelu = Step(nn.GELU(), x, g)
-    gelu()
-    gelu_times = timing.rounds({"gelu": gelu}, args.repeats, device)["gelu"]
-    gelu_gpu = gpu_timing.event_rounds({"gelu": gelu}, args.event_rounds, device)
-    rows = [
-        [
-            "gelu (baseline)",
-            1e3 * statistics.median(gelu_times),
-            1.0,
-            None if gelu_gpu is None else statistics.median(gelu_gpu["gelu"]),
-            None if gelu_gpu is None else 1.0,
-            gpu_timing.kernel_count(gelu, device),
-            None,
-            timing.saved_bytes(gelu) / (x.numel() * x.element_size()),
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-        ]
+HEADER = [
+    "activation",
+    "fwd+bwd ms",
+    "× GELU",
+    "GPU ms",
+    "× GELU (GPU)",
+    "kernels",
+    "target",
+    "saved (× input)",
+    "peak (× input)",
+    "compile s",
+    "reference",
+    "ref ms",
+    "speed-up vs ref",
+    "max |Δ| vs ref",
+]
+
+
+def gelu_row(gelu: Step, x: torch.Tensor, args) -> list:
+    """GELU's own row: the baseline every ratio of its table is taken against."""
+    device = x.device
+    times = timing.rounds({"gelu": gelu}, args.repeats, device)["gelu"]
+    gpu = gpu_timing.event_rounds({"gelu": gelu}, args.event_rounds, device)
+    return [
+        "gelu (baseline)",
+        1e3 * statistics.median(times),
+        1.0,
+        None if gpu is None else statistics.median(gpu["gelu"]),
+        None if gpu is None else 1.0,
+        gpu_timing.kernel_count(gelu, device),
+        None,
+        timing.saved_bytes(gelu) / (x.numel() * x.element_size()),
+        *[None] * 6,
     ]
-    for label in labels:
-        name, kwargs = CASES[label]
-        channels = shape[1] if len(shape) >= 4 else shape[-1]  # LearnableActivation.channel_axis's rule
-        extra = {"per_channel": True, "num_channels": channels} if args.per_channel else {}
-        act = activations.create(name, **kwargs, **extra).to(device=device, dtype=dtype).train()
-        rows.append(bench_case(label, act, gelu, x, g, args))
-        print(f"  {label}: {rows[-1][2]:.2f}x GELU", file=sys.stderr, flush=True)
-    header = [
-        "activation",
-        "fwd+bwd ms",
-        "× GELU",
-        "GPU ms",
-        "× GELU (GPU)",
-        "kernels",
-        "target",
-        "saved (× input)",
-        "peak (× input)",
-        "compile s",
-        "reference",
-        "ref ms",
-        "speed-up vs ref",
-        "max |Δ| vs ref",
-    ]
-    notes = [
+
+
+def notes(args, x: torch.Tensor) -> list[str]:
+    device = x.device
+    return [
         timing.environment(device),
-        f"input {list(shape)} {args.dtype}, {'per-channel' if args.per_channel else 'shared'} coefficients, "
+        f"input {list(x.shape)} {args.dtype}, {'per-channel' if args.per_channel else 'shared'} coefficients, "
         f"train mode, kernels {kernel_backend(x)}, {args.repeats} rounds (reference: "
         f"{min(args.repeats, REFERENCE_ROUNDS)})",
+        *[determinism.describe(on) for on in args.deterministic],
         "fwd+bwd ms: wall time of one call with the device synced before and after; × GELU and speed-up: "
         "medians of per-round ratios (each round times every contender once)",
         (
@@ -261,13 +254,69 @@ def main(argv: list[str]) -> int:
         "saved: bytes autograd keeps for backward / input bytes (GELU keeps its input: 1.0); "
         "peak: CUDA max allocated above the inputs during the step, incl. output and input grad",
     ]
-    command = "visionbench bench activations " + " ".join(argv)
-    timing.write_report(
-        args.name,
-        "Learnable activations: forward + backward",
-        command.strip(),
-        notes,
-        timing.markdown(header, rows),
-        args.out,
-    )
-    return 0
+
+
+def tables(sections: list[tuple[bool, list]], both: bool) -> str:
+    """One table per determinism setting timed, each headed by its setting where there are two."""
+    parts = []
+    for on, rows in sections:
+        head = f"### deterministic algorithms {'on' if on else 'off'}\n\n" if both else ""
+        parts.append(head + timing.markdown(HEADER, rows))
+    return "\n\n".join(parts)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    try:
+        labels = select(args.families)
+        shape = args.shape
+    except ValueError as e:
+        print(f"visionbench bench activations: {e}", file=sys.stderr)
+        return 2
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    determinism.prepare(args.deterministic, device)  # before CUDA starts
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(shape, generator=gen, device=device, dtype=dtype).requires_grad_(True)
+    g = torch.randn(shape, generator=gen, device=device, dtype=dtype)
+    both = len(args.deterministic) > 1
+    todo = [(on, label) for on in args.deterministic for label in labels]
+    sections: list[tuple[bool, list]] = []
+    failed: list[str] = []
+    command = ("visionbench bench activations " + " ".join(argv)).strip()
+
+    def publish(done: int, final: bool = False) -> None:
+        """The report as it stands: rewritten after every case, so a benchmark stopped part way keeps its rows."""
+        left = [label + (f" (deterministic {'on' if on else 'off'})" if both else "") for on, label in todo[done:]]
+        status = [timing.partial_note(done, len(todo), left, "cases")] if left else []
+        timing.write_report(
+            args.name,
+            "Learnable activations: forward + backward",
+            command,
+            [*status, *notes(args, x), *[f"failed: {f}" for f in failed]],
+            tables(sections, both),
+            args.out,
+            announce=final,
+        )
+
+    done = 0
+    for on in args.deterministic:
+        with determinism.algorithms(on):  # GELU and every family alike
+            gelu = Step(nn.GELU(), x, g)
+            gelu()
+            sections.append((on, [gelu_row(gelu, x, args)]))
+            publish(done)
+            for label in labels:
+                name, kwargs = CASES[label]
+                channels = shape[1] if len(shape) >= 4 else shape[-1]  # LearnableActivation.channel_axis's rule
+                extra = {"per_channel": True, "num_channels": channels} if args.per_channel else {}
+                try:
+                    act = activations.create(name, **kwargs, **extra).to(device=device, dtype=dtype).train()
+                    sections[-1][1].append(bench_case(label, act, gelu, x, g, args))
+                    print(f"  {label}: {sections[-1][1][-1][2]:.2f}x GELU", file=sys.stderr, flush=True)
+                except Exception as e:  # noqa: BLE001 - one case's failure is its line; the other cases still run
+                    failed.append(f"{label}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                    print(f"  {label}: failed: {failed[-1]}", file=sys.stderr, flush=True)
+                done += 1
+                publish(done)
+    publish(done, final=True)
+    return 1 if failed else 0

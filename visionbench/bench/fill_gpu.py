@@ -547,7 +547,7 @@ def notes(bench: Bench, cfg, batch: int, shape: tuple[int, int, int, int], acts:
             "workers' peak allocated bytes in the case (CUDA)"
         ),
         "deterministic algorithms (warn only) and cuDNN's benchmark off where trainer.deterministic "
-        "(default true), CUBLAS_WORKSPACE_CONFIG=:4096:8 in every worker"
+        "(default true; false: cuDNN's benchmark on, as a run), CUBLAS_WORKSPACE_CONFIG=:4096:8 in every worker"
         + (
             "; a system MPS daemon serves this environment: the rows without MPS in their mode ran under it"
             if mps_running()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from . import timing
+from . import determinism, timing
 
 WARMUP_STEPS = 3  # untimed steps after a worker builds a case's step (compile, autotune, allocator) ...
 WARMUP_MIN_S = 0.5  # ... and more, up to 50, until this long
@@ -116,11 +116,6 @@ def build_step(spec: Spec, device: torch.device) -> Callable[[], None]:
     return step
 
 
-def _deterministic(on: bool) -> None:
-    torch.use_deterministic_algorithms(on, warn_only=True)
-    torch.backends.cudnn.benchmark = False
-
-
 class Worker:
     """One worker process's state: its prepared steps by (act, mode)."""
 
@@ -154,7 +149,7 @@ class Worker:
             gc.collect()
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
-        _deterministic(spec.mode == "bits" or bool(getattr(spec.run.trainer, "deterministic", True)))
+        determinism.apply(spec.mode == "bits" or bool(getattr(spec.run.trainer, "deterministic", True)))
         from ..activations import fused  # this worker trains as the run would: its trainer.kernels, unless a
 
         fused.set_backend(*fused.resolve(getattr(spec.run.trainer, "kernels", None)))  # variable overrides it

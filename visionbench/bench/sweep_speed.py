@@ -11,7 +11,8 @@ sweep (Lightning, checkpoints, predictions: everything a run does). Per K: the s
 images of all its runs over that time (aggregate img/s), its ratio to K = 1, and the GPU busy share its runs
 recorded (NVML, `gpu_busy_pct`: under sharing a reading is the whole GPU's). Then the bit check: each seed trained at
 K = 1 and at another K compared by its predictions.npz (every logit) and its final weights (sha256 of last.ckpt's
-state dict): `same` or `DIFFERENT`. Writes `<out>/<name>.md`.
+state dict): `same` or `DIFFERENT`. Writes `<out>/<name>.md`, rewritten after each K, the bit check and the
+projection: a benchmark stopped part way keeps the K done, and a `partial:` note names what is missing.
 """
 
 from __future__ import annotations
@@ -115,19 +116,58 @@ def main(argv: list[str]) -> int:
     args.k = args.k if args.k[0] == 1 else [1, *args.k]  # K = 1: the baseline of the ratios and the bit check
     recipe = ([o.split("=", 1)[1] for o in overrides if o.startswith("recipe=")] or ["digits_vgg4"])[-1]
     rows, runs = [], {}
+    todo = [f"K={k}" for k in args.k] + ["bit check"] + (["projection"] if args.project else [])
+    state = {"checks": None, "projected": "", "failed": ""}
+    device = torch.device("cuda" if args.device == "cuda" else "cpu")
+
+    def publish(done: int, final: bool = False) -> None:
+        """The report as it stands: rewritten after each K, the bit check and the projection."""
+        for row in rows:
+            row[6] = row[5] / rows[0][5]
+        checks = state["checks"]
+        table = timing.markdown(
+            ["K per device", "workers", "MPS", "runs", "wall s", "aggregate img/s", "vs K=1", "GPU busy %"], rows
+        )
+        verdict = (
+            "not yet made"
+            if checks is None
+            else "every seed gave the same bits at every K"
+            if checks and all(c[-1] == "same" for c in checks)
+            else "SOME SEEDS DIFFER between K"
+            if checks
+            else "no seed was trained at two K"
+        )
+        check_table = timing.markdown(["act", "seed", "K", "predictions", "final weights", "bits"], checks or [])
+        status = [timing.partial_note(done, len(todo), todo[done:], "parts")] if done < len(todo) else []
+        timing.write_report(
+            args.name or f"sweep_{recipe}",
+            f"A sweep at parallel=K vs one after another: {recipe}",
+            "visionbench bench sweep " + " ".join(argv),
+            [
+                *status,
+                *([state["failed"]] if state["failed"] else []),
+                timing.environment(device),
+                "aggregate img/s: the training images of all runs of a sweep over its wall time (start-up, "
+                "evaluation and checkpoints included); GPU busy: the runs' NVML readings (— off CUDA)",
+                f"bit check: {verdict}",
+            ],
+            table + "\n\n" + check_table + state["projected"],
+            args.out,
+            announce=final,
+        )
+
     with tempfile.TemporaryDirectory(prefix="vb-sweep-") as tmp:
         try:
-            for k in args.k:
+            for i, k in enumerate(args.k):
                 seeds = args.solo_seeds if k == 1 else args.seeds
                 wall, outcomes = sweep_once(overrides, k, seeds, args.device, Path(tmp) / f"k{k}")
                 failed = [
                     f"{o.act} seed {o.seed}: {o.summary.get('error')}" for o in outcomes if o.status != "completed"
                 ]
                 if failed:
-                    print(
-                        f"visionbench bench sweep: K={k}: {len(failed)} run(s) did not complete: {failed[0]}",
-                        file=sys.stderr,
-                    )
+                    state["failed"] = f"failed: K={k}: {len(failed)} run(s) did not complete: {failed[0]}"
+                    print(f"visionbench bench sweep: {state['failed'][len('failed: ') :]}", file=sys.stderr)
+                    publish(i, final=True)
                     return 1
                 images = sum(
                     (o.summary.get("throughput_img_s") or 0) * (o.summary.get("train_time_s") or 0) for o in outcomes
@@ -147,38 +187,15 @@ def main(argv: list[str]) -> int:
                     ]
                 )
                 runs[k] = {(o.act, o.seed): o.run_dir for o in outcomes}
+                publish(i + 1)
         except ConfigError as e:
             print(f"visionbench bench sweep: {e}", file=sys.stderr)
             return 2
-        for row in rows:
-            row[6] = row[5] / rows[0][5]
-        checks = bit_check(runs)
-        projected = project(overrides, args, Path(tmp) / "projected") if args.project else ""
-    table = timing.markdown(
-        ["K per device", "workers", "MPS", "runs", "wall s", "aggregate img/s", "vs K=1", "GPU busy %"], rows
-    )
-    verdict = (
-        "every seed gave the same bits at every K"
-        if checks and all(c[-1] == "same" for c in checks)
-        else "SOME SEEDS DIFFER between K"
-        if checks
-        else "no seed was trained at two K"
-    )
-    check_table = timing.markdown(["act", "seed", "K", "predictions", "final weights", "bits"], checks)
-    device = torch.device("cuda" if args.device == "cuda" else "cpu")
-    timing.write_report(
-        args.name or f"sweep_{recipe}",
-        f"A sweep at parallel=K vs one after another: {recipe}",
-        "visionbench bench sweep " + " ".join(argv),
-        [
-            timing.environment(device),
-            "aggregate img/s: the training images of all runs of a sweep over its wall time (start-up, "
-            "evaluation and checkpoints included); GPU busy: the runs' NVML readings (— off CUDA)",
-            f"bit check: {verdict}",
-        ],
-        table + "\n\n" + check_table + projected,
-        args.out,
-    )
+        state["checks"] = checks = bit_check(runs)
+        publish(len(args.k) + 1)
+        if args.project:
+            state["projected"] = project(overrides, args, Path(tmp) / "projected")
+    publish(len(todo), final=True)
     return 0 if not checks or all(c[-1] == "same" for c in checks) else 1
 
 

@@ -20,6 +20,7 @@ import torch
 
 # the one table renderer; bench sits above report in the layering, so it may use it
 from ..report import render
+from ..results.io import atomic_write_text
 
 RESULTS_DIR = Path("results") / "bench"
 
@@ -171,13 +172,28 @@ def markdown(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 def write_report(
-    name: str, title: str, command: str, notes: Sequence[str], table: str, out_dir: Path | str = RESULTS_DIR
+    name: str,
+    title: str,
+    command: str,
+    notes: Sequence[str],
+    table: str,
+    out_dir: Path | str = RESULTS_DIR,
+    announce: bool = True,
 ) -> Path:
-    """Print the table and write `<out_dir>/<name>.md` with the command that reproduces it."""
+    """Write `<out_dir>/<name>.md` with the command that reproduces it, replaced whole (a benchmark stopped while it
+    rewrites its table leaves the previous one), and print the table (`announce`: false for the rewrites a
+    benchmark makes as it goes)."""
     text = "\n".join([f"# {title}", "", f"    {command}", "", *[f"- {n}" for n in notes], "", table, ""])
     path = Path(out_dir) / f"{name}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    print(table)
-    print(f"\nwritten: {path}")
+    atomic_write_text(path, text)
+    if announce:
+        print(table)
+        print(f"\nwritten: {path}")
     return path
+
+
+def partial_note(done: int, total: int, missing: Sequence[str], what: str = "rows") -> str:
+    """The note of a table written as it goes, while it is not finished: a benchmark stopped now (a timeout, a
+    failure) leaves the rows done and this line saying which are missing."""
+    return f"partial: {done} of {total} {what} done; not yet: {', '.join(missing)}"

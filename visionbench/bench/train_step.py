@@ -14,7 +14,10 @@ builds them (`build_model`), warmed up (the first steps compile the fused kernel
 warm-up time), then timed in alternating steps: img/s are medians, the ratio is the median of
 per-step ratios. On CUDA also the GPU time of a step by CUDA events, L2 flushed before each
 (`gpu_timing`: another `--steps` alternating steps each). Memory: bytes autograd saves for backward in
-one step (any device) and peak allocated (CUDA).
+one step (any device) and peak allocated (CUDA). Timed under the determinism a run of the config sets on CUDA
+(`--deterministic`, default: trainer.deterministic, true unless overridden: `determinism.py`); the report is rewritten
+after each phase (warm-up, timed steps, the rest), so a benchmark stopped part way keeps what it measured and says
+what is missing (`partial:`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import torch
 from ..activations import fused
 from ..config import RunConfig
 from ..train.step import classification_step
-from . import gpu_timing, timing
+from . import determinism, gpu_timing, timing
 
 DEFAULT_STEPS = 10
 
@@ -52,6 +55,14 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per model first (default 2)")
     p.add_argument("--device", type=timing.device_name, default="cpu")
+    p.add_argument(
+        "--deterministic",
+        type=determinism.settings,
+        default=None,
+        metavar="{on,off,both}",
+        help="deterministic algorithms while timing (default: on where a run of the config sets them on CUDA, "
+        "trainer.deterministic or trainer.portable; both: a table each)",
+    )
     p.add_argument("--name", default=None, help="report name (default train_<recipe>_<act>)")
     p.add_argument("--out", type=timing.out_dir, default=str(timing.RESULTS_DIR))
     return p.parse_known_args(argv)
@@ -135,6 +146,21 @@ def levers(trainer) -> str:
     )
 
 
+HEADER = [
+    "activation",
+    "step ms",
+    "img/s",
+    "× baseline step",
+    "GPU ms",
+    "× baseline (GPU)",
+    "kernels",
+    "saved for backward MB",
+    "peak MB (CUDA)",
+]
+# what a setting's table is filled by, in order: the report is rewritten after each
+PHASES = ("warm-up", "timed steps", "GPU time and memory")
+
+
 def main(argv: list[str]) -> int:
     from ..config import ConfigError
     from ..sweep.acts import sweep_acts
@@ -157,14 +183,61 @@ def main(argv: list[str]) -> int:
     except (ConfigError, ValueError) as e:
         print(f"visionbench bench train: {e}", file=sys.stderr)
         return 2
+    if args.deterministic is None:  # what a run of this config sets on CUDA (train/trainer.py `determinism`)
+        t = cfg.trainer
+        args.deterministic = [bool(getattr(t, "deterministic", True)) or bool(getattr(t, "portable", False))]
+    determinism.prepare(args.deterministic, torch.device(args.device))  # before CUDA starts
     with fused.configured(cfg.trainer.kernels):  # the kernels a run of this config trains with (the variable wins)
         return _time_steps(args, argv, cfg, act, baseline, (num_classes, in_chans, img_size))
+
+
+def measure(steps: dict[str, TrainStep], args: argparse.Namespace, device: torch.device, publish) -> dict:
+    """One setting's figures, phase by phase (`PHASES`), `publish(figures, phases done)` after each."""
+    m: dict = {}
+    m["warm"] = {role: sum(timing.timed(s, device) for _ in range(args.warmup)) for role, s in steps.items()}
+    publish(m, 1)
+    m["times"] = timing.rounds(steps, args.steps, device)
+    publish(m, 2)
+    m["gpu"] = gpu_timing.event_rounds(steps, args.steps, device)
+    m["kernels"] = {role: gpu_timing.kernel_count(s, device) for role, s in steps.items()}
+    m["saved"] = {role: timing.saved_bytes(s) for role, s in steps.items()}
+    m["peak"] = {role: timing.peak_bytes(s, device) for role, s in steps.items()}
+    publish(m, 3)
+    return m
+
+
+def table_rows(m: dict, labels: dict[str, str], batch: int) -> list[list]:
+    """The baseline's and the activation's rows from one setting's figures so far ("—" where not yet measured)."""
+    times, gpu = m.get("times"), m.get("gpu")
+    rows = []
+    for role, label in labels.items():
+        t = statistics.median(times[role]) if times else None
+        ratio = None if not times else timing.median_ratio(times["act"], times["baseline"]) if role == "act" else 1.0
+        gpu_ratio = None if not gpu else timing.median_ratio(gpu["act"], gpu["baseline"]) if role == "act" else 1.0
+        peak = (m.get("peak") or {}).get(role)
+        saved = (m.get("saved") or {}).get(role)
+        rows.append(
+            [
+                label,
+                None if t is None else 1e3 * t,
+                None if t is None else batch / t,
+                ratio,
+                statistics.median(gpu[role]) if gpu else None,
+                gpu_ratio,
+                (m.get("kernels") or {}).get(role),
+                None if saved is None else saved / 2**20,
+                None if peak is None else peak / 2**20,
+                (m.get("warm") or {}).get(role),
+            ]
+        )
+    return rows
 
 
 def _time_steps(
     args: argparse.Namespace, argv: list[str], cfg, act: str, baseline: str | None, shape: tuple[int, int, int]
 ) -> int:
-    """Time the baseline's and the activation's train steps, alternating, and write the report."""
+    """Time the baseline's and the activation's train steps, alternating, under each determinism setting asked
+    for, and write the report after every phase (a benchmark stopped part way keeps what it measured)."""
     from ..config import run_config, typed
     from ..train.run import build_model
 
@@ -186,57 +259,18 @@ def _time_steps(
     report = getattr(steps["act"].model, "swap_report", None)
     replaced = sorted({k.rsplit(".", 1)[-1] for k in report.counts()}) if report else []
     own = baseline or f"{'/'.join(replaced) or 'own'} (model's own)"
+    labels = {"baseline": own, "act": act}
 
-    warm = {role: sum(timing.timed(s, device) for _ in range(args.warmup)) for role, s in steps.items()}
-    times = timing.rounds(steps, args.steps, device)
-    gpu = gpu_timing.event_rounds(steps, args.steps, device)
-    kernels = {role: gpu_timing.kernel_count(s, device) for role, s in steps.items()}
-    saved = {role: timing.saved_bytes(s) for role, s in steps.items()}
-    peak = {role: timing.peak_bytes(s, device) for role, s in steps.items()}
-    ratio = timing.median_ratio(times["act"], times["baseline"])
-
-    rows = []
-    for role, label in (("baseline", own), ("act", act)):
-        t = statistics.median(times[role])
-        gpu_cells = (
-            [None, None]
-            if gpu is None
-            else [
-                statistics.median(gpu[role]),
-                timing.median_ratio(gpu["act"], gpu["baseline"]) if role == "act" else 1.0,
-            ]
-        )
-        rows.append(
-            [
-                label,
-                1e3 * t,
-                batch / t,
-                ratio if role == "act" else 1.0,
-                *gpu_cells,
-                kernels[role],
-                saved[role] / 2**20,
-                None if peak[role] is None else peak[role] / 2**20,
-                warm[role],
-            ]
-        )
-    header = [
-        "activation",
-        "step ms",
-        "img/s",
-        "× baseline step",
-        "GPU ms",
-        "× baseline (GPU)",
-        "kernels",
-        "saved for backward MB",
-        "peak MB (CUDA)",
-        f"warm-up s ({args.warmup} steps, incl. compile)",
-    ]
+    both = len(args.deterministic) > 1
+    header = [*HEADER, f"warm-up s ({args.warmup} steps{', incl. compile' if not both else ''})"]
     notes = [
         timing.environment(device),
         f"recipe {cfg.recipe}: model {cfg.model.name}, batch {batch} x {in_chans}x{img_size}x{img_size} "
         f"synthetic, optimizer {cfg.optim.name}, {args.steps} timed steps per model, alternating",
         f"{len(report) if report else 0} activation modules swapped for {act}",
         "speed levers: " + levers(cfg.trainer) + f"; kernels {fused.switch()}",
+        *[determinism.describe(on) for on in args.deterministic],
+        *(["warm-up: the first setting's includes compiling, the second's does not"] if both else []),
         "× baseline: median of per-step ratios; img/s: batch / median step time",
         (
             "GPU ms: CUDA events around each step, L2 flushed before each (as triton.testing.do_bench), median of "
@@ -247,12 +281,34 @@ def _time_steps(
         ),
     ]
     name = args.name or f"train_{cfg.recipe}_{act}"
-    timing.write_report(
-        name,
-        f"Training step: {cfg.model.name} with {act} vs {own}",
-        "visionbench bench train " + " ".join(argv),
-        notes,
-        timing.markdown(header, rows),
-        args.out,
-    )
+    todo = [(on, phase) for on in args.deterministic for phase in PHASES]
+    sections: list[tuple[bool, dict]] = []
+
+    def publish(done: int, final: bool = False) -> None:
+        left = [phase + (f" (deterministic {'on' if on else 'off'})" if both else "") for on, phase in todo[done:]]
+        parts = [
+            (f"### deterministic algorithms {'on' if on else 'off'}\n\n" if both else "")
+            + timing.markdown(header, table_rows(m, labels, batch))
+            for on, m in sections
+        ]
+        timing.write_report(
+            name,
+            f"Training step: {cfg.model.name} with {act} vs {own}",
+            "visionbench bench train " + " ".join(argv),
+            ([timing.partial_note(done, len(todo), left, "phases")] if left else []) + notes,
+            "\n\n".join(parts),
+            args.out,
+            announce=final,
+        )
+
+    for i, on in enumerate(args.deterministic):
+        sections.append((on, {}))
+
+        def phase_done(m: dict, k: int, i: int = i, on: bool = on) -> None:
+            sections[i] = (on, m)
+            publish(i * len(PHASES) + k)
+
+        with determinism.algorithms(on):  # both models alike
+            measure(steps, args, device, phase_done)
+    publish(len(todo), final=True)
     return 0
