@@ -189,11 +189,12 @@ from tests.test_triton_kernels import CASES
 fused.set_backend("triton")
 torch._inductor.config.fallback_random = True  # rational D's noise: torch's generator in both runs
 backend = sys.argv[1]
+device = "cuda" if torch.cuda.is_available() else "cpu"  # on a GPU: the triton_op, as inductor compiles it there
 for name, kwargs in CASES:
     torch._dynamo.reset()  # a fresh trace per family (the recompile limit counts the models' types otherwise)
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 4, 1), activations.create(name, **kwargs))
-    x = torch.randn(2, 3, 5, 5)
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), activations.create(name, **kwargs)).to(device)
+    x = torch.randn(2, 3, 5, 5, device=device)
     torch.manual_seed(1)
     y = torch.compile(model, fullgraph=True, backend=backend)(x)  # the activation's first call in this process
     y.sum().backward()
@@ -210,7 +211,7 @@ for name, kwargs in CASES:
 
 
 def _first_calls(backend: str) -> None:
-    env = dict(os.environ, TRITON_INTERPRET="1")
+    env = dict(os.environ, **({} if torch.cuda.is_available() else {"TRITON_INTERPRET": "1"}))
     done = subprocess.run(
         [sys.executable, "-c", FIRST_CALL, backend], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
     )

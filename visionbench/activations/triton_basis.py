@@ -157,9 +157,15 @@ def _local_splines(x, START: tl.constexpr, STEP: tl.constexpr, INTERVALS: tl.con
 
 
 @triton.jit
-def _spline_weight(C, cb, i, ok):
-    """Coefficient i (an int tile) of the spline's first tensor, 0 where not ok (a B-spline that does not exist)."""
-    return tl.load(C[0] + cb * C[4] + i, mask=ok, other=0.0)
+def _spline_sum(C, cb, j, inside, splines, INTERVALS: tl.constexpr, K: tl.constexpr):
+    """sum_m c_(j-k+m) s_m over the k + 1 slots: the coefficients of the element's interval (gathered from the spline's
+    first tensor; 0 for a B-spline that does not exist) times the slots' values or slopes `splines`."""
+    out = tl.zeros_like(splines[0])
+    for m in tl.static_range(K + 1):
+        i = j + (m - K)
+        ok = inside & (i >= 0) & (i < INTERVALS - K)
+        out = out + tl.load(C[0] + cb * C[4] + i, mask=ok, other=0.0) * splines[m]
+    return out
 
 
 @triton.jit
@@ -173,11 +179,7 @@ def bspline_forward(x, C, cb, START: tl.constexpr, STEP: tl.constexpr, INTERVALS
     K: tl.constexpr = KRES // 4
     RES: tl.constexpr = KRES % 4
     j, inside, values, slopes = _local_splines(x, START, STEP, INTERVALS, K)
-    out = tl.zeros_like(x)
-    for m in tl.static_range(K + 1):
-        i = j + (m - K)
-        out = out + _spline_weight(C, cb, i, inside & (i >= 0) & (i < INTERVALS - K)) * values[m]
-    out = tl.where(inside, out, 0.0)
+    out = tl.where(inside, _spline_sum(C, cb, j, inside, values, INTERVALS, K), 0.0)
     if RES == 0:
         out = out + coef(C, cb, INTERVALS - K) * (x * sigmoid(x))
     elif RES == 1:
@@ -203,10 +205,7 @@ def bspline_backward(
     K: tl.constexpr = KRES // 4
     RES: tl.constexpr = KRES % 4
     j, inside, values, slopes = _local_splines(x, START, STEP, INTERVALS, K)
-    ds = tl.zeros_like(x)
-    for m in tl.static_range(K + 1):
-        i = j + (m - K)
-        ds = ds + _spline_weight(C, cb, i, inside & (i >= 0) & (i < INTERVALS - K)) * slopes[m]
+    ds = _spline_sum(C, cb, j, inside, slopes, INTERVALS, K)
     gin = tl.where(inside, g, 0.0)
     for i in tl.static_range(INTERVALS - K):
         slot = i + K - j

@@ -363,20 +363,7 @@ def _slaf_forward(
     _check_coefficients(a, channels)
     part = buffer((lay.splits, channels, 1 + 2 * k), device=x.device, dtype=torch.float32)
     run(_slaf_moments_kernel)[(lay.groups * lay.splits,)](
-        xd,
-        part,
-        lay.m,
-        lay.n,
-        channels,
-        lay.groups,
-        lay.nbc,
-        lay.steps,
-        lay.splits,
-        k,
-        lay.mode,
-        lay.bm,
-        lay.bn,
-        num_warps=lay.warps,
+        xd, part, *lay.persistent, k, lay.mode, lay.bm, lay.bn, num_warps=lay.warps
     )
     coef = buffer((channels, k + 1), device=x.device, dtype=torch.float32)
     mean = buffer((channels, k), device=x.device, dtype=torch.float32)
@@ -419,22 +406,7 @@ def _slaf_backward(x, g, a, mean, var, channel_axis: int, eps: float, launch=Non
     channels = lay.channels
     part = buffer((lay.splits, channels, k + 1), device=x.device, dtype=torch.float32)
     run(_slaf_sums_kernel)[(lay.groups * lay.splits,)](
-        xd,
-        g,
-        mean,
-        part,
-        lay.m,
-        lay.n,
-        channels,
-        lay.groups,
-        lay.nbc,
-        lay.steps,
-        lay.splits,
-        k,
-        lay.mode,
-        lay.bm,
-        lay.bn,
-        num_warps=lay.warps,
+        xd, g, mean, part, *lay.persistent, k, lay.mode, lay.bm, lay.bn, num_warps=lay.warps
     )
     d = buffer((channels, 1 + 3 * k), device=x.device, dtype=torch.float32)
     grad_a = buffer(a.shape, device=x.device, dtype=torch.float32)
@@ -458,20 +430,7 @@ def _slaf_backward(x, g, a, mean, var, channel_axis: int, eps: float, launch=Non
     grad_x = buffer(xd)
     fwd, _ = _slaf_layout(xd, channel_axis)
     run(_slaf_grad_x_kernel)[(fwd.programs,)](
-        xd,
-        g,
-        grad_x,
-        d,
-        fwd.m,
-        fwd.n,
-        channels,
-        fwd.groups,
-        fwd.nbc,
-        k,
-        fwd.mode,
-        fwd.bm,
-        fwd.bn,
-        num_warps=fwd.warps,
+        xd, g, grad_x, d, *fwd.tiles, k, fwd.mode, fwd.bm, fwd.bn, num_warps=fwd.warps
     )
     return grad_x, grad_a.to(a.dtype)
 

@@ -193,11 +193,10 @@ def _hermite_derivative(z, C, cb, powers, DEGREE: tl.constexpr):
     b = full(z, coef(C, cb, DEGREE))
     total = tl.zeros_like(z)
     c_next = tl.zeros_like(z)
-    for j in tl.static_range(DEGREE - 1):
-        k: tl.constexpr = DEGREE - 1 - j
-        c = b / (k + 1)
-        total = total + c * powers[k - 1]
-        b = coef(C, cb, k) + c * z - c_next
+    for j in tl.static_range(DEGREE - 1):  # k = DEGREE - 1 - j, from n - 1 down to 1
+        c = b / (DEGREE - j)
+        total = total + c * powers[DEGREE - 2 - j]
+        b = coef(C, cb, DEGREE - 1 - j) + c * z - c_next
         c_next = c
     return b + total
 

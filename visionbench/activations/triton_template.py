@@ -69,13 +69,14 @@ class Tuning:
         return self.backward_last if mode == 2 else self.backward
 
 
-# family (its bodies' name before _forward / _backward) -> its Tuning: the first of (2048, 8), (1024, 8), (1024, 4),
-# (512, 4) whose backward compiles for sm_90 to <= 128 registers without spills (`visionbench bench kernels` shows it)
+# family (its bodies' name before _forward / _backward) -> its Tuning: the first of (2048, 8), (1024, 8), (512, 8),
+# (1024, 4), (512, 4) whose backward compiles for sm_90 to <= 128 registers without spills (`visionbench bench kernels`
+# shows it)
 TUNING: dict[str, Tuning] = {
-    "kaf": Tuning(backward=(1024, 8), backward_last=(1024, 8)),  # 172 and 188 registers at (2048, 8)
+    "kaf": Tuning(backward=(1024, 8), backward_last=(512, 8)),  # 172 and 188 registers at (2048, 8), 150 at (1024, 8)
     "bspline": Tuning(backward_last=(1024, 8)),  # 166 at (2048, 8)
-    "fourier": Tuning(backward_last=(512, 4)),  # 163 at (2048, 8), 172 at (1024, 8), 140 at (1024, 4)
-    "tropical_rational": Tuning(backward_last=(512, 4)),  # 255, 161, 168 at the three before
+    "fourier": Tuning(backward_last=(512, 8)),  # 163 at (2048, 8), 172 at (1024, 8)
+    "tropical_rational": Tuning(backward_last=(512, 8)),  # 255 at (2048, 8), 161 at (1024, 8)
 }
 
 
@@ -263,6 +264,16 @@ class Layout:
     def per_channel(self) -> bool:
         return self.mode != 0
 
+    @property
+    def tiles(self) -> tuple[int, ...]:
+        """The tiling arguments every kernel of this layout takes, in order: M, N, CH, NG, NBC."""
+        return self.m, self.n, self.channels, self.groups, self.nbc
+
+    @property
+    def persistent(self) -> tuple[int, ...]:
+        """The persistent kernels' tiling arguments: `tiles`, then STEPS and SPLITS."""
+        return *self.tiles, self.steps, self.splits
+
     def partial_row(self, sizes: tuple[int, ...]) -> int:
         """Length of one row of partial sums: every coefficient of every channel."""
         return (self.channels if self.per_channel else 1) * sum(sizes)
@@ -395,11 +406,7 @@ def launch_forward(
         x,
         y,
         *pointers,
-        lay.m,
-        lay.n,
-        lay.channels,
-        lay.groups,
-        lay.nbc,
+        *lay.tiles,
         *sizes,
         *params,
         lay.mode,
@@ -433,13 +440,7 @@ def launch_backward(
         grad_x,
         *pointers,
         part,
-        lay.m,
-        lay.n,
-        lay.channels,
-        lay.groups,
-        lay.nbc,
-        lay.steps,
-        lay.splits,
+        *lay.persistent,
         row,
         *sizes,
         *params,
