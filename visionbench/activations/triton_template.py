@@ -51,6 +51,7 @@ WARPS = 8  # 8 elements of a 2048-element tile per thread: half the registers of
 # persistent backward: 2112 warps in all, 16 per SM of an H100 / H200 (132 SMs; two 8-warp programs per SM at <= 128
 # registers a thread), fixed rather than read from the device so that every GPU gives the same bits
 RESIDENT_WARPS = 2112
+TILES_PER_PROGRAM = 4  # fewer persistent programs on a small input: its partial rows stay a small share of its bytes
 SLOTS = 4  # coefficient tensors a family may have (C0..C3)
 
 
@@ -257,8 +258,9 @@ class Layout:
 
     @property
     def splits(self) -> int:
-        """The backward's programs per group: at most `RESIDENT_WARPS` warps in all, at most one per tile."""
-        return max(1, min(self.steps, RESIDENT_WARPS // (self.warps * self.groups)))
+        """The backward's programs per group: at most `RESIDENT_WARPS` warps in all, and each with at least
+        `TILES_PER_PROGRAM` tiles where the group has that many (a small input then writes few partial rows)."""
+        return max(1, min(self.steps // TILES_PER_PROGRAM, RESIDENT_WARPS // (self.warps * self.groups)))
 
     @property
     def per_channel(self) -> bool:
