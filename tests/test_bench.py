@@ -233,6 +233,7 @@ def test_a_failed_case_is_its_note_and_the_others_still_run(tmp_path, monkeypatc
     assert "rational B: failed" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_killed_bench_activations_leaves_the_rows_it_finished(tmp_path):
     """The real thing: a benchmark process killed part way (SIGTERM, as the window's timeout) leaves its file with
     the rows done and the partial note (no time asserted: it is killed once a row is there)."""

@@ -119,6 +119,9 @@ SPREAD = {
     "slaf": {kind: ("channel", "channel") for kind in ("nan", "+inf", "-inf")},
 }
 
+# the kinds of the default run: "mixed" puts a NaN, a +inf and a -inf in one input (every entry's pattern checked), "+inf"
+# alone keeps the coefficient gradients' finiteness at an infinity apart from the NaN's; the others: `make test-slow`
+DEFAULT_KINDS = {"mixed", "+inf"}
 # compiled in the default run, shared coefficients (a cold compilation costs ~3 s per function): one family per kind of
 # fix made for the property (a relu mask, the adjoint recurrence, an unclamped factor, an index and a NaN off the grid)
 DEFAULT_COMPILED = {"polyrelu", "hermite", "kaf", "bspline-none"}
@@ -216,6 +219,8 @@ def _params(backend: str):
             for per_channel in (False, True):
                 marks = []
                 if backend == "compile" and (i not in DEFAULT_COMPILED or per_channel):
+                    marks.append(pytest.mark.slow)
+                elif kind not in DEFAULT_KINDS:
                     marks.append(pytest.mark.slow)
                 layout = "per_channel" if per_channel else "shared"
                 yield pytest.param(*case, kind, per_channel, id=f"{i}-{kind}-{layout}", marks=marks)

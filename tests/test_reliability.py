@@ -496,6 +496,13 @@ def _truncate(path: Path, keep: float = 0.5) -> None:
     path.write_bytes(data[: int(len(data) * keep)])
 
 
+def _cut_at_line(path: Path, into: int = 0) -> None:
+    """The file cut after half its lines (and `into` bytes of the next): what a copy stopped part way leaves."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    half = len(lines) // 2
+    path.write_bytes(b"".join(lines[:half]) + lines[half][:into])
+
+
 def _cut_inside_row(path: Path, row: int = 1, into: int = 12) -> None:
     """`head -c` to `into` bytes inside row `row` (1 = the first epoch's): a shortened value, fields missing."""
     lines = path.read_bytes().splitlines(keepends=True)
@@ -524,6 +531,17 @@ CORRUPTIONS = {  # name: (damage, words of the one-line message, what the messag
         ".",
     ),
     "config_truncated": (lambda d: _truncate(d / "config.yaml"), ["config.yaml is", "delete the run directory"], "."),
+    # the half-way cut above lands on a line boundary or inside a line by the temporary path's length: both, always
+    "config_cut_at_a_line": (
+        lambda d: _cut_at_line(d / "config.yaml"),
+        ["config.yaml is damaged", "delete the run directory"],
+        ".",
+    ),
+    "config_cut_in_a_line": (
+        lambda d: _cut_at_line(d / "config.yaml", into=3),
+        ["config.yaml is", "delete the run directory"],
+        ".",
+    ),
     "metrics_garbage_unfinished": (
         lambda d: (_unfinished(d), (d / "metrics.csv").write_bytes(b"\x00\x01\xff,,\n;;\n")),
         ["metrics.csv", "delete the run directory"],

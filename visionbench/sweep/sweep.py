@@ -61,12 +61,29 @@ def check_resumable(run: dict, out: Path) -> None:
     stored = upgrade(stored, defaults())
     diffs = diff_configs(fingerprint(stored), fingerprint(run))
     if diffs:
+        _check_damaged(stored, run, out)
         raise ConfigMismatch(
             f"{out} holds a run with a different configuration:\n  "
             + "\n  ".join(diffs)
             + "\nUse another results_dir=..., restore the stored settings, or delete that directory to start over."
         )
     _check_portable(stored, run, out)
+
+
+def _check_damaged(stored: dict, run: dict, out: Path) -> None:
+    """A config.yaml that disagrees with its own run's summary, which records these settings (its config hash), is
+    damaged (cut short on a line boundary, edited), not another configuration: `RunStateError`, that run alone fails
+    with one line. A summary that cannot be read, or that records other settings, leaves it to `ConfigMismatch`."""
+    try:
+        recorded = (layout.read_summary(out) or {}).get("config_hash")
+    except RunStateError:
+        return
+    if recorded and recorded == config_hash(run) and config_hash(stored) != recorded:
+        raise RunStateError(
+            f"{layout.files(out).config} is damaged: {layout.files(out).summary} records this run's settings "
+            f"(config hash {recorded}), config.yaml others (truncated or edited?); delete the run directory {out} "
+            "to restart this run"
+        )
 
 
 def _check_portable(stored: dict, run: dict, out: Path) -> None:
