@@ -77,7 +77,7 @@ class Row:
 
 
 @functools.cache
-def captured(case: str, layout: str, shape: tuple) -> tuple:
+def captured(case: str, layout: str, shape: tuple, dtype: str = "float32") -> tuple:
     """(launches, elements) of one forward + backward of the case in the layout (cached per process: the workers
     that compile capture again rather than receive kernels, which do not pickle)."""
     from .kernel_capture import launches_of
@@ -86,18 +86,18 @@ def captured(case: str, layout: str, shape: tuple) -> tuple:
     per_channel, memory_format = LAYOUTS[layout]
     extra = {"per_channel": True, "num_channels": shape[1]} if per_channel else {}
     act = activations.create(name, **kwargs, **extra).train()
-    x = torch.empty(shape).contiguous(memory_format=memory_format)
+    x = torch.empty(shape, dtype=getattr(torch, dtype)).contiguous(memory_format=memory_format)
     launches_of(act, x)  # a first call sizes what a module sizes once (SLAF's running statistics), not every step
     return launches_of(act, x), x.numel()
 
 
 def compile_one(job: tuple) -> tuple:
-    """A worker's job: (case, layout, shape, launch index, capability, emitted) -> (job, Resources | error text,
-    emitted text)."""
+    """A worker's job: (case, layout, shape, launch index, capability, emitted[, dtype]) -> (job, Resources | error
+    text, emitted text)."""
     from .kernel_compile import compile_launch, emitted_source_compiles
 
-    case, layout, shape, index, capability, emitted = job
-    launch = captured(case, layout, shape)[0].triton[index]
+    case, layout, shape, index, capability, emitted, *dtype = job
+    launch = captured(case, layout, shape, *dtype)[0].triton[index]
     try:
         result = compile_launch(launch, capability)
     except Exception as e:  # noqa: BLE001 - a kernel that does not compile is a finding of the card
