@@ -45,9 +45,11 @@ run: $(STAMP)  ## the main job on the embedded default (digits, VGG4)
 test: $(STAMP)  ## the default test suite (no slow tests), under 5 minutes on 2 cores
 	$(BIN)/python -m pytest -q -n 2
 
-# one process: the slow tests send signals to subprocesses and wait on their epochs; .ci/run runs both targets
+# the slow tests on two workers, then those marked `serial` in one process (they send signals to subprocesses and
+# wait on their epochs, or run stages under time caps: a busy neighbour would move their timing); .ci/run runs both
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -n 2 -m "slow and not serial"
+	$(BIN)/python -m pytest -q -m "slow and serial"
 
 # ruff, configured in pyproject.toml ([tool.ruff]): the formatter's check, then the linter; `make format` rewrites
 lint: $(STAMP)  ## formatting and lint, as CI checks them

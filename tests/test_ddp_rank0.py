@@ -39,7 +39,8 @@ def _epochs(run_dir: Path) -> list[int]:
         return [int(r["epoch"]) for r in csv.DictReader(f)]
 
 
-@pytest.mark.slow  # two processes; in the default suite: the in-process tests of rank > 0 and rank 0 below
+@pytest.mark.slow
+@pytest.mark.serial  # two processes; in the default suite: the in-process tests of rank > 0 and rank 0 below
 def test_ddp_on_cpu_writes_and_prints_once_and_ranks_agree_on_skips(tmp_path, fake_training):
     """seed 0 completed before (a stand-in run); the DDP sweep of seeds 0-1 must skip it in both
     ranks and train seed 1 in both: a rank training seed 0 alone would hang or fail the job."""
@@ -75,6 +76,7 @@ def test_ddp_on_cpu_writes_and_prints_once_and_ranks_agree_on_skips(tmp_path, fa
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("margin, seeds, training", [(None, 5, ["epochs=1"]), (1000, 3, LEARNS)])
 def test_seeds_auto_under_ddp_runs_the_same_rounds_on_every_rank(tmp_path, margin, seeds, training):
     """seeds=auto under DDP: every rank must make the same decisions. Without a margin tiny runs stay
@@ -216,7 +218,8 @@ def test_a_non_finite_loss_on_another_rank_stops_this_one(monkeypatch, nan_here,
     assert _one_step_says(nan=nan_here) == said and reduced == [dist.ReduceOp.MAX]
 
 
-@pytest.mark.slow  # two spawned processes; the sibling above checks the same rule in-process
+@pytest.mark.slow
+@pytest.mark.serial  # two spawned processes; the sibling above checks the same rule in-process
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_non_finite_loss_on_one_rank_stops_every_rank(tmp_path):
     """Under DDP a NaN on one rank's batch must end the run on all ranks at the same step: a rank that

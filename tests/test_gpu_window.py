@@ -253,6 +253,7 @@ def test_make_gpu_window_runs_the_script_on_its_device():
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # its stages run under time caps: alone, not beside another worker
 def test_the_whole_dry_window(tmp_path):
     """Every stage of the window, dry: each report says what ran (about three minutes on 2 cores: the warm-up's
     processes, the ConvNeXt-T step, the fill stage's worker processes, the sweep stage's runs)."""

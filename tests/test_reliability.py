@@ -157,7 +157,8 @@ def test_slurm_requeue_signal_in_an_epoch_requeues_and_stops_with_138(tmp_path, 
     assert not list(d.rglob("hpc_ckpt_*"))  # Lightning's mid-epoch requeue checkpoint: not ours
 
 
-@pytest.mark.slow  # a subprocess; the sibling above sends the same signal in-process
+@pytest.mark.slow
+@pytest.mark.serial  # a subprocess; the sibling above sends the same signal in-process
 def test_sigterm_records_interrupted_exits_143_and_a_rerun_finishes(tmp_path, capsys):
     results = tmp_path / "r"
     proc = spawn(tmp_path, results, "act=relu,gelu", "seeds=1", pause=1.0)
@@ -179,7 +180,8 @@ def test_sigterm_records_interrupted_exits_143_and_a_rerun_finishes(tmp_path, ca
         assert ckpt_epochs(seed_dir(results, act, 0) / "checkpoints" / "last.ckpt") == 2
 
 
-@pytest.mark.slow  # a subprocess; test_slurm_requeue_signal_in_an_epoch_requeues_and_stops_with_138 is its sibling
+@pytest.mark.slow
+@pytest.mark.serial  # a subprocess; test_slurm_requeue_signal_in_an_epoch_requeues_and_stops_with_138 is its sibling
 def test_slurm_requeue_signal_requeues_the_job_and_the_run_resumes_at_an_epoch_end(tmp_path, capsys):
     """In a SLURM job (faked by its environment and an `scontrol` that records its call), SIGUSR1
     (`#SBATCH --signal=USR1@120`) runs `scontrol requeue <job>` and stops like SIGTERM (exit 138);
@@ -280,6 +282,7 @@ def test_ctrl_c_during_the_start_up_imports_is_one_line_and_exit_130(tmp_path):
 # a parallel=2 sweep killed while both workers train: slow (a subprocess, its workers, two paused epochs, the
 # rerun); the sibling checks the mechanism that does it, PR_SET_PDEATHSIG, on a plain process tree
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "SIGTERM"])
 def test_parallel_workers_stop_with_their_parent(how, tmp_path, capsys):
     """kill -9: no handler of the parent runs, the kernel tells the workers (PDEATHSIG); SIGTERM:
@@ -311,6 +314,7 @@ def _workers(pid: int) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the workers")
 @pytest.mark.parametrize("how", ["ctrl-c to the group", "SIGTERM to the sweep"])
 def test_parallel_interrupted_while_its_workers_start_is_one_line(how, tmp_path):
@@ -908,7 +912,8 @@ def test_results_dir_moved_during_the_sweep_stops_it_in_one_line(tmp_path, capsy
 
 
 # ---- 12. the Hydra entry point fails when its run failed -------------------------------------------------
-@pytest.mark.slow  # a Hydra subprocess; tests/test_runner.py's multirun test has a failed job too (its sibling)
+@pytest.mark.slow
+@pytest.mark.serial  # a Hydra subprocess; tests/test_runner.py's multirun test has a failed job too (its sibling)
 def test_hydra_entry_point_exits_nonzero_with_the_line_when_the_run_failed(tmp_path):
     d = seed_dir(tmp_path, "relu", 0)
     d.mkdir(parents=True)

@@ -14,7 +14,7 @@ import torch
 
 from .helpers import metric_rows, seed_dir, spawn, summary, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 ACTS, SEEDS, EPOCHS = ("relu", "rational"), (0, 1), 3
 ARGS = (f"act={','.join(ACTS)}", f"seeds={len(SEEDS)}", f"epochs={EPOCHS}")

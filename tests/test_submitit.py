@@ -51,7 +51,8 @@ def test_readme_and_running_md_print_the_same_slurm_command():
     assert documented(ROOT / "README.md")[0] == documented(ROOT / "docs" / "running.md")[0]
 
 
-@pytest.mark.slow  # ~40 s of submitit processes; the default suite's sibling: tests/test_runner.py's Hydra multirun
+@pytest.mark.slow
+@pytest.mark.serial  # ~40 s of submitit processes; the default suite's sibling: tests/test_runner.py's Hydra multirun
 @needs_submitit  # test (the same hydra_app jobs into one tree, a failed job making the command exit non-zero)
 def test_submitit_local_jobs_share_one_tree_one_report_and_a_failed_job_is_reported(tmp_path):
     launch, report = documented(ROOT / "docs" / "running.md")
