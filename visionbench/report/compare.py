@@ -101,6 +101,16 @@ def compare_parser() -> argparse.ArgumentParser:
         help="the reference: a results tree (a recipe dir or a parent of several) or a record (visionbench export)",
     )
     p.add_argument("b", metavar="B", help="the rerun, as A")
+    for side in ("a", "b"):
+        p.add_argument(
+            f"--select-{side}",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help=f"where {side.upper()} is a store (visionbench collect): the runs of it to compare, as `report STORE` "
+            "selects them (recipe=, act=, config=HASH, source=PATH, env.device=NAME, cfg.KEY=VALUE; repeatable); "
+            "one store on both sides with other --select-a and --select-b puts two environments side by side",
+        )
     p.add_argument(
         "--metric",
         default=None,
@@ -159,7 +169,11 @@ def main(argv: list[str] | None = None) -> int:
         args = compare_parser().parse_args(argv)
         with contextlib.ExitStack() as stack:
             table = compare_trees(
-                _side(stack, "A", args.a), _side(stack, "B", args.b), args.metric, args.margin, args.alpha
+                _side(stack, "A", args.a, args.select_a),
+                _side(stack, "B", args.b, args.select_b),
+                args.metric,
+                args.margin,
+                args.alpha,
             )
     except SystemExit as exc:  # argparse's --help and usage errors
         return exc.code if isinstance(exc.code, int) else 2
@@ -185,14 +199,18 @@ def _write(table: render.Table, out: str) -> int:
     return 0
 
 
-def _side(stack: contextlib.ExitStack, label: str, path: str) -> Side:
-    """The runs of tree or record `path` (a record is materialised for as long as `stack` is open)."""
+def _side(stack: contextlib.ExitStack, label: str, path: str, select: list[str] = ()) -> Side:
+    """The runs of tree, record or store `path` (a record or store is materialised for as long as `stack` is open;
+    `select`: a store's selectors)."""
     if not Path(path).exists():
         raise UsageError(f"{label}: {path} does not exist")
     from ..results import store
 
-    try:  # a store (visionbench collect): all its runs, materialised as a tree
-        tree = stack.enter_context(store.opened(path) if store.is_store(path) else opened(path))
+    if select and not store.is_store(path):
+        raise UsageError(f"{label}: --select-{label.lower()} selects the runs of a store; {path} is none")
+    try:  # a store (visionbench collect): the runs selected, materialised as a tree
+        opening = store.opened(path, store.parse_filters(list(select))) if store.is_store(path) else opened(path)
+        tree = stack.enter_context(opening)
     except RecordError as exc:
         raise UsageError(f"{label}: {exc}") from None
     runs, notes = scan_runs(tree)

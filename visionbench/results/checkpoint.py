@@ -8,14 +8,16 @@ is data from wherever the run directory came from; one that pickles anything els
 `os.system`) is refused in one line naming the file, and nothing in it is run. Depends on nothing of
 visionbench but results/ (torch is imported only to read a file).
 """
+
 from __future__ import annotations
 
 import contextlib
 import pickle
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
 
@@ -64,8 +66,10 @@ def load(path: Path, fix: str = "delete it if it is not yours") -> Any:
         if "weights only" in text.lower() or "weights_only" in text:
             found = re.search(r"GLOBAL ([\w.]+)", text)  # "Trying to load unsupported GLOBAL posix.system ..."
             what = f"pickles {found.group(1)}" if found else f"pickles more than tensors ({_why_refused(text)})"
-            raise UnsafeCheckpoint(f"{path} is refused, not loaded: it {what}, code rather than data (a visionbench "
-                                   f"checkpoint holds tensors and plain values only); {fix}") from None
+            raise UnsafeCheckpoint(
+                f"{path} is refused, not loaded: it {what}, code rather than data (a visionbench "
+                f"checkpoint holds tensors and plain values only); {fix}"
+            ) from None
         raise RunStateError(f"{path} is unreadable ({type(e).__name__}: {_first_line(text)}); {fix}") from None
     except Exception as e:  # noqa: BLE001 - torch reports a torn file in many ways
         raise RunStateError(f"{path} is unreadable ({type(e).__name__}: {_first_line(str(e))}); {fix}") from None
@@ -74,8 +78,11 @@ def load(path: Path, fix: str = "delete it if it is not yours") -> Any:
 def _why_refused(text: str) -> str:
     """torch's reason among its weights_only message's boilerplate (the PyTorch 2.6 note, the docs link)."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    why = [ln for ln in lines if not ln.startswith(("Weights only load failed", "Check the documentation",
-                                                      "Please file an issue"))]
+    why = [
+        ln
+        for ln in lines
+        if not ln.startswith(("Weights only load failed", "Check the documentation", "Please file an issue"))
+    ]
     return _first_line(why[0] if why else text)
 
 
@@ -115,15 +122,19 @@ def run_weights(obj: Any, path: Path, ema: bool = False) -> RunWeights | None:
         return None
     full = obj["state_dict"]
     prefix = EMA_PREFIX if ema else MODEL_PREFIX
-    state = {k[len(prefix):]: v for k, v in full.items() if k.startswith(prefix)}
+    state = {k[len(prefix) :]: v for k, v in full.items() if k.startswith(prefix)}
     if not state:
         what = "EMA weights (ema.module.*; the run had ema.decay unset)" if ema else "network weights (model.*)"
-        raise ValueError(f"{path} holds no {what}; its keys start with "
-                         f"{', '.join(sorted({k.split('.')[0] for k in full}))}")
+        raise ValueError(
+            f"{path} holds no {what}; its keys start with {', '.join(sorted({k.split('.')[0] for k in full}))}"
+        )
     config, where = _config_of(Path(path))
     if config is None:
-        return RunWeights(state, missing_config=f"a visionbench checkpoint without its run's config.yaml (looked in "
-                                                f"{where[0]} and {where[1]})")
+        return RunWeights(
+            state,
+            missing_config=f"a visionbench checkpoint without its run's config.yaml (looked in "
+            f"{where[0]} and {where[1]})",
+        )
     act, act_kwargs, model_name = trained_with(config)
     return RunWeights(state, act, act_kwargs, model_name)
 

@@ -18,6 +18,7 @@ uses the arrays only of a file that passes, in this order:
 A file from before `meta` passes steps 3 (without the class bound) and 4 (without the identity) as
 `unnamed`. Every refusal names the file, why, and the command that rewrites it (`FIX`).
 """
+
 from __future__ import annotations
 
 import math
@@ -26,16 +27,27 @@ from pathlib import Path
 
 import numpy as np
 
+from . import origins
 from .io import RunStateError
 from .layout import files
-from .predictions import ARRAYS, FILE_NAME, FIX, read_evidence
+from .predictions import ARRAYS, FILE_NAME, read_evidence
 
 OK, UNNAMED, MISSING, BEFORE, DAMAGED, MISMATCH, NO_VARIANT = (
-    "ok", "unnamed", "missing", "before", "damaged", "mismatch", "no_variant")
+    "ok",
+    "unnamed",
+    "missing",
+    "before",
+    "damaged",
+    "mismatch",
+    "no_variant",
+)
 USED = (OK, UNNAMED)  # the kinds whose arrays the report uses
 SELECTED_EPOCH = {"raw": "best_epoch", "ema": "ema_best_epoch"}  # results/layout.metrics_from_rows
 # the accuracy of the selected checkpoint on the scored set: the test set's when the run had one, else val's
-ACCURACY = {"raw": ("test_top1_at_best_val", "val_top1_best"), "ema": ("ema_test_top1_at_best_val", "ema_val_top1_best")}
+ACCURACY = {
+    "raw": ("test_top1_at_best_val", "val_top1_best"),
+    "ema": ("ema_test_top1_at_best_val", "ema_val_top1_best"),
+}
 
 
 @dataclass(frozen=True)
@@ -48,9 +60,8 @@ class Evidence:
 
 
 def fix_command(run_dir) -> str:
-    from .record import fix_command as of_record  # a run read from a record: its temporary folder is no place to fix
-
-    return of_record(str(run_dir)) or FIX.format(run_dir=run_dir)
+    """The command that rewrites a run's predictions, wherever it was read from (results/origins.py)."""
+    return origins.fix_command(run_dir)
 
 
 def range_problem(v: str, arrays: dict, meta: dict | None) -> str | None:
@@ -87,11 +98,18 @@ def range_problem(v: str, arrays: dict, meta: dict | None) -> str | None:
 
 def identity_problem(meta: dict, summary: dict) -> str | None:
     """How the run the file names differs from the run whose summary this is (None: the same run)."""
-    theirs = {"recipe": summary.get("recipe"), "act": summary.get("act_label") or summary.get("act"),
-              "setting": summary.get("setting") or {}, "seed": summary.get("seed"),
-              "config_hash": summary.get("config_hash")}
-    diffs = [f"{k} {meta.get(k)!r} vs {theirs[k]!r}" for k in theirs
-             if theirs[k] is not None and (k != "setting" or "setting" in summary) and meta.get(k) != theirs[k]]
+    theirs = {
+        "recipe": summary.get("recipe"),
+        "act": summary.get("act_label") or summary.get("act"),
+        "setting": summary.get("setting") or {},
+        "seed": summary.get("seed"),
+        "config_hash": summary.get("config_hash"),
+    }
+    diffs = [
+        f"{k} {meta.get(k)!r} vs {theirs[k]!r}"
+        for k in theirs
+        if theirs[k] is not None and (k != "setting" or "setting" in summary) and meta.get(k) != theirs[k]
+    ]
     return "written by another run (file vs summary: " + ", ".join(diffs) + ")" if diffs else None
 
 

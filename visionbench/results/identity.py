@@ -7,6 +7,7 @@ upgrade of a config.yaml written by an older visionbench.
 
 `run` is a run's plain config, config.yaml's dict (visionbench/config `run_config`).
 """
+
 from __future__ import annotations
 
 import copy
@@ -16,11 +17,30 @@ import json
 # keys that do not change what a run computes (trainer.portable: only its last bits): a resumed run may differ in
 # these ("act_label" and "setting" only name what act_options and the factor keys already hold; "baseline",
 # "estimate" and "threads" are keys of older versions)
-NOT_FINGERPRINTED = ("seeds", "seeds_max", "seeds_margin", "parallel", "results_dir", "baseline", "report", "act_label",
-                     "setting", "factors", "estimate",
-                     "threads", "data.root", "data.num_workers", "data.download", "snapshot_epochs",
-                     "trainer.loggers", "trainer.portable", "trainer.mps", "trainer.kernels",
-                     "imports", "tune")  # imports: what counts is the run's `plugins` record
+NOT_FINGERPRINTED = (
+    "seeds",
+    "seeds_max",
+    "seeds_margin",
+    "parallel",
+    "results_dir",
+    "baseline",
+    "report",
+    "act_label",
+    "setting",
+    "factors",
+    "estimate",
+    "threads",
+    "data.root",
+    "data.num_workers",
+    "data.download",
+    "snapshot_epochs",
+    "trainer.loggers",
+    "trainer.portable",
+    "trainer.mps",
+    "trainer.kernels",
+    "imports",
+    "tune",
+)  # imports: what counts is the run's `plugins` record
 # tune: a tuning design's record (config/tune.py); what a trial computes is its setting's values, which are keys of
 # their own, so a trial's run and an untuned run at the same values and seed are the same run
 # trainer.kernels (the learnable activations' kernel backend) is out at every value, so no ADDED_AT_DEFAULT entry: its

@@ -6,6 +6,7 @@ The temporary name carries the process id, so two processes never write the same
 and it is removed when the write fails (e.g. a full disk): a failed write leaves the previous
 version of the target, never a torn or stray file.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -14,8 +15,8 @@ import errno
 import io
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 
 class RunStateError(RuntimeError):

@@ -14,6 +14,7 @@ The writer (sweep) and the reader (report) both go through `read_summary`: one c
 summary the sweep would refuse is one the report skips with the same reason.
 Depends on nothing of visionbench: models, train, sweep and report may all import it.
 """
+
 from __future__ import annotations
 
 import csv
@@ -21,9 +22,10 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -117,7 +119,8 @@ def run_for_checkpoint(checkpoint: Path) -> Path:
 def is_run_dir(path: Path) -> bool:
     """A run sits at `<act>/seed_<k>`; `seed_<k>` folders inside a run (e.g. checkpoints/seed_0) are not runs."""
     return RUN_DIR_NAME.fullmatch(path.name) is not None and not any(
-        RUN_DIR_NAME.fullmatch(part) for part in path.parent.parts[-3:])
+        RUN_DIR_NAME.fullmatch(part) for part in path.parent.parts[-3:]
+    )
 
 
 def find_run_dirs(path: str | Path) -> list[Path]:
@@ -149,7 +152,7 @@ def first_unwritable(root: str | Path, runs: bool = True) -> tuple[Path, str] | 
 
 def seed_of(run: Path) -> int | None:
     """The seed in a run directory's name (`seed_3` -> 3)."""
-    return int(run.name[len("seed_"):]) if RUN_DIR_NAME.fullmatch(run.name) else None
+    return int(run.name[len("seed_") :]) if RUN_DIR_NAME.fullmatch(run.name) else None
 
 
 def _read(path: Path, parse: Callable[[str], Any], what: str, fix: str) -> dict:
@@ -166,8 +169,9 @@ def _read(path: Path, parse: Callable[[str], Any], what: str, fix: str) -> dict:
 def read_summary(path: Path) -> dict | None:
     """The run's summary.json; None if absent; `RunStateError` (naming the file) if unreadable."""
     f = files(path).summary
-    return _read(f, json.loads, "summary", "delete it to resume this run from its last checkpoint") \
-        if f.exists() else None
+    return (
+        _read(f, json.loads, "summary", "delete it to resume this run from its last checkpoint") if f.exists() else None
+    )
 
 
 def unscored_reason(summary: dict) -> str | None:
@@ -206,8 +210,11 @@ def write_sequential(recipe_dir: Path, record: dict) -> None:
 def read_sequential(recipe_dir: Path) -> dict | None:
     """A recipe (or setting) directory's sequential.json; None if absent; `RunStateError` if unreadable."""
     f = Path(recipe_dir) / SEQUENTIAL
-    return _read(f, json.loads, "sequential-seeds", "delete it and rerun the sweep's command to rewrite it") \
-        if f.exists() else None
+    return (
+        _read(f, json.loads, "sequential-seeds", "delete it and rerun the sweep's command to rewrite it")
+        if f.exists()
+        else None
+    )
 
 
 def read_config(path: Path) -> dict | None:
@@ -268,7 +275,9 @@ def check_unfinished(path: Path) -> None:
     if not run.config.exists():
         raise RunStateError(f"{run.last} has no config.yaml beside it: which settings trained it is unknown; {restart}")
     if not run.metrics.exists():
-        raise RunStateError(f"{run.last} has no metrics.csv beside it: its finished epochs' metrics are lost; {restart}")
+        raise RunStateError(
+            f"{run.last} has no metrics.csv beside it: its finished epochs' metrics are lost; {restart}"
+        )
     try:
         rows = read_csv_rows(run.metrics)
         epochs = [int(r["epoch"]) for r in rows]
@@ -290,8 +299,13 @@ def torn_row(path: Path, rows: list[dict]) -> str | None:
     for row in rows:
         short = None in row.values()  # csv.DictReader's restval: a field the row lacks
         if short or None in row or any(not row.get(k) for k in ("epoch", "train_loss")):
-            what = "fewer fields than the header" if short else "more fields than the header" if None in row \
+            what = (
+                "fewer fields than the header"
+                if short
+                else "more fields than the header"
+                if None in row
                 else "an empty epoch or train_loss"
+            )
             return f"the row of epoch {row.get('epoch') or '?'} has {what}"
     return None
 
@@ -308,6 +322,7 @@ def remove_stale_temps(path: Path) -> list[Path]:
 
 def metrics_from_rows(rows: list[dict]) -> dict[str, float]:
     """Best/final metrics of a run from its metrics.csv rows (best epoch chosen on val_top1)."""
+
     def col(name):
         return [float(r[name]) if r.get(name) not in (None, "") else math.nan for r in rows]
 

@@ -27,6 +27,7 @@ sits in (identity, epoch, accuracy, ranges): results/evidence.py.
     >>> n_classes(path)                       # C, or None when unknown (the stall rule reads it here)
     >>> counts(path)                          # (C, N images), one read: what the report's runs table holds
 """
+
 from __future__ import annotations
 
 import json
@@ -99,8 +100,10 @@ def read_evidence(path: Path) -> tuple[dict[str, dict], dict | None] | None:
         with np.load(path, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError, AttributeError, TypeError) as e:
-        raise RunStateError(f"{path} is not a readable predictions file ({type(e).__name__}: "
-                            f"{str(e).splitlines()[0][:120] if str(e) else ''})") from None
+        raise RunStateError(
+            f"{path} is not a readable predictions file ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:120] if str(e) else ''})"
+        ) from None
     if not isinstance(data, dict):  # np.load of a plain .npy: one array, no entries
         raise RunStateError(f"{damaged}: one array, not the entries of a predictions file")
     try:

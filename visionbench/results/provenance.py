@@ -7,6 +7,7 @@ level (the factor axes of visionbench/config/):
     runs/<recipe>/<act>/seed_<k>/...
     runs/<recipe>/<setting>/<act>/seed_<k>/...       # factor sweeps: one level per setting
 """
+
 from __future__ import annotations
 
 import platform
@@ -26,8 +27,12 @@ def run_dir(results_dir: str | Path, recipe: str, act: str, seed: int, setting: 
     '/', a '..', a backslash or a NUL (`act=gelu[approximate=../../x]`, a plugin's string option) is refused with
     `UnsafePath` — the sweep says so in one line before any run starts — instead of leaving `results_dir`."""
     label = setting_label(setting) if setting else None
-    for what, name in (("recipe", recipe), ("factor setting", label), ("activation label", act),
-                       ("seed folder", f"seed_{seed}")):
+    for what, name in (
+        ("recipe", recipe),
+        ("factor setting", label),
+        ("activation label", act),
+        ("seed folder", f"seed_{seed}"),
+    ):
         if name is not None:
             _folder(str(name), what)
     return run_path(results_dir, recipe, act, seed, label)
@@ -39,14 +44,24 @@ def _folder(name: str, what: str) -> str:
         return component(name, what)
     except UnsafePath as e:
         why = f"{what} {name!r} cannot name a folder: it holds a '/'" if "/" in name else str(e)
-        fix = " (an option value that is a path cannot be part of a run's folder name)" if what.startswith("act") \
-            else ""
+        fix = (
+            " (an option value that is a path cannot be part of a run's folder name)" if what.startswith("act") else ""
+        )
         raise UnsafePath(f"{why}{fix}; refused before any run, nothing written") from None
 
 
 # the packages whose versions decide a run's numbers (summary.json `versions` and `environment.packages`)
-PACKAGES = ("torch", "torchvision", "timm", "lightning", "torchmetrics", "numpy", "scipy", "scikit-learn",
-            "visionbench")
+PACKAGES = (
+    "torch",
+    "torchvision",
+    "timm",
+    "lightning",
+    "torchmetrics",
+    "numpy",
+    "scipy",
+    "scikit-learn",
+    "visionbench",
+)
 
 
 def package_versions() -> dict[str, str | None]:
@@ -74,8 +89,13 @@ def git_commit() -> str | None:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
         if sha.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
         return sha.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None

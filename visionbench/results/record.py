@@ -35,6 +35,7 @@ noisy probabilities (the low mantissa bytes of a float32 do not compress), less 
 that what it packs comes back exactly (`read_run`).
 A record's report is the report of its runs, byte for byte (tests/test_record.py).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -44,15 +45,15 @@ import json
 import os
 import re
 import stat
-import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
-from . import evidence, layout
+from . import evidence, layout, origins
 from .io import RunStateError, atomic_path, atomic_write_text
-from .predictions import FIX as FIX_RUNS, VARIANTS, read_evidence, write_predictions
+from .predictions import FIX as FIX_RUNS
+from .predictions import VARIANTS, read_evidence, write_predictions
 from .safe_paths import UnsafePath, component, inside
 
 FORMAT = "visionbench-record"
@@ -92,8 +93,11 @@ def blob_name(sha256: str) -> str:
 def is_record_file(name: str) -> bool:
     """Whether a file name in a record folder is the export's: record.json, a predictions file, or the temporary
     file of an interrupted write (what may stand in a folder an export was killed in)."""
-    return (name == RECORD or bool(_ANY_BLOB.fullmatch(name))
-            or (name.startswith((f".{RECORD}.", ".predictions.")) and ".tmp" in name))
+    return (
+        name == RECORD
+        or bool(_ANY_BLOB.fullmatch(name))
+        or (name.startswith((f".{RECORD}.", ".predictions.")) and ".tmp" in name)
+    )
 
 
 def predictions_path(path: str | Path) -> Path:
@@ -110,13 +114,15 @@ def content_sha256(record: dict) -> str:
     """The SHA-256 of record.json's content: its canonical JSON (sorted keys, no spaces, ASCII) without the hash
     of itself (`sha256["record.json"]`), so that only what it says counts, not how it is laid out."""
     hashes = record.get("sha256")
-    content = {**record, "sha256": {k: v for k, v in hashes.items() if k != RECORD}} if isinstance(hashes, dict) \
-        else record
+    content = (
+        {**record, "sha256": {k: v for k, v in hashes.items() if k != RECORD}} if isinstance(hashes, dict) else record
+    )
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 # --- packing the per-example predictions -------------------------------------------------------
+
 
 def _planes(values) -> np.ndarray:
     """float32 values as their 4 byte planes (4 × N uint8): the sign-exponent plane of probabilities is nearly
@@ -135,8 +141,11 @@ def pack(variant: dict, n_classes: int) -> dict[str, np.ndarray]:
     pred, target = np.asarray(variant["pred"], np.int64), np.asarray(variant["target"], np.int64)
     wrong = pred != target
     shift_dtype = np.uint8 if n_classes <= 256 else np.uint16 if n_classes <= 65536 else np.uint32
-    return {"shift": ((pred - target) % n_classes).astype(shift_dtype),
-            "p_true": _planes(variant["p_true"]), "conf": _planes(np.asarray(variant["confidence"])[wrong])}
+    return {
+        "shift": ((pred - target) % n_classes).astype(shift_dtype),
+        "p_true": _planes(variant["p_true"]),
+        "conf": _planes(np.asarray(variant["confidence"])[wrong]),
+    }
 
 
 def unpack(arrays: dict, target: np.ndarray, n_classes: int) -> dict[str, np.ndarray]:
@@ -154,6 +163,7 @@ def unpack(arrays: dict, target: np.ndarray, n_classes: int) -> dict[str, np.nda
 
 
 # --- config and summary as changes to a shared base ---------------------------------------------
+
 
 def _flat(d: dict, prefix: tuple = ()) -> dict[tuple, object]:
     out = {}
@@ -191,6 +201,7 @@ def apply(base: dict, delta: dict) -> dict:
 
 # --- writing -------------------------------------------------------------------------------------
 
+
 def write(out: str | Path, root_name: str, runs: list[dict], tree_files: dict[str, dict]) -> list[Path]:
     """Write the record of `runs` into the folder `out` (created), replacing a record there in one step.
 
@@ -215,13 +226,23 @@ def write(out: str | Path, root_name: str, runs: list[dict], tree_files: dict[st
     blob = buffer.getvalue()
     digest = hashlib.sha256(blob).hexdigest()
     name = blob_name(digest)
-    record = {"format": FORMAT, "version": VERSION, "root": root_name, "files": tree_files, "bases": bases,
-              "runs": entries, "predictions": name, "sha256": {name: digest}}
+    record = {
+        "format": FORMAT,
+        "version": VERSION,
+        "root": root_name,
+        "files": tree_files,
+        "bases": bases,
+        "runs": entries,
+        "predictions": name,
+        "sha256": {name: digest},
+    }
     record["sha256"][RECORD] = content_sha256(record)
     text = _dumps(record)
     if content_sha256(json.loads(text)) != record["sha256"][RECORD]:  # a value JSON does not give back as it is
-        raise RecordError(f"the record of {root_name} would not read back as it is written (a value JSON cannot "
-                          "hold exactly); nothing was written")
+        raise RecordError(
+            f"the record of {root_name} would not read back as it is written (a value JSON cannot "
+            "hold exactly); nothing was written"
+        )
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / name) as tmp, open(tmp, "wb") as f:
         f.write(blob)
@@ -248,8 +269,11 @@ def _sync(folder: Path) -> None:
 
 def _dumps(record: dict) -> str:
     """record.json's text: sorted keys, one line per run and per base (diffable, and small)."""
-    lines = [f" {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(record.items())
-             if k not in ("bases", "runs")]
+    lines = [
+        f" {json.dumps(k)}: {json.dumps(v, sort_keys=True)}"
+        for k, v in sorted(record.items())
+        if k not in ("bases", "runs")
+    ]
     for key in ("bases", "runs"):
         items = ",\n".join(f"  {json.dumps(x, sort_keys=True)}" for x in record[key])
         lines.append(f" {json.dumps(key)}: [\n{items}\n ]")
@@ -265,8 +289,9 @@ def _pack_snapshot(prefix: str, snap: dict, arrays: dict) -> dict:
     for k, layer in enumerate(snap.get("layers") or []):
         parts = [np.asarray(layer[a], np.float32) for a in SNAPSHOT_ARRAYS]
         arrays[f"{prefix}_l{k}"] = np.concatenate(parts)
-        layers.append({**{a: v for a, v in layer.items() if a not in SNAPSHOT_ARRAYS},
-                       "lengths": [len(p) for p in parts]})
+        layers.append(
+            {**{a: v for a, v in layer.items() if a not in SNAPSHOT_ARRAYS}, "lengths": [len(p) for p in parts]}
+        )
     return {**{a: v for a, v in snap.items() if a != "layers"}, "layers": layers}
 
 
@@ -280,7 +305,7 @@ def _unpack_snapshot(prefix: str, snap: dict, arrays: dict) -> dict:
         if flat.ndim != 1 or flat.size != sum(layer["lengths"]):
             raise _Unusable(f"{key} holds {flat.size} values, the snapshot's layer {sum(layer['lengths'])}")
         for name, n in zip(SNAPSHOT_ARRAYS, layer["lengths"]):
-            values = flat[start:start + n]
+            values = flat[start : start + n]
             out[name] = [int(v) for v in values] if name == "hist_counts" else [float(v) for v in values]
             start += n
         layers.append({**{a: v for a, v in layer.items() if a != "lengths"}, **out})
@@ -304,8 +329,10 @@ def _as_changes(d: dict, bases: list[dict]) -> dict:
 def _classes(variants: dict, meta: dict | None) -> int:
     """C for packing: meta's n_classes, or more when a class in the arrays says so."""
     n_classes = int((meta or {}).get("n_classes") or 0)
-    return max([n_classes] + [int(max(np.max(v["pred"], initial=0), np.max(v["target"], initial=0))) + 1
-                              for v in variants.values()])
+    return max(
+        [n_classes]
+        + [int(max(np.max(v["pred"], initial=0), np.max(v["target"], initial=0))) + 1 for v in variants.values()]
+    )
 
 
 def _pack_run(i: int, variants: dict, meta: dict | None, arrays: dict, targets: list) -> dict:
@@ -334,18 +361,24 @@ def packing_problem(variants: dict, meta: dict | None) -> str | None:
     n_classes = _classes(variants, meta)
     for v, arrays in variants.items():
         back = unpack(pack(arrays, n_classes), arrays["target"], n_classes)
-        exact = {"pred": np.asarray(arrays["pred"], np.int64), "target": np.asarray(arrays["target"], np.int64),
-                 "p_true": np.asarray(arrays["p_true"], np.float32),
-                 "confidence": np.asarray(arrays["confidence"], np.float32)}
+        exact = {
+            "pred": np.asarray(arrays["pred"], np.int64),
+            "target": np.asarray(arrays["target"], np.int64),
+            "p_true": np.asarray(arrays["p_true"], np.float32),
+            "confidence": np.asarray(arrays["confidence"], np.float32),
+        }
         for key, value in exact.items():
             if not np.array_equal(back[key], value, equal_nan=True):
-                return (f"its {v}_{key} would not come back exactly from the record"
-                        + (f" ({v}_confidence differs from {v}_p_true where the prediction is right)"
-                           if key == "confidence" else ""))
+                return f"its {v}_{key} would not come back exactly from the record" + (
+                    f" ({v}_confidence differs from {v}_p_true where the prediction is right)"
+                    if key == "confidence"
+                    else ""
+                )
     return None
 
 
 # --- reading -------------------------------------------------------------------------------------
+
 
 def read(path: str | Path, *, format_1: bool = False) -> tuple[dict, dict[str, np.ndarray]]:
     """(record.json's content, the predictions file's arrays) of the record at `path`, checked whole.
@@ -373,20 +406,26 @@ def read(path: str | Path, *, format_1: bool = False) -> tuple[dict, dict[str, n
         raise RecordError(f"{where} is not a visionbench record (format {found!r}, expected {FORMAT!r})")
     version = record.get("version")
     if version == 1 and not format_1:
-        raise RecordError(f"{where} is a record of format version 1, written before a record held the SHA-256 of its "
-                          f"own content: what it says cannot be checked, so it is not read; {again}, or, if you "
-                          f"trust it as it is, seal it with scripts/upgrade_records.py {folder}")
+        raise RecordError(
+            f"{where} is a record of format version 1, written before a record held the SHA-256 of its "
+            f"own content: what it says cannot be checked, so it is not read; {again}, or, if you "
+            f"trust it as it is, seal it with scripts/upgrade_records.py {folder}"
+        )
     if version != VERSION and not (version == 1 and format_1):
-        raise RecordError(f"{where} is a record of format version {version!r}; this visionbench reads "
-                          f"version {VERSION}: use the visionbench that wrote it, or export the runs again")
+        raise RecordError(
+            f"{where} is a record of format version {version!r}; this visionbench reads "
+            f"version {VERSION}: use the visionbench that wrote it, or export the runs again"
+        )
     hashes = record.get("sha256")
     if version == VERSION:
         recorded = hashes.get(RECORD) if isinstance(hashes, dict) else None
         actual = content_sha256(record)
         if recorded != actual:
             said = f"{recorded[:12]}… recorded" if isinstance(recorded, str) else "none recorded"
-            raise RecordError(f"{where} has been changed since it was exported (sha256 {actual[:12]}… of its "
-                              f"content, {said}); {again}")
+            raise RecordError(
+                f"{where} has been changed since it was exported (sha256 {actual[:12]}… of its "
+                f"content, {said}); {again}"
+            )
     problem = _malformed(record, version)
     if problem:
         raise RecordError(f"{where} is malformed: {problem}; {again}")
@@ -400,12 +439,15 @@ def read(path: str | Path, *, format_1: bool = False) -> tuple[dict, dict[str, n
             raise RecordError(f"{blob_path} is no regular file; the record is incomplete: {again}")
         blob = blob_path.read_bytes()
     except OSError as e:
-        raise RecordError(f"{blob_path} is missing or unreadable ({e.strerror or e}); the record is incomplete: "
-                          f"{again}") from None
+        raise RecordError(
+            f"{blob_path} is missing or unreadable ({e.strerror or e}); the record is incomplete: {again}"
+        ) from None
     digest = hashlib.sha256(blob).hexdigest()
     if digest != hashes.get(name):
-        raise RecordError(f"{blob_path} has been changed since it was exported (sha256 {digest[:12]}…, {RECORD} "
-                          f"records {str(hashes.get(name))[:12]}…): truncated or edited; {again}")
+        raise RecordError(
+            f"{blob_path} has been changed since it was exported (sha256 {digest[:12]}…, {RECORD} "
+            f"records {str(hashes.get(name))[:12]}…): truncated or edited; {again}"
+        )
     try:
         with np.load(io.BytesIO(blob), allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
@@ -417,6 +459,7 @@ def read(path: str | Path, *, format_1: bool = False) -> tuple[dict, dict[str, n
 def _malformed(record: dict, version: int) -> str | None:
     """What makes a record.json's content unusable, naming the field (None: nothing). Paths are checked where
     they are used (`materialize`)."""
+
     def count(x, least: int = 0) -> bool:
         return isinstance(x, int) and not isinstance(x, bool) and x >= least
 
@@ -436,10 +479,16 @@ def _malformed(record: dict, version: int) -> str | None:
     if not isinstance(hashes, dict):
         return "sha256 is no mapping"
     name = record.get("predictions") if version == VERSION else PREDICTIONS
-    if version == VERSION and (not isinstance(name, str) or not _BLOB.fullmatch(name)
-                               or set(hashes) != {RECORD, name} or blob_name(str(hashes[name])) != name):
-        return (f"predictions {name!r} is not the file its sha256 names (expected "
-                f"predictions.<16 hex digits of its SHA-256>.npz, and sha256 naming it and {RECORD} alone)")
+    if version == VERSION and (
+        not isinstance(name, str)
+        or not _BLOB.fullmatch(name)
+        or set(hashes) != {RECORD, name}
+        or blob_name(str(hashes[name])) != name
+    ):
+        return (
+            f"predictions {name!r} is not the file its sha256 names (expected "
+            f"predictions.<16 hex digits of its SHA-256>.npz, and sha256 naming it and {RECORD} alone)"
+        )
     if not isinstance(hashes.get(name), str):
         return f"sha256 holds no hash of {name}"
     seen: dict[str, int] = {}
@@ -461,8 +510,9 @@ def _malformed(record: dict, version: int) -> str | None:
             if not count(base) or base >= len(bases):
                 return f"{at}.{field} names base {base!r}, not one of the {len(bases)} bases"
             sets, drops = delta.get("set", []), delta.get("drop", [])
-            if not isinstance(sets, list) or not all(isinstance(x, list) and len(x) == 2 and key_path(x[0])
-                                                     for x in sets):
+            if not isinstance(sets, list) or not all(
+                isinstance(x, list) and len(x) == 2 and key_path(x[0]) for x in sets
+            ):
                 return f"{at}.{field}.set is no list of [key path, value]"
             if not isinstance(drops, list) or not all(key_path(x) for x in drops):
                 return f"{at}.{field}.drop is no list of key paths"
@@ -476,11 +526,16 @@ def _malformed(record: dict, version: int) -> str | None:
                 return f"{at}.snapshots[{j}] has no epoch (an integer ≥ 0)"
             layers = snap.get("layers")
             if not isinstance(layers, list) or not all(
-                    isinstance(la, dict) and isinstance(la.get("lengths"), list)
-                    and len(la["lengths"]) == len(SNAPSHOT_ARRAYS) and all(count(n) for n in la["lengths"])
-                    for la in layers):
-                return f"{at}.snapshots[{j}].layers is no list of layers with the lengths of their " \
-                       f"{', '.join(SNAPSHOT_ARRAYS)}"
+                isinstance(la, dict)
+                and isinstance(la.get("lengths"), list)
+                and len(la["lengths"]) == len(SNAPSHOT_ARRAYS)
+                and all(count(n) for n in la["lengths"])
+                for la in layers
+            ):
+                return (
+                    f"{at}.snapshots[{j}].layers is no list of layers with the lengths of their "
+                    f"{', '.join(SNAPSHOT_ARRAYS)}"
+                )
         packed = run.get("predictions")
         if packed is None:
             continue
@@ -489,9 +544,14 @@ def _malformed(record: dict, version: int) -> str | None:
         if packed.get("meta") is not None and not isinstance(packed["meta"], dict):
             return f"{at}.predictions.meta is no mapping"
         variants = packed.get("variants")
-        if not isinstance(variants, dict) or not variants or not all(
+        if (
+            not isinstance(variants, dict)
+            or not variants
+            or not all(
                 v in VARIANTS and isinstance(info, dict) and count(info.get("epoch")) and count(info.get("target"))
-                for v, info in variants.items()):
+                for v, info in variants.items()
+            )
+        ):
             return f"{at}.predictions.variants is no mapping of {' / '.join(VARIANTS)} to their epoch and target set"
     return None
 
@@ -508,8 +568,7 @@ def materialize(path: str | Path, into: str | Path, *, format_1: bool = False) -
         places = [inside(root, rel, "files key") for rel in files]
         run_dirs = [inside(root, run["path"], f"runs[{i}].path") for i, run in enumerate(runs)]
     except UnsafePath as e:
-        raise RecordError(f"{where}: {str(e).replace(str(into), '<materialised tree>')}; nothing was written") \
-            from None
+        raise RecordError(f"{where}: {str(e).replace(str(into), '<materialised tree>')}; nothing was written") from None
     wrong = next((rel for rel, place in zip(files, places) if place.name != layout.SEQUENTIAL), None)
     if wrong is not None:
         raise RecordError(f"{where} is malformed: files key {wrong!r} is no {layout.SEQUENTIAL}; {again}")
@@ -522,14 +581,16 @@ def materialize(path: str | Path, into: str | Path, *, format_1: bool = False) -
             try:
                 _materialize_run(i, run, run_dir, bases, arrays)
             except _Unusable as e:
-                raise RecordError(f"{blob} does not hold what {RECORD} says of runs[{i}] ({run['path']}): {e}; "
-                                  f"{again}") from None
+                raise RecordError(
+                    f"{blob} does not hold what {RECORD} says of runs[{i}] ({run['path']}): {e}; {again}"
+                ) from None
             except RecordError:
                 raise
-            except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError,
-                    OverflowError) as e:
-                raise RecordError(f"{where} is malformed: runs[{i}] ({run['path']}) cannot be written back "
-                                  f"({type(e).__name__}: {str(e)[:80]}); {again}") from None
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError) as e:
+                raise RecordError(
+                    f"{where} is malformed: runs[{i}] ({run['path']}) cannot be written back "
+                    f"({type(e).__name__}: {str(e)[:80]}); {again}"
+                ) from None
     except OSError as e:
         raise RecordError(f"cannot write the runs of {folder} into {into}: {e.strerror or e}") from None
     return root
@@ -544,8 +605,7 @@ def _materialize_run(i: int, run: dict, run_dir: Path, bases: list, arrays: dict
     for j, snap in enumerate(run.get("snapshots") or []):
         snaps = layout.files(run_dir).snapshots
         snaps.mkdir(exist_ok=True)
-        (snaps / f"epoch_{snap['epoch']:03d}.json").write_text(
-            json.dumps(_unpack_snapshot(f"r{i}_s{j}", snap, arrays)))
+        (snaps / f"epoch_{snap['epoch']:03d}.json").write_text(json.dumps(_unpack_snapshot(f"r{i}_s{j}", snap, arrays)))
     if run.get("predictions") is not None:
         _write_predictions(run_dir, i, run["predictions"], arrays)
     if run.get("summary") is not None:
@@ -563,11 +623,18 @@ def _write_predictions(run_dir: Path, i: int, packed: dict, arrays: dict) -> Non
             raise _Unusable(f"it lacks {e.args[0]}") from None
         n = target.shape[0] if target.ndim == 1 else -1
         shapes = {"target": target.shape, "shift": own["shift"].shape, "p_true": own["p_true"].shape}
-        if (n < 0 or shapes["shift"] != (n,) or shapes["p_true"] != (4, n) or own["conf"].ndim != 2
-                or own["conf"].shape[0] != 4 or not all(np.issubdtype(a.dtype, np.integer)
-                                                        for a in (target, *own.values()))):
-            raise _Unusable(f"its {name} arrays have shapes {', '.join(f'{k} {v}' for k, v in shapes.items())}, "
-                            f"conf {own['conf'].shape}, not one entry per image")
+        if (
+            n < 0
+            or shapes["shift"] != (n,)
+            or shapes["p_true"] != (4, n)
+            or own["conf"].ndim != 2
+            or own["conf"].shape[0] != 4
+            or not all(np.issubdtype(a.dtype, np.integer) for a in (target, *own.values()))
+        ):
+            raise _Unusable(
+                f"its {name} arrays have shapes {', '.join(f'{k} {v}' for k, v in shapes.items())}, "
+                f"conf {own['conf'].shape}, not one entry per image"
+            )
         try:
             variants[name] = {**unpack(own, target, n_classes), "epoch": info["epoch"]}
         except RecordError as e:
@@ -577,11 +644,6 @@ def _write_predictions(run_dir: Path, i: int, packed: dict, arrays: dict) -> Non
     write_predictions(layout.files(run_dir).predictions, variants, meta=meta)
 
 
-# a materialised record's tree (str) → the record's folder: `fix_command` names the record instead of the temporary
-# tree (deleted when the reader is done) in the notes that say how to rewrite a run's predictions
-_OPENED: dict[str, str] = {}
-
-
 @contextlib.contextmanager
 def opened(path: str | Path) -> Iterator[Path]:
     """A run tree to read: `path` itself when it is one; a record's runs materialised in a temporary
@@ -589,24 +651,10 @@ def opened(path: str | Path) -> Iterator[Path]:
     if not is_record(path):
         yield Path(path)
         return
-    with tempfile.TemporaryDirectory(prefix="visionbench-record-") as tmp:
+    with origins.temporary_folder("record") as tmp:
         tree = materialize(path, tmp)
-        _OPENED[str(tree)] = str(record_dir(path))
-        try:
+        with origins.registered(tree, origins.of_record(str(record_dir(path)))):
             yield tree
-        finally:
-            _OPENED.pop(str(tree), None)
-
-
-def fix_command(run_dirs: str) -> str | None:
-    """For runs of a record being read (`opened`): the commands that rewrite their predictions where they exist, in
-    the runs the record was exported from (RUNS_DIR), then the record from them; None for runs of a tree (the caller
-    names `visionbench predictions RUN_DIR`). `run_dirs`: one run dir, or several joined by spaces."""
-    for tree, folder in _OPENED.items():
-        if tree in run_dirs:
-            return (f"{FIX_RUNS.format(run_dir=run_dirs.replace(tree, 'RUNS_DIR'))} && "
-                    f"visionbench export RUNS_DIR {folder}")
-    return None
 
 
 def read_run(run_dir: Path) -> dict:
@@ -617,8 +665,10 @@ def read_run(run_dir: Path) -> dict:
             classifier's predictions, or that would not come back exactly): one line naming it and the fix.
         RunStateError: an unreadable summary.json or config.yaml (the message names it)."""
     files = layout.files(run_dir)
-    fix = (f"rewrite it with `{FIX_RUNS.format(run_dir=run_dir)}` (or delete it: the run is then recorded without "
-           "per-example predictions) and export again")
+    fix = (
+        f"rewrite it with `{FIX_RUNS.format(run_dir=run_dir)}` (or delete it: the run is then recorded without "
+        "per-example predictions) and export again"
+    )
     try:
         predictions = read_evidence(files.predictions)
     except RunStateError as e:
@@ -633,6 +683,10 @@ def read_run(run_dir: Path) -> dict:
                 snapshots.append(json.loads(snap.read_text()))
             except (OSError, ValueError):
                 continue
-    return {"summary": layout.read_summary(run_dir), "config": layout.read_config(run_dir),
-            "metrics_csv": files.metrics.read_text() if files.metrics.is_file() else None,
-            "snapshots": snapshots, "predictions": predictions}
+    return {
+        "summary": layout.read_summary(run_dir),
+        "config": layout.read_config(run_dir),
+        "metrics_csv": files.metrics.read_text() if files.metrics.is_file() else None,
+        "snapshots": snapshots,
+        "predictions": predictions,
+    }

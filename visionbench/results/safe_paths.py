@@ -10,6 +10,7 @@ real location (symlinks followed) is outside the root. Writes never follow a sym
 `io.atomic_path` (a fresh temporary file created exclusively beside the target, renamed over it: a planted link is
 replaced, its target untouched). docs/reproducing.md, "Files from someone else", states the threat model.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,9 @@ def inside(root: str | Path, relative: str, what: str) -> Path:
     symlinks followed, lies outside `root`."""
     why = _why(relative)
     if why:
-        raise UnsafePath(f"{what} is {relative!r}: refused, {why}; a path read from a file must stay inside its "
-                         f"folder {root}")
+        raise UnsafePath(
+            f"{what} is {relative!r}: refused, {why}; a path read from a file must stay inside its folder {root}"
+        )
     path = Path(root) / relative
     within(root, path, what)
     return path
@@ -64,6 +66,8 @@ def within(root: str | Path, path: str | Path, what: str) -> Path:
     base = os.path.realpath(root)
     real = os.path.realpath(path)
     if real != base and not real.startswith(base.rstrip(os.sep) + os.sep):
-        raise UnsafePath(f"{what}: {path} leads outside {root} (to {real}); refused — a symlink or path in a "
-                         "received tree may not point out of it")
+        raise UnsafePath(
+            f"{what}: {path} leads outside {root} (to {real}); refused — a symlink or path in a "
+            "received tree may not point out of it"
+        )
     return Path(path)

@@ -7,6 +7,7 @@
 Values are written as YAML reads them back, without spaces, so a label is one directory level
 (`runs/<recipe>/<setting>/<act>/seed_<k>`) and round-trips to the values the runs used.
 """
+
 from __future__ import annotations
 
 import re

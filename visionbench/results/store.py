@@ -9,18 +9,22 @@ A store is a folder:
     _store.json                  the marker: {"format": "visionbench-store", "version": 1}
     part-<17 digits>.parquet     one file per collect that added runs, never changed afterwards; the digits count
                                  down (10^17 minus the microseconds since 1970), so the newest file sorts first
+    _curves/part-<digits>.parquet  the per-epoch curves of each part's runs, as a long table (CURVE_COLUMNS)
     _report/                     `visionbench report STORE`'s files (tables, figures), at their places in the tree
 
-One row per run (`COLUMNS` below, `metric.<name>` for every metric of its summary, `env.*`, `placement.*`) with, in
+One row per observation (`COLUMNS` below, `metric.<name>` for every metric of its summary, `env.*`, `placement.*`,
+`cfg.<key>` for every configuration key; `_curves/` holds the per-epoch curves as a long table) with, in
 `run_json`, everything `results/record.py` `read_run` reads of its folder (summary, config, curves, activation
 snapshots) and, in `predictions_npz`, its per-example predictions: enough to write the run folder back
 (`opened`), so that `visionbench report STORE` and `visionbench compare` read a store as they read a tree.
 
-Identity: a run is (recipe, setting, act label, seed, config hash); its content is the SHA-256 of its summary,
-config, curves and predictions (`content_sha256`: not of its snapshots, the report's drawings, which a record keeps
-for one run per activation only). The same run collected again (from its tree, a copy, its record) adds nothing;
-a different result under an identity the store (or the same collect) already holds is refused, naming both sources,
-and nothing of that collect is written.
+Identity: a run is (recipe, setting, act label, seed, config hash); its result (`result_sha256`) is the SHA-256 of
+what it computed (status, metrics, curves but their timings, predictions); an observation is an identity with a
+result. The same observation collected again (from its tree, a copy, its record, a rerun with the same numbers)
+adds nothing; another result under a held identity (a rerun on another device) is kept as another observation.
+`content_sha256` (summary, config, curves and predictions as collected, times included: not of its snapshots, the
+report's drawings) is checked on read with the columns (`_checked`): a changed or unreadable row is left out,
+named. A table holds one observation per run (`one_per_place` says what tells several apart and the selectors).
 
 Each collect writes its rows into one new Parquet file, atomically (results/io.py `atomic_path`: a temporary file
 named `.part-....tmp<pid>` in the store, fsynced, renamed): a collect killed at any instant leaves the store as it was
@@ -33,6 +37,7 @@ a reader that takes its schema from the first file sees every column.
 from __future__ import annotations
 
 import contextlib
+import csv
 import datetime
 import hashlib
 import io
@@ -40,7 +45,7 @@ import json
 import math
 import os
 import re
-import tempfile
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,7 +54,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import layout, record
+from . import layout, origins, record
+from .identity import diff_configs, shared_part
 from .io import RunStateError, atomic_path
 from .predictions import ARRAYS, VARIANTS, write_predictions
 from .safe_paths import UnsafePath, inside
@@ -61,7 +67,16 @@ REPORT = "_report"  # <STORE>/_report/: the report's files of a store (a leading
 _PART = re.compile(r"part-\d{17}\.parquet")
 _TEMP = re.compile(r"\.part-\d{17}\.parquet\..*\.tmp(\d+)")
 IDENTITY = ("recipe", "setting", "act", "seed", "config_hash")
-FILTERS = ("recipe", "act", "config")  # report STORE recipe=a,b act=x,y config=HASH: the runs selected
+# one observation of a run: its identity and its result (a rerun with the same result is the same observation)
+OBSERVATION = (*IDENTITY, "result_sha256")
+# report STORE recipe=a,b act=x,y config=HASH source=PATH env.device=NAME cfg.epochs=10: the runs selected
+FILTERS = ("recipe", "act", "config", "source")
+PREFIXES = ("env.", "cfg.")  # and any env.* or cfg.* column
+CURVES = "_curves"  # <STORE>/_curves/part-<digits>.parquet: the per-epoch curves as a long table, one per part
+CURVE_COLUMNS = ("recipe", "setting", "act", "seed", "config_hash", "result_sha256", "epoch", "metric", "value")
+# the curves' columns that time the run rather than say what it computed: left out of a run's result
+TIMING = re.compile(r".*(_time_s|_seconds|_timestamp)$")
+CONFIG = "cfg."
 
 # the columns every part has (type: "s" string, "i" integer, "f" float, "b" boolean, "y" bytes), in this order;
 # then metric.<name> (float), and the env.* and placement.* columns
@@ -111,6 +126,7 @@ COLUMNS = {
     "collected_at": "s",
     "run_path": "s",
     "content_sha256": "s",
+    "result_sha256": "s",
     "run_json": "s",
     "predictions_npz": "y",
 }
@@ -171,7 +187,9 @@ def _marker(path: Path) -> None:
 # --- one run as a row ------------------------------------------------------------------------------
 
 
-def _canonical(x) -> str:
+def _canonical(x, nan: bool = False) -> str:
+    if nan:  # NaN is not JSON: as text, so that equal curves hash equal
+        x = json.loads(json.dumps(x, default=str), parse_constant=lambda c: c)
     return json.dumps(x, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
@@ -199,6 +217,51 @@ def content_sha256(run: dict, arrays: dict[str, np.ndarray] | None) -> str:
         h.update(f"{key}:{value.dtype.str}:{value.shape}".encode())
         h.update(value.tobytes() if value.dtype.kind != "U" else str(value).encode())
     return h.hexdigest()
+
+
+def _curves(metrics_csv) -> list[dict]:
+    """A run's per-epoch curves (metrics.csv's text) as rows {column: value}; values as numbers where they are."""
+    if not isinstance(metrics_csv, str) or not metrics_csv.strip():
+        return []
+
+    def value(v):
+        number = _number(v)
+        return v if math.isnan(number) else number
+
+    return [
+        {k: value(v) for k, v in line.items() if k is not None} for line in csv.DictReader(io.StringIO(metrics_csv))
+    ]
+
+
+def result_sha256(run: dict, arrays: dict[str, np.ndarray] | None) -> str:
+    """The SHA-256 of what a run computed: its status, metrics, the curves' values but their timings, and its
+    predictions. Two runs with the same result are one observation, whenever, wherever and how fast they ran."""
+    summary = run.get("summary") or {}
+    curves = [{k: v for k, v in row.items() if not TIMING.fullmatch(k)} for row in _curves(run.get("metrics_csv"))]
+    h = hashlib.sha256(_canonical([summary.get("status"), summary.get("metrics"), curves], nan=True).encode())
+    for key in sorted(arrays or {}):
+        value = np.ascontiguousarray(arrays[key])
+        h.update(f"{key}:{value.dtype.str}:{value.shape}".encode())
+        h.update(value.tobytes() if value.dtype.kind != "U" else str(value).encode())
+    return h.hexdigest()
+
+
+def config_columns(config) -> dict[str, str | None]:
+    """A run's configuration flattened: {"cfg.optim.lr": "0.02", "cfg.data.name": "digits", ...}. Every value is
+    text (a number as Python writes it, a list or mapping as JSON, null as a missing value), so that every part of a
+    store agrees on the columns' type: `pd.to_numeric(runs["cfg.optim.lr"])` gives numbers back."""
+    out: dict[str, str | None] = {}
+
+    def walk(d: dict, prefix: str) -> None:
+        for k, v in d.items():
+            if isinstance(v, dict) and v:
+                walk(v, f"{prefix}{k}.")
+            else:
+                out[f"{CONFIG}{prefix}{k}"] = None if v is None else v if isinstance(v, str) else _canonical(v)
+
+    if isinstance(config, dict):
+        walk({k: v for k, v in config.items() if k != "defaults"}, "")
+    return out
 
 
 def _number(x) -> float:
@@ -275,6 +338,7 @@ def run_row(run_dir: Path, recipe_root: Path, source: str, run: dict) -> dict:
         "collected_at": None,
         "run_path": f"{recipe_root.name}/{rel.as_posix()}",
         "content_sha256": content_sha256(run, arrays),
+        "result_sha256": result_sha256(run, arrays),
         "run_json": json.dumps(
             {k: run.get(k) for k in ("summary", "config", "metrics_csv", "snapshots")}, sort_keys=True
         ),
@@ -282,6 +346,7 @@ def run_row(run_dir: Path, recipe_root: Path, source: str, run: dict) -> dict:
     }
     metrics = summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {}
     row.update({f"{METRIC}{k}": _number(v) for k, v in sorted(metrics.items())})
+    row.update(config_columns(run.get("config")))
     return row
 
 
@@ -362,16 +427,54 @@ def _write_part(store: Path, rows: list[dict], known: list[str]) -> Path:
         number -= 1
     target = store / f"part-{number:017d}.parquet"
     with atomic_path(target) as tmp, open(tmp, "wb") as f:
-        pq.write_table(table, f, compression="zstd")
+        pq.write_table(table, f, compression="zstd", row_group_size=BATCH)  # a reader holds one group at a time
         f.flush()
         os.fsync(f.fileno())
     record._sync(store)
+    _write_curves(store / CURVES / target.name, rows)
     return target
+
+
+def _complete_curves(store: Path) -> None:
+    """The curves of every part that has none yet (a store from before them, or a collect killed between its part
+    and its curves): written from the part's own rows."""
+    for part in parts(store):
+        if not (store / CURVES / part.name).is_file():
+            rows = pq.read_table(part, columns=[*OBSERVATION[:5], "run_json", "predictions_npz"]).to_pylist()
+            for row in rows:
+                row["result_sha256"] = _hashes(row["run_json"], row["predictions_npz"])[1]
+            _write_curves(store / CURVES / part.name, rows)
+
+
+def _write_curves(target: Path, rows: list[dict]) -> None:
+    """The per-epoch curves of `rows` as one long table (CURVE_COLUMNS: a run's identity and result, the epoch, the
+    metric's name and value), which pandas or DuckDB read without unpacking run_json."""
+    table: dict[str, list] = {c: [] for c in CURVE_COLUMNS}
+    for row in rows:
+        for line in _curves(json.loads(row["run_json"]).get("metrics_csv")):
+            epoch = line.get("epoch")
+            if not isinstance(epoch, float):
+                continue
+            for metric, value in line.items():
+                if metric != "epoch" and isinstance(value, float):
+                    for c in CURVE_COLUMNS[:6]:
+                        table[c].append(row.get(c))
+                    table["epoch"].append(int(epoch))
+                    table["metric"].append(metric)
+                    table["value"].append(value)
+    types = {"seed": pa.int64(), "epoch": pa.int64(), "value": pa.float64()}
+    schema = pa.schema([(c, types.get(c, pa.string())) for c in CURVE_COLUMNS])
+    target.parent.mkdir(exist_ok=True)
+    with atomic_path(target) as tmp, open(tmp, "wb") as f:
+        pq.write_table(pa.table(table, schema=schema), f, compression="zstd")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _remove_stale_temps(store: Path) -> None:
     """The temporary files of collects whose process is gone (a kill -9 mid-write)."""
-    for p in store.iterdir():
+    folders = [store, *([store / CURVES] if (store / CURVES).is_dir() else [])]
+    for p in (p for folder in folders for p in folder.iterdir()):
         m = _TEMP.fullmatch(p.name)
         if not m:
             continue
@@ -396,14 +499,79 @@ def _read_parts(store: Path, columns: list[str] | None = None) -> pd.DataFrame:
                 "); a store's parts are never rewritten: restore it from a copy or remove it and "
                 "collect its runs again"
             ) from None
-        frames.append(table.to_pandas().assign(_part=p.name))
+        frame = table.to_pandas().assign(_part=p.name)
+        if columns and "result_sha256" in columns and "result_sha256" not in have:  # a part from before results
+            blobs = pq.read_table(p, columns=["run_json", "predictions_npz"]).to_pandas()
+            frame["result_sha256"] = [
+                _hashes(j, b)[1] if j is not None else None for j, b in zip(blobs["run_json"], blobs["predictions_npz"])
+            ]
+        frames.append(frame)
     if not frames:
         return pd.DataFrame(columns=[*(columns or COLUMNS), "_part"])
     return pd.concat(frames, ignore_index=True)
 
 
-def _identity(row) -> tuple:
-    return tuple(None if (isinstance(row[k], float) and math.isnan(row[k])) else row[k] for k in IDENTITY)
+def _hashes(run_json: str, blob) -> tuple[str, str]:
+    """(content_sha256, result_sha256) of a row, from what it holds (run_json, predictions_npz)."""
+    run = json.loads(run_json)
+    arrays = None
+    if isinstance(blob, (bytes, bytearray)):
+        with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    return content_sha256(run, arrays), result_sha256(run, arrays)
+
+
+def _checked(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The rows whose content is what they were collected with (their content_sha256, recomputed), and one line
+    per row left out: changed since it was collected, or unreadable."""
+    keep, notes = [], []
+    if "result_sha256" not in runs.columns:  # a part from before results
+        runs = runs.assign(result_sha256=None)
+    for i, row in runs.iterrows():
+        try:
+            content, result = _hashes(row["run_json"], row.get("predictions_npz"))
+        except (TypeError, ValueError, OSError, KeyError) as e:  # no JSON, an npz that is none, an object array
+            notes.append(f"{row['_part']}: {_describe(row)} is unreadable ({type(e).__name__}); left out")
+            continue
+        if content != row["content_sha256"]:
+            notes.append(
+                f"{row['_part']}: {_describe(row)} has been changed since it was collected (its content hash is "
+                f"{content[:12]}…, it was collected as {str(row['content_sha256'])[:12]}…); left out"
+            )
+            continue
+        differs = _columns_differ(row)
+        if differs:
+            notes.append(
+                f"{row['_part']}: {_describe(row)}: its columns disagree with the run it holds ({differs}); "
+                "the row has been changed since it was collected; left out"
+            )
+            continue
+        if not isinstance(row.get("result_sha256"), str):
+            runs.at[i, "result_sha256"] = result
+        keep.append(i)
+    return runs.loc[keep], notes
+
+
+def _columns_differ(row) -> str | None:
+    """The first column of `row` that its run_json's summary contradicts (a metric, the status, the config hash)."""
+    summary = json.loads(row["run_json"]).get("summary") or {}
+    metrics = summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {}
+    expected = {f"{METRIC}{k}": _number(v) for k, v in metrics.items()}
+    expected |= {"status": _text(summary.get("status")), "config_hash": _text(summary.get("config_hash"))}
+    for column, want in expected.items():
+        have = row.get(column)
+        same = (
+            (isinstance(have, float) and math.isnan(have) and math.isnan(want))
+            if isinstance(want, float) and math.isnan(want)
+            else have == want
+        )
+        if not same:
+            return f"{column}: {have!r} in the row, {want!r} in its summary"
+    return None
+
+
+def _identity(row, keys: tuple = IDENTITY) -> tuple:
+    return tuple(None if (isinstance(row[k], float) and math.isnan(row[k])) else row[k] for k in keys)
 
 
 def _describe(row) -> str:
@@ -417,34 +585,34 @@ def _describe(row) -> str:
 def collect(sources: list[str], into: str | Path) -> tuple[list[str], list[str], list[str], Path | None]:
     """Collect the runs of `sources` (trees, records, stores) into the store `into` (created when missing).
 
+    A run already held with the same result (its metrics, curves and predictions: `result_sha256`), whenever or
+    wherever it ran, adds nothing; one with another result (a rerun on another device, another CPU) is kept as
+    another observation of that run, with its environment and source.
+
     Returns (one line per source: "collected N runs from X (M new, K already in the store)", the lines of what was
     skipped (damage), the lines of runs left out (still running, interrupted), the part written or None).
 
     Raises:
-        StoreError: `into` is no store and no new or empty folder; a source that does not exist, is no results tree
-            or a damaged record; runs that conflict (nothing of this collect is then written).
+        StoreError: `into` is no store and no new or empty folder; a source that does not exist, is the store
+            itself, or is no results tree, record or store.
     """
     store = Path(into)
     check_target(store)
     if is_store(store):
         _remove_stale_temps(store)
-    held = (
-        _read_parts(store, [*IDENTITY, "content_sha256", "source", "source_path"])
-        if is_store(store)
-        else pd.DataFrame()
-    )
-    known: dict[tuple, tuple[str, str]] = {
-        _identity(r): (r["content_sha256"], f"{r['source']} ({r['source_path']})") for _, r in held.iterrows()
-    }
+        _complete_curves(store)
+    held = _read_parts(store, list(OBSERVATION)) if is_store(store) else pd.DataFrame(columns=list(OBSERVATION))
+    known = {_identity(r, OBSERVATION) for _, r in held.iterrows()}  # observations held
+    runs_held = {_identity(r) for _, r in held.iterrows()}
     columns = [c for p in (parts(store) if is_store(store) else []) for c in pq.read_schema(p).names]
-    lines, skipped, left, new_rows, conflicts = [], [], [], [], []
+    lines, skipped, left, new_rows = [], [], [], []
     for source in sources:
         label = str(source)
         path = Path(source)
         if not path.exists():
             raise StoreError(f"{label} does not exist")
         if path.resolve() == store.resolve():
-            raise StoreError(f"{label} is the store collected into")
+            raise StoreError(f"{label} is the store collected into; give the trees, records or other stores to add")
         try:
             with _tree_of(path) as tree:
                 rows, bad, later = gather(tree, label)
@@ -461,30 +629,19 @@ def collect(sources: list[str], into: str | Path) -> tuple[list[str], list[str],
                 f"{label} holds no run (<recipe>/<act>/seed_<k>/summary.json), and is no record "
                 f"(record.json) and no store ({MARKER}){hint}"
             )
-        fresh = already = 0
+        fresh = already = other = 0
         for row in rows:
-            key = _identity(row)
+            key = _identity(row, OBSERVATION)
             if key in known:
-                content, where = known[key]
-                if content != row["content_sha256"]:
-                    conflicts.append(
-                        f"{_describe(row)}: {label} ({row['source_path']}) holds a different result "
-                        f"than {where} (content {row['content_sha256'][:12]}… vs {content[:12]}…)"
-                    )
-                else:
-                    already += 1
+                already += 1
                 continue
-            known[key] = (row["content_sha256"], f"{label} ({row['source_path']})")
+            other += _identity(row) in runs_held
+            known.add(key)
+            runs_held.add(_identity(row))
             new_rows.append(row)
             fresh += 1
-        lines.append(f"collected {len(rows)} runs from {label} ({fresh} new, {already} already in the store)")
-    if conflicts:
-        raise StoreError(
-            "; ".join(conflicts[:3])
-            + (f"; and {len(conflicts) - 3} more" if len(conflicts) > 3 else "")
-            + f"; refused: nothing was written to {store} (one identity, one result: collect the "
-            "conflicting runs into another store)"
-        )
+        more = f"; {other} of them other results of runs it holds (other observations)" if other else ""
+        lines.append(f"collected {len(rows)} runs from {label} ({fresh} new, {already} already in the store{more})")
     written = None
     if new_rows:
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -514,30 +671,127 @@ def _tree_of(path: Path) -> Iterator[Path]:
 # --- reading -----------------------------------------------------------------------------------------
 
 
+def is_filter(key: str) -> bool:
+    """Whether `key` selects a store's runs: recipe, act, config, source, or any env.* or cfg.* column."""
+    return key in FILTERS or (key.startswith(PREFIXES) and len(key) > 4)
+
+
+SELECTORS = "recipe=A,B act=X,Y config=HASH source=PATH env.KEY=VALUE cfg.KEY=VALUE"
+
+
 def parse_filters(args: list[str]) -> dict[str, list[str]]:
-    """`recipe=a,b act=x config=HASH` as {key: values}; StoreError for another key."""
+    """`recipe=a,b act=x config=HASH env.device=NAME cfg.epochs=10` as {key: values}; StoreError for another key."""
     out: dict[str, list[str]] = {}
     for arg in args:
         key, sep, value = arg.partition("=")
-        if not sep or key not in FILTERS:
-            raise StoreError(
-                f"unknown selector {arg!r}; a store's runs are selected by {', '.join(f'{k}=A,B' for k in FILTERS)}"
-            )
+        if not sep or not is_filter(key):
+            raise StoreError(f"unknown selector {arg!r}; a store's runs are selected by {SELECTORS}")
         out.setdefault(key, []).extend(v.strip() for v in value.split(",") if v.strip())
     return out
 
 
 def take_filters(argv: list[str]) -> tuple[list[str], dict[str, list[str]]]:
-    """(the other arguments, the selectors) of a command line that may name a store: `recipe=`, `act=`, `config=`."""
+    """(the other arguments, the selectors) of a command line that may name a store (`is_filter`'s keys)."""
     rest, selectors = [], []
     for arg in argv:
-        (selectors if arg.partition("=")[0] in FILTERS and "=" in arg and not arg.startswith("-") else rest).append(arg)
+        (selectors if "=" in arg and not arg.startswith("-") and is_filter(arg.partition("=")[0]) else rest).append(arg)
     return rest, parse_filters(selectors)
 
 
-def read(path: str | Path, filters: dict[str, list[str]] | None = None) -> pd.DataFrame:
-    """The store's runs, one row per identity (a run collected twice concurrently: its latest row), oldest collect
-    first, selected by `filters` ({"recipe": [...], "act": [...], "config": [...]}: config hashes).
+BLOBS = ("run_json", "predictions_npz")  # a row's run: read batch by batch, never the whole store at once
+BATCH = 256  # rows per batch read from a part
+PROGRESS = 2000  # a store of at least this many rows says how far reading and writing have come
+
+
+# the columns a report of a store keeps of each row while it reads (and any it is selected by)
+KEPT = (*OBSERVATION, "setting_label", "status", "source", "source_path", "run_path", "env.device", "_part", "_row")
+
+
+def _scan(path: Path, say=None, keep: tuple | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """Every row of the store without its run (BLOBS), checked batch by batch (`_checked`), with its place (`_part`,
+    `_row`), and the lines of the rows left out. `keep`: the columns kept of each row (None: every small one).
+    Memory: the columns kept, and one batch of runs."""
+    total = sum(pq.ParquetFile(p).metadata.num_rows for p in parts(path))
+    light, notes, done = [], [], 0
+    for p in parts(path):
+        row = 0
+        try:
+            for batch in _groups(p):
+                frame = batch.to_pandas().assign(_part=p.name, _row=range(row, row + batch.num_rows))
+                row += batch.num_rows
+                kept, dropped = _checked(frame)
+                light.append(kept[[c for c in kept.columns if c not in BLOBS and (keep is None or c in keep)]])
+                notes += dropped
+                done += batch.num_rows
+                if say and total >= PROGRESS and (done // PROGRESS != (done - batch.num_rows) // PROGRESS):
+                    say(f"checked {done} of {total} rows")
+        except (OSError, pa.ArrowException) as e:
+            raise _unreadable(p, e) from None
+    if not light:
+        return pd.DataFrame(columns=[*COLUMNS, "_part", "_row"]).drop(columns=list(BLOBS)), notes
+    runs = pd.concat(light, ignore_index=True)
+    return runs.drop_duplicates(subset=list(OBSERVATION), keep="last").reset_index(drop=True), notes
+
+
+def _groups(p: Path, columns: list[str] | None = None) -> Iterator[pa.Table]:
+    """A part's row groups, one at a time (BATCH rows each in the parts this visionbench writes; a reader holds one
+    group, where pyarrow's iter_batches keeps what it read of the whole file)."""
+    part = pq.ParquetFile(p)
+    for g in range(part.metadata.num_row_groups):
+        yield part.read_row_group(g, columns=columns)
+
+
+def _unreadable(p: Path, e: Exception) -> StoreError:
+    return StoreError(
+        f"{p} is unreadable ({type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''}"
+        "); a store's parts are never rewritten: restore it from a copy or remove it and "
+        "collect its runs again"
+    )
+
+
+def _select(runs: pd.DataFrame, filters: dict[str, list[str]] | None, path: Path) -> pd.DataFrame:
+    selected = runs
+    for key, values in (filters or {}).items():
+        column = "config_hash" if key == "config" else key
+        if column not in runs.columns:
+            known = sorted(c for c in runs.columns if c.startswith(key.split(".")[0] + "."))
+            raise StoreError(
+                f"no column {column!r} in {path} to select by; it has {', '.join(known[:12]) or 'none of that kind'}"
+                + (f" and {len(known) - 12} more" if len(known) > 12 else "")
+            )
+        if values:
+            have = selected[column].astype(str).where(selected[column].notna(), "null")
+            if column == "config_hash":  # a hash, or the start of one
+                selected = selected[have.map(lambda h, vs=tuple(values): h.startswith(vs))]
+            else:
+                selected = selected[have.isin(values)]
+    if not len(selected):
+        asked = " ".join(f"{k}={','.join(v)}" for k, v in (filters or {}).items())
+        raise StoreError(f"no run in {path} matches {asked or 'anything'}; it holds {holdings(runs, filters)}")
+    return selected.reset_index(drop=True)
+
+
+def _runs_of(path: Path, runs: pd.DataFrame) -> Iterator[tuple[dict, dict]]:
+    """(small columns, run columns) of each row of `runs` (from `_scan`), read part by part, batch by batch."""
+    wanted: dict[str, dict[int, dict]] = {}
+    for row in runs.to_dict("records"):
+        wanted.setdefault(row["_part"], {})[int(row["_row"])] = row
+    for name, rows in wanted.items():
+        offset = 0
+        for batch in _groups(Path(path) / name, list(BLOBS)):
+            blobs = batch.to_pydict()
+            for i in range(batch.num_rows):
+                if offset + i in rows:
+                    yield rows[offset + i], {c: blobs[c][i] for c in BLOBS}
+            offset += batch.num_rows
+
+
+def read(path: str | Path, filters: dict[str, list[str]] | None = None, runs: bool = True) -> pd.DataFrame:
+    """The store's observations, one row each (an observation collected twice concurrently: its latest row), oldest
+    collect first, selected by `filters` ({"recipe": [...], "act": [...], "config": [HASH], "source": [...],
+    "env.device": [...], "cfg.epochs": [...]}). Each row is checked against its content hash and its run: a row
+    changed since it was collected, or unreadable, is left out, named in `frame.attrs["notes"]`. `runs=False`: without
+    the run columns (run_json, predictions_npz), in the memory of the small columns only.
 
     Raises:
         StoreError: no store, an unreadable part, a filter that selects nothing (the line names what it holds).
@@ -546,39 +800,72 @@ def read(path: str | Path, filters: dict[str, list[str]] | None = None) -> pd.Da
     if not is_store(path):
         raise StoreError(f"{path} is no store (no {MARKER}); `visionbench collect TREE --into {path}` makes one")
     _marker(path)
-    runs = _read_parts(path)
-    if len(runs):
-        runs = runs.drop_duplicates(subset=list(IDENTITY), keep="last").reset_index(drop=True)
-    selected = runs
-    for key, values in (filters or {}).items():
+    light, notes = _scan(path)
+    selected = _select(light, filters, path)
+    if runs:
+        blobs = {(small["_part"], small["_row"]): big for small, big in _runs_of(path, selected)}
+        for c in BLOBS:
+            selected[c] = [blobs[(p, r)][c] for p, r in zip(selected["_part"], selected["_row"])]
+    out = selected.drop(columns=["_part", "_row"])
+    out.attrs["notes"] = notes
+    return out
+
+
+def holdings(runs: pd.DataFrame, filters: dict[str, list[str]] | None = None) -> str:
+    """What a frame of runs holds, in a line: per recipe its activations, and the values of the selected keys."""
+    if not len(runs):
+        return "no run"
+    parts_ = [f"recipe {recipe}: act {', '.join(sorted(set(g['act'])))}" for recipe, g in runs.groupby("recipe")]
+    for key in filters or {}:
         column = "config_hash" if key == "config" else key
-        if values:
-            selected = selected[selected[column].isin(values)]
-    if not len(selected):
-        holds = (
-            "no run"
-            if not len(runs)
-            else "; ".join(
-                f"recipe {recipe}: act {', '.join(sorted(set(g['act'])))}" for recipe, g in runs.groupby("recipe")
+        if column not in ("recipe", "act") and column in runs.columns:
+            values = sorted({str(v) for v in runs[column].dropna()})
+            parts_.append(
+                f"{key} {', '.join(values[:8])}" + (f" and {len(values) - 8} more" if len(values) > 8 else "")
             )
+    return "; ".join(parts_)
+
+
+def one_per_place(runs: pd.DataFrame, path: str | Path) -> None:
+    """StoreError unless each run folder of the tree has one observation: several configurations of one recipe, or
+    several observations of one run (reruns on other devices, other sources), are named with what tells them apart
+    and the selectors that pick one."""
+    crowded = runs[runs.duplicated("run_path", keep=False)]
+    if not len(crowded):
+        return
+    configs = sorted(set(crowded["config_hash"].astype(str)))
+    if len(configs) > 1:
+        one = crowded.drop_duplicates("config_hash")
+        first = {
+            small["config_hash"]: shared_part(json.loads(big["run_json"]).get("config") or {})
+            for small, big in _runs_of(Path(path), one)
+        }
+        base = first[configs[0]]
+        differ = [f"{h}: " + "; ".join(diff_configs(base, first[h], labels=(configs[0], h))[:3]) for h in configs[1:]]
+        raise StoreError(
+            f"{path} holds {len(configs)} configurations of {', '.join(sorted(set(crowded['recipe'])))} (config "
+            f"{', '.join(configs)}; {' | '.join(differ)}); a table holds one: select it with config=HASH "
+            f"(or a cfg.KEY=VALUE)"
         )
-        asked = " ".join(f"{k}={','.join(v)}" for k, v in (filters or {}).items())
-        raise StoreError(f"no run in {path} matches {asked or 'anything'}; it holds {holds}")
-    return selected.drop(columns="_part").reset_index(drop=True)
+    row = crowded.iloc[0]
+    same = crowded[crowded["run_path"] == row["run_path"]]
+    told = [f"env.device {d!r} from {src}" for d, src in zip(same["env.device"], same["source"])]
+    raise StoreError(
+        f"{path} holds {len(same)} observations of {_describe(row)} ({'; '.join(told)}) and "
+        f"{crowded['run_path'].nunique()} such runs in all: reruns with other results; a table holds one "
+        "observation of each run: select them with env.KEY=VALUE (env.device=…) or source=PATH "
+        "(visionbench compare STORE STORE --select-a … --select-b … puts two side by side)"
+    )
 
 
-def materialize(runs: pd.DataFrame, into: Path) -> Path:
-    """Write the runs of `read`'s frame as a results tree under `into`; returns its root (`into/runs`)."""
+def materialize(path: str | Path, runs: pd.DataFrame, into: Path, say=None) -> Path:
+    """Write the runs of the store at `path` that `runs` (from `_scan`: one observation per run folder,
+    `one_per_place`) names as a results tree under `into`, batch by batch; returns its root (`into/runs`)."""
     root = Path(into) / "runs"
-    seen: dict[str, str] = {}
-    for _, row in runs.iterrows():
-        where = f"{row['source']} ({row['source_path']})"
-        if row["run_path"] in seen:
-            raise StoreError(
-                f"two runs of the store go to {row['run_path']}: {seen[row['run_path']]} and {where} "
-                "(configurations differ); select one with config=HASH"
-            )
-        seen[row["run_path"]] = where
+    for done, (small, big) in enumerate(_runs_of(Path(path), runs), 1):
+        if say and len(runs) >= PROGRESS and done % PROGRESS == 0:
+            say(f"wrote {done} of {len(runs)} runs as a tree")
+        row = {**small, **big}
         try:
             run_dir = inside(root, row["run_path"], "run_path")
         except UnsafePath as e:
@@ -613,6 +900,20 @@ def materialize(runs: pd.DataFrame, into: Path) -> Path:
 def opened(path: str | Path, filters: dict[str, list[str]] | None = None) -> Iterator[Path]:
     """The runs of the store at `path` that `filters` select, as a results tree in a temporary folder (removed
     afterwards): what `visionbench report STORE` and `visionbench compare` read. StoreError (one line) otherwise."""
-    runs = read(path, filters)
-    with tempfile.TemporaryDirectory(prefix="visionbench-store-") as tmp:
-        yield materialize(runs, Path(tmp))
+    path = Path(path)
+    if not is_store(path):
+        raise StoreError(f"{path} is no store (no {MARKER}); `visionbench collect TREE --into {path}` makes one")
+    _marker(path)
+
+    def say(message: str) -> None:
+        print(f"visionbench: {path}: {message}", file=sys.stderr, flush=True)
+
+    light, notes = _scan(path, say, keep=(*KEPT, *(filters or {}), "config_hash"))
+    runs = _select(light, filters, path)
+    one_per_place(runs, path)
+    for note in notes:
+        say(f"note: {note}")
+    with origins.temporary_folder("store") as tmp:
+        tree = materialize(path, runs, Path(tmp), say)
+        with origins.registered(tree, origins.of_store(str(path), list(runs["source"]))):
+            yield tree
