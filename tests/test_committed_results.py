@@ -132,6 +132,48 @@ def test_the_committed_default_page_in_a_browser(tmp_path):
     assert seen["tables"] == 2 and sorted(seen["before"]) == ["gelu", "hermite", "rational", "relu"]
 
 
+def _page_of(record: str, tmp_path: Path, *flags: str) -> Path:
+    """The --html report of a committed record, written into a copy of its results folder."""
+    copy = Path(shutil.copytree(RESULTS / record, tmp_path / record))
+    assert cli(["report", str(copy / "record"), "--html", *flags]) == 0
+    (page,) = [p for p in copy.rglob("report.html")]
+    return page
+
+
+def test_every_section_file_of_a_tree_is_on_its_page_and_trials_fold_in_numeric_order(tmp_path):
+    """tuning_digits: the tuning section (its equal-budget table, verdicts and figure) is on the page, and so is every
+    Markdown file of every folder; the 18 settings sit under one index, trial 2 before trial 10."""
+    from visionbench.report import html as page_module
+
+    from .test_report_html import Page
+
+    page = _page_of("tuning_digits", tmp_path)
+    text = page.read_text(encoding="utf-8")
+    blocks = Page(text).blocks
+    for md in page.parent.rglob("*.md"):
+        label = md.parent.relative_to(page.parent).as_posix()
+        heading = dict(page_module.SECTIONS).get(md.name) or md.stem.replace("_", " ").capitalize()
+        assert (f"{label}: {heading}" if label != "." else heading) in blocks, md
+    tuning = (page.parent / "tuning.md").read_text(encoding="utf-8")
+    for line in (line for line in tuning.splitlines() if line.startswith("- ")):  # every verdict sentence
+        assert line[2:].split("(")[0].strip().replace("**", "") in text.replace("<strong>", "").replace("</strong>", "")
+    order = re.findall(r'<details id="[^"]*"><summary>tune\.trial=(\w+)', text)
+    numbers = [int(t) for t in order if t.isdigit()]
+    assert len(order) == 18 and numbers == sorted(numbers), order
+    assert "<h2>Settings (18): one table each</h2>" in text and "<figcaption>tuning.png</figcaption>" in text
+
+
+@needs_chromium
+@pytest.mark.plots
+def test_the_fashion_mnist_page_shows_every_column_at_1280_px(tmp_path):
+    """The widest committed table (fashion_mnist_slaf with the published column): the significance table fits a 1280 px
+    window whole, and the wider per-example table keeps its first column in view (check_in_browser)."""
+    page = _page_of("fashion_mnist_slaf", tmp_path, "--published")
+    n_images = page.read_text(encoding="utf-8").count("<img ")
+    seen = check_in_browser(page, tmp_path, n_images=n_images)
+    assert seen["tables"] == 2
+
+
 def test_no_other_test_names_the_repositorys_results_folder():
     """Only this file (which regenerates tables from copies of the records) and the default run's self-check (which
     reads the default's record) name the repository's results/; every test runs in its own empty working directory

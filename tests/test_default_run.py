@@ -79,3 +79,15 @@ def test_the_default_run_reads_identical_to_the_committed_record(tmp_path):
                 f"{verdicts} (docs/reproducing.md, 'On another CPU')"
             )
     assert set(verdicts.values()) == {"identical"}, compared.stdout
+    # identical runs are one observation: the rerun collected beside the record adds nothing (docs/store.md)
+    from visionbench.cli import main as cli
+
+    assert cli(["collect", str(RECORD), "--into", str(tmp_path / "s")]) == 0
+    collected = subprocess.run(
+        [sys.executable, "-m", "visionbench.cli", "collect", str(runs / "digits_vgg4"), "--into", str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert collected.returncode == 0 and "(0 new, 12 already in the store)" in collected.stdout, collected.stdout

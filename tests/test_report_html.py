@@ -160,13 +160,19 @@ def test_the_converter_renders_what_the_report_writes():
         "<ins>underlined</ins>, <code>code_x</code> and <em>italic</em>."
     ) in out
     assert '<td style="text-align:left"><strong>re|lu</strong></td>' in out
-    assert '<td style="text-align:right">&lt; 0.0001 (****)</td><td style="text-align:center"><ins>x</ins></td>' in out
-    assert '<td style="text-align:right">0.0043 (**)</td><td style="text-align:center"></td>' in out  # padded row
-    assert '<table class="sortable">' in out
-    assert "<p>Verdicts (α = 0.05):</p>\n<ul><li>one &amp; &lt;two&gt;</li><li>three\ncontinued</li></ul>" in out
-    assert "<pre><code>indented code &lt;x&gt;</code></pre>" in out and "<pre><code>fenced | code</code></pre>" in out
+    assert (
+        '<td style="text-align:right">&lt; 0.0001 (****)</td>\n<td style="text-align:center"><ins>x</ins></td>' in out
+    )
+    assert '<td style="text-align:right">0.0043 (**)</td>\n<td style="text-align:center"></td>' in out  # padded row
+    assert '<div class="scroll"><table class="sortable">' in out and '<th style="text-align:left" scope="col">' in out
+    assert "<p>Verdicts (α = 0.05):</p>" in out and "one &amp; &lt;two&gt;" in out and "three\ncontinued" in out
+    assert "indented code &lt;x&gt;" in out and "<pre><code>fenced | code\n</code></pre>" in out
     assert '<a href="per_example.md">per_example.md</a>' in out and "site (https://example.com)" in out
     assert '<span class="alt">[fig]</span>' in out and "<img" not in out and 'href="https' not in out
+    # raw HTML other than the few tags the report writes stays text
+    assert (
+        page.markdown_to_html("<script>x</script> <ins>y</ins>") == "<p>&lt;script&gt;x&lt;/script&gt; <ins>y</ins></p>"
+    )
 
 
 # ---- pages of a report ----------------------------------------------------------------------------------------------
@@ -307,7 +313,13 @@ document.getElementById("page").addEventListener("load", function () {{
     function column() {{ return Array.prototype.map.call(table.tBodies[0].rows, function (r) {{
       return r.cells[0].textContent; }}); }}
     var before = column(); th.click(); var up = column(); th.click(); var down = column();
+    var wide = Array.prototype.map.call(doc.querySelectorAll("div.scroll"), function (d) {{
+      var t = d.querySelector("table"), first = t.querySelector("th");
+      return {{fits: t.scrollWidth <= d.clientWidth + 1,
+              sticky: doc.defaultView.getComputedStyle(first).position === "sticky"}}; }});
     out.textContent = JSON.stringify({{images: images.length, tables: doc.querySelectorAll("table.sortable").length,
+      first_fits: wide.length ? wide[0].fits : true,
+      cut: wide.filter(function (w) {{ return !w.fits && !w.sticky; }}).length,
       broken: images.filter(function (i) {{ return !i.complete || i.naturalWidth === 0; }}).length,
       before: before, up: up, down: down, sort: th.getAttribute("aria-sort")}});
   }} catch (e) {{ out.textContent = "error: " + e; }}
@@ -368,6 +380,8 @@ def check_in_browser(html_file: Path, tmp_path: Path, n_images: int) -> dict:
     assert seen["images"] == n_images and seen["broken"] == 0
     assert seen["up"] == sorted(seen["before"], key=str.lower) and seen["down"] == seen["up"][::-1]
     assert seen["sort"] == "descending"
+    # at 1280 px the significance table fits whole, and a wider table keeps its first column in view as it scrolls
+    assert seen["first_fits"] and seen["cut"] == 0, seen
     return seen
 
 

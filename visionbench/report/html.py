@@ -7,9 +7,10 @@
     >>> html.markdown_to_html("| a | b |\\n|:---|---:|\\n| **1** | 2 |")   # the table as HTML
     >>> html.write_pages(written, "runs", {"runs/digits_vgg4": "digits_vgg4"})
 
-A page is rendered from the Markdown files this report run wrote (table.md, noise.md, per_example.md, ranks.md), by
-the small converter below — pipe tables, headings, paragraphs, bullet lists, code, `**bold**`, `*italic*`,
-`<ins>` — so its text and numbers are the Markdown's, character for character. The PNG figures the run drew are
+A page is rendered from the Markdown files this report run wrote (table.md, tuning.md, noise.md, per_example.md,
+ranks.md, and any other), by markdown-it-py (CommonMark and GFM pipe tables; in requirements.lock), so its text and
+numbers are the Markdown's, character for character; a recipe with many settings (a tune= design's trials) shows
+them folded under one index, in numeric order. The PNG figures the run drew are
 embedded as base64 `data:` URIs; the page's style and the few lines that sort a table when a header is clicked are
 inline. Nothing is loaded from anywhere (no CDN, no font, no server: a Content-Security-Policy in the page forbids it),
 so the file works offline, mailed or opened from disk.
@@ -28,6 +29,9 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
 from ..results.io import atomic_write_bytes
 
 PAGE = "report.html"
@@ -36,189 +40,71 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # the Markdown files of a recipe folder, in page order, with the heading of their section
 SECTIONS = (
     ("table.md", "Significance table"),
+    ("tuning.md", "Tuning: the equal-budget comparison"),
     ("noise.md", "Where the noise comes from"),
     ("per_example.md", "Per-example evidence"),
-)
+)  # and any other Markdown file the report wrote there, after these, by name
+FOLD_FROM = 6  # a recipe with this many setting folders (a tune= design's trials) shows them folded, under one index
 SUITE = (("ranks.md", "Suite view"),)
-# raw HTML the report's Markdown may hold (tables.py underlines the second-best mean with <ins>); any other tag is text
+# raw HTML the report's Markdown may hold (tables.py underlines the second-best mean with <ins>): markdown-it escapes
+# all raw HTML (html=False), and these few tags, escaped, are put back; any other tag stays text
 _TAGS = re.compile(r"&lt;(/?)(ins|sub|sup|b|i|em|strong|code|kbd)&gt;|&lt;br\s*/?&gt;")
-_RULE = re.compile(r"^\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
-_ITEM = re.compile(r"^\s{0,3}([-*+]|\d{1,9}[.)])\s+(.*)$")
-_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
-_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
-_PUNCT = r"""!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~"""
-_ESCAPED = re.compile(r"\\([" + _PUNCT + r"])")
-_CODE = re.compile(r"(`+)(.+?)\1", re.S)
-# emphasis only where a pair is flanked by text: the legend's "* p < 0.05, ** < 0.01, ..." and a cell's "(**)" stay
-_BOLD = re.compile(r"(?<!\*)\*\*(?=[^\s*])(.+?)(?<=[^\s*])\*\*(?!\*)")
-_ITALIC = re.compile(r"(?<![*\w])\*(?=\w)(.+?)(?<=\w)\*(?![*\w])")
-_LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
+_EXTERNAL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:|^//")
 
 
-# ---- Markdown -> HTML -------------------------------------------------------------------------------------------------
+# ---- Markdown -> HTML (markdown-it-py: CommonMark and GFM tables) -----------------------------------------------------
+def _markdown() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    rules = md.renderer.rules
+    rules["table_open"] = lambda *a: '<div class="scroll"><table class="sortable">\n'
+    rules["table_close"] = lambda *a: "</table></div>\n"
+    return md
+
+
+_MD = _markdown()
+
+
 def markdown_to_html(text: str) -> str:
-    """The Markdown the report writes as HTML: ATX headings, paragraphs, pipe tables (with their column alignment;
-    `\\|` is a pipe inside a cell), bullet and numbered lists, fenced and indented code, inline `code`, `**bold**`,
-    `*italic*`, links, and the raw `<ins>`, `<sub>`, `<sup>` tags; everything else is escaped text. Tables get
-    class `sortable` (the page's script sorts them by a clicked header)."""
-    lines = text.replace("\r\n", "\n").split("\n")
-    out, i = [], 0
-    while i < len(lines):
-        line = lines[i]
-        if not line.strip():
-            i += 1
-            continue
-        fence = _FENCE.match(line)
-        if fence:
-            end = next((j for j in range(i + 1, len(lines)) if lines[j].strip().startswith(fence.group(1))), len(lines))
-            out.append(_code_block(lines[i + 1 : end]))
-            i = end + 1
-            continue
-        if line.startswith(("    ", "\t")):
-            j = i
-            while j < len(lines) and (lines[j].startswith(("    ", "\t")) or not lines[j].strip()):
-                j += 1
-            block = lines[i:j]
-            while block and not block[-1].strip():
-                block.pop()
-            out.append(_code_block([b[4:] if b.startswith("    ") else b[1:] for b in block]))
-            i = j
-            continue
-        heading = _HEADING.match(line)
-        if heading:
-            level = len(heading.group(1))
-            out.append(f'<h{level} id="{slug(heading.group(2))}">{inline(heading.group(2))}</h{level}>')
-            i += 1
-            continue
-        if line.lstrip().startswith("|") and i + 1 < len(lines) and _RULE.match(lines[i + 1].strip()):
-            j = i + 2
-            while j < len(lines) and lines[j].lstrip().startswith("|"):
-                j += 1
-            out.append(table_html(lines[i], lines[i + 1], lines[i + 2 : j]))
-            i = j
-            continue
-        if _ITEM.match(line):
-            i = _list(lines, i, out)
-            continue
-        j = i + 1
-        while j < len(lines) and lines[j].strip() and not _starts_block(lines, j):
-            j += 1
-        out.append("<p>" + "\n".join(inline(x.strip()) for x in lines[i:j]) + "</p>")
-        i = j
-    return "\n".join(out)
+    """The Markdown the report writes as HTML, by markdown-it-py (CommonMark with GFM pipe tables: each cell aligned
+    as its column's rule says). Tables get class `sortable` in a horizontally scrolling box; headings an id; the raw
+    `<ins>`, `<sub>`, `<sup>` tags are kept, any other HTML is escaped text. A page loads nothing and links nowhere
+    outside: an image is its alt text, a link to another site its text with the address after it; links to local
+    files and anchors stay links."""
+    tokens = _MD.parse(text.replace("\r\n", "\n"))
+    for i, token in enumerate(tokens):
+        if token.type == "heading_open":
+            token.attrSet("id", slug(tokens[i + 1].content))
+        elif token.type == "th_open":
+            token.attrSet("scope", "col")
+        if token.type == "inline" and token.children:
+            token.children = _offline(token.children)
+    return _TAGS.sub(
+        lambda m: "<br>" if m.group(2) is None else f"<{m.group(1)}{m.group(2)}>",
+        _MD.renderer.render(tokens, _MD.options, {}),
+    ).rstrip("\n")
 
 
-def _starts_block(lines: list[str], j: int) -> bool:
-    """Whether line j interrupts a paragraph (a heading, a list item, a fence or a table)."""
-    line = lines[j]
-    return bool(
-        _HEADING.match(line)
-        or _ITEM.match(line)
-        or _FENCE.match(line)
-        or (line.lstrip().startswith("|") and j + 1 < len(lines) and _RULE.match(lines[j + 1].strip()))
-    )
-
-
-def _list(lines: list[str], i: int, out: list[str]) -> int:
-    """The list starting at line i into `out` (a line that is not an item continues the item before it); the line
-    after it."""
-    ordered = _ITEM.match(lines[i]).group(1)[0].isdigit()
-    items: list[list[str]] = []
-    while i < len(lines) and lines[i].strip():
-        item = _ITEM.match(lines[i])
-        if item:
-            items.append([item.group(2)])
-        elif _HEADING.match(lines[i]) or _FENCE.match(lines[i]):
-            break
+def _offline(children: list[Token]) -> list[Token]:
+    """An inline run with its images as their alt text and its links to other sites as text (address after it)."""
+    out: list[Token] = []
+    outside: str | None = None
+    for token in children:
+        if token.type == "image":
+            alt = Token("html_inline", "", 0, content=f'<span class="alt">[{html.escape(token.content)}]</span>')
+            out.append(alt)
+        elif token.type == "link_open" and _EXTERNAL.match(str(token.attrGet("href") or "")):
+            outside = str(token.attrGet("href"))
+        elif token.type == "link_close" and outside is not None:
+            out.append(Token("text", "", 0, content=f" ({outside})"))
+            outside = None
         else:
-            items[-1].append(lines[i].strip())
-        i += 1
-    tag = "ol" if ordered else "ul"
-    out.append(
-        f"<{tag}>" + "".join("<li>" + "\n".join(inline(x) for x in item) + "</li>" for item in items) + f"</{tag}>"
-    )
-    return i
-
-
-def _code_block(lines: list[str]) -> str:
-    return "<pre><code>" + html.escape("\n".join(lines), quote=False) + "</code></pre>"
-
-
-def split_row(line: str) -> list[str]:
-    """The cells of a pipe-table row, `\\|` kept as the pipe it stands for, stripped."""
-    line = line.strip()
-    if line.startswith("|"):
-        line = line[1:]
-    if line.endswith("|") and not line.endswith("\\|"):
-        line = line[:-1]
-    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)]
-
-
-def _alignment(rule: str) -> list[str]:
-    out = []
-    for cell in split_row(rule):
-        left, right = cell.startswith(":"), cell.endswith(":")
-        out.append("center" if left and right else "right" if right else "left" if left else "")
+            out.append(token)
     return out
 
 
-def table_html(header: str, rule: str, rows: Iterable[str]) -> str:
-    """A pipe table as a sortable HTML table: header cells `th` (scope col), body cells `td`, each aligned as its
-    column's rule says."""
-    align = _alignment(rule)
-
-    def style(k: int) -> str:
-        return f' style="text-align:{align[k]}"' if k < len(align) and align[k] else ""
-
-    head = "".join(f'<th scope="col"{style(k)}>{inline(c)}</th>' for k, c in enumerate(split_row(header)))
-    body = []
-    for row in rows:
-        cells = split_row(row)
-        cells = (cells + [""] * len(align))[: max(len(align), 1)]  # GFM: a row has its header's number of cells
-        body.append("<tr>" + "".join(f"<td{style(k)}>{inline(c)}</td>" for k, c in enumerate(cells)) + "</tr>")
-    return (
-        f'<div class="scroll"><table class="sortable">\n<thead><tr>{head}</tr></thead>\n<tbody>\n'
-        + "\n".join(body)
-        + "\n</tbody>\n</table></div>"
-    )
-
-
-def inline(text: str) -> str:
-    """One line (or cell) of Markdown as HTML: code spans, backslash escapes, links, bold, italic, the raw
-    `<ins>`-like tags; every other character escaped."""
-    out, pos = [], 0
-    for m in _CODE.finditer(text):
-        out.append(_inline_text(text[pos : m.start()]))
-        out.append("<code>" + html.escape(m.group(2).strip() or m.group(2), quote=False) + "</code>")
-        pos = m.end()
-    out.append(_inline_text(text[pos:]))
-    return "".join(out)
-
-
-def _inline_text(text: str) -> str:
-    escaped: list[str] = []
-
-    def hold(m: re.Match) -> str:  # a backslash-escaped character: literal, kept out of the patterns below
-        escaped.append(html.escape(m.group(1)))
-        return f"\x00{len(escaped) - 1}\x00"
-
-    text = html.escape(_ESCAPED.sub(hold, text), quote=False)
-    text = _TAGS.sub(lambda m: "<br>" if m.group(2) is None else f"<{m.group(1)}{m.group(2)}>", text)
-    text = _LINK.sub(_link, text)
-    text = _BOLD.sub(r"<strong>\1</strong>", text)
-    text = _ITALIC.sub(r"<em>\1</em>", text)
-    return re.sub("\x00(\\d+)\x00", lambda m: escaped[int(m.group(1))], text)
-
-
-def _link(m: re.Match) -> str:
-    """A link to a local file or anchor stays a link; an image is its alt text (a page loads nothing); a link to
-    another site is its text with the address after it (the page loads nothing, and links nowhere outside)."""
-    image, label, target = m.groups()
-    if image:
-        return f'<span class="alt">[{label}]</span>'
-    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:|^//", html.unescape(target)):
-        return f"{label} ({target})"
-    return f'<a href="{html.escape(html.unescape(target), quote=True)}">{label}</a>'
+def natural(text: str) -> list:
+    """A sort key that orders numbers inside names by value: trial=2 before trial=10."""
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", text) if t]
 
 
 def slug(text: str) -> str:
@@ -262,14 +148,19 @@ def figure_html(path: Path) -> str:
 # ---- pages ----------------------------------------------------------------------------------------------------------
 _STYLE = """
 body{font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;color:#1f2328;
-max-width:1200px;margin:0 auto;padding:1.5em 2em;background:#fff}
+max-width:1500px;margin:0 auto;padding:1.5em 2em;background:#fff}
 h1{font-size:1.7em;border-bottom:1px solid #d0d7de;padding-bottom:.3em}
 h2{font-size:1.35em;border-bottom:1px solid #d0d7de;padding-bottom:.2em;margin-top:2em}
 h3{font-size:1.15em}h4{font-size:1em}
-.scroll{overflow-x:auto}
-table{border-collapse:collapse;margin:1em 0;font-variant-numeric:tabular-nums}
-th,td{border:1px solid #d0d7de;padding:.3em .6em}
-td{white-space:nowrap}
+.scroll{overflow-x:auto;max-width:100%}
+.scroll td:first-child,.scroll th:first-child{position:sticky;left:0;background:#fff;z-index:1}
+.scroll thead th:first-child{background:#f6f8fa}
+.scroll tbody tr:nth-child(2n) td:first-child{background:#f6f8fa}
+details{margin:.4em 0}summary{cursor:pointer;font-weight:600}
+ol.settings{columns:2;font-size:.9em}
+table{border-collapse:collapse;margin:1em 0;font-variant-numeric:tabular-nums;font-size:.93em}
+th,td{border:1px solid #d0d7de;padding:.3em .45em}
+td{white-space:normal}td:first-child{white-space:nowrap}
 thead th{background:#f6f8fa;cursor:pointer;user-select:none;vertical-align:bottom}
 thead th:hover{background:#eaeef2}
 thead th[aria-sort=ascending]::after{content:" \\25B2";font-size:.75em}
@@ -346,7 +237,9 @@ def _folder_sections(
     out = []
     prefix = f"{label}: " if label else ""
     by_name = {p.name: p for p in files if p.parent == folder}
-    for name, heading in SECTIONS:
+    known = dict(SECTIONS)
+    others = sorted(n for n in by_name if n.endswith(".md") and n not in known)
+    for name, heading in [*SECTIONS, *((n, n[: -len(".md")].replace("_", " ").capitalize()) for n in others)]:
         if name in by_name:
             anchor = slug(prefix + heading)
             toc.append((anchor, prefix + heading))
@@ -378,12 +271,28 @@ def recipe_page(
 ) -> str:
     """The page of one recipe folder `root` from the files this report wrote under it: the recipe's tables, then
     each setting's (a factor sweep), with figures; `index`: the relative address of the index page, if any."""
-    folders = sorted({p.parent for p in files}, key=lambda f: (f != root, f.relative_to(root).as_posix()))
+    folders = sorted({p.parent for p in files}, key=lambda f: (f != root, natural(f.relative_to(root).as_posix())))
     toc: list[tuple[str, str]] = []
     sections = []
-    for folder in folders:
+    settings = [f for f in folders if f != root]
+    fold = len(settings) >= FOLD_FROM
+    for folder in folders if not fold else [f for f in folders if f == root]:
         label = "" if folder == root else folder.relative_to(root).as_posix()
         sections += _folder_sections(folder, files, label, problem, plotted, toc)
+    if fold:  # one entry in the contents; each setting's tables behind its own fold, in numeric order
+        folded, links = [], []
+        for folder in settings:
+            label = folder.relative_to(root).as_posix()
+            inner: list[tuple[str, str]] = []
+            body = "\n".join(_folder_sections(folder, files, label, problem, plotted, inner))
+            anchor = slug("setting " + label)
+            links.append(f'<li><a href="#{anchor}">{html.escape(label)}</a></li>')
+            folded.append(f'<details id="{anchor}"><summary>{html.escape(label)}</summary>\n{body}\n</details>')
+        toc.append(("settings", f"Settings ({len(settings)})"))
+        sections.append(
+            f'<section id="settings">\n<h2>Settings ({len(settings)}): one table each</h2>\n'
+            f'<ol class="settings">{"".join(links)}</ol>\n' + "\n".join(folded) + "\n</section>"
+        )
     if problem and plotted and not any(p.suffix == ".png" for p in files) and root not in folders:
         sections.append(_problem_line(problem))
     back = f'<p><a href="{html.escape(index, quote=True)}">All recipes and the suite view</a></p>\n' if index else ""
