@@ -44,7 +44,8 @@ from ..stats import power, reproduction
 from . import protocol, render
 from .collect import RUN_SCALARS, metric_names, scan_runs
 from .environment import differences_between
-from .main import UsageError, level_arg
+from .errors import UsageError
+from .main import level_arg
 from .per_example import load_arms
 from .summary import scored_values
 from .tables import number, p_relation, p_text

@@ -33,6 +33,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from ..results.io import atomic_write_bytes
+from .errors import UsageError
 
 PAGE = "report.html"
 INDEX = "index.html"
@@ -346,8 +347,6 @@ def check(formats: Iterable[str], suite: bool) -> str | None:
     """Before anything is written: the reason matplotlib cannot draw here (None when it can). Raises the report's
     UsageError when the page cannot be made: no `md` in --format (a page is rendered from the Markdown), or a suite
     view (whose critical-difference diagram is always drawn) where matplotlib cannot draw."""
-    from .main import UsageError
-
     if "md" not in formats:
         raise UsageError("--html renders the Markdown the report writes: keep md in --format (e.g. --format md,csv)")
     problem = drawing_problem()

@@ -41,12 +41,8 @@ from . import (
 )
 from .collect import has_curves, metric_names, scan_runs
 from .environment import environment_footer, mixed_environments, mixed_note, strict_env_refusal
+from .errors import UsageError
 from .summary import summarize, withhold_tests
-
-
-class UsageError(Exception):
-    """Bad input to `visionbench report` or `visionbench compare` (a bad argument, an empty results tree, trees that
-    cannot be compared): reported as one line on stderr, exit code 2, nothing written."""
 
 
 def report_parser() -> argparse.ArgumentParser:
