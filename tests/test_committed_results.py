@@ -126,9 +126,9 @@ def test_a_committed_page_is_what_its_record_regenerates(record, flags, tmp_path
 
 @needs_chromium
 def test_the_committed_default_page_in_a_browser(tmp_path):
-    """The committed default's page in headless chromium: no console message, its three figures drawn, its table
+    """The committed default's page in headless chromium: no console message, its four figures drawn, its table
     sorted by a click on a header (tests/test_report_html.py's harness)."""
-    seen = check_in_browser(REPO / "results" / "digits_vgg4" / "report.html", tmp_path, n_images=3)
+    seen = check_in_browser(REPO / "results" / "digits_vgg4" / "report.html", tmp_path, n_images=4)
     assert seen["tables"] == 2 and sorted(seen["before"]) == ["gelu", "hermite", "rational", "relu"]
 
 

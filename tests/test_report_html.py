@@ -210,7 +210,8 @@ def test_figures_are_embedded_and_decode(tmp_path):
     folder = tmp_path / "runs" / "digits_vgg4"
     assert report([str(folder), "--html"]) == 0
     pngs = sorted(p.name for p in folder.glob("*.png"))
-    assert pngs == ["act_shapes_rational_seed0.png", "curves_val_top1.png"]  # the shapes of one run per act
+    # the shapes of one run per act, and with --html how the runs trained (losses, validation) beside what they scored
+    assert pngs == ["act_shapes_rational_seed0.png", "curves_training.png", "curves_val_top1.png"]
     text = (folder / page.PAGE).read_text(encoding="utf-8")
     assert_offline(text, n_images=len(pngs))
     captions = [b for b in Page(text).blocks if b.endswith(".png")]
@@ -401,7 +402,7 @@ def test_the_page_in_a_browser(tmp_path):
             )
     folder = tmp_path / "runs" / "digits_vgg4"
     assert report([str(folder), "--html"]) == 0
-    seen = check_in_browser(folder / page.PAGE, tmp_path, n_images=2)
+    seen = check_in_browser(folder / page.PAGE, tmp_path, n_images=3)
     assert seen["tables"] == 1 and sorted(seen["before"]) == sorted(ACTS)
 
 

@@ -7,6 +7,8 @@
 
 * `curves_<column>.png` follows paper 004 Fig 1: mean over seeds with a ±1 std band, one line per
   activation, completed runs only, as in the table.
+* `curves_training.png` (with `--html`: the page shows how the runs trained beside what they scored): the training
+  loss, the validation loss and the validation top-1 per epoch, one panel each, mean ± std over seeds per activation.
 * `act_shapes_<act>_seed<k>.png` follows paper 004 Fig 2/7: one panel per layer, the learned
   activation at each stored epoch over the density of that layer's pre-activation inputs (the last
   stored epoch's histogram, on a secondary axis).
@@ -53,38 +55,66 @@ def curve_column(metric: str, columns) -> str | None:
     return None
 
 
-def plot_curves(runs: pd.DataFrame, metric: str, out_dir, baseline: str | None = None) -> Path | None:
-    """`curves_<column>.png`: mean ± std across seeds per epoch, one line per act; None if no data.
-
-    The baseline, if given, is drawn black and dashed so the comparison reads at a glance.
-    """
+def _curve_frames(runs: pd.DataFrame) -> pd.DataFrame | None:
+    """The per-epoch curves of the completed runs, one frame (act and seed columns added); None if there are none."""
     done = runs[runs["status"] == "completed"]
     frames = []
     for _, run in done.iterrows():
         frame = read_metrics(run["run_dir"])
         if frame is not None:
             frames.append(frame.assign(act=run["act"], seed=run["seed"]))
-    if not frames:
-        return None
-    data = pd.concat(frames, ignore_index=True)
-    column = curve_column(metric, data.columns)
-    if column is None:
-        return None
-    data[column] = pd.to_numeric(data[column], errors="coerce")
-    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
-    ax = fig.add_subplot()
-    for act, group in data.groupby("act", sort=True):
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def _mean_band(ax, data: pd.DataFrame, column: str, baseline: str | None, legend: bool = True) -> None:
+    """One line per act, the mean over seeds per epoch with a ±1 std band; the baseline black and dashed."""
+    values = data.assign(**{column: pd.to_numeric(data[column], errors="coerce")})
+    for act, group in values.groupby("act", sort=True):
         stats = group.groupby("epoch")[column].agg(["mean", "std", "count"])
         std = stats["std"].fillna(0.0).to_numpy()  # one seed: no band rather than no line
         style = {"color": "k", "ls": "--"} if act == baseline else {}
         label = f"{act} (n={group['seed'].nunique()}{', baseline' if act == baseline else ''})"
         (line,) = ax.plot(stats.index, stats["mean"], label=label, **style)
         ax.fill_between(stats.index, stats["mean"] - std, stats["mean"] + std, color=line.get_color(), alpha=0.2)
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=8)
+
+
+def plot_curves(runs: pd.DataFrame, metric: str, out_dir, baseline: str | None = None) -> Path | None:
+    """`curves_<column>.png`: mean ± std across seeds per epoch, one line per act; None if no data.
+
+    The baseline, if given, is drawn black and dashed so the comparison reads at a glance.
+    """
+    data = _curve_frames(runs)
+    column = curve_column(metric, data.columns) if data is not None else None
+    if column is None:
+        return None
+    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    _mean_band(ax, data, column, baseline)
     recipe = runs["recipe"].iloc[0]
     ax.set(xlabel="epoch", ylabel=column, title=f"{recipe}: {column}, mean ± std over seeds")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
     return save(fig, Path(out_dir) / f"curves_{column}.png", dpi=120)
+
+
+TRAINING = ("train_loss", "val_loss", "val_top1")  # curves_training.png's panels, those the runs logged
+
+
+def plot_training(runs: pd.DataFrame, out_dir, baseline: str | None = None) -> Path | None:
+    """`curves_training.png`: how the runs trained, one panel per curve of TRAINING they logged (mean ± std over
+    seeds per act); None if they logged none."""
+    data = _curve_frames(runs)
+    columns = [c for c in TRAINING if data is not None and c in data.columns]
+    if not columns:
+        return None
+    fig = Figure(figsize=(4.2 * len(columns), 3.6), layout="constrained")
+    for i, column in enumerate(columns):
+        ax = fig.add_subplot(1, len(columns), i + 1)
+        _mean_band(ax, data, column, baseline, legend=i == 0)
+        ax.set(xlabel="epoch", ylabel=column, title=column)
+    fig.suptitle(f"{runs['recipe'].iloc[0]}: training, mean ± std over seeds", fontsize=10)
+    return save(fig, Path(out_dir) / "curves_training.png", dpi=100)
 
 
 def plot_act_shapes(run_dir, out_path, title: str | None = None) -> Path | None:
@@ -142,12 +172,17 @@ def _viridis(t: float):
     return colormaps["viridis"](0.1 + 0.8 * t)
 
 
-def make_plots(runs: pd.DataFrame, metric: str, out_dir=None, baseline: str | None = None) -> list[Path]:
-    """All plots of one recipe's runs into `out_dir` (default: the recipe dir). Returns the files."""
+def make_plots(
+    runs: pd.DataFrame, metric: str, out_dir=None, baseline: str | None = None, training: bool = False
+) -> list[Path]:
+    """All plots of one recipe's runs into `out_dir` (default: the recipe dir); `training`: curves_training.png too
+    (the page's). Returns the files."""
     if not len(runs):
         return []
     out_dir = Path(out_dir or runs["recipe_dir"].iloc[0])
     written = [plot_curves(runs, metric, out_dir, baseline)]
+    if training:
+        written.append(plot_training(runs, out_dir, baseline))
     for _, run in snapshot_runs(runs).iterrows():
         out = out_dir / f"act_shapes_{run['act']}_seed{run['seed']}.png"
         title = (

@@ -403,7 +403,7 @@ def _report(args) -> list[Path]:
                 written += render.write(examples, Path(recipe_dir) / "per_example", [f for f in formats if f != "tex"])
             if want_plots:
                 written += figures.make_plots(
-                    recipe_runs, curves.plot_metric(metric), recipe_dir, tables.baseline_of(summary)
+                    recipe_runs, curves.plot_metric(metric), recipe_dir, tables.baseline_of(summary), args.html
                 )
             per_setting.append(summary.assign(setting=recipe_runs["setting"].iloc[0]))
             tasks.append(
