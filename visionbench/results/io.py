@@ -64,6 +64,16 @@ def atomic_path(path: Path) -> Iterator[Path]:
         raise
 
 
+def sync_folder(folder: Path) -> None:
+    """Flush a folder's entries (the renames in it) to disk, where the system allows it."""
+    with contextlib.suppress(OSError, AttributeError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     with atomic_path(path) as tmp, open(tmp, "w") as f:
         f.write(text)

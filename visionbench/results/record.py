@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from . import evidence, layout, origins
-from .io import RunStateError, atomic_path, atomic_write_text
+from .io import RunStateError, atomic_path, atomic_write_text, sync_folder
 from .predictions import FIX as FIX_RUNS
 from .predictions import VARIANTS, read_evidence, write_predictions
 from .safe_paths import UnsafePath, component, inside
@@ -249,22 +249,12 @@ def write(out: str | Path, root_name: str, runs: list[dict], tree_files: dict[st
         f.flush()
         os.fsync(f.fileno())
     atomic_write_text(out / RECORD, text)  # the commit point: before it the old record reads, after it the new one
-    _sync(out)
+    sync_folder(out)
     for stale in sorted(out.iterdir()):  # the old record's predictions file, and any an interrupted export left
         if stale.name != name and _ANY_BLOB.fullmatch(stale.name):
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
     return [out / RECORD, out / name]
-
-
-def _sync(folder: Path) -> None:
-    """Flush a folder's entries (the renames in it) to disk, where the system allows it."""
-    with contextlib.suppress(OSError, AttributeError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _dumps(record: dict) -> str:

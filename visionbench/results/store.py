@@ -56,7 +56,7 @@ import pyarrow.parquet as pq
 
 from . import layout, origins, record
 from .identity import diff_configs, shared_part
-from .io import RunStateError, atomic_path
+from .io import RunStateError, atomic_path, sync_folder
 from .predictions import ARRAYS, VARIANTS, write_predictions
 from .safe_paths import UnsafePath, inside
 
@@ -280,7 +280,7 @@ def _text(x) -> str | None:
     return None if x is None else x if isinstance(x, str) else _canonical(x)
 
 
-def run_row(run_dir: Path, recipe_root: Path, source: str, run: dict) -> dict:
+def store_row(run_dir: Path, recipe_root: Path, source: str, run: dict) -> dict:
     """The row of the run at `run_dir` (below `recipe_root`, collected from `source`), from its `read_run` dict."""
     summary = run.get("summary") or {}
     arrays = _arrays(run["predictions"]) if run.get("predictions") is not None else None
@@ -387,7 +387,7 @@ def gather(tree: Path, source: str) -> tuple[list[dict], list[str], list[str]]:
         except (record.RecordError, RunStateError, OSError) as e:
             skipped.append(f"{label}: {' '.join(str(e).split())}")
             continue
-        rows.append(run_row(run_dir, _recipe_root(run_dir, summary), source, run))
+        rows.append(store_row(run_dir, _recipe_root(run_dir, summary), source, run))
     return rows, skipped, left
 
 
@@ -430,7 +430,7 @@ def _write_part(store: Path, rows: list[dict], known: list[str]) -> Path:
         pq.write_table(table, f, compression="zstd", row_group_size=BATCH)  # a reader holds one group at a time
         f.flush()
         os.fsync(f.fileno())
-    record._sync(store)
+    sync_folder(store)
     _write_curves(store / CURVES / target.name, rows)
     return target
 
