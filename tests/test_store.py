@@ -384,3 +384,17 @@ def test_a_part_is_written_in_small_row_groups_and_read_one_group_at_a_time(piec
     err = capsys.readouterr().err
     assert f"visionbench: {s}: checked 2 of 4 rows" in err and f"visionbench: {s}: wrote 4 of 4 runs as a tree" in err
     assert len(store.read(s)) == 4 and store.read(s, runs=False).columns.difference(store.read(s).columns).empty
+
+
+def test_a_damaged_part_is_one_line_and_nothing_is_written(pieces, tmp_path, capsys):
+    full, a, _ = pieces
+    s = tmp_path / "s"
+    assert cli(["collect", str(a), "--into", str(s)]) == 0
+    (part,) = store.parts(s)
+    part.write_bytes(part.read_bytes()[:200])  # a torn copy
+    for command in (["report", str(s)], ["compare", str(s), str(full)], ["collect", str(full), "--into", str(s)]):
+        capsys.readouterr()
+        assert cli(command) == 2, command
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"{part} is unreadable" in err and "Traceback" not in err, err
+    assert store.parts(s) == [part] and not (s / "_report").exists()

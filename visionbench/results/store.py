@@ -440,7 +440,10 @@ def _complete_curves(store: Path) -> None:
     and its curves): written from the part's own rows."""
     for part in parts(store):
         if not (store / CURVES / part.name).is_file():
-            rows = pq.read_table(part, columns=[*OBSERVATION[:5], "run_json", "predictions_npz"]).to_pylist()
+            try:
+                rows = pq.read_table(part, columns=[*OBSERVATION[:5], "run_json", "predictions_npz"]).to_pylist()
+            except (OSError, pa.ArrowException) as e:
+                raise _unreadable(part, e) from None
             for row in rows:
                 row["result_sha256"] = _hashes(row["run_json"], row["predictions_npz"])[1]
             _write_curves(store / CURVES / part.name, rows)
@@ -604,7 +607,7 @@ def collect(sources: list[str], into: str | Path) -> tuple[list[str], list[str],
     held = _read_parts(store, list(OBSERVATION)) if is_store(store) else pd.DataFrame(columns=list(OBSERVATION))
     known = {_identity(r, OBSERVATION) for _, r in held.iterrows()}  # observations held
     runs_held = {_identity(r) for _, r in held.iterrows()}
-    columns = [c for p in (parts(store) if is_store(store) else []) for c in pq.read_schema(p).names]
+    columns = [c for p in (parts(store) if is_store(store) else []) for c in _schema(p)]
     lines, skipped, left, new_rows = [], [], [], []
     for source in sources:
         label = str(source)
@@ -711,7 +714,7 @@ def _scan(path: Path, say=None, keep: tuple | None = None) -> tuple[pd.DataFrame
     """Every row of the store without its run (BLOBS), checked batch by batch (`_checked`), with its place (`_part`,
     `_row`), and the lines of the rows left out. `keep`: the columns kept of each row (None: every small one).
     Memory: the columns kept, and one batch of runs."""
-    total = sum(pq.ParquetFile(p).metadata.num_rows for p in parts(path))
+    total = sum(_rows_of(p) for p in parts(path))
     light, notes, done = [], [], 0
     for p in parts(path):
         row = 0
@@ -731,6 +734,20 @@ def _scan(path: Path, say=None, keep: tuple | None = None) -> tuple[pd.DataFrame
         return pd.DataFrame(columns=[*COLUMNS, "_part", "_row"]).drop(columns=list(BLOBS)), notes
     runs = pd.concat(light, ignore_index=True)
     return runs.drop_duplicates(subset=list(OBSERVATION), keep="last").reset_index(drop=True), notes
+
+
+def _rows_of(p: Path) -> int:
+    try:
+        return pq.ParquetFile(p).metadata.num_rows
+    except (OSError, pa.ArrowException) as e:
+        raise _unreadable(p, e) from None
+
+
+def _schema(p: Path) -> list[str]:
+    try:
+        return pq.read_schema(p).names
+    except (OSError, pa.ArrowException) as e:
+        raise _unreadable(p, e) from None
 
 
 def _groups(p: Path, columns: list[str] | None = None) -> Iterator[pa.Table]:
