@@ -87,7 +87,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "compare",
-        "A B [--metric M] [--margin M]",
+        "A B [--metric M] [--margin M] [--select-a K=V] [--select-b K=V]",
         "did B reproduce A? identical/reproduced/differs/undecided",
         ".report.compare:main",
     ),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..results import store
+from ..results import sources, store
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--into", required=True, metavar="STORE", help="the store (created when missing)")
     args = p.parse_args(argv)
     try:
-        lines, skipped, left, written = store.collect(args.sources, args.into)
+        lines, skipped, left, written = sources.collect(args.sources, args.into)
     except store.StoreError as e:
         print(f"visionbench collect: error: {e}", file=sys.stderr)
         return 2

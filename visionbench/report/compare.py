@@ -5,7 +5,7 @@
     visionbench compare A B --margin 1.5sd                                # a margin in seed standard deviations
 
 A and B are results trees (a recipe dir, or a parent of several) or records (`visionbench export`), read
-alike through results/record.py `opened`. For each (recipe, setting, activation) run in both: A's and B's
+alike through results/sources.py `opened` (a store too). For each (recipe, setting, activation) run in both: A's and B's
 mean ± sd (n), Δ = B − A with its Welch 95 % interval, the Welch p Holm-adjusted over every activation
 compared, the equivalence p at ±margin (default: one seed sd, an exact test), the equivalence bound the data
 support (the largest |limit| of the 90 % Welch interval), and the verdict — identical, reproduced, differs,
@@ -39,7 +39,7 @@ from ..results import layout
 from ..results.identity import diff_configs, shared_part, upgrade
 from ..results.io import RunStateError
 from ..results.predictions import variant_of
-from ..results.record import RecordError, opened
+from ..results.record import RecordError
 from ..stats import power, reproduction
 from . import protocol, render
 from .collect import RUN_SCALARS, metric_names, scan_runs
@@ -205,13 +205,12 @@ def _side(stack: contextlib.ExitStack, label: str, path: str, select: list[str] 
     `select`: a store's selectors)."""
     if not Path(path).exists():
         raise UsageError(f"{label}: {path} does not exist")
-    from ..results import store
+    from ..results import sources, store
 
-    if select and not store.is_store(path):
+    if select and sources.kind(path) != sources.STORE:
         raise UsageError(f"{label}: --select-{label.lower()} selects the runs of a store; {path} is none")
-    try:  # a store (visionbench collect): the runs selected, materialised as a tree
-        opening = store.opened(path, store.parse_filters(list(select))) if store.is_store(path) else opened(path)
-        tree = stack.enter_context(opening)
+    try:  # a tree, or a record's or store's runs (selected) materialised as one
+        tree = stack.enter_context(sources.opened(path, store.parse_filters(list(select))))
     except RecordError as exc:
         raise UsageError(f"{label}: {exc}") from None
     runs, notes = scan_runs(tree)

@@ -240,33 +240,21 @@ def main(argv: list[str] | None = None) -> int:
     """`visionbench report RESULTS_DIR [...]`: print the Markdown tables, write table.{md,csv,tex} and plots.
     RESULTS_DIR may be a record (`visionbench export`): its runs are read from it and the files are written into
     the folder that holds it, at their places in the tree."""
-    from ..results import store
-    from ..results.record import RecordError, is_record, opened, record_dir
+    from ..results import sources, store
+    from ..results.record import RecordError
     from ..results.safe_paths import UnsafePath
 
     try:
         argv, selection = store.take_filters(sys.argv[1:] if argv is None else list(argv))  # a store's recipe=, act=
         args = report_parser().parse_args(argv)
-        if store.is_store(args.results_dir):  # the runs selected, as a tree; the files into <STORE>/_report/
-            with store.opened(args.results_dir, selection) as tree:
-                written = _copy_back(
-                    _report(argparse.Namespace(**{**vars(args), "results_dir": str(tree)})),
-                    tree,
-                    store.report_dir(args.results_dir),
-                )
-        elif selection:
-            raise UsageError(
-                f"{args.results_dir} is no store: recipe=, act= and config= select the runs of a store "
-                "(visionbench collect ... --into STORE)"
-            )
-        elif not is_record(args.results_dir):
+        if sources.kind(args.results_dir) == sources.TREE and not selection:
             written = _report(args)
-        else:
-            with opened(args.results_dir) as tree:
+        else:  # a record's or a store's runs (selected), as a tree; the files into the record's folder or _report/
+            with sources.opened(args.results_dir, selection) as tree:
                 written = _copy_back(
                     _report(argparse.Namespace(**{**vars(args), "results_dir": str(tree)})),
                     tree,
-                    record_dir(args.results_dir).parent,
+                    sources.report_folder(args.results_dir),
                 )
     except SystemExit as exc:  # argparse's --help and usage errors
         return exc.code if isinstance(exc.code, int) else 2

@@ -53,7 +53,8 @@ import numpy as np
 from . import evidence, layout, origins
 from .io import RunStateError, atomic_path, atomic_write_text, sync_folder
 from .predictions import FIX as FIX_RUNS
-from .predictions import VARIANTS, read_evidence, write_predictions
+from .predictions import VARIANTS, read_evidence
+from .run_writer import write_run
 from .safe_paths import UnsafePath, component, inside
 
 FORMAT = "visionbench-record"
@@ -587,22 +588,18 @@ def materialize(path: str | Path, into: str | Path, *, format_1: bool = False) -
 
 
 def _materialize_run(i: int, run: dict, run_dir: Path, bases: list, arrays: dict) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if run.get("config") is not None:
-        layout.write_config(run_dir, apply(bases[run["config"]["base"]], run["config"]))
-    if run.get("metrics_csv") is not None:
-        layout.files(run_dir).metrics.write_text(run["metrics_csv"])
-    for j, snap in enumerate(run.get("snapshots") or []):
-        snaps = layout.files(run_dir).snapshots
-        snaps.mkdir(exist_ok=True)
-        (snaps / f"epoch_{snap['epoch']:03d}.json").write_text(json.dumps(_unpack_snapshot(f"r{i}_s{j}", snap, arrays)))
-    if run.get("predictions") is not None:
-        _write_predictions(run_dir, i, run["predictions"], arrays)
-    if run.get("summary") is not None:
-        layout.write_summary(run_dir, apply(bases[run["summary"]["base"]], run["summary"]))
+    write_run(
+        run_dir,
+        summary=apply(bases[run["summary"]["base"]], run["summary"]) if run.get("summary") is not None else None,
+        config=apply(bases[run["config"]["base"]], run["config"]) if run.get("config") is not None else None,
+        metrics_csv=run.get("metrics_csv"),
+        snapshots=[_unpack_snapshot(f"r{i}_s{j}", snap, arrays) for j, snap in enumerate(run.get("snapshots") or [])],
+        predictions=_predictions(i, run["predictions"], arrays) if run.get("predictions") is not None else None,
+    )
 
 
-def _write_predictions(run_dir: Path, i: int, packed: dict, arrays: dict) -> None:
+def _predictions(i: int, packed: dict, arrays: dict) -> tuple[dict, dict | None]:
+    """Run i's (variants, meta) from the record's packed arrays; _Unusable when they are not what it says."""
     n_classes = packed["n_classes"]
     variants = {}
     for name, info in packed["variants"].items():
@@ -630,8 +627,7 @@ def _write_predictions(run_dir: Path, i: int, packed: dict, arrays: dict) -> Non
         except RecordError as e:
             raise _Unusable(str(e)) from None
     meta = packed.get("meta")
-    meta = {k: v for k, v in meta.items() if k != "n_images"} if isinstance(meta, dict) else None
-    write_predictions(layout.files(run_dir).predictions, variants, meta=meta)
+    return variants, ({k: v for k, v in meta.items() if k != "n_images"} if isinstance(meta, dict) else None)
 
 
 @contextlib.contextmanager

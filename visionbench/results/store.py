@@ -47,6 +47,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -56,8 +57,9 @@ import pyarrow.parquet as pq
 
 from . import layout, origins, record
 from .identity import diff_configs, shared_part
-from .io import RunStateError, atomic_path, sync_folder
-from .predictions import ARRAYS, VARIANTS, write_predictions
+from .io import atomic_path, sync_folder
+from .predictions import ARRAYS, VARIANTS
+from .run_writer import write_run
 from .safe_paths import UnsafePath, inside
 
 FORMAT = "visionbench-store"
@@ -356,41 +358,6 @@ def _npz(arrays: dict[str, np.ndarray]) -> bytes:
     return buffer.getvalue()
 
 
-def _recipe_root(run_dir: Path, summary: dict) -> Path:
-    """The recipe folder of a run (report/collect.py's rule): above the setting's folder in a factor sweep."""
-    return run_dir.parents[2] if summary.get("setting") and len(run_dir.parts) > 3 else run_dir.parent.parent
-
-
-def gather(tree: Path, source: str) -> tuple[list[dict], list[str], list[str]]:
-    """(rows, skipped, left out) of the runs below `tree`: every scored run (completed, diverged, failed) as a row;
-    one line per run that cannot be read (skipped: damage) and per run still to finish (left out: running,
-    interrupted)."""
-    rows, skipped, left = [], [], []
-    for run_dir in layout.find_run_dirs(tree):
-        label = f"{source}: {run_dir.relative_to(tree).as_posix() if run_dir != tree else run_dir.name}"
-        try:
-            summary = layout.read_summary(run_dir)
-        except (OSError, RunStateError) as e:
-            skipped.append(f"{label}: unreadable summary.json ({' '.join(str(e).split())})")
-            continue
-        if summary is None:
-            skipped.append(f"{label}: no summary.json")
-            continue
-        reason = layout.unscored_reason(summary)
-        if reason:
-            (left if summary.get("status") in (layout.RUNNING, layout.INTERRUPTED) else skipped).append(
-                f"{label}: {reason}"
-            )
-            continue
-        try:
-            run = record.read_run(run_dir)
-        except (record.RecordError, RunStateError, OSError) as e:
-            skipped.append(f"{label}: {' '.join(str(e).split())}")
-            continue
-        rows.append(store_row(run_dir, _recipe_root(run_dir, summary), source, run))
-    return rows, skipped, left
-
-
 # --- the parts -------------------------------------------------------------------------------------
 
 
@@ -582,93 +549,58 @@ def _describe(row) -> str:
     return f"{row['recipe']}{setting} {row['act']} seed {row['seed']} (config {row['config_hash']})"
 
 
-# --- collecting --------------------------------------------------------------------------------------
+# --- adding (results/sources.py `collect` reads the sources) -----------------------------------------------
 
 
-def collect(sources: list[str], into: str | Path) -> tuple[list[str], list[str], list[str], Path | None]:
-    """Collect the runs of `sources` (trees, records, stores) into the store `into` (created when missing).
+@dataclass
+class Held:
+    """What a store holds, as a collect needs it: its observations, its runs (identities), its parts' columns."""
 
-    A run already held with the same result (its metrics, curves and predictions: `result_sha256`), whenever or
-    wherever it ran, adds nothing; one with another result (a rerun on another device, another CPU) is kept as
-    another observation of that run, with its environment and source.
-
-    Returns (one line per source: "collected N runs from X (M new, K already in the store)", the lines of what was
-    skipped (damage), the lines of runs left out (still running, interrupted), the part written or None).
-
-    Raises:
-        StoreError: `into` is no store and no new or empty folder; a source that does not exist, is the store
-            itself, or is no results tree, record or store.
-    """
-    store = Path(into)
-    check_target(store)
-    if is_store(store):
-        _remove_stale_temps(store)
-        _complete_curves(store)
-    held = _read_parts(store, list(OBSERVATION)) if is_store(store) else pd.DataFrame(columns=list(OBSERVATION))
-    known = {_identity(r, OBSERVATION) for _, r in held.iterrows()}  # observations held
-    runs_held = {_identity(r) for _, r in held.iterrows()}
-    columns = [c for p in (parts(store) if is_store(store) else []) for c in _schema(p)]
-    lines, skipped, left, new_rows = [], [], [], []
-    for source in sources:
-        label = str(source)
-        path = Path(source)
-        if not path.exists():
-            raise StoreError(f"{label} does not exist")
-        if path.resolve() == store.resolve():
-            raise StoreError(f"{label} is the store collected into; give the trees, records or other stores to add")
-        try:
-            with _tree_of(path) as tree:
-                rows, bad, later = gather(tree, label)
-        except record.RecordError as e:  # a damaged record (or store): nothing of it is collected
-            skipped.append(f"{label}: {e}")
-            lines.append(f"collected 0 runs from {label} (0 new, 0 already in the store)")
-            continue
-        skipped += bad
-        left += later
-        if not rows and not bad and not later:
-            kept = path / "record"  # a committed results folder: its runs are in its record
-            hint = f"; it holds a record of runs: {kept}" if record.is_record(kept) else ""
-            raise StoreError(
-                f"{label} holds no run (<recipe>/<act>/seed_<k>/summary.json), and is no record "
-                f"(record.json) and no store ({MARKER}){hint}"
-            )
-        fresh = already = other = 0
-        for row in rows:
-            key = _identity(row, OBSERVATION)
-            if key in known:
-                already += 1
-                continue
-            other += _identity(row) in runs_held
-            known.add(key)
-            runs_held.add(_identity(row))
-            new_rows.append(row)
-            fresh += 1
-        more = f"; {other} of them other results of runs it holds (other observations)" if other else ""
-        lines.append(f"collected {len(rows)} runs from {label} ({fresh} new, {already} already in the store{more})")
-    written = None
-    if new_rows:
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        for row in new_rows:
-            row["collected_at"] = now
-        if not is_store(store):
-            store.mkdir(parents=True, exist_ok=True)
-            with atomic_path(store / MARKER) as tmp, open(tmp, "w") as f:
-                f.write(json.dumps({"format": FORMAT, "version": VERSION}) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-        written = _write_part(store, new_rows, columns)
-    return lines, skipped, left, written
+    observations: set
+    runs: set
+    columns: list[str]
 
 
-@contextlib.contextmanager
-def _tree_of(path: Path) -> Iterator[Path]:
-    """The run tree of a source: a record materialised, a store materialised, or the tree itself."""
-    if is_store(path):
-        with opened(path) as tree:
-            yield tree
-    else:
-        with record.opened(path) as tree:
-            yield tree
+def held(path: str | Path) -> Held:
+    """What the store at `path` holds (nothing when it is new), after removing the temporary files of collects that
+    were killed and writing the curves of parts that have none."""
+    path = Path(path)
+    if not is_store(path):
+        return Held(set(), set(), [])
+    _remove_stale_temps(path)
+    _complete_curves(path)
+    rows = _read_parts(path, list(OBSERVATION))
+    return Held(
+        {observation_key(r) for _, r in rows.iterrows()},
+        {run_key(r) for _, r in rows.iterrows()},
+        [c for p in parts(path) for c in _schema(p)],
+    )
+
+
+def observation_key(row) -> tuple:
+    """A row's observation: its run's identity and its result."""
+    return _identity(row, OBSERVATION)
+
+
+def run_key(row) -> tuple:
+    """A row's run: recipe, setting, act, seed, config hash."""
+    return _identity(row)
+
+
+def add(path: str | Path, rows: list[dict], columns: list[str]) -> Path:
+    """Write `rows` into the store at `path` as one new part (creating the store, marker first, when it is new);
+    `columns`: the columns of its parts so far (`held`). Returns the part."""
+    path = Path(path)
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    for row in rows:
+        row["collected_at"] = now
+    if not is_store(path):
+        path.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path / MARKER) as tmp, open(tmp, "w") as f:
+            f.write(json.dumps({"format": FORMAT, "version": VERSION}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    return _write_part(path, rows, columns)
 
 
 # --- reading -----------------------------------------------------------------------------------------
@@ -875,6 +807,20 @@ def one_per_place(runs: pd.DataFrame, path: str | Path) -> None:
     )
 
 
+def _variants(blob) -> tuple[dict, dict | None] | None:
+    """A row's predictions_npz as (variants, meta), None where it has none."""
+    if not isinstance(blob, (bytes, bytearray)):
+        return None
+    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+        data = {k: z[k] for k in z.files}
+    variants = {
+        v: {**{a: data[f"{v}_{a}"] for a in ARRAYS}, "epoch": int(data[f"{v}_epoch"])}
+        for v in VARIANTS
+        if f"{v}_pred" in data
+    }
+    return variants, (json.loads(str(data["meta"])) if "meta" in data else None)
+
+
 def materialize(path: str | Path, runs: pd.DataFrame, into: Path, say=None) -> Path:
     """Write the runs of the store at `path` that `runs` (from `_scan`: one observation per run folder,
     `one_per_place`) names as a results tree under `into`, batch by batch; returns its root (`into/runs`)."""
@@ -888,28 +834,14 @@ def materialize(path: str | Path, runs: pd.DataFrame, into: Path, say=None) -> P
         except UnsafePath as e:
             raise StoreError(str(e)) from None
         run = json.loads(row["run_json"])
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if run.get("config") is not None:
-            layout.write_config(run_dir, run["config"])
-        if run.get("metrics_csv") is not None:
-            layout.files(run_dir).metrics.write_text(run["metrics_csv"])
-        for snap in run.get("snapshots") or []:
-            snaps = layout.files(run_dir).snapshots
-            snaps.mkdir(exist_ok=True)
-            (snaps / f"epoch_{int(snap['epoch']):03d}.json").write_text(json.dumps(snap))
-        blob = row.get("predictions_npz")
-        if isinstance(blob, (bytes, bytearray)):
-            with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-                data = {k: z[k] for k in z.files}
-            variants = {
-                v: {**{a: data[f"{v}_{a}"] for a in ARRAYS}, "epoch": int(data[f"{v}_epoch"])}
-                for v in VARIANTS
-                if f"{v}_pred" in data
-            }
-            meta = json.loads(str(data["meta"])) if "meta" in data else None
-            write_predictions(layout.files(run_dir).predictions, variants, meta=meta)
-        if run.get("summary") is not None:
-            layout.write_summary(run_dir, run["summary"])
+        write_run(
+            run_dir,
+            summary=run.get("summary"),
+            config=run.get("config"),
+            metrics_csv=run.get("metrics_csv"),
+            snapshots=run.get("snapshots") or (),
+            predictions=_variants(row.get("predictions_npz")),
+        )
     return root
 
 
