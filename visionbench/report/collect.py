@@ -87,15 +87,6 @@ def _environment(summary: dict) -> str | None:
     return json.dumps(env, sort_keys=True, separators=(",", ":")) if env else None
 
 
-def _finite_or_nan(value) -> float:
-    """Metric values as floats; anything non-numeric or non-finite becomes NaN (never a score)."""
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return math.nan
-    return out if math.isfinite(out) else math.nan
-
-
 def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
     """One run's row, or (None, note) when the run is skipped (missing, unreadable, running).
 
@@ -116,8 +107,7 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
     status = summary["status"]
 
     seed = layout.seed_of(run_dir)
-    setting = summary.get("setting") or {}
-    root = run_dir.parents[2] if setting and len(run_dir.parts) > 3 else run_dir.parent.parent
+    root = layout.recipe_root(run_dir, summary)
     report = summary.get("report") if isinstance(summary.get("report"), dict) else {}
     n_cls, n_img = counts(layout.files(run_dir).predictions)  # C and N images, None when unknown
     row = {
@@ -129,7 +119,7 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
         "baseline": summary.get("baseline"),
         "report_metric": report.get("metric"),
         "report_best_of": ",".join(report.get("best_of") or []) if "best_of" in report else None,
-        "val_split": _finite_or_nan(summary.get("val_split")),
+        "val_split": layout.finite(summary.get("val_split")),
         "config_hash": summary.get("config_hash"),
         "plugins": _plugins(summary.get("plugins")),
         "environment": _environment(summary),
@@ -146,12 +136,10 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
         "recipe_root": str(root),
     }
     for key in RUN_SCALARS:
-        row[key] = _finite_or_nan(summary.get(key))
-    metrics = summary.get("metrics") or {}
-    if isinstance(metrics, dict):
-        for key, value in metrics.items():
-            if key not in row:  # a metric may never shadow a bookkeeping column
-                row[key] = _finite_or_nan(value)
+        row[key] = layout.finite(summary.get(key))
+    for key, value in layout.metric_values(summary).items():
+        if key not in row:  # a metric may never shadow a bookkeeping column
+            row[key] = value
     if status == layout.COMPLETED:
         row["stalled"] = run_stall_reason(row, row["n_classes"], layout.train_losses(run_dir))
         row["status"] = layout.STALLED if row["stalled"] else status

@@ -155,6 +155,29 @@ def seed_of(run: Path) -> int | None:
     return int(run.name[len("seed_") :]) if RUN_DIR_NAME.fullmatch(run.name) else None
 
 
+def recipe_root(run_dir: Path, summary: dict) -> Path:
+    """The recipe folder of a run: above its setting's folder in a factor sweep (<recipe>/<setting>/<act>/seed_k),
+    its grandparent otherwise. The one rule the report's reader and the store's rows place a run by."""
+    run_dir = Path(run_dir)
+    return run_dir.parents[2] if summary.get("setting") and len(run_dir.parts) > 3 else run_dir.parent.parent
+
+
+def finite(value) -> float:
+    """A summary's number as a float; anything non-numeric or non-finite is NaN (never a score)."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return out if math.isfinite(out) else math.nan
+
+
+def metric_values(summary: dict) -> dict[str, float]:
+    """A summary's metrics, each as `finite` reads it, in the summary's order: what the report's rows and the
+    store's `metric.*` columns hold."""
+    metrics = summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {}
+    return {k: finite(v) for k, v in metrics.items()}
+
+
 def _read(path: Path, parse: Callable[[str], Any], what: str, fix: str) -> dict:
     try:
         data = parse(path.read_text(encoding="utf-8"))

@@ -51,11 +51,6 @@ def report_folder(path: str | Path) -> Path | None:
     return store.report_dir(path) if what == STORE else record.record_dir(path).parent if what == RECORD else None
 
 
-def _recipe_root(run_dir: Path, summary: dict) -> Path:
-    """The recipe folder of a run (report/collect.py's rule): above the setting's folder in a factor sweep."""
-    return run_dir.parents[2] if summary.get("setting") and len(run_dir.parts) > 3 else run_dir.parent.parent
-
-
 def gather(tree: Path, source: str) -> tuple[list[dict], list[str], list[str]]:
     """(rows, skipped, left out) of the runs below `tree`: every scored run (completed, diverged, failed) as a row;
     one line per run that cannot be read (skipped: damage) and per run still to finish (left out: running,
@@ -82,7 +77,7 @@ def gather(tree: Path, source: str) -> tuple[list[dict], list[str], list[str]]:
         except (record.RecordError, RunStateError, OSError) as e:
             skipped.append(f"{label}: {' '.join(str(e).split())}")
             continue
-        rows.append(store.store_row(run_dir, _recipe_root(run_dir, summary), source, run))
+        rows.append(store.store_row(run_dir, layout.recipe_root(run_dir, summary), source, run))
     return rows, skipped, left
 
 

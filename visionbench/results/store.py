@@ -346,8 +346,7 @@ def store_row(run_dir: Path, recipe_root: Path, source: str, run: dict) -> dict:
         ),
         "predictions_npz": _npz(arrays) if arrays is not None else None,
     }
-    metrics = summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {}
-    row.update({f"{METRIC}{k}": _number(v) for k, v in sorted(metrics.items())})
+    row.update({f"{METRIC}{k}": v for k, v in sorted(layout.metric_values(summary).items())})
     row.update(config_columns(run.get("config")))
     return row
 
@@ -525,8 +524,7 @@ def _checked(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 def _columns_differ(row) -> str | None:
     """The first column of `row` that its run_json's summary contradicts (a metric, the status, the config hash)."""
     summary = json.loads(row["run_json"]).get("summary") or {}
-    metrics = summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {}
-    expected = {f"{METRIC}{k}": _number(v) for k, v in metrics.items()}
+    expected = {f"{METRIC}{k}": v for k, v in layout.metric_values(summary).items()}
     expected |= {"status": _text(summary.get("status")), "config_hash": _text(summary.get("config_hash"))}
     for column, want in expected.items():
         have = row.get(column)
