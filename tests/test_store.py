@@ -398,3 +398,15 @@ def test_a_damaged_part_is_one_line_and_nothing_is_written(pieces, tmp_path, cap
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and f"{part} is unreadable" in err and "Traceback" not in err, err
     assert store.parts(s) == [part] and not (s / "_report").exists()
+
+
+def test_a_store_exports_as_a_record_of_its_runs(pieces, tmp_path, capsys):
+    """export reads through the same door as report and compare: a store's runs become a record, whose report is the
+    store's, table for table."""
+    full, _, _ = pieces
+    s = tmp_path / "s"
+    assert cli(["collect", str(full), "--into", str(s)]) == 0
+    assert cli(["export", str(s), str(tmp_path / "rec")]) == 0
+    assert cli(["report", str(s)]) == 0 and cli(["report", str(tmp_path / "rec")]) == 0
+    mine = (s / "_report" / "digits_vgg4" / "table.md").read_text()
+    assert (tmp_path / "digits_vgg4" / "table.md").read_text() == mine

@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..results import layout, record
+from ..results import layout, record, sources
 from ..results.io import RunStateError
 from .collect import scan_runs, snapshot_runs
 
@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         "summary, config, curves and per-example predictions "
         "(docs/reproducing.md). `visionbench report OUT` reads it.",
     )
-    p.add_argument("runs_dir", metavar="RUNS_DIR", help="a results tree: a recipe dir or a parent of several")
+    p.add_argument(
+        "runs_dir", metavar="RUNS_DIR", help="a results tree (a recipe dir or a parent of several), or a store"
+    )
     p.add_argument("out", metavar="OUT", help="the record's folder (record.json, predictions.<sha256>.npz)")
     args = p.parse_args(argv)
     if record.is_record(args.runs_dir):
@@ -79,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        written, notes = export(args.runs_dir, out)
+        with sources.opened(args.runs_dir) as tree:  # a tree, or a store's runs (one observation each) as one
+            written, notes = export(tree, out)
     except (FileNotFoundError, ValueError, RunStateError) as e:
         print(f"visionbench export: error: {e}", file=sys.stderr)
         return 2
