@@ -211,14 +211,19 @@ def _arrays(predictions) -> dict[str, np.ndarray]:
     return out
 
 
-def content_sha256(run: dict, arrays: dict[str, np.ndarray] | None) -> str:
-    """The SHA-256 of what a run says: its summary, config and curves (canonical JSON) and its predictions' arrays."""
-    h = hashlib.sha256(_canonical([run.get("summary"), run.get("config"), run.get("metrics_csv")]).encode())
+def _with_arrays(h, arrays: dict[str, np.ndarray] | None) -> str:
+    """`h`'s hex digest once a run's predictions' arrays (name, dtype, shape, bytes, in name order) are added."""
     for key in sorted(arrays or {}):
         value = np.ascontiguousarray(arrays[key])
         h.update(f"{key}:{value.dtype.str}:{value.shape}".encode())
         h.update(value.tobytes() if value.dtype.kind != "U" else str(value).encode())
     return h.hexdigest()
+
+
+def content_sha256(run: dict, arrays: dict[str, np.ndarray] | None) -> str:
+    """The SHA-256 of what a run says: its summary, config and curves (canonical JSON) and its predictions' arrays."""
+    h = hashlib.sha256(_canonical([run.get("summary"), run.get("config"), run.get("metrics_csv")]).encode())
+    return _with_arrays(h, arrays)
 
 
 def _curves(metrics_csv) -> list[dict]:
@@ -227,7 +232,7 @@ def _curves(metrics_csv) -> list[dict]:
         return []
 
     def value(v):
-        number = _number(v)
+        number = layout.finite(v)
         return v if math.isnan(number) else number
 
     return [
@@ -241,11 +246,7 @@ def result_sha256(run: dict, arrays: dict[str, np.ndarray] | None) -> str:
     summary = run.get("summary") or {}
     curves = [{k: v for k, v in row.items() if not TIMING.fullmatch(k)} for row in _curves(run.get("metrics_csv"))]
     h = hashlib.sha256(_canonical([summary.get("status"), summary.get("metrics"), curves], nan=True).encode())
-    for key in sorted(arrays or {}):
-        value = np.ascontiguousarray(arrays[key])
-        h.update(f"{key}:{value.dtype.str}:{value.shape}".encode())
-        h.update(value.tobytes() if value.dtype.kind != "U" else str(value).encode())
-    return h.hexdigest()
+    return _with_arrays(h, arrays)
 
 
 def config_columns(config) -> dict[str, str | None]:
@@ -264,14 +265,6 @@ def config_columns(config) -> dict[str, str | None]:
     if isinstance(config, dict):
         walk({k: v for k, v in config.items() if k != "defaults"}, "")
     return out
-
-
-def _number(x) -> float:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return math.nan
-    return x if math.isfinite(x) else math.nan
 
 
 def _integer(x) -> int | None:
@@ -311,7 +304,10 @@ def store_row(run_dir: Path, recipe_root: Path, source: str, run: dict) -> dict:
         "seed_aug": _integer(seeds.get("aug")),
         "status": _text(summary.get("status")),
         "config_hash": _text(summary.get("config_hash")),
-        **{k: _number(summary.get(k)) for k in ("train_time_s", "throughput_img_s", "peak_mem_mb", "gpu_busy_pct")},
+        **{
+            k: layout.finite(summary.get(k))
+            for k in ("train_time_s", "throughput_img_s", "peak_mem_mb", "gpu_busy_pct")
+        },
         "params": _integer(summary.get("params")),
         "act_params": _integer(summary.get("act_params")),
         "error": _text(summary.get("error")),
@@ -482,12 +478,16 @@ def _read_parts(store: Path, columns: list[str] | None = None) -> pd.DataFrame:
 
 def _hashes(run_json: str, blob) -> tuple[str, str]:
     """(content_sha256, result_sha256) of a row, from what it holds (run_json, predictions_npz)."""
-    run = json.loads(run_json)
-    arrays = None
-    if isinstance(blob, (bytes, bytearray)):
-        with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+    run, arrays = json.loads(run_json), _npz_arrays(blob)
     return content_sha256(run, arrays), result_sha256(run, arrays)
+
+
+def _npz_arrays(blob) -> dict[str, np.ndarray] | None:
+    """A row's predictions_npz as its arrays by name, None where it has none."""
+    if not isinstance(blob, (bytes, bytearray)):
+        return None
+    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
 
 
 def _checked(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -807,10 +807,9 @@ def one_per_place(runs: pd.DataFrame, path: str | Path) -> None:
 
 def _variants(blob) -> tuple[dict, dict | None] | None:
     """A row's predictions_npz as (variants, meta), None where it has none."""
-    if not isinstance(blob, (bytes, bytearray)):
+    data = _npz_arrays(blob)
+    if data is None:
         return None
-    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-        data = {k: z[k] for k in z.files}
     variants = {
         v: {**{a: data[f"{v}_{a}"] for a in ARRAYS}, "epoch": int(data[f"{v}_epoch"])}
         for v in VARIANTS
