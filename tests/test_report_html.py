@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from visionbench.report import html as page
-from visionbench.report.main import main as report
+from visionbench.report.command import main as report
 
 from .helpers import write_recipe, write_run
 

@@ -11,7 +11,7 @@ import pytest
 from visionbench.cli import main
 from visionbench.config import ConfigError
 from visionbench.report import stopping
-from visionbench.report.main import main as report_main
+from visionbench.report.command import main as report_main
 from visionbench.results import layout
 from visionbench.sweep import rounds
 from visionbench.sweep.preflight import load_config

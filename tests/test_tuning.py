@@ -182,7 +182,7 @@ def test_the_hydra_entry_point_refuses_a_design_in_one_line():
 
 def test_the_equal_budget_table_is_comparable_though_its_tuned_keys_differ(tmp_path):
     from visionbench.config import recipe_config, run_config
-    from visionbench.report.main import _mixed_configs
+    from visionbench.report.sections import _mixed_configs
     from visionbench.results import layout
     from visionbench.results.identity import config_hash
 

@@ -9,7 +9,7 @@
 The report stands on `visionbench.results` (the files' layout) and `visionbench.stats` (every
 statistic); it imports no torch and trains nothing. Modules:
 
-* `main`: the `visionbench report` command line.
+* `command`: the `visionbench report` command line; `sections`: the report of a tree, its sections as lists.
 * `collect`: find and read summary.json, metrics.csv and activation snapshots.
 * `summary`: one row per (recipe, act): counts, mean ± std, the test against the baseline.
 * `verdict`, `stopping`, `published`, `curves`, `protocol`: what is added to a table — verdicts and
@@ -28,7 +28,7 @@ statistic); it imports no torch and trains nothing. Modules:
 
 from ..stats.significance import cohen_d, difference_ci, holm, stars
 from .collect import load_runs, metric_names
-from .main import main
+from .command import main
 from .summary import summarize
 
 __all__ = ["main", "load_runs", "metric_names", "summarize", "stars", "holm", "cohen_d", "difference_ci"]

@@ -17,6 +17,7 @@ import argparse
 import sys
 
 from ..results import sources, store
+from .errors import fail, os_reason
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,11 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         lines, skipped, left, written = sources.collect(args.sources, args.into)
     except store.StoreError as e:
-        print(f"visionbench collect: error: {e}", file=sys.stderr)
-        return 2
+        return fail("collect", e)
     except OSError as e:
-        print(f"visionbench collect: error: {e.filename or args.into}: {e.strerror or e}", file=sys.stderr)
-        return 2
+        return fail("collect", os_reason(e, args.into))
     for line in left:
         print(f"note: {line}; not collected", file=sys.stderr)
     for line in skipped:

@@ -42,10 +42,10 @@ from ..results.predictions import variant_of
 from ..results.record import RecordError
 from ..stats import power, reproduction
 from . import protocol, render
+from .arguments import add_alpha
 from .collect import RUN_SCALARS, metric_names, scan_runs
 from .environment import differences_between
-from .errors import UsageError
-from .main import level_arg
+from .errors import UsageError, fail
 from .per_example import load_arms
 from .summary import scored_values
 from .tables import number, p_relation, p_text
@@ -126,12 +126,7 @@ def compare_parser() -> argparse.ArgumentParser:
         "metric's units (0.5: a Welch TOST), or K seed standard deviations (1.5sd: the exact "
         f"equivalence t-test in sd units); default {reproduction.DEFAULT_MARGIN_SD:g}sd",
     )
-    p.add_argument(
-        "--alpha",
-        type=level_arg("--alpha"),
-        default=power.ALPHA,
-        help=f"significance level of the Welch and TOST tests (default {power.ALPHA:g})",
-    )
+    add_alpha(p, "the Welch and TOST tests")
     p.add_argument(
         "--out",
         default=None,
@@ -179,8 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse's --help and usage errors
         return exc.code if isinstance(exc.code, int) else 2
     except UsageError as exc:
-        print(f"visionbench compare: error: {exc}", file=sys.stderr)
-        return 2
+        return fail("compare", exc)
     print(render.markdown(table))
     written = _write(table, args.out) if args.out else 0
     return written or (1 if (table.data["verdict"] == reproduction.DIFFERS).any() else 0)
@@ -193,8 +187,7 @@ def _write(table: render.Table, out: str) -> int:
         stem.parent.mkdir(parents=True, exist_ok=True)
         written = render.write(table, stem, ("md", "csv"))
     except OSError as exc:
-        print(f"visionbench compare: error: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return fail("compare", f"cannot write {out}: {exc.strerror or exc}")
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     return 0

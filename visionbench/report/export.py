@@ -22,6 +22,7 @@ from pathlib import Path
 from ..results import layout, record, sources
 from ..results.io import RunStateError
 from .collect import scan_runs, snapshot_runs
+from .errors import fail, os_reason
 
 
 def export(runs_dir: str | Path, out: str | Path) -> tuple[list[Path], list[str]]:
@@ -64,8 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", metavar="OUT", help="the record's folder (record.json, predictions.<sha256>.npz)")
     args = p.parse_args(argv)
     if record.is_record(args.runs_dir):
-        print(f"visionbench export: error: {args.runs_dir} is a record already; export a results tree", file=sys.stderr)
-        return 2
+        return fail("export", f"{args.runs_dir} is a record already; export a results tree")
     out = Path(args.out)
     if (
         out.exists()
@@ -74,21 +74,17 @@ def main(argv: list[str] | None = None) -> int:
             out.is_dir() and not record.is_record(out) and not all(record.is_record_file(p.name) for p in out.iterdir())
         )
     ):
-        print(
-            f"visionbench export: error: {out} exists and is not a record; give a new or empty folder (an "
-            "existing record there is replaced)",
-            file=sys.stderr,
+        return fail(
+            "export",
+            f"{out} exists and is not a record; give a new or empty folder (an existing record there is replaced)",
         )
-        return 2
     try:
         with sources.opened(args.runs_dir) as tree:  # a tree, or a store's runs (one observation each) as one
             written, notes = export(tree, out)
     except (FileNotFoundError, ValueError, RunStateError) as e:
-        print(f"visionbench export: error: {e}", file=sys.stderr)
-        return 2
+        return fail("export", e)
     except OSError as e:
-        print(f"visionbench export: error: {e.filename or out}: {e.strerror or e}", file=sys.stderr)
-        return 2
+        return fail("export", os_reason(e, out))
     for note in notes:
         print(f"note: {note}; not in the record", file=sys.stderr)
     size = sum(p.stat().st_size for p in written)
