@@ -1,11 +1,16 @@
-"""The argument types the report's two commands share (`visionbench report`, command.py; `visionbench compare`,
-compare.py): numbers refused in one line that names the flag and what it takes, and the significance level."""
+"""The arguments of the report's commands (`visionbench report`, command.py; compare, export, collect, papers): their
+parser, numbers refused in one line that names the flag and what it takes, the significance level, a switch."""
 
 from __future__ import annotations
 
 import argparse
 
 from ..stats import power
+
+
+def parser(command: str, description: str) -> argparse.ArgumentParser:
+    """The parser of `visionbench COMMAND`, one of the report's commands (report, compare, export, collect, papers)."""
+    return argparse.ArgumentParser(prog=f"visionbench {command}", description=description)
 
 
 def number(flag: str, ok, wanted: str):
@@ -55,3 +60,8 @@ def add_alpha(parser: argparse.ArgumentParser, decided: str) -> None:
         default=power.ALPHA,
         help=f"significance level of {decided} (default {power.ALPHA:g})",
     )
+
+
+def switch(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
+    """A flag that is off unless given."""
+    parser.add_argument(flag, action="store_true", help=help)

@@ -144,16 +144,3 @@ def layout(
         label=recipe.replace("_", "-") + "-by-setting",
         data=table,
     )
-
-
-def markdown(
-    table: pd.DataFrame,
-    recipe: str,
-    best_of: list[str],
-    metric_text: str,
-    settings_dirs: list[str],
-    digits: int = 2,
-    notes=(),
-) -> str:
-    """The Markdown of `layout`: title, caption, the table, notes."""
-    return render.markdown(layout(table, recipe, best_of, metric_text, settings_dirs, digits, notes))

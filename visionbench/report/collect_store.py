@@ -13,19 +13,18 @@ no run, runs that conflict with the store's (the same identity, another result).
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from ..results import sources, store
+from .arguments import parser
 from .errors import fail, os_reason
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="visionbench collect",
-        description="Collect the runs of results trees, records and stores into one store "
-        "(a folder of Parquet files, one row per run; docs/store.md). "
-        "`visionbench report STORE` reports it.",
+    p = parser(
+        "collect",
+        "Collect the runs of results trees, records and stores into one store (a folder of Parquet files, one row per "
+        "run; docs/store.md). `visionbench report STORE` reports it.",
     )
     p.add_argument("sources", nargs="+", metavar="TREE_OR_RECORD", help="results trees, records or stores")
     p.add_argument("--into", required=True, metavar="STORE", help="the store (created when missing)")

@@ -22,15 +22,15 @@ from pathlib import Path
 from ..stats.metrics import NAMES_HELP
 from ..stats.significance import TESTS
 from . import protocol, tables
-from .arguments import add_alpha, integer, positive_arg
+from .arguments import add_alpha, integer, parser, positive_arg, switch
 from .errors import UsageError, fail
 from .sections import report_tree
 
 
 def report_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="visionbench report",
-        description="Aggregate the runs under RESULTS_DIR into mean ± std tables with t-tests against a baseline.",
+    p = parser(
+        "report",
+        "Aggregate the runs under RESULTS_DIR into mean ± std tables with t-tests against a baseline.",
     )
     p.add_argument(
         "results_dir",
@@ -71,10 +71,10 @@ def report_parser() -> argparse.ArgumentParser:
         default=",".join(tables.FORMATS),
         help="table files to write in each recipe dir, comma-separated subset of md,csv,tex",
     )
-    p.add_argument(
+    switch(
+        p,
         "--extras",
-        action="store_true",
-        help="add Holm-adjusted p, Cohen's d, the t interval of Δ and P(> baseline) to md/tex (always in the CSV)",
+        "add Holm-adjusted p, Cohen's d, the t interval of Δ and P(> baseline) to md/tex (always in the CSV)",
     )
     p.add_argument(
         "--plots",
@@ -94,10 +94,10 @@ def report_parser() -> argparse.ArgumentParser:
         default=0,
         help="seed of the sampled permutation tests (per-example churn beyond 10,000 relabelings; default 0)",
     )
-    p.add_argument(
+    switch(
+        p,
         "--published",
-        action="store_true",
-        help="add the paper's mean ± std (n) of each row that has a published counterpart (same recipe, "
+        "add the paper's mean ± std (n) of each row that has a published counterpart (same recipe, "
         "act, setting, metric), ours - paper, and a Welch p (`visionbench papers` lists them)",
     )
     p.add_argument(
@@ -116,10 +116,8 @@ def report_parser() -> argparse.ArgumentParser:
         help="difference of means (metric units) seeds_needed is solved for (default: the observed one)",
     )
     add_alpha(p, "the verdicts and of mde / seeds_needed")
-    p.add_argument(
-        "--holm",
-        action="store_true",
-        help="decide the verdicts on the Holm-adjusted p-values (p_holm, tost_p_holm) over the recipe's acts",
+    switch(
+        p, "--holm", "decide the verdicts on the Holm-adjusted p-values (p_holm, tost_p_holm) over the recipe's acts"
     )
     p.add_argument(
         "--suite",
@@ -128,16 +126,16 @@ def report_parser() -> argparse.ArgumentParser:
         help="with several recipes: write the suite view (ranks.csv, ranks.md, cd_diagram.png: mean "
         "ranks, Friedman test, Nemenyi CD, P(X > baseline)) into RESULTS_DIR (default on)",
     )
-    p.add_argument(
+    switch(
+        p,
         "--html",
-        action="store_true",
-        help="also write report.html in each recipe folder (tables, verdicts, sections, figures: one "
+        "also write report.html in each recipe folder (tables, verdicts, sections, figures: one "
         "self-contained page, works offline) and index.html at RESULTS_DIR linking them (html.py)",
     )
-    p.add_argument(
+    switch(
+        p,
         "--strict-env",
-        action="store_true",
-        help="refuse to test across runs from different environments (package versions, CPU kernels, "
+        "refuse to test across runs from different environments (package versions, CPU kernels, "
         "threads, data digest, ...: a table's MIXED ENVIRONMENTS note): exit 2, nothing written",
     )
     return p

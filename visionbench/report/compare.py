@@ -42,7 +42,7 @@ from ..results.predictions import variant_of
 from ..results.record import RecordError
 from ..stats import power, reproduction
 from . import protocol, render
-from .arguments import add_alpha
+from .arguments import add_alpha, parser
 from .collect import RUN_SCALARS, metric_names, scan_runs
 from .environment import differences_between
 from .errors import UsageError, fail
@@ -90,9 +90,9 @@ class Side:
 
 
 def compare_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="visionbench compare",
-        description="Did B reproduce A? Per (recipe, setting, activation) run in both: both means ± sd (n), "
+    p = parser(
+        "compare",
+        "Did B reproduce A? Per (recipe, setting, activation) run in both: both means ± sd (n), "
         "Δ = B − A with its Welch 95 % interval, a TOST equivalence test, the paired test over the "
         "test images, and a verdict: identical, reproduced, differs or undecided.",
     )

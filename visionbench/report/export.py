@@ -15,12 +15,12 @@ record, at the places they have in the tree: a committed record and its tables s
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from ..results import layout, record, sources
 from ..results.io import RunStateError
+from .arguments import parser
 from .collect import scan_runs, snapshot_runs
 from .errors import fail, os_reason
 
@@ -53,11 +53,10 @@ def export(runs_dir: str | Path, out: str | Path) -> tuple[list[Path], list[str]
 
 def main(argv: list[str] | None = None) -> int:
     """`visionbench export RUNS_DIR OUT`; 0, or 2 with one line on stderr (nothing written)."""
-    p = argparse.ArgumentParser(
-        prog="visionbench export",
-        description="Write the compact, committable record of a results tree: every run's "
-        "summary, config, curves and per-example predictions "
-        "(docs/reproducing.md). `visionbench report OUT` reads it.",
+    p = parser(
+        "export",
+        "Write the compact, committable record of a results tree: every run's summary, config, curves and "
+        "per-example predictions (docs/reproducing.md). `visionbench report OUT` reads it.",
     )
     p.add_argument(
         "runs_dir", metavar="RUNS_DIR", help="a results tree (a recipe dir or a parent of several), or a store"

@@ -17,7 +17,7 @@ import sys
 
 import pandas as pd
 
-from . import published, render
+from . import arguments, published, render
 from .tables import format_p
 
 TEST_NAMES = {
@@ -54,9 +54,9 @@ CSV_COLUMNS = [
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="visionbench papers",
-        description="The papers' published tables with p-values recomputed from their own "
+    p = arguments.parser(
+        "papers",
+        "The papers' published tables with p-values recomputed from their own "
         "mean ± std (n) against each table's baseline.",
     )
     p.add_argument("--paper", default=None, help="000, 001, 003 or 004 (default: all)")
