@@ -47,51 +47,32 @@ HELD_OUT_METRIC = "test_top1_at_best_val"  # report.metric: null with one (the t
 SEQUENTIAL = "sequential.json"  # <recipe>/[<setting>/]sequential.json: where `seeds=auto` stopped each activation
 
 
+class _Below:
+    """A path below a run directory, read as an attribute of its `RunFiles` (`files.summary`)."""
+
+    def __init__(self, *parts: str):
+        self.parts = parts
+
+    def __get__(self, files, owner=None):
+        return self if files is None else files.root.joinpath(*self.parts)
+
+
 @dataclass(frozen=True)
 class RunFiles:
     """The paths inside one run directory."""
 
     root: Path
 
-    @property
-    def config(self) -> Path:
-        return self.root / "config.yaml"
-
-    @property
-    def summary(self) -> Path:
-        return self.root / "summary.json"
-
-    @property
-    def metrics(self) -> Path:
-        return self.root / "metrics.csv"
-
-    @property
-    def error(self) -> Path:
-        return self.root / "error.txt"
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
-
-    @property
-    def last(self) -> Path:
-        return self.checkpoints / "last.ckpt"
-
-    @property
-    def best(self) -> Path:
-        return self.checkpoints / "best.ckpt"
-
-    @property
-    def snapshots(self) -> Path:
-        return self.root / "act_snapshots"
-
-    @property
-    def predictions(self) -> Path:
-        return self.root / "predictions.npz"
-
-    @property
-    def trackers(self) -> Path:  # the MLflow / W&B run ids a resumed run continues (train/trackers.py)
-        return self.root / "trackers.json"
+    config = _Below("config.yaml")
+    summary = _Below("summary.json")
+    metrics = _Below("metrics.csv")
+    error = _Below("error.txt")
+    checkpoints = _Below("checkpoints")
+    last = _Below("checkpoints", "last.ckpt")
+    best = _Below("checkpoints", "best.ckpt")
+    snapshots = _Below("act_snapshots")
+    predictions = _Below("predictions.npz")
+    trackers = _Below("trackers.json")  # the MLflow / W&B run ids a resumed run continues (train/trackers.py)
 
 
 def default_metric(val_split: float) -> str:
