@@ -44,10 +44,9 @@ network, `fmnist_resnet`, the activation swapped: 7 SLAFs, 2^7), `model.name=fmn
 from __future__ import annotations
 
 import torch
-from timm.models import generate_default_cfgs, register_model
 from torch import nn
 
-from .builder import build
+from .builder import pretrained_cfgs, register
 
 # TensorFlow 1.x tf.layers.batch_normalization defaults (003 code leaves them): momentum 0.99, epsilon 1e-3
 TF_BN_MOMENTUM, TF_BN_EPS = 0.01, 1e-3
@@ -55,22 +54,12 @@ ARCHS = ("resnet", "slnn")
 WIDTHS = (32, 64, 128)  # stem, block1, block2 (003 code)
 HIDDEN = 512  # fc1, fc2 (003 code)
 
-default_cfgs = generate_default_cfgs(
-    {
-        name: dict(
-            url="",
-            num_classes=10,
-            input_size=(1, 28, 28),
-            pool_size=None,
-            crop_pct=1.0,
-            interpolation="bilinear",
-            mean=(0.2860,),
-            std=(0.3530,),
-            first_conv="stem.conv1",
-            classifier="head",
-        )
-        for name in ("vb_fmnist_resnet", "vb_fmnist_slnn")
-    }
+default_cfgs = pretrained_cfgs(
+    [f"vb_fmnist_{arch}" for arch in ARCHS],
+    first_conv="stem.conv1",
+    input_size=(1, 28, 28),
+    mean=(0.2860,),
+    std=(0.3530,),
 )
 
 
@@ -224,17 +213,9 @@ class FashionResNet(nn.Module):
         return self.forward_head(self.forward_features(x))
 
 
-def _create(arch: str, pretrained: bool, **kwargs) -> FashionResNet:
-    return build(FashionResNet, f"vb_fmnist_{arch}", pretrained, (0, 1, 2), arch=arch, **kwargs)  # stem, block1, block2
-
-
-@register_model
-def vb_fmnist_resnet(pretrained: bool = False, **kwargs) -> FashionResNet:
-    """Paper 003 Table 6's "2 Conv + 2 Res. Blocks + 2 Fc" (003 code fmnist_resnet.py): 7 activations."""
-    return _create("resnet", pretrained, **kwargs)
-
-
-@register_model
-def vb_fmnist_slnn(pretrained: bool = False, **kwargs) -> FashionResNet:
-    """003 code's all-SLAF Fashion-MNIST net (fmnist_taylor.py): 8 activations, no BatchNorm."""
-    return _create("slnn", pretrained, **kwargs)
+ENTRYPOINTS = {  # vb_fmnist_<arch>: its docstring; features_only gives the maps of stem, block1, block2
+    "resnet": 'Paper 003 Table 6\'s "2 Conv + 2 Res. Blocks + 2 Fc" (003 code fmnist_resnet.py): 7 activations.',
+    "slnn": "003 code's all-SLAF Fashion-MNIST net (fmnist_taylor.py): 8 activations, no BatchNorm.",
+}
+for _arch, _doc in ENTRYPOINTS.items():
+    register(FashionResNet, f"vb_fmnist_{_arch}", _doc, (0, 1, 2), arch=_arch)

@@ -19,30 +19,12 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 from timm.layers import DropPath
-from timm.models import generate_default_cfgs, register_model
 from torch import nn
 
-from .builder import build
+from .builder import pretrained_cfgs, register
 from .norms import norm_factory
 
-# timm's registry reads the module's `default_cfgs` when an entrypoint registers; url "" = no
-# weights, so timm never attempts a download
-default_cfgs = generate_default_cfgs(
-    {
-        "vb_resnet32": dict(
-            url="",
-            num_classes=10,
-            input_size=(3, 32, 32),
-            pool_size=None,
-            crop_pct=1.0,
-            interpolation="bilinear",
-            mean=(0.4914, 0.4822, 0.4465),
-            std=(0.2023, 0.1994, 0.2010),
-            first_conv="stem.conv",
-            classifier="head",
-        ),
-    }
-)
+default_cfgs = pretrained_cfgs(["vb_resnet32"], first_conv="stem.conv")
 
 
 class PadShortcut(nn.Module):
@@ -167,7 +149,10 @@ class CifarResNet(nn.Module):
         return self.forward_head(self.forward_features(x))
 
 
-@register_model
-def vb_resnet32(pretrained: bool = False, **kwargs) -> CifarResNet:
-    """ResNet-32 for CIFAR (He et al. 2016 Sec 4.2), option A shortcuts: 31 activations."""
-    return build(CifarResNet, "vb_resnet32", pretrained, (0, 1, 2), depth_per_stage=5, **kwargs)  # one map per stage
+register(
+    CifarResNet,
+    "vb_resnet32",
+    "ResNet-32 for CIFAR (He et al. 2016 Sec 4.2), option A shortcuts: 31 activations.",
+    (0, 1, 2),  # one map per stage
+    depth_per_stage=5,
+)

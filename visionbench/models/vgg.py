@@ -21,10 +21,9 @@ init (paper 004 App E: "standard PyTorch default initialization").
 
 from __future__ import annotations
 
-from timm.models import generate_default_cfgs, register_model
 from torch import nn
 
-from .builder import build
+from .builder import pretrained_cfgs, register
 from .norms import norm_factory
 
 VGG_CFGS = {
@@ -33,25 +32,7 @@ VGG_CFGS = {
 }
 
 
-def _cfg(**kwargs) -> dict:
-    """CIFAR-10 pretrained cfg with no weights (url ""), so timm never attempts a download."""
-    return dict(
-        url="",
-        num_classes=10,
-        input_size=(3, 32, 32),
-        pool_size=None,
-        crop_pct=1.0,
-        interpolation="bilinear",
-        mean=(0.4914, 0.4822, 0.4465),
-        std=(0.2023, 0.1994, 0.2010),
-        first_conv="stages.0.conv1",
-        classifier="head",
-        **kwargs,
-    )
-
-
-# timm's registry reads the module's `default_cfgs` when an entrypoint registers
-default_cfgs = generate_default_cfgs({name: _cfg() for name in VGG_CFGS})
+default_cfgs = pretrained_cfgs(VGG_CFGS, first_conv="stages.0.conv1")
 
 
 class VGG(nn.Module):
@@ -154,19 +135,12 @@ class VGG(nn.Module):
         return self.forward_head(self.forward_features(x))
 
 
-def _create_vgg(variant: str, pretrained: bool = False, **kwargs) -> VGG:
-    """timm's builder (pretrained cfg, `features_only`, ...) around `VGG`, as timm's own models."""
-    stages = VGG_CFGS[variant]  # features_only: one map per stage
-    return build(VGG, variant, pretrained, tuple(range(len(stages))), stages=stages, **kwargs)
-
-
-@register_model
-def vb_vgg4(pretrained: bool = False, **kwargs) -> VGG:
-    """VGG4 of paper 004: (1x64, 1x128, 2x256), 4 activations."""
-    return _create_vgg("vb_vgg4", pretrained, **kwargs)
-
-
-@register_model
-def vb_vgg8(pretrained: bool = False, **kwargs) -> VGG:
-    """VGG8 of paper 004: (2x64, 2x128, 2x256, 2x512), 8 activations."""
-    return _create_vgg("vb_vgg8", pretrained, **kwargs)
+for _name, _stages in VGG_CFGS.items():  # vb_vgg4, vb_vgg8; features_only gives one map per stage
+    _blocks, _acts = ", ".join(f"{n}x{c}" for n, c in _stages), sum(n for n, _ in _stages)
+    register(
+        VGG,
+        _name,
+        f"VGG{_acts} of paper 004: ({_blocks}), {_acts} activations.",
+        tuple(range(len(_stages))),
+        stages=_stages,
+    )
