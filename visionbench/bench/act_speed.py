@@ -74,21 +74,24 @@ def input_shape(text: str) -> tuple[int, ...]:
     return dims
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="visionbench bench activations", description=__doc__.splitlines()[0])
+def add_input_options(p: argparse.ArgumentParser) -> None:
+    """--shape, --dtype, --device: the input the activations run on (bench activations, bench warm)."""
     p.add_argument(
         "--shape", type=input_shape, default="64,128,32,32", help="input shape, NCHW (default: 64,128,32,32)"
     )
     p.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"])
     p.add_argument("--device", type=timing.device_name, default="cpu")
-    p.add_argument(
-        "--repeats", type=timing.positive_int, default=15, help="timing rounds (default 15; medians reported)"
-    )
-    p.add_argument(
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = timing.parser("activations", __doc__)
+    add_input_options(p)
+    timing.add_count(p, "--repeats", 15, "timing rounds (default 15; medians reported)")
+    timing.add_count(
+        p,
         "--event-rounds",
-        type=timing.positive_int,
-        default=EVENT_ROUNDS,
-        help=f"CUDA-event timing rounds, L2 flushed before each call (default {EVENT_ROUNDS}; CUDA only)",
+        EVENT_ROUNDS,
+        f"CUDA-event timing rounds, L2 flushed before each call (default {EVENT_ROUNDS}; CUDA only)",
     )
     p.add_argument(
         "--families",
@@ -104,10 +107,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="{on,off,both}",
         help="deterministic algorithms while timing (default on: what a run sets on CUDA; both: a table each)",
     )
-    p.add_argument("--name", default="activations", help="report name: results/bench/<name>.md")
-    p.add_argument(
-        "--out", type=timing.out_dir, default=str(timing.RESULTS_DIR), help="report folder (default results/bench)"
-    )
+    timing.add_report_options(p, "activations")
     return p.parse_args(argv)
 
 
@@ -235,7 +235,7 @@ def gelu_row(gelu: Step, x: torch.Tensor, args) -> list:
 def notes(args, x: torch.Tensor) -> list[str]:
     device = x.device
     return [
-        timing.environment(device),
+        timing.machine_line(device),
         f"input {list(x.shape)} {args.dtype}, {'per-channel' if args.per_channel else 'shared'} coefficients, "
         f"train mode, kernels {kernel_backend(x)}, {args.repeats} rounds (reference: "
         f"{min(args.repeats, REFERENCE_ROUNDS)})",

@@ -24,15 +24,10 @@ from . import timing
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(
-        prog="visionbench bench data",
-        description=__doc__.splitlines()[0],
-        epilog="key=value arguments: recipe=NAME and any recipe override",
-    )
-    p.add_argument("--rounds", type=timing.positive_int, default=5, help="timed epochs per path (default 5)")
+    p = timing.parser("data", __doc__, "recipe=NAME and any recipe override")
+    timing.add_count(p, "--rounds", 5, "timed epochs per path (default 5)")
     p.add_argument("--device", type=timing.device_name, default="cpu", help="where data.on_device keeps the set")
-    p.add_argument("--name", default=None, help="report name (default data_<recipe>)")
-    p.add_argument("--out", type=timing.out_dir, default=str(timing.RESULTS_DIR))
+    timing.add_report_options(p, None, "data_<recipe>")
     return p.parse_known_args(argv)
 
 
@@ -87,7 +82,7 @@ def main(argv: list[str]) -> int:
     ]
     header = ["path", "where", "images/s (median)", "× loader path (median of rounds)"]
     notes = [
-        timing.environment(device),
+        timing.machine_line(device),
         f"recipe {cfg.recipe}: {cfg.data.name}, batch {cfg.batch_size}, augment crop_pad="
         f"{cfg.data.augment.crop_pad} hflip={cfg.data.augment.hflip}; {args.rounds} rounds of one epoch per path",
     ]

@@ -77,25 +77,15 @@ MODES = {
 
 
 # ---------------------------------------------------------------------------------------------- arguments
-def seed_count(text: str) -> int:
-    """An argparse type for --bits: at least two seeds (one alone against two at once)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 2:
-        raise argparse.ArgumentTypeError(
-            f"must be an integer >= 2 (seeds trained alone, then all at once), got {text!r}"
-        )
-    return value
+# --bits: at least two seeds (one alone against two at once)
+seed_count = timing.at_least(2, "seeds trained alone, then all at once")
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(
-        prog="visionbench bench fill",
-        description=__doc__.splitlines()[0],
-        epilog="key=value arguments: recipe=NAME act=NAME[,NAME...] and any recipe override "
-        "(batch_size=64, trainer.precision=bf16-mixed, ...)",
+    p = timing.parser(
+        "fill",
+        __doc__,
+        "recipe=NAME act=NAME[,NAME...] and any recipe override (batch_size=64, trainer.precision=bf16-mixed, ...)",
     )
     p.add_argument("--k", type=timing.k_list, default=[1, 4, 8, 16], help="processes at once (default 1,4,8,16)")
     p.add_argument("--seconds", type=timing.positive_seconds, default=4.0, help="timed seconds per case (default 4)")
@@ -118,12 +108,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         metavar="N",
         help="bit check: N seeds alone, then N at once; the final weights' sha256 compared",
     )
-    p.add_argument(
-        "--bit-steps",
-        type=timing.positive_int,
-        default=BIT_STEPS,
-        help=f"training steps per seed in the bit check (default {BIT_STEPS})",
-    )
+    timing.add_count(p, "--bit-steps", BIT_STEPS, f"training steps per seed in the bit check (default {BIT_STEPS})")
     p.add_argument(
         "--budget",
         type=timing.positive_seconds,
@@ -131,8 +116,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         help="seconds for the whole benchmark: cases that would overrun are skipped (default: no limit)",
     )
     p.add_argument("--device", type=timing.device_name, default="cpu")
-    p.add_argument("--name", default=None, help="report name (default fill_<recipe>)")
-    p.add_argument("--out", type=timing.out_dir, default=str(timing.RESULTS_DIR))
+    timing.add_report_options(p, None, "fill_<recipe>")
     return p.parse_known_args(argv)
 
 
@@ -528,7 +512,7 @@ def notes(bench: Bench, cfg, batch: int, shape: tuple[int, int, int, int], acts:
     from .train_step import levers
 
     a = bench.args
-    env = bench.info.get("environment") or timing.environment(torch.device("cpu")) + " (no worker answered)"
+    env = bench.info.get("environment") or timing.machine_line(torch.device("cpu")) + " (no worker answered)"
     lines = [
         f"{env}, triton {bench.info.get('triton', '?')} (the workers')",
         f"recipe {cfg.recipe}: model {cfg.model.name}, batch {batch} x {shape[1]}x{shape[2]}x{shape[3]} "

@@ -135,7 +135,7 @@ class Worker:
             triton_version = triton.__version__
         except ImportError:
             triton_version = "not importable"
-        return {"environment": timing.environment(self.device), "triton": triton_version}
+        return {"environment": timing.machine_line(self.device), "triton": triton_version}
 
     def prepare(self, spec: Spec) -> dict:
         """Build (unless built: the bit check always rebuilds) and warm up the step of (act, mode)."""

@@ -28,13 +28,10 @@ from . import timing
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="visionbench bench fit", description=__doc__.splitlines()[0])
+    p = timing.parser("fit", __doc__)
     p.add_argument("--families", default="all", help="comma-separated learnable names (default: all)")
     p.add_argument("--repeats", type=int, default=3, help="timed fits per (family, target) (default 3)")
-    p.add_argument("--name", default="fit", help="report name: results/bench/<name>.md")
-    p.add_argument(
-        "--out", type=timing.out_dir, default=str(timing.RESULTS_DIR), help="report folder (default results/bench)"
-    )
+    timing.add_report_options(p, "fit")
     return p.parse_args(argv)
 
 
@@ -76,7 +73,7 @@ def main(argv: list[str]) -> int:
                 print(f"  {name} -> {target}: {1e3 * seconds:.1f} ms", file=sys.stderr, flush=True)
     header = ["activation", "target", "fit CPU ms", "× GELU fwd+bwd", "sup error of F", "sup error of F'"]
     notes = [
-        timing.environment(torch.device("cpu")) + " (fits run on one thread)",
+        timing.machine_line(torch.device("cpu")) + " (fits run on one thread)",
         f"fit: minimum CPU time of {args.repeats} after a warm-up fit; × GELU: that time over one GELU "
         f"forward + backward on [64, 128, 32, 32] float32 ({1e3 * step_s:.1f} ms CPU, same run)",
         "errors: sup norms on [-3, 3] (the tests assert them against each family's fit_tolerance)",

@@ -251,14 +251,13 @@ def render(rows: list[Row], archs: tuple, other: tuple | None) -> str:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="visionbench bench kernels", description=__doc__.splitlines()[0])
+    p = timing.parser("kernels", __doc__)
     p.add_argument("--shape", type=input_shape, default="64,128,32,32", help="input shape, NCHW (default 64,128,32,32)")
     p.add_argument("--families", default="all", help="comma-separated family names or case labels (default all)")
     p.add_argument("--arch", default="90,80", help="compute capabilities to compile for (default 90,80)")
     p.add_argument("--also-triton", default=None, help="a folder holding another Triton (pip --target): compiled too")
-    p.add_argument("--jobs", type=timing.positive_int, default=os.cpu_count() or 1, help="compiling processes")
-    p.add_argument("--name", default="kernels_sm90", help="report name: results/bench/<name>.md")
-    p.add_argument("--out", type=timing.out_dir, default=str(timing.RESULTS_DIR), help="report folder")
+    timing.add_count(p, "--jobs", os.cpu_count() or 1, "compiling processes")
+    timing.add_report_options(p, "kernels_sm90")
     args = p.parse_args(argv)
     try:
         args.arch = tuple(int(a) for a in args.arch.split(","))

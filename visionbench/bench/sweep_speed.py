@@ -40,11 +40,7 @@ def projection(text: str) -> tuple[int, int]:
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(
-        prog="visionbench bench sweep",
-        description=__doc__.splitlines()[0],
-        epilog="key=value arguments: recipe=NAME act=... and any recipe override",
-    )
+    p = timing.parser("sweep", __doc__, "recipe=NAME act=... and any recipe override")
     p.add_argument(
         "--k", type=timing.k_list, default=[1, 2], help="runs per device to compare (default 1,2; 1 is added)"
     )
@@ -55,16 +51,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         metavar="SEEDSxEPOCHS",
         help="also `visionbench estimate`'s projection of that sweep at parallel=auto (e.g. 20x60)",
     )
-    p.add_argument("--seeds", type=timing.positive_int, default=2, help="seeds per activation at K > 1 (default 2)")
-    p.add_argument(
-        "--solo-seeds",
-        type=timing.positive_int,
-        default=2,
-        help="seeds per activation at K = 1, the bit check's references (default 2)",
-    )
+    timing.add_count(p, "--seeds", 2, "seeds per activation at K > 1 (default 2)")
+    timing.add_count(p, "--solo-seeds", 2, "seeds per activation at K = 1, the bit check's references (default 2)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="trainer.accelerator of the runs")
-    p.add_argument("--name", default=None, help="report name (default sweep_<recipe>)")
-    p.add_argument("--out", type=timing.out_dir, default=str(timing.RESULTS_DIR))
+    timing.add_report_options(p, None, "sweep_<recipe>")
     return p.parse_known_args(argv)
 
 
@@ -146,7 +136,7 @@ def main(argv: list[str]) -> int:
             [
                 *status,
                 *([state["failed"]] if state["failed"] else []),
-                timing.environment(device),
+                timing.machine_line(device),
                 "aggregate img/s: the training images of all runs of a sweep over its wall time (start-up, "
                 "evaluation and checkpoints included); GPU busy: the runs' NVML readings (— off CUDA)",
                 f"bit check: {verdict}",

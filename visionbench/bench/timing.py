@@ -25,15 +25,49 @@ from ..results.io import atomic_write_text
 RESULTS_DIR = Path("results") / "bench"
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a count of timed rounds or steps, an integer >= 1 (no median of none)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
+def parser(command: str, doc: str, overrides: str | None = None) -> argparse.ArgumentParser:
+    """The parser of `visionbench bench COMMAND`, described by the first line of its module's `doc`; `overrides`: the
+    key=value arguments it takes beside its flags (a recipe and its overrides), said under its options."""
+    return argparse.ArgumentParser(
+        prog=f"visionbench bench {command}",
+        description=doc.splitlines()[0],
+        epilog=f"key=value arguments: {overrides}" if overrides else None,
+    )
+
+
+def add_report_options(p: argparse.ArgumentParser, name: str | None, default_name: str | None = None) -> None:
+    """--name and --out: the benchmark's report, `<out>/<name>.md`; `name` its default, or None and `default_name`
+    saying what the benchmark names it after (`fill_<recipe>`)."""
+    p.add_argument(
+        "--name",
+        default=name,
+        help="report name: results/bench/<name>.md" if name else f"report name (default {default_name})",
+    )
+    p.add_argument("--out", type=out_dir, default=str(RESULTS_DIR), help="report folder (default results/bench)")
+
+
+def at_least(lo: int, why: str = ""):
+    """An argparse type: an integer >= lo (`why`: the reason, said when it is refused)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = lo - 1
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}{f' ({why})' if why else ''}, got {text!r}")
+        return value
+
+    return parse
+
+
+# a count of timed rounds or steps (no median of none), of seeds or processes
+positive_int = at_least(1)
+
+
+def add_count(p: argparse.ArgumentParser, flag: str, default: int | None, help: str) -> None:
+    """An option that counts: timing rounds, steps, seeds, processes (`positive_int`)."""
+    p.add_argument(flag, type=positive_int, default=default, help=help)
 
 
 def k_list(text: str) -> list[int]:
@@ -148,7 +182,7 @@ def peak_bytes(fn: Callable[[], object], device: torch.device, total: bool = Fal
     return torch.cuda.max_memory_allocated(device) - before
 
 
-def environment(device: torch.device) -> str:
+def machine_line(device: torch.device) -> str:
     """One line saying where the numbers come from."""
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
     return (

@@ -38,21 +38,13 @@ DEFAULT_STEPS = 10
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(
-        prog="visionbench bench train",
-        description=__doc__.splitlines()[0],
-        epilog="key=value arguments: recipe=NAME act=NAME and any recipe override "
-        "(batch_size=64, model.norm=group, ...)",
+    p = timing.parser(
+        "train", __doc__, "recipe=NAME act=NAME and any recipe override (batch_size=64, model.norm=group, ...)"
     )
     p.add_argument(
         "--compare-to", metavar="ACT", default=None, help="the activation timed beside act= (default: the model's own)"
     )
-    p.add_argument(
-        "--steps",
-        type=timing.positive_int,
-        default=DEFAULT_STEPS,
-        help=f"timed steps per model (default {DEFAULT_STEPS})",
-    )
+    timing.add_count(p, "--steps", DEFAULT_STEPS, f"timed steps per model (default {DEFAULT_STEPS})")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per model first (default 2)")
     p.add_argument("--device", type=timing.device_name, default="cpu")
     p.add_argument(
@@ -63,8 +55,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         help="deterministic algorithms while timing (default: on where a run of the config sets them on CUDA, "
         "trainer.deterministic or trainer.portable; both: a table each)",
     )
-    p.add_argument("--name", default=None, help="report name (default train_<recipe>_<act>)")
-    p.add_argument("--out", type=timing.out_dir, default=str(timing.RESULTS_DIR))
+    timing.add_report_options(p, None, "train_<recipe>_<act>")
     return p.parse_known_args(argv)
 
 
@@ -264,7 +255,7 @@ def _time_steps(
     both = len(args.deterministic) > 1
     header = [*HEADER, f"warm-up s ({args.warmup} steps{', incl. compile' if not both else ''})"]
     notes = [
-        timing.environment(device),
+        timing.machine_line(device),
         f"recipe {cfg.recipe}: model {cfg.model.name}, batch {batch} x {in_chans}x{img_size}x{img_size} "
         f"synthetic, optimizer {cfg.optim.name}, {args.steps} timed steps per model, alternating",
         f"{len(report) if report else 0} activation modules swapped for {act}",

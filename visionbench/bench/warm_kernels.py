@@ -28,7 +28,7 @@ import torch
 
 from .. import activations
 from . import timing
-from .act_speed import CASES, input_shape
+from .act_speed import CASES, add_input_options
 
 COEFFICIENTS = ("shared", "per-channel")
 
@@ -43,28 +43,18 @@ def coefficient_kinds(text: str) -> list[str]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="visionbench bench warm", description=__doc__.splitlines()[0])
-    p.add_argument(
-        "--shape", type=input_shape, default="64,128,32,32", help="input shape, NCHW (default: 64,128,32,32)"
-    )
-    p.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"])
-    p.add_argument("--device", type=timing.device_name, default="cpu")
+    p = timing.parser("warm", __doc__)
+    add_input_options(p)
     p.add_argument(
         "--coefficients",
         type=coefficient_kinds,
         default="shared,per-channel",
         help="kinds of coefficients to warm (default: shared,per-channel)",
     )
-    p.add_argument(
-        "--jobs",
-        type=timing.positive_int,
-        default=None,
-        help="processes compiling side by side (default: one per CPU core, at most one per task)",
+    timing.add_count(
+        p, "--jobs", None, "processes compiling side by side (default: one per CPU core, at most one per task)"
     )
-    p.add_argument("--name", default="warm_kernels", help="report name: results/bench/<name>.md")
-    p.add_argument(
-        "--out", type=timing.out_dir, default=str(timing.RESULTS_DIR), help="report folder (default results/bench)"
-    )
+    timing.add_report_options(p, "warm_kernels")
     return p.parse_args(argv)
 
 
@@ -124,7 +114,7 @@ def main(argv: list[str]) -> int:
         missing = [f"{t[0]} ({t[3]})" for i, t in enumerate(tasks) if i not in rows]
         notes = [
             *([timing.partial_note(len(rows), len(tasks), missing, "tasks")] if missing else []),
-            timing.environment(torch.device(args.device)),
+            timing.machine_line(torch.device(args.device)),
             f"input {list(args.shape)} {args.dtype}, train mode; {len(tasks)} tasks on {jobs} processes: "
             f"{time.perf_counter() - start:.1f} s wall{'' if final else ' so far'}, the first calls' "
             f"{sum(r[2] or 0.0 for r in rows.values()):.1f} s added up",
