@@ -100,7 +100,7 @@ def build_step(spec: Spec, device: torch.device) -> Callable[[], None]:
     from .train_step import TrainStep
 
     run = spec.run
-    if spec.mode != "eager" and getattr(run.trainer, "compile", False):  # the mode decides the compilation
+    if spec.mode != "eager" and run.trainer.compile:  # the mode decides the compilation
         run = dataclasses.replace(run, trainer=dataclasses.replace(run.trainer, compile=False))
     batch, chans, height, width = spec.shape
     gen = torch.Generator().manual_seed(0)  # the same batch in every worker and every mode
@@ -149,10 +149,10 @@ class Worker:
             gc.collect()
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
-        determinism.apply(spec.mode == "bits" or bool(getattr(spec.run.trainer, "deterministic", True)))
+        determinism.apply(spec.mode == "bits" or spec.run.trainer.deterministic)
         from ..activations import fused  # this worker trains as the run would: its trainer.kernels, unless a
 
-        fused.set_backend(*fused.resolve(getattr(spec.run.trainer, "kernels", None)))  # variable overrides it
+        fused.set_backend(*fused.resolve(spec.run.trainer.kernels))  # variable overrides it
         t0 = time.perf_counter()
         step = build_step(spec, self.device)
         if spec.mode != "bits":  # the bit check trains from the seed's initial weights: no warm-up steps

@@ -175,8 +175,7 @@ def main(argv: list[str]) -> int:
         print(f"visionbench bench train: {e}", file=sys.stderr)
         return 2
     if args.deterministic is None:  # what a run of this config sets on CUDA (train/trainer.py `determinism`)
-        t = cfg.trainer
-        args.deterministic = [bool(getattr(t, "deterministic", True)) or bool(getattr(t, "portable", False))]
+        args.deterministic = [cfg.trainer.deterministic or cfg.trainer.portable]
     determinism.prepare(args.deterministic, torch.device(args.device))  # before CUDA starts
     with fused.configured(cfg.trainer.kernels):  # the kernels a run of this config trains with (the variable wins)
         return _time_steps(args, argv, cfg, act, baseline, (num_classes, in_chans, img_size))
