@@ -182,7 +182,7 @@ def test_the_hydra_entry_point_refuses_a_design_in_one_line():
 
 def test_the_equal_budget_table_is_comparable_though_its_tuned_keys_differ(tmp_path):
     from visionbench.config import recipe_config, run_config
-    from visionbench.report.sections import _mixed_configs
+    from visionbench.report.comparable import mixed_configs
     from visionbench.results import layout
     from visionbench.results.identity import config_hash
 
@@ -195,6 +195,6 @@ def test_the_equal_budget_table_is_comparable_though_its_tuned_keys_differ(tmp_p
         layout.write_config(out, run)
         rows.append({"act": act, "config_hash": config_hash(run), "run_dir": str(out)})
     runs = pd.DataFrame(rows)
-    assert _mixed_configs(runs).startswith("keys optim.lr, optim.momentum")  # any other table: NOT COMPARABLE
-    assert _mixed_configs(runs, {"optim.lr", "optim.momentum"}) == ""
-    assert _mixed_configs(runs, {"optim.lr"}).startswith("keys optim.lr, optim.momentum")  # only the tuned keys
+    assert mixed_configs(runs).startswith("keys optim.lr, optim.momentum")  # any other table: NOT COMPARABLE
+    assert mixed_configs(runs, {"optim.lr", "optim.momentum"}) == ""
+    assert mixed_configs(runs, {"optim.lr"}).startswith("keys optim.lr, optim.momentum")  # only the tuned keys

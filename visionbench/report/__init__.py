@@ -9,7 +9,8 @@
 The report stands on `visionbench.results` (the files' layout) and `visionbench.stats` (every
 statistic); it imports no torch and trains nothing. Modules:
 
-* `command`: the `visionbench report` command line; `sections`: the report of a tree, its sections as lists.
+* `command`: the `visionbench report` command line; `sections`: the report of a tree, its sections as lists;
+  `comparable`: is a table one comparison (runs configured alike, one version of each plugin).
 * `collect`: find and read summary.json, metrics.csv and activation snapshots.
 * `summary`: one row per (recipe, act): counts, mean ± std, the test against the baseline.
 * `verdict`, `stopping`, `published`, `curves`, `protocol`: what is added to a table — verdicts and

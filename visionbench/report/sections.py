@@ -41,6 +41,7 @@ from . import (
     verdict,
 )
 from .collect import has_curves, metric_names, scan_runs
+from .comparable import mixed_configs, mixed_plugins
 from .environment import environment_footer, mixed_environments, mixed_note, strict_env_refusal
 from .errors import UsageError
 from .summary import summarize, withhold_tests
@@ -228,7 +229,7 @@ def _not_comparable(table: Table) -> None:
     """NOT COMPARABLE, and no test, interval or verdict, when the runs were configured otherwise than by act and
     seed (and a tuning design's tuned keys, in its table of the best settings)."""
     expected = tuning.tuned_keys(table.recipe.runs) if table.phase == tuning.BEST else set()
-    mixed = _mixed_configs(table.runs, expected)
+    mixed = mixed_configs(table.runs, expected)
     if mixed:
         table.notes.append(
             f"NOT COMPARABLE: the runs differ in more than act and seed ({mixed}); rerun them with one "
@@ -259,7 +260,7 @@ def _run_notes(table: Table) -> None:
         table.notes.append(
             f"{row['act']}: {row['n_missing']} completed run(s) without a finite {row['metric']}; not scored"
         )
-    table.notes += _mixed_plugins(table.runs)
+    table.notes += mixed_plugins(table.runs)
 
 
 def _stopping(table: Table) -> None:
@@ -497,45 +498,3 @@ def _departures_note(summary, runs) -> list[str]:
         f"{config['recipe']}: these runs depart from the packaged recipe, whose protocol the published numbers "
         f"follow — {'; '.join(lines)}"
     ]
-
-
-def _mixed_plugins(runs) -> list[str]:
-    """A line per plugin module whose runs in this table come from more than one version of its source."""
-    if "plugins" not in runs:
-        return []
-    seen: dict[str, dict[str, list[str]]] = {}
-    for _, row in runs.dropna(subset=["plugins"]).iterrows():
-        for item in str(row["plugins"]).split(";"):
-            module, _, digest = item.partition("@")
-            seen.setdefault(module, {}).setdefault(digest, []).append(f"{row['act']} seed {row['seed']}")
-    return [
-        f"NOT ONE PLUGIN: the runs of plugin module {m} come from {len(v)} versions of its source (sha256 "
-        + "; ".join(f"{d}: {', '.join(r)}" for d, r in v.items())
-        + "); rerun them with one version"
-        for m, v in seen.items()
-        if len(v) > 1
-    ]
-
-
-def _mixed_configs(runs, expected: set[str] = frozenset()) -> str:
-    """'' when every run of the table was configured alike but for act and seed (and the `expected` keys: a tuning
-    design's tuned keys in its equal-budget table); else what differs, and where."""
-    from ..results.identity import diff_configs, shared_part
-    from ..results.io import RunStateError
-    from ..results.layout import read_config
-
-    hashes = runs.dropna(subset=["config_hash"]).groupby("config_hash")
-    if hashes.ngroups < 2:
-        return ""
-    groups = []
-    for _, group in hashes:
-        try:
-            config = read_config(Path(group["run_dir"].iloc[0])) or {}
-        except RunStateError:
-            config = {}
-        groups.append((shared_part(config), sorted(set(group["act"]))))
-    diffs = sorted({d.split(":")[0] for cfg, _ in groups[1:] for d in diff_configs(groups[0][0], cfg)})
-    if expected and diffs and set(diffs) <= set(expected):
-        return ""
-    where = "; ".join(f"config {i + 1}: {', '.join(acts)}" for i, (_, acts) in enumerate(groups))
-    return f"keys {', '.join(diffs) or '(unreadable configs)'} — {where}"

@@ -152,7 +152,7 @@ TEST_COLUMNS = ("t_stat", "p_value", "p_holm", "cohen_d", "ci_low", "ci_high")
 
 def withhold_tests(summary: pd.DataFrame) -> pd.DataFrame:
     """One recipe's rows with every test removed (mark `not comparable`): for a table whose runs differ in
-    more than act and seed (main.py's NOT COMPARABLE note), where no test across configurations is valid.
+    more than act and seed (sections.py's NOT COMPARABLE note), where no test across configurations is valid.
     The counts, means and stds stay; p, its stars, Holm, Cohen's d and the CI become empty."""
     out = summary.copy()
     out.loc[~out["is_baseline"] & (out["mark"] == ""), "mark"] = MARK_MIXED
