@@ -11,7 +11,7 @@ import pytest
 
 from visionbench.cli import main
 from visionbench.config import ConfigError
-from visionbench.config import tune as design
+from visionbench.config import tune_space as design
 from visionbench.report import tuning as report_tuning
 from visionbench.sweep import tune
 from visionbench.sweep.preflight import load_config

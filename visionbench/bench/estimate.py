@@ -201,7 +201,7 @@ def tuning_label(cfg: DictConfig) -> str:
 def tuning_jobs(cfg: DictConfig, n_seeds: int) -> list[tuple[dict, Path]]:
     """Every run of a tuning design (sweep/tune.py): the trials, then the retrain of each activation's best (planned
     at the recipe's values: which trial wins is known only once the trials ran) and of the recipe's values."""
-    from ..config.tune import BEST, DEFAULTS, TRIAL_SEED
+    from ..config.tune_space import BEST, DEFAULTS, TRIAL_SEED
 
     acts = sweep_acts(cfg)
     jobs = plan(cfg, settings=tune_trials(cfg), seeds=[TRIAL_SEED])

@@ -1,4 +1,4 @@
-"""The sweep of a tuning design (`tune=`, config/tune.py, docs/tuning.md): its two phases.
+"""The sweep of a tuning design (`tune=`, config/tune_space.py, docs/tuning.md): its two phases.
 
     visionbench run act=relu,gelu,rational tune=optim.lr:log[1e-4,1e-1] trials=16 seeds=5
 
@@ -23,8 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from .. import plugins
 from ..config import ConfigError, defaults, run_config
-from ..config import tune as design
-from ..config.validate import NOT_FACTORS
+from ..config import tune_space as design
+from ..config.keys import NOT_FACTORS
 from ..results import layout
 from ..results import provenance as results
 from ..results.io import RunStateError, atomic_write_text
