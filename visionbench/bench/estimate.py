@@ -39,14 +39,15 @@ import torch
 from omegaconf import DictConfig
 
 from ..config import sweep_settings, typed
+from ..config.tune_space import BEST, DEFAULTS, TRIAL_SEED
 from ..results import layout
 from ..results.io import RunStateError
 from ..results.settings import setting_label
 from ..sweep.acts import sweep_acts
 from ..sweep.placement import CONTEXT_BYTES, GPU_MEMORY_SHARE, choose, choose_cpu, visible_gpus
 from ..sweep.sweep import plan, worker_threads
-from ..sweep.tune import chosen_so_far, is_tuning, planned_runs, retrain_plan
-from ..sweep.tune import trials as tune_trials
+from ..sweep.tune_sweep import chosen_so_far, is_tuning, planned_runs, retrain_plan
+from ..sweep.tune_sweep import trials as tune_trials
 from ..train.trainer import trains_on_cuda
 from .measure import DoesNotFit, loaders, measure  # noqa: F401 - DoesNotFit: what estimate raises
 
@@ -199,15 +200,13 @@ def tuning_label(cfg: DictConfig) -> str:
 
 
 def tuning_jobs(cfg: DictConfig, n_seeds: int) -> list[tuple[dict, Path]]:
-    """Every run of a tuning design (sweep/tune.py): the trials, then the retrain of each activation's best (planned
-    at the recipe's values: which trial wins is known only once the trials ran) and of the recipe's values."""
-    from ..config.tune_space import BEST, DEFAULTS, TRIAL_SEED
-
+    """Every run of a tuning design (sweep/tune_sweep.py): the trials, then the retrain of each activation's best
+    (planned at the recipe's values: which trial wins is known only once the trials ran) and of the recipe's values."""
     acts = sweep_acts(cfg)
     jobs = plan(cfg, settings=tune_trials(cfg), seeds=[TRIAL_SEED])
     chosen = chosen_so_far(cfg, jobs)
     for phase in [BEST] + ([DEFAULTS] if cfg.tune.defaults else []):
-        jobs += retrain_plan(cfg, chosen, phase, acts, range(n_seeds))
+        jobs += retrain_plan(cfg, chosen, phase, acts, range(n_seeds), plan)
     return jobs
 
 
