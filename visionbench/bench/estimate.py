@@ -38,11 +38,12 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from ..config import sweep_settings, typed
+from ..config import typed
 from ..config.tune_space import BEST, DEFAULTS, TRIAL_SEED
 from ..results import layout
 from ..results.io import RunStateError
 from ..results.settings import setting_label
+from ..sweep import placement
 from ..sweep.acts import sweep_acts
 from ..sweep.placement import CONTEXT_BYTES, GPU_MEMORY_SHARE, choose, choose_cpu, visible_gpus
 from ..sweep.sweep import plan, worker_threads
@@ -241,17 +242,12 @@ def choose_gpu(rows: list[Row], device: torch.device, gpus: int, jobs: int, load
 
 
 def choose_parallel(cfg: DictConfig) -> tuple[int, str]:
-    """`parallel=auto` for `visionbench run`: K (per GPU on CUDA) and the line saying why. On the CPU the CPU rule
-    (one run per core), without timing anything; on CUDA from the estimate's measurements of every (setting, act)."""
-    if not trains_on_cuda(cfg.trainer):
-        n = int(getattr(cfg, "seeds_max", 10)) if str(cfg.seeds) == "auto" else int(cfg.seeds)
-        runs = len(sweep_settings(cfg)) * len(sweep_acts(cfg)) * n  # counted, not planned: `run` plans them next
-        k, why = choose_cpu(os.cpu_count() or 1, runs)
-        return k, why + (
-            f" (trainer.accelerator={cfg.trainer.accelerator})"
-            if torch.cuda.is_available()
-            else " (no GPU here: the CPU rule)"
-        )
+    """`parallel=auto` for `visionbench run` (sweep/placement.py `choose_parallel`, the one resolution): on the CPU the
+    CPU rule, without timing anything; on CUDA from the estimate's measurements of every (setting, act)."""
+    return placement.choose_parallel(cfg, measured=_measured_parallel)
+
+
+def _measured_parallel(cfg: DictConfig) -> tuple[int, str]:
     est = estimate(cfg)
     return est.parallel, est.choice or "parallel=auto: 1 (each run takes several GPUs)"
 

@@ -399,10 +399,10 @@ def run_sweep(
     on_outcome: Callable[[Outcome], None] | None = None,
     on_note: Callable[[str], None] | None = None,
 ) -> list[Outcome]:
-    """Run every job of the sweep, `cfg.parallel` at a time (per visible GPU on CUDA: sweep/placement.py); returns
-    the outcomes in plan order. With `seeds=auto`, in rounds (sweep/rounds.py; `on_note` gets a line per round).
-    ConfigError when the results tree is not writable or the runs cannot be placed as asked; `ResultsMoved` when it
-    is moved or deleted while the sweep runs."""
+    """Run every job of the sweep, `cfg.parallel` at a time (per visible GPU on CUDA: sweep/placement.py; `auto`
+    resolved there first, its line said); returns the outcomes in plan order. With `seeds=auto`, in rounds
+    (sweep/rounds.py; `on_note` gets a line per round). ConfigError when the results tree is not writable or the runs
+    cannot be placed as asked; `ResultsMoved` when it is moved or deleted while the sweep runs."""
     if set(cfg.trainer.loggers) & {"mlflow", "wandb"}:  # a tracker that cannot work: one line, before any run
         from ..train.trackers import unusable
 
@@ -411,6 +411,11 @@ def run_sweep(
     check_writable(cfg)
     watch = ResultsWatch(Path(cfg.results_dir) / cfg.recipe)
     note = on_note or (lambda line: print(line, file=sys.stderr, flush=True))
+    if cfg.parallel == "auto":  # `visionbench run` resolved it already, from the estimate's measurements on CUDA
+        cfg = cfg.copy()
+        cfg.parallel, why = placement.choose_parallel(cfg)
+        if is_rank_zero():
+            note(why)
     said: set[str] = set()
 
     def execute_all(jobs):
