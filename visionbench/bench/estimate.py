@@ -140,7 +140,7 @@ def estimate(cfg: DictConfig) -> Estimate:
     """Measure every distinct (setting, activation) of the sweep `cfg`; `ConfigError` (one line) on a
     missing dataset, a results_dir holding other settings, or a batch that does not fit."""
     auto = str(cfg.seeds) == "auto"
-    n_seeds = int(getattr(cfg, "seeds_max", 10) if auto else cfg.seeds)
+    n_seeds = int(cfg.seeds_max if auto else cfg.seeds)
     tuned = is_tuning(cfg)
     jobs = tuning_jobs(cfg, n_seeds) if tuned else plan(cfg, seeds=range(n_seeds))  # datasets, stored configs checked
     groups: dict[tuple[str, str], list[tuple[dict, Path]]] = {}

@@ -129,7 +129,7 @@ def _noise_design(cfg: DictConfig) -> None:
     arms = list(cfg.factors.get("noise") or [cfg.noise])
     if "noise" in cfg.factors:
         cfg.factors.noise = arms = [seeds.ALL, *(a for a in arms if a != seeds.ALL)]
-    why = seeds.contradiction(arms, cfg.seeds, {s: cfg.get(f"seed_{s}") for s in seeds.SOURCES})
+    why = seeds.contradiction(arms, cfg.seeds, {s: cfg[f"seed_{s}"] for s in seeds.SOURCES})
     if why:
         raise ConfigError(why, "noise")
 

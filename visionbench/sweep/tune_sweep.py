@@ -36,8 +36,8 @@ from .steps import Steps
 RECORD = "tuning.json"
 
 
-def is_tuning(cfg) -> bool:
-    return OmegaConf.select(cfg, "tune.space", default=None) is not None
+def is_tuning(cfg: DictConfig) -> bool:
+    return cfg.tune.space is not None
 
 
 def dims(cfg: DictConfig) -> list[design.Dim]:
