@@ -48,73 +48,75 @@ def _augment(a: dict) -> list[tuple[str, str]]:
     return out
 
 
-def _accumulate(c: dict) -> list[tuple[str, str]]:
+def _accumulate(c: dict) -> str | None:
     """`trainer.accumulate_grad_batches` must divide the per-device batch: the recipe's global batch is
     kept (each step loads batch_size / (processes x accumulate) images, train/run.py `step_batch`)."""
     t, batch = c.get("trainer") or {}, c.get("batch_size")
     accumulate, devices, nodes = t.get("accumulate_grad_batches", 1), t.get("devices", 1), t.get("num_nodes", 1)
     if not (is_int(batch) and is_int(accumulate)) or accumulate <= 1:
-        return []
+        return None
     count = len(devices) if isinstance(devices, list) else devices
     # "auto", -1, "0,1": train/run.py checks again once Lightning knows the world size
     processes = count * nodes if is_int(count) and count >= 1 and is_int(nodes) and nodes >= 1 else 1
     per_device = max(1, batch // processes)
     if per_device % accumulate == 0:
-        return []
-    return [
-        (
-            "trainer.accumulate_grad_batches",
-            f"trainer.accumulate_grad_batches must divide the per-device batch "
-            f"{per_device} (batch_size={batch} over {processes} process(es)), got {accumulate}",
-        )
-    ]
+        return None
+    return (
+        f"trainer.accumulate_grad_batches must divide the per-device batch "
+        f"{per_device} (batch_size={batch} over {processes} process(es)), got {accumulate}"
+    )
 
 
-def _seeds_margin(c: dict) -> list[tuple[str, str]]:
+def _seeds_margin(c: dict) -> str | None:
     """`seeds_margin` is a rule of `seeds=auto` only: with a fixed number of seeds it would be ignored."""
     if c.get("seeds_margin") is None or c.get("seeds") == "auto":
-        return []
-    return [
-        (
-            "seeds_margin",
-            f"seeds_margin applies only with seeds=auto (equivalence stops a round), got "
-            f"seeds={c.get('seeds')!r}; add seeds=auto or drop seeds_margin (report --margin M tests equivalence "
-            "after a fixed number of seeds)",
-        )
-    ]
+        return None
+    return (
+        f"seeds_margin applies only with seeds=auto (equivalence stops a round), got "
+        f"seeds={c.get('seeds')!r}; add seeds=auto or drop seeds_margin (report --margin M tests equivalence "
+        "after a fixed number of seeds)"
+    )
 
 
-def _seeds_max(c: dict) -> list[tuple[str, str]]:
+def _seeds_max(c: dict) -> str | None:
     """`seeds_max` is a rule of `seeds=auto` only (its last round): set away from its default with a fixed number of
     seeds, it would be ignored without a word."""
     default = fields(RunConfig)["seeds_max"][0].default
     if c.get("seeds_max") in (None, default) or c.get("seeds") == "auto":
-        return []
-    return [
-        (
-            "seeds_max",
-            f"seeds_max applies only with seeds=auto (the most seeds its rounds may train), got "
-            f"seeds={c.get('seeds')!r} with seeds_max={c.get('seeds_max')!r}; add seeds=auto, or drop seeds_max "
-            f"(seeds=N trains seeds 0..N-1)",
-        )
-    ]
+        return None
+    return (
+        f"seeds_max applies only with seeds=auto (the most seeds its rounds may train), got "
+        f"seeds={c.get('seeds')!r} with seeds_max={c.get('seeds_max')!r}; add seeds=auto, or drop seeds_max "
+        f"(seeds=N trains seeds 0..N-1)"
+    )
 
 
-def snapshot_epochs_beyond(c: dict) -> list[tuple[str, str]]:
+def snapshot_epochs_beyond(c: dict) -> str | None:
     """Entries of `snapshot_epochs` past the sweep's last epoch (the largest `epochs` of its settings); checked
     only for a list given on the command line (a recipe's, kept under a shorter `epochs=`, skips them)."""
     epochs = [v for v in (c.get("factors") or {}).get("epochs") or [c.get("epochs")] if is_int(v)]
     snaps = c.get("snapshot_epochs")
     late = [e for e in snaps if is_int(e) and e > max(epochs)] if epochs and isinstance(snaps, list) else []
-    if not late:
-        return []
-    return [
-        (
-            "snapshot_epochs",
-            f"snapshot_epochs={snaps} names epoch(s) {', '.join(map(str, late))} beyond "
-            f"epochs={max(epochs)}; each entry must be 0 (the init), an epoch from 1 to {max(epochs)}, or -1 (the last)",
-        )
-    ]
+    return (
+        f"snapshot_epochs={snaps} names epoch(s) {', '.join(map(str, late))} beyond epochs={max(epochs)}; each "
+        f"entry must be 0 (the init), an epoch from 1 to {max(epochs)}, or -1 (the last)"
+        if late
+        else None
+    )
+
+
+# a rule of one key that needs others to tell: the key -> its message for a config it refuses (None: accepted)
+Rule = Callable[[dict], str | None]
+RUN_RULES: dict[str, Rule] = {
+    "trainer.accumulate_grad_batches": _accumulate,
+    "seeds_margin": _seeds_margin,
+    "seeds_max": _seeds_max,
+}
+
+
+def refusals(rules: Mapping[str, Rule], c: dict) -> list[tuple[str, str]]:
+    """(key, message) of each of `rules` that refuses the plain config `c`, in the rules' order."""
+    return [(key, message) for key, rule in rules.items() if (message := rule(c))]
 
 
 def _tune(c: dict) -> list[tuple[str, str]]:
@@ -165,7 +167,7 @@ def _tune(c: dict) -> list[tuple[str, str]]:
 # the rules that need several keys of one block, by the block's class
 CROSS: dict[type, Callable[[dict], list[tuple[str, str]]]] = {
     AugmentConfig: _augment,
-    RunConfig: lambda c: _accumulate(c) + _seeds_margin(c) + _seeds_max(c) + _tune(c),
+    RunConfig: lambda c: refusals(RUN_RULES, c) + _tune(c),
 }
 
 
