@@ -518,7 +518,7 @@ def _execute_placed(
         try:
             if watch:
                 watch.check()  # noted here, so that every worker compares with the same directory
-            with starting_workers(), portable.environment(isolated):  # submit() starts the workers
+            with starting_workers(), portable.portable_environment(isolated):  # submit() starts the workers
                 futures = {
                     pool.submit(_execute_in_subprocess, run, str(out), watch): i for i, (run, out) in enumerate(jobs)
                 }
