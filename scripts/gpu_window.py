@@ -9,7 +9,7 @@ minutes, kernel compilation included), each stage's rows kept as they are measur
 
 Needs only python3 with torch here: visionbench need not be installed. Each stage (scripts/window_stages.py: the
 registry, in the order of what the stages decide, and the rule that gives each its time) runs `python -m
-visionbench.bench ...` or pytest in its own subprocess, with this checkout on PYTHONPATH, under its time (one hang
+visionbench bench ...` or pytest in its own subprocess, with this checkout on PYTHONPATH, under its time (one hang
 cannot eat the window), its output in <out>/gpu_window_<stage>.log; its benchmark rewrites its report as it goes,
 so a stage stopped at its time keeps the rows it measured. A stage whose imports fail (`bench train` needs hydra-core
 and omegaconf, which the lent GPUs lack: `make gpu-carry`, then --site) fails with the ImportError in the summary, and

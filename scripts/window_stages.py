@@ -92,7 +92,8 @@ def bench_stage(
         budget = [] if budget_margin is None else ["--budget", f"{max(1.0, seconds - budget_margin):.0f}"]
         return [
             "-m",
-            "visionbench.bench",
+            "visionbench",
+            "bench",
             *args,
             "--device",
             w.device,

@@ -241,7 +241,7 @@ def test_a_killed_bench_activations_leaves_the_rows_it_finished(tmp_path):
 
     report = tmp_path / "killed.md"
     env = dict(os.environ, PYTHONPATH=str(ROOT), VISIONBENCH_KERNELS="eager")
-    command = [sys.executable, "-m", "visionbench.bench", "activations", "--shape", "2,4,6,6", "--repeats", "200"]
+    command = [sys.executable, "-m", "visionbench", "bench", "activations", "--shape", "2,4,6,6", "--repeats", "200"]
     proc = subprocess.Popen(
         [*command, "--families", "rational,hermite", "--out", str(tmp_path), "--name", "killed"],
         env=env,

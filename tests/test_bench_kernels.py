@@ -52,7 +52,7 @@ def test_slaf_is_six_launches_and_no_aten_op():
 def _bench(tmp_path, *args) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiling takes Triton's real JIT
     return subprocess.run(
-        [sys.executable, "-m", "visionbench.bench", "kernels", "--out", str(tmp_path), "--name", "card", *args],
+        [sys.executable, "-m", "visionbench", "bench", "kernels", "--out", str(tmp_path), "--name", "card", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -77,6 +77,45 @@ def test_the_tables_own_help_texts(name, capsys):
     assert out == cli.BY_NAME[name].help + "\n" and out.startswith(f"usage: visionbench {name} ")
 
 
+def test_bench_names_its_benchmarks_from_their_one_table(capsys):
+    from visionbench.bench import BENCHMARKS, USAGE
+
+    assert cli.BY_NAME["bench"].synopsis == "|".join(BENCHMARKS) + " [...]"
+    assert main(["bench", "-h"]) == 0
+    out = capsys.readouterr().out
+    assert out == USAGE + "\n"
+    for name, benchmark in BENCHMARKS.items():
+        assert f"    visionbench bench {name} {benchmark.arguments}\n        {benchmark.summary}\n" in out
+    assert main(["bench", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"visionbench bench: unknown benchmark 'nope'; known: {', '.join(BENCHMARKS)}\n")
+
+
+@pytest.mark.parametrize("name", ["activations", "train", "fit", "data", "fill", "sweep", "warm", "kernels"])
+def test_every_benchmark_of_the_table_answers_its_own_help_through_the_one_door(name, capsys):
+    from visionbench.bench import BENCHMARKS
+
+    assert list(BENCHMARKS) == ["activations", "train", "fit", "data", "fill", "sweep", "warm", "kernels"]
+    assert main(["bench", name, "-h"]) == 0
+    assert capsys.readouterr().out.startswith(f"usage: visionbench bench {name} ")
+
+
+def test_a_command_with_nothing_to_load_imports_no_plugin_machinery():
+    """`python -m visionbench bench ...` on a lent GPU: no `imports=` and no installed plugin, so neither plugins.py
+    nor the config layer's Hydra (absent there) is imported; the group read is plugins.py's."""
+    from visionbench import plugins
+
+    assert cli.PLUGIN_GROUP == plugins.GROUP and not cli.installed_plugins()
+    code = (
+        "import sys; from visionbench.cli import main; rc = main(['bench', 'nope']); "
+        "print(rc, 'visionbench.plugins' in sys.modules, 'hydra' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["2", "False", "False"], done.stderr
+
+
 def test_version_is_the_installed_packages(capsys):
     from importlib.metadata import version
 

@@ -221,7 +221,7 @@ def test_the_committed_kernel_card_regenerates(tmp_path):
     # the summary rows of two families (every layout) as the pinned Triton compiles them today, against the card's
     pytest.importorskip("triton.backends.nvidia")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiling takes Triton's real JIT
-    command = [sys.executable, "-m", "visionbench.bench", "kernels", "--families", "rational A,slaf", "--arch", "90"]
+    command = [sys.executable, "-m", "visionbench", "bench", "kernels", "--families", "rational A,slaf", "--arch", "90"]
     done = subprocess.run(
         [*command, "--out", str(tmp_path), "--name", "card"],
         cwd=REPO,

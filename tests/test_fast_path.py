@@ -258,6 +258,26 @@ def test_one_switch_picks_the_kernels(env, backend, source, no_switches, monkeyp
     assert fused.backend() == backend and fused.backend_for(x) == want
 
 
+@pytest.mark.parametrize("variable,backend", [("VISIONBENCH_FAST", "reference"), ("VISIONBENCH_COMPILE", "eager")])
+def test_an_older_spelling_still_sets_the_kernels_and_says_once_which_to_use(
+    variable, backend, no_switches, monkeypatch
+):
+    monkeypatch.setattr(fused, "_TOLD", set())  # this process has said nothing yet
+    monkeypatch.setenv(variable, "0")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert fused.resolve(None) == fused.resolve("compile") == (backend, variable)  # read twice, said once
+    assert [str(w.message) for w in said if issubclass(w.category, FutureWarning)] == [
+        f"visionbench: {variable}=0 is the older spelling of VISIONBENCH_KERNELS={backend} (it still sets {backend}); "
+        f"set VISIONBENCH_KERNELS={backend} instead"
+    ]
+    monkeypatch.setenv("VISIONBENCH_KERNELS", backend)  # the one switch: no word
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        monkeypatch.setattr(fused, "_TOLD", set())
+        assert fused.resolve(None) == (backend, "VISIONBENCH_KERNELS")
+
+
 def test_the_schema_offers_the_backends_fused_knows():
     from visionbench.config.schema import KERNELS, RunConfig
 

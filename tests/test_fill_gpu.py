@@ -44,7 +44,8 @@ def test_the_dry_run_writes_a_row_per_case_and_the_bit_check(tmp_path):
         [
             sys.executable,
             "-m",
-            "visionbench.bench",
+            "visionbench",
+            "bench",
             "fill",
             "recipe=cifar10_vgg8",
             "act=relu",

@@ -170,7 +170,7 @@ def test_plan_prints_the_stages_their_times_and_the_total_and_runs_nothing(tmp_p
     assert (
         "total: 345 s of caps + 15 s of the window's own" in done.stdout and "= 360 s, within the budget" in done.stdout
     )
-    assert "fill_vgg8: python -m visionbench.bench fill" in done.stdout and "--budget 75" in done.stdout
+    assert "fill_vgg8: python -m visionbench bench fill" in done.stdout and "--budget 75" in done.stdout
     assert not (tmp_path / "out").exists()
     chosen = subprocess.run(
         [sys.executable, str(SCRIPT), "--plan", "--budget", "200", "--stages", "activations,fill_vgg8"],
@@ -202,7 +202,7 @@ def test_dry_window_writes_each_report_and_a_failed_import_stops_only_its_stage(
     assert "deterministic algorithms on" in report and "partial" not in report
     summary = (out / "gpu_window.md").read_text()
     assert "card: none: the dry run on the CPU" in summary and "triton" in summary and "TRITON_INTERPRET=1" in summary
-    assert "visionbench.bench activations" in (out / "gpu_window_activations.log").read_text()
+    assert "visionbench bench activations" in (out / "gpu_window_activations.log").read_text()
     assert "ImportError" in (out / "gpu_window_train_vgg8_rational.log").read_text()
     assert not (out / "train_vgg8_rational_cpu.md").exists()
 
@@ -369,7 +369,7 @@ def import_closure(files: list[Path]) -> set[str]:
 def test_every_distribution_the_stages_import_is_on_the_image_or_carried(monkeypatch):
     gw = load_script(monkeypatch)
     files, names = stage_entries(gw)
-    assert ROOT / "visionbench" / "bench" / "__main__.py" in files and {"pytest", "xdist"} <= names
+    assert ROOT / "visionbench" / "__main__.py" in files and {"pytest", "xdist"} <= names
     imported = import_closure(files) | names
     assert {"torch", "triton", "hydra", "omegaconf", "lightning", "pytest"} <= imported  # the closure reaches them
     by_module = importlib.metadata.packages_distributions()

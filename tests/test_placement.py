@@ -69,6 +69,45 @@ def test_estimate_names_what_auto_picks_without_a_gpu(monkeypatch):
     assert k == 2 and why.endswith("(no GPU here: the CPU rule)") and "2 workers" in why
 
 
+def test_the_python_api_takes_parallel_auto_by_the_command_lines_rule(tmp_path, monkeypatch):
+    """`run_sweep` (visionbench.run_sweep) resolves parallel=auto itself (placement.choose_parallel, the rule
+    `visionbench run` applies) and says the same line; the caller's config is left as it was, and any placement
+    asked for with auto gets the same K."""
+    from visionbench.sweep import sweep as sweep_module
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    placed, lines = [], []
+    monkeypatch.setattr(sweep_module, "execute_jobs", lambda jobs, where, *_: placed.append((len(jobs), where)) or [])
+    cfg = load_config(shrunk(*TINY, "act=relu,gelu", "seeds=2", "parallel=auto", f"results_dir={tmp_path}"))
+    assert run_sweep(cfg, on_note=lines.append) == []
+    assert placed == [(4, Placement(2))] and cfg.parallel == "auto"
+    assert lines == [est.choose_parallel(cfg)[1]] and "2 workers" in lines[0]
+    assert placement.resolve(cfg, 4) == Placement(2)
+
+
+def test_cuda_without_measurements_takes_one_run_per_gpu_and_says_so(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    cfg = load_config(shrunk(*TINY, "seeds=2", "parallel=auto", "results_dir=/nonexistent/results"))
+    k, why = placement.choose_parallel(cfg)
+    assert k == 1 and why.startswith("parallel=auto on CUDA, unmeasured: 1 run per GPU")
+    assert placement.choose_parallel(cfg, measured=lambda c: (3, "measured")) == (3, "measured")
+
+
+def test_the_hydra_app_takes_parallel_auto(tmp_path):
+    """A Hydra job is one run, trained alone (hydra_app.main: `execute_jobs([...], 1)`): parallel=auto is accepted there
+    as parallel=K is, by the sweep's check and in the job's config."""
+    from hydra import compose, initialize_config_dir
+
+    from visionbench.config import RECIPES_DIR
+    from visionbench.sweep import hydra_app
+
+    argv = ["act=relu", "parallel=auto", f"results_dir={tmp_path}"]
+    hydra_app.check_sweep(argv)
+    with initialize_config_dir(config_dir=str(RECIPES_DIR), version_base=None):
+        job, setting = hydra_app.job_config(compose("digits_vgg4", overrides=hydra_app.to_hydra(argv)), "digits_vgg4")
+    assert job.parallel == "auto" and setting == {}
+
+
 def test_the_projection_shares_a_gpu_by_its_busy_share():
     def row(busy):
         return est.Row("", "relu", 1, 100, 0, 0.01, 0.0, GB, 10, 10, 10, 100, batch=128, gpu_s=0.01 * busy)

@@ -15,6 +15,7 @@ from visionbench.report.command import main as report_main
 from visionbench.results import layout
 from visionbench.sweep import rounds
 from visionbench.sweep.preflight import load_config
+from visionbench.sweep.steps import Steps
 from visionbench.sweep.sweep import Outcome, plan
 
 from .helpers import write_class_count, write_run
@@ -54,7 +55,7 @@ def test_looks(seeds_max, want):
 
 def test_stops_decided_acts_and_keeps_the_baseline_running(tmp_path):
     execute = FakeExecute()
-    outcomes = rounds.run_rounds(cfg_for(tmp_path), plan, execute)
+    outcomes = rounds.run_rounds(cfg_for(tmp_path), Steps(plan, execute))
     seeds = {act: sorted(s for a, s in execute.calls if a == act) for act in MEANS}
     assert seeds["gelu"] == [0, 1, 2]  # worse by 30 sd: decided at the first look
     assert seeds["silu"] == list(range(10))  # no effect: runs to seeds_max, inconclusive
@@ -70,7 +71,7 @@ def test_stops_decided_acts_and_keeps_the_baseline_running(tmp_path):
 
 def test_margin_stops_as_equivalent_and_baseline_stops_when_all_are_decided(tmp_path):
     execute, lines = FakeExecute(sd=0.1), []
-    rounds.run_rounds(cfg_for(tmp_path, "seeds_margin=2.0"), plan, execute, on_note=lines.append)
+    rounds.run_rounds(cfg_for(tmp_path, "seeds_margin=2.0"), Steps(plan, execute, lines.append))
     record = layout.read_sequential(tmp_path / "digits_vgg4")
     assert record["acts"]["silu"]["decision"] == "equivalent" and record["margin"] == 2.0
     step = record["acts"]["silu"]["history"][-1]  # the TOST p decided it: the round line and the report say so
@@ -84,9 +85,9 @@ def test_margin_stops_as_equivalent_and_baseline_stops_when_all_are_decided(tmp_
 
 def test_rerun_makes_the_same_decisions(tmp_path):
     first, second = FakeExecute(), FakeExecute()
-    rounds.run_rounds(cfg_for(tmp_path), plan, first)
+    rounds.run_rounds(cfg_for(tmp_path), Steps(plan, first))
     before = (tmp_path / "digits_vgg4" / layout.SEQUENTIAL).read_text()
-    rounds.run_rounds(cfg_for(tmp_path), plan, second)
+    rounds.run_rounds(cfg_for(tmp_path), Steps(plan, second))
     assert second.calls == first.calls  # (the real executor skips completed runs; the rounds are replayed)
     assert (tmp_path / "digits_vgg4" / layout.SEQUENTIAL).read_text() == before
 
@@ -105,7 +106,7 @@ def test_runs_without_the_metric_keep_the_comparison_open(tmp_path):
             for r, d in jobs
         ]
 
-    rounds.run_rounds(cfg_for(tmp_path, "act=relu,gelu", "seeds_max=5"), plan, execute)
+    rounds.run_rounds(cfg_for(tmp_path, "act=relu,gelu", "seeds_max=5"), Steps(plan, execute))
     entry = layout.read_sequential(tmp_path / "digits_vgg4")["acts"]["gelu"]
     assert entry["decision"] == "inconclusive" and "diverged" in entry["history"][-1]["why"]
 
@@ -134,7 +135,7 @@ def test_a_stalled_baseline_decides_nothing(tmp_path):
             )
         return out
 
-    rounds.run_rounds(cfg_for(tmp_path, "act=relu,gelu", "seeds_max=5"), plan, execute)
+    rounds.run_rounds(cfg_for(tmp_path, "act=relu,gelu", "seeds_max=5"), Steps(plan, execute))
     entry = layout.read_sequential(tmp_path / "digits_vgg4")["acts"]["gelu"]
     assert entry["decision"] == "inconclusive" and entry["seeds"] == 5
     assert [h["decision"] for h in entry["history"]] == ["continue", "inconclusive"]

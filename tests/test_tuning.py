@@ -11,9 +11,9 @@ import pytest
 
 from visionbench.cli import main
 from visionbench.config import ConfigError
-from visionbench.config import tune as design
+from visionbench.config import tune_space as design
 from visionbench.report import tuning as report_tuning
-from visionbench.sweep import tune
+from visionbench.sweep import tune_sweep
 from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import plan
 
@@ -38,8 +38,8 @@ def test_the_draw_is_reproducible_from_its_seed_and_extends_with_the_budget():
 def test_every_activation_trains_the_same_trials(tmp_path):
     cfg = load_config(shrunk("act=relu,gelu", SPACE, "trials=4", "tune_seed=7", f"results_dir={tmp_path}"))
     assert (cfg.tune.trials, cfg.tune.seed) == (4, 7)
-    settings = tune.trials(cfg)
-    assert settings == tune.trials(cfg) and len(settings) == 4
+    settings = tune_sweep.trials(cfg)
+    assert settings == tune_sweep.trials(cfg) and len(settings) == 4
     jobs = plan(cfg, settings=settings, seeds=[design.TRIAL_SEED])
     by_act: dict[str, list] = {}
     for run, out in jobs:
@@ -122,7 +122,7 @@ def test_selection_takes_the_best_validation_score_never_a_failed_trial():
             },
         )
 
-    chosen = tune.select(
+    chosen = tune_sweep.select(
         [
             trial(0, "completed", 90.0),
             trial(1, "diverged", 99.0),
@@ -154,6 +154,62 @@ def test_a_tiny_design_runs_end_to_end_and_reports_the_equal_budget_verdict(tmp_
     # the same command again trains nothing and reports the same
     assert main(["run", *argv]) == 0
     assert "tuned alike (3 trials each)" in capsys.readouterr().out
+
+
+def test_the_retrain_is_planned_by_the_sweeps_own_plan_and_checks_the_data_at_its_values(tmp_path, monkeypatch):
+    """`retrain_plan` plans through the sweep's `plan` (one planning loop): each activation's runs at its chosen
+    values, in `tune.trial=best` (the folder names the phase alone), the data checked at those values as for any
+    setting; an activation whose every trial failed is not retrained."""
+    from visionbench.sweep import sweep as sweep_module
+    from visionbench.sweep.acts import sweep_acts
+
+    checked, check_data = [], sweep_module.check_data
+    monkeypatch.setattr(sweep_module, "check_data", lambda c: checked.append(c.optim.lr) or check_data(c))
+    cfg = load_config(shrunk("act=relu,gelu", SPACE, "trials=2", "seeds=2", f"results_dir={tmp_path}"))
+    chosen = {"relu": {"values": {"optim.lr": 0.00123}}, "gelu": {"values": None}}
+    jobs = tune_sweep.retrain_plan(cfg, chosen, design.BEST, sweep_acts(cfg), range(2), plan)
+    assert [(run["act_label"], run["seed"]) for run, _ in jobs] == [("relu", 0), ("relu", 1)]
+    for run, out in jobs:
+        assert run["setting"] == {"tune.trial": "best", "optim.lr": 0.00123} and run["optim"]["lr"] == 0.00123
+        assert out == tmp_path / "digits_vgg4" / "tune.trial=best" / "relu" / f"seed_{run['seed']}"
+    assert checked == [0.00123]
+    defaults = tune_sweep.retrain_plan(cfg, chosen, design.DEFAULTS, sweep_acts(cfg), [0], plan)
+    assert [out.parent.parent.name for _, out in defaults] == ["tune.trial=defaults"] * 2
+    assert all(run["setting"] == {"tune.trial": "defaults"} for run, _ in defaults)
+
+
+def test_a_design_with_seeds_auto_retrains_each_phase_in_rounds(tmp_path):
+    """tune= with seeds=auto: the trials, then each phase's retrain in seeds=auto's rounds (sweep/rounds.py), planned
+    by the sweep's plan; the executor stands in for training."""
+    from visionbench.sweep.steps import Steps
+    from visionbench.sweep.sweep import Outcome
+
+    calls, lines = [], []
+
+    def execute(jobs):
+        out = []
+        for run, run_dir in jobs:
+            calls.append((str(run["setting"]["tune.trial"]), run["act_label"], run["seed"], run_dir))
+            score = (90.0 if run["act_label"] == "relu" else 60.0) + run["seed"] % 3 + run["optim"]["lr"]
+            metrics = {"val_top1_best": score, "test_top1_at_best_val": score}
+            summary = {"status": "completed", "setting": run["setting"], "metrics": metrics}
+            out.append(Outcome(run["act_label"], run["seed"], "completed", summary, run_dir))
+        return out
+
+    cfg = load_config(
+        shrunk("act=relu,gelu", "tune=optim.lr:[1e-3,1e-2]", "trials=2", "seeds=auto", "seeds_max=3")
+        + [f"results_dir={tmp_path}"]
+    )
+    outcomes = tune_sweep.run_tuning(cfg, Steps(plan, execute, lines.append))
+    assert len(outcomes) == len(calls) == 4 + 2 * 2 * 3  # 2 trials each, then best and defaults: 3 seeds each
+    assert {c[0] for c in calls[:4]} == {"0", "1"} and all(c[2] == design.TRIAL_SEED for c in calls[:4])
+    for phase in ("best", "defaults"):
+        runs = [c for c in calls if c[0] == phase]
+        assert sorted((act, seed) for _, act, seed, _ in runs) == [(a, s) for a in ("gelu", "relu") for s in range(3)]
+        assert {run_dir.parent.parent.name for *_, run_dir in runs} == {f"tune.trial={phase}"}
+        assert (tmp_path / "digits_vgg4" / f"tune.trial={phase}" / "sequential.json").is_file()
+    assert any(line.startswith("seeds=auto round 1/1 (3 seeds) [tune.trial=best]") for line in lines), lines
+    assert (tmp_path / "digits_vgg4" / tune_sweep.RECORD).is_file()
 
 
 def test_estimate_prices_the_trials_and_the_retrain(tmp_path):

@@ -1,7 +1,9 @@
 """The `visionbench` command: one table of its commands, `COMMANDS`, from which its usage (`visionbench --help`),
 its dispatch, the unknown-command line and the `-h` of run, estimate and list all come (docs/layout.md, "Commands",
-is checked against it). A command marked `takes_imports` has its `imports=` arguments taken out of its argv and
-loaded here (visionbench/plugins.py), before it runs; run and estimate read `imports` as a config key.
+is checked against it; `bench` names its benchmarks from their own table, visionbench/bench/__init__.py
+`BENCHMARKS`). A command marked `takes_imports` has its `imports=` arguments taken out of its argv and loaded here
+(visionbench/plugins.py) with the installed plugins, before it runs; run and estimate read `imports` as a config key.
+`python -m visionbench ...` is the same command where visionbench is not installed (a checkout on PYTHONPATH).
 """
 
 from __future__ import annotations
@@ -9,12 +11,15 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.metadata
 import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from .bench import BENCHMARKS
 
 RUN_USAGE = """usage: visionbench {cmd} [recipe=NAME] [act=a,b[k=v,...],...] [act.KEY=V] [baseline=ACT] [KEY=V | KEY=v1,v2 ...]
 
@@ -101,7 +106,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "bench",
-        "activations|train|fit|data|fill|sweep [...]",
+        "|".join(BENCHMARKS) + " [...]",
         "speed and memory benchmarks (docs/bench.md)",
         ".bench:main",
         takes_imports=True,
@@ -445,17 +450,28 @@ def _main(argv: list[str] | None) -> int:
         return 0
     if command.takes_imports and not asks_help:
         imports, rest = take_imports(rest)
-        from . import plugins
+        if imports or installed_plugins():  # nothing to load: no plugin machinery (nor the config layer, Hydra)
+            from . import plugins
 
-        try:  # the command's registries (activations, models, the benchmarks' and checks') include the plugins'
-            plugins.load(imports)
-        except plugins.PluginError as e:
-            print(f"visionbench {cmd}: {e}", file=sys.stderr)
-            return 2
+            try:  # the command's registries (activations, models, the benchmarks' and checks') include the plugins'
+                plugins.load(imports)
+            except plugins.PluginError as e:
+                print(f"visionbench {cmd}: {e}", file=sys.stderr)
+                return 2
     try:
         return command.resolve()(rest)
     except SystemExit as e:  # a subcommand's argparse: --help (0) or a usage error (2)
         return e.code if isinstance(e.code, int) else 2
+
+
+PLUGIN_GROUP = "visionbench.plugins"  # plugins.GROUP (tests/test_cli_table.py), read without importing plugins.py
+
+
+def installed_plugins() -> bool:
+    """Whether an installed distribution declares a plugin (an entry point of group visionbench.plugins): what
+    `plugins.load` imports besides `imports=`. Without either a command loads nothing, and so runs where the config
+    layer's Hydra is missing (`visionbench bench activations` on a lent GPU, docs/bench.md "The GPU window")."""
+    return bool(importlib.metadata.entry_points(group=PLUGIN_GROUP))
 
 
 def take_imports(args: list[str]) -> tuple[list[str], list[str]]:

@@ -66,15 +66,33 @@ DEFAULT_COMPILE_MIN_NUMEL = 1 << 20
 
 def _backend_from_env() -> tuple[str, str] | None:
     """(backend, the variable that set it): VISIONBENCH_KERNELS, one of BACKENDS; the older VISIONBENCH_FAST=0
-    means reference and VISIONBENCH_COMPILE=0 eager; None when none of them is set."""
+    means reference and VISIONBENCH_COMPILE=0 eager (a warning, once per process, names the spelling to use); None
+    when none of them is set."""
     name = os.environ.get("VISIONBENCH_KERNELS", "").strip().lower()
     if name:
         return name, "VISIONBENCH_KERNELS"
     if os.environ.get("VISIONBENCH_FAST", "1") == "0":
-        return "reference", "VISIONBENCH_FAST"
+        return _older_spelling("VISIONBENCH_FAST", "reference")
     if os.environ.get("VISIONBENCH_COMPILE", "1") == "0":
-        return "eager", "VISIONBENCH_COMPILE"
+        return _older_spelling("VISIONBENCH_COMPILE", "eager")
     return None
+
+
+_TOLD: set[str] = set()  # the older variables already warned about in this process
+
+
+def _older_spelling(variable: str, backend: str) -> tuple[str, str]:
+    """(backend, variable) of an older spelling, `variable`=0, with a FutureWarning the first time in this process
+    naming the one to set instead (VISIONBENCH_KERNELS=backend)."""
+    if variable not in _TOLD:
+        _TOLD.add(variable)
+        warnings.warn(
+            f"visionbench: {variable}=0 is the older spelling of VISIONBENCH_KERNELS={backend} (it still sets "
+            f"{backend}); set VISIONBENCH_KERNELS={backend} instead",
+            FutureWarning,
+            stacklevel=3,
+        )
+    return backend, variable
 
 
 # The one switch: the stored value `backend()` reads (tests monkeypatch it), and where it came from

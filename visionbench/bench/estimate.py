@@ -38,15 +38,17 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from ..config import sweep_settings, typed
+from ..config import typed
+from ..config.tune_space import BEST, DEFAULTS, TRIAL_SEED
 from ..results import layout
 from ..results.io import RunStateError
 from ..results.settings import setting_label
+from ..sweep import placement
 from ..sweep.acts import sweep_acts
 from ..sweep.placement import CONTEXT_BYTES, GPU_MEMORY_SHARE, choose, choose_cpu, visible_gpus
 from ..sweep.sweep import plan, worker_threads
-from ..sweep.tune import chosen_so_far, is_tuning, planned_runs, retrain_plan
-from ..sweep.tune import trials as tune_trials
+from ..sweep.tune_sweep import chosen_so_far, is_tuning, planned_runs, retrain_plan
+from ..sweep.tune_sweep import trials as tune_trials
 from ..train.trainer import trains_on_cuda
 from .measure import DoesNotFit, loaders, measure  # noqa: F401 - DoesNotFit: what estimate raises
 
@@ -138,7 +140,7 @@ def estimate(cfg: DictConfig) -> Estimate:
     """Measure every distinct (setting, activation) of the sweep `cfg`; `ConfigError` (one line) on a
     missing dataset, a results_dir holding other settings, or a batch that does not fit."""
     auto = str(cfg.seeds) == "auto"
-    n_seeds = int(getattr(cfg, "seeds_max", 10) if auto else cfg.seeds)
+    n_seeds = int(cfg.seeds_max if auto else cfg.seeds)
     tuned = is_tuning(cfg)
     jobs = tuning_jobs(cfg, n_seeds) if tuned else plan(cfg, seeds=range(n_seeds))  # datasets, stored configs checked
     groups: dict[tuple[str, str], list[tuple[dict, Path]]] = {}
@@ -199,15 +201,13 @@ def tuning_label(cfg: DictConfig) -> str:
 
 
 def tuning_jobs(cfg: DictConfig, n_seeds: int) -> list[tuple[dict, Path]]:
-    """Every run of a tuning design (sweep/tune.py): the trials, then the retrain of each activation's best (planned
-    at the recipe's values: which trial wins is known only once the trials ran) and of the recipe's values."""
-    from ..config.tune import BEST, DEFAULTS, TRIAL_SEED
-
+    """Every run of a tuning design (sweep/tune_sweep.py): the trials, then the retrain of each activation's best
+    (planned at the recipe's values: which trial wins is known only once the trials ran) and of the recipe's values."""
     acts = sweep_acts(cfg)
     jobs = plan(cfg, settings=tune_trials(cfg), seeds=[TRIAL_SEED])
     chosen = chosen_so_far(cfg, jobs)
     for phase in [BEST] + ([DEFAULTS] if cfg.tune.defaults else []):
-        jobs += retrain_plan(cfg, chosen, phase, acts, range(n_seeds))
+        jobs += retrain_plan(cfg, chosen, phase, acts, range(n_seeds), plan)
     return jobs
 
 
@@ -242,17 +242,12 @@ def choose_gpu(rows: list[Row], device: torch.device, gpus: int, jobs: int, load
 
 
 def choose_parallel(cfg: DictConfig) -> tuple[int, str]:
-    """`parallel=auto` for `visionbench run`: K (per GPU on CUDA) and the line saying why. On the CPU the CPU rule
-    (one run per core), without timing anything; on CUDA from the estimate's measurements of every (setting, act)."""
-    if not trains_on_cuda(cfg.trainer):
-        n = int(getattr(cfg, "seeds_max", 10)) if str(cfg.seeds) == "auto" else int(cfg.seeds)
-        runs = len(sweep_settings(cfg)) * len(sweep_acts(cfg)) * n  # counted, not planned: `run` plans them next
-        k, why = choose_cpu(os.cpu_count() or 1, runs)
-        return k, why + (
-            f" (trainer.accelerator={cfg.trainer.accelerator})"
-            if torch.cuda.is_available()
-            else " (no GPU here: the CPU rule)"
-        )
+    """`parallel=auto` for `visionbench run` (sweep/placement.py `choose_parallel`, the one resolution): on the CPU the
+    CPU rule, without timing anything; on CUDA from the estimate's measurements of every (setting, act)."""
+    return placement.choose_parallel(cfg, measured=_measured_parallel)
+
+
+def _measured_parallel(cfg: DictConfig) -> tuple[int, str]:
     est = estimate(cfg)
     return est.parallel, est.choice or "parallel=auto: 1 (each run takes several GPUs)"
 

@@ -8,6 +8,7 @@ OmegaConf and YAML only: what needs a registry or Lightning is checked by vision
 
 from __future__ import annotations
 
+from .keys import ConfigError, valid_keys
 from .overrides import DEFAULT_RECIPE, Overrides, parse, parse_value, parse_variant, split_top_level
 from .recipes import (
     RECIPES_DIR,
@@ -21,7 +22,7 @@ from .recipes import (
     typed,
 )
 from .schema import OPTIMIZERS, SCHEDULES, AugmentConfig, DataConfig, RunConfig, defaults, rand_augment_ops
-from .validate import ConfigError, apply_setting, block, valid_keys
+from .validate import apply_setting, block
 
 __all__ = [
     "DEFAULT_RECIPE",

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from .validate import NOT_FACTORS, ConfigError, is_free, unknown_key, valid_keys
+from .keys import NOT_FACTORS, ConfigError, is_free, unknown_key, valid_keys
 
 DEFAULT_RECIPE = "digits_vgg4"
 # short command-line names

@@ -74,7 +74,7 @@ def compose(ov: Overrides) -> DictConfig:
         verb = " sets " if str(e).startswith("unknown key") else ": "
         raise ConfigError(f"recipe {ov.recipe!r}{verb}{e}", e.key) from None
     if ov.gave("snapshot_epochs"):
-        validate._raise(validate.snapshot_epochs_beyond(plain))
+        validate._raise(validate.refusals({"snapshot_epochs": validate.snapshot_epochs_beyond}, plain))
     typed = OmegaConf.merge(OmegaConf.structured(RunConfig), plain)
     OmegaConf.set_struct(typed, True)
     return typed

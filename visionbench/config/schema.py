@@ -275,7 +275,7 @@ def _space(v: Any) -> str | None:
 
 @dataclass
 class TuneConfig:
-    """`tune:` equal tuning budgets (config/tune.py, sweep/tune.py, docs/tuning.md): per activation the same `trials`
+    """`tune:` equal tuning budgets (config/tune_space.py, sweep/tune_sweep.py, docs/tuning.md): per activation the same `trials`
     configurations drawn from `space` with `seed`, each a run; each activation's best on validation retrained with
     `seeds` fresh seeds and compared with the baseline's best. Command line: tune=SPACE trials=B tune_seed=K."""
 

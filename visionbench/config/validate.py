@@ -5,67 +5,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import itertools
-import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from omegaconf import OmegaConf
 
+from . import tune_space
+from .keys import NOT_FACTORS, ConfigError, fields, is_free, unknown_key, valid_keys
 from .rules import check_of, did_you_mean, is_int
 from .schema import TV_MAGNITUDE_MAX, AugmentConfig, RunConfig, defaults, rand_augment_ops
-
-FREE_DICTS = ("act_options", "act_lr_mult", "model.kwargs", "factors")  # keys below these are the user's own
-# keys a factor sweep cannot vary
-NOT_FACTORS = (
-    "recipe",
-    "seed",
-    "seeds",
-    "seeds_max",
-    "seeds_margin",
-    "results_dir",
-    "parallel",
-    "factors",
-    "trainer.loggers",
-    "tune.space",
-    "tune.trials",
-    "tune.seed",
-    "tune.defaults",
-    "tune.trial",
-)
-
-
-class ConfigError(ValueError):
-    """A recipe or override the user must fix; the message says what is accepted (`key`: the key named)."""
-
-    def __init__(self, message: str, key: str | None = None):
-        super().__init__(message)
-        self.key = key
-
-
-@functools.cache
-def _fields(cls: type) -> dict[str, tuple[dataclasses.Field, Any]]:
-    hints = typing.get_type_hints(cls)
-    return {f.name: (f, hints[f.name]) for f in dataclasses.fields(cls)}
-
-
-@functools.cache
-def valid_keys(cls: type = RunConfig, prefix: str = "") -> tuple[str, ...]:
-    """Every key of block `cls` at `prefix`, its blocks' keys included (by default: the whole schema)."""
-    out: tuple[str, ...] = ()
-    for name, (_, hint) in _fields(cls).items():
-        out += (prefix + name,) + (valid_keys(hint, f"{prefix}{name}.") if dataclasses.is_dataclass(hint) else ())
-    return out
-
-
-def is_free(key: str) -> bool:
-    return any(key == f or key.startswith(f + ".") for f in FREE_DICTS)
-
-
-def unknown_key(key: str) -> str:
-    """`unknown key 'optim.nam' (did you mean optim.name?); valid keys: ...`."""
-    return f"unknown key {key!r}{did_you_mean(key, valid_keys(), n=3)}; valid keys: {', '.join(sorted(valid_keys()))}"
 
 
 def _augment(a: dict) -> list[tuple[str, str]]:
@@ -99,80 +48,80 @@ def _augment(a: dict) -> list[tuple[str, str]]:
     return out
 
 
-def _accumulate(c: dict) -> list[tuple[str, str]]:
+def _accumulate(c: dict) -> str | None:
     """`trainer.accumulate_grad_batches` must divide the per-device batch: the recipe's global batch is
     kept (each step loads batch_size / (processes x accumulate) images, train/run.py `step_batch`)."""
     t, batch = c.get("trainer") or {}, c.get("batch_size")
     accumulate, devices, nodes = t.get("accumulate_grad_batches", 1), t.get("devices", 1), t.get("num_nodes", 1)
     if not (is_int(batch) and is_int(accumulate)) or accumulate <= 1:
-        return []
+        return None
     count = len(devices) if isinstance(devices, list) else devices
     # "auto", -1, "0,1": train/run.py checks again once Lightning knows the world size
     processes = count * nodes if is_int(count) and count >= 1 and is_int(nodes) and nodes >= 1 else 1
     per_device = max(1, batch // processes)
     if per_device % accumulate == 0:
-        return []
-    return [
-        (
-            "trainer.accumulate_grad_batches",
-            f"trainer.accumulate_grad_batches must divide the per-device batch "
-            f"{per_device} (batch_size={batch} over {processes} process(es)), got {accumulate}",
-        )
-    ]
+        return None
+    return (
+        f"trainer.accumulate_grad_batches must divide the per-device batch "
+        f"{per_device} (batch_size={batch} over {processes} process(es)), got {accumulate}"
+    )
 
 
-def _seeds_margin(c: dict) -> list[tuple[str, str]]:
+def _seeds_margin(c: dict) -> str | None:
     """`seeds_margin` is a rule of `seeds=auto` only: with a fixed number of seeds it would be ignored."""
     if c.get("seeds_margin") is None or c.get("seeds") == "auto":
-        return []
-    return [
-        (
-            "seeds_margin",
-            f"seeds_margin applies only with seeds=auto (equivalence stops a round), got "
-            f"seeds={c.get('seeds')!r}; add seeds=auto or drop seeds_margin (report --margin M tests equivalence "
-            "after a fixed number of seeds)",
-        )
-    ]
+        return None
+    return (
+        f"seeds_margin applies only with seeds=auto (equivalence stops a round), got "
+        f"seeds={c.get('seeds')!r}; add seeds=auto or drop seeds_margin (report --margin M tests equivalence "
+        "after a fixed number of seeds)"
+    )
 
 
-def _seeds_max(c: dict) -> list[tuple[str, str]]:
+def _seeds_max(c: dict) -> str | None:
     """`seeds_max` is a rule of `seeds=auto` only (its last round): set away from its default with a fixed number of
     seeds, it would be ignored without a word."""
-    default = _fields(RunConfig)["seeds_max"][0].default
+    default = fields(RunConfig)["seeds_max"][0].default
     if c.get("seeds_max") in (None, default) or c.get("seeds") == "auto":
-        return []
-    return [
-        (
-            "seeds_max",
-            f"seeds_max applies only with seeds=auto (the most seeds its rounds may train), got "
-            f"seeds={c.get('seeds')!r} with seeds_max={c.get('seeds_max')!r}; add seeds=auto, or drop seeds_max "
-            f"(seeds=N trains seeds 0..N-1)",
-        )
-    ]
+        return None
+    return (
+        f"seeds_max applies only with seeds=auto (the most seeds its rounds may train), got "
+        f"seeds={c.get('seeds')!r} with seeds_max={c.get('seeds_max')!r}; add seeds=auto, or drop seeds_max "
+        f"(seeds=N trains seeds 0..N-1)"
+    )
 
 
-def snapshot_epochs_beyond(c: dict) -> list[tuple[str, str]]:
+def snapshot_epochs_beyond(c: dict) -> str | None:
     """Entries of `snapshot_epochs` past the sweep's last epoch (the largest `epochs` of its settings); checked
     only for a list given on the command line (a recipe's, kept under a shorter `epochs=`, skips them)."""
     epochs = [v for v in (c.get("factors") or {}).get("epochs") or [c.get("epochs")] if is_int(v)]
     snaps = c.get("snapshot_epochs")
     late = [e for e in snaps if is_int(e) and e > max(epochs)] if epochs and isinstance(snaps, list) else []
-    if not late:
-        return []
-    return [
-        (
-            "snapshot_epochs",
-            f"snapshot_epochs={snaps} names epoch(s) {', '.join(map(str, late))} beyond "
-            f"epochs={max(epochs)}; each entry must be 0 (the init), an epoch from 1 to {max(epochs)}, or -1 (the last)",
-        )
-    ]
+    return (
+        f"snapshot_epochs={snaps} names epoch(s) {', '.join(map(str, late))} beyond epochs={max(epochs)}; each "
+        f"entry must be 0 (the init), an epoch from 1 to {max(epochs)}, or -1 (the last)"
+        if late
+        else None
+    )
+
+
+# a rule of one key that needs others to tell: the key -> its message for a config it refuses (None: accepted)
+Rule = Callable[[dict], str | None]
+RUN_RULES: dict[str, Rule] = {
+    "trainer.accumulate_grad_batches": _accumulate,
+    "seeds_margin": _seeds_margin,
+    "seeds_max": _seeds_max,
+}
+
+
+def refusals(rules: Mapping[str, Rule], c: dict) -> list[tuple[str, str]]:
+    """(key, message) of each of `rules` that refuses the plain config `c`, in the rules' order."""
+    return [(key, message) for key, rule in rules.items() if (message := rule(c))]
 
 
 def _tune(c: dict) -> list[tuple[str, str]]:
-    """`tune.space`: a space that can be drawn from (config/tune.py `parse_space`), whose bounds each pass their key's
+    """`tune.space`: a space that can be drawn from (config/tune_space.py `parse_space`), whose bounds each pass their key's
     own rule, on a sweep that selects on a held-out validation split; no factors or noise= design beside it."""
-    from . import tune
-
     t = c.get("tune") or {}
     if t.get("trial") is not None:
         return [
@@ -185,8 +134,8 @@ def _tune(c: dict) -> list[tuple[str, str]]:
     if t.get("space") is None:
         return []
     try:
-        dims = tune.parse_space(t["space"], defaults(), NOT_FACTORS)
-    except tune.SpaceError as e:
+        dims = tune_space.parse_space(t["space"], defaults(), NOT_FACTORS)
+    except tune_space.SpaceError as e:
         return [(e.key, str(e))]
     for d in dims:
         for value in d.values or (d.lo, d.hi):
@@ -218,7 +167,7 @@ def _tune(c: dict) -> list[tuple[str, str]]:
 # the rules that need several keys of one block, by the block's class
 CROSS: dict[type, Callable[[dict], list[tuple[str, str]]]] = {
     AugmentConfig: _augment,
-    RunConfig: lambda c: _accumulate(c) + _seeds_margin(c) + _seeds_max(c) + _tune(c),
+    RunConfig: lambda c: refusals(RUN_RULES, c) + _tune(c),
 }
 
 
@@ -226,13 +175,13 @@ def errors(values: Mapping, cls: type = RunConfig, prefix: str = "") -> list[tup
     """(key, message) for every key of `values` (a plain dict of block `cls` at `prefix`) that its rule
     refuses, or that the schema lacks; then the block's CROSS rules, when every key passed."""
     out: list[tuple[str, str]] = []
-    fields = _fields(cls)
+    known = fields(cls)
     for name, value in values.items():
         key = prefix + name
-        if name not in fields:
+        if name not in known:
             out.append((key, unknown_key(key)))
             continue
-        f, hint = fields[name]
+        f, hint = known[name]
         if dataclasses.is_dataclass(hint):
             out += (
                 errors(value, hint, key + ".")
@@ -296,7 +245,7 @@ def block(key: str, values: Mapping | None = None) -> Any:
     values = OmegaConf.to_container(values, resolve=True) if OmegaConf.is_config(values) else values
     cls, base = RunConfig, defaults()
     for part in key.split("."):
-        cls, base = _fields(cls)[part][1], base[part]
+        cls, base = fields(cls)[part][1], base[part]
 
     def over(into: dict, new: Mapping, path: str) -> dict:
         for k, v in new.items():

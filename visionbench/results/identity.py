@@ -41,7 +41,7 @@ NOT_FINGERPRINTED = (
     "imports",
     "tune",
 )  # imports: what counts is the run's `plugins` record
-# tune: a tuning design's record (config/tune.py); what a trial computes is its setting's values, which are keys of
+# tune: a tuning design's record (config/tune_space.py); what a trial computes is its setting's values, which are keys of
 # their own, so a trial's run and an untuned run at the same values and seed are the same run
 # trainer.kernels (the learnable activations' kernel backend) is out at every value, so no ADDED_AT_DEFAULT entry: its
 # backends compute the same formulas and differ in float rounding only (tests/test_fast_path.py), like the CPU's

@@ -15,7 +15,7 @@ import errno
 import io
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 
@@ -134,3 +134,20 @@ def write_csv_rows(path: Path, rows: list[dict]) -> None:
     w.writeheader()
     w.writerows(rows)
     atomic_write_text(path, buf.getvalue())
+
+
+@contextlib.contextmanager
+def environ_set(values: Mapping[str, str]) -> Iterator[None]:
+    """`values` set in os.environ while the block runs (processes started in it inherit them), each variable's
+    previous value, or its absence, restored afterwards: a portable run's pinned variables for its workers
+    (sweep/portable.py), MLflow's request limits for a probe (train/trackers.py)."""
+    before = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -131,7 +131,7 @@ def main(cfg: DictConfig) -> int:
     acts = sweep_acts(cfg)
     if len(acts) != 1:
         raise SystemExit(f"one activation per job: sweep with -m act={','.join(acts)}")
-    seed = 0 if cfg.get("seed") is None else int(cfg.seed)
+    seed = 0 if cfg.seed is None else int(cfg.seed)
     try:  # what `visionbench run` checks before its first run, in its words (a label that is no folder name too)
         out = results.run_dir(cfg.results_dir, cfg.recipe, acts[0], seed, setting)
         check_writable(cfg)

@@ -5,8 +5,9 @@ to one GPU (its CUDA_VISIBLE_DEVICES set before CUDA starts), under NVIDIA MPS w
     placement.slots()                        # ["0", "1", "0", "1", ...]: one entry per worker
     recorded()          # in a worker: {"parallel": 4, "workers": 8, "visible_gpu": "1", "mps": True}
 
-`parallel=auto` is chosen above the sweep, from what `visionbench estimate` measures (bench/estimate.py
-`choose_parallel`, called by the CLI); `choose` here is the rule itself, a pure function of the measurements.
+`parallel=auto` is resolved by `choose_parallel` here, wherever `parallel=K` is taken (`visionbench run`, `run_sweep`
+called from Python): the CPU rule on the CPU; on CUDA `choose`, a pure function of what `visionbench estimate` measures
+(bench/estimate.py `choose_parallel` hands the measurements in: this floor times no run).
 Nothing here starts a daemon: MPS is used when its control daemon is running (`nvidia-cuda-mps-control -d`,
 started by whoever owns the machine), and `trainer.mps=true` refuses to run without one
 (docs/running.md#parallel-many-runs-per-device).
@@ -16,11 +17,13 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError
+from ..config import ConfigError, sweep_settings
+from .acts import sweep_acts
 
 MPS_PIPE_DEFAULT = "/tmp/nvidia-mps"  # the control daemon's pipe directory unless CUDA_MPS_PIPE_DIRECTORY says another
 CONTEXT_BYTES = 600 * 2**20  # a CUDA process's own memory beside its tensors (context, cuBLAS/cuDNN workspaces): a
@@ -91,14 +94,11 @@ def mps_running() -> bool:
 
 
 def resolve(cfg: Any, jobs: int) -> Placement:
-    """The placement of a sweep of `jobs` runs with `cfg.parallel` (an int: `auto` is resolved by the CLI first) and
-    `cfg.trainer.mps`; ConfigError (one line) for what cannot be placed."""
+    """The placement of a sweep of `jobs` runs with `cfg.parallel` (an int: `auto` is resolved first, by
+    `choose_parallel`) and `cfg.trainer.mps`; ConfigError (one line) for what cannot be placed."""
     k, t = cfg.parallel, cfg.trainer
     if k == "auto":
-        raise ConfigError(
-            "parallel=auto is chosen by `visionbench run` and `visionbench estimate` (they measure "
-            "a run first); here give parallel=K"
-        )
+        k, _ = choose_parallel(cfg)
     k = int(k)
     import torch
 
@@ -147,6 +147,32 @@ def resolve(cfg: Any, jobs: int) -> Placement:
 
 
 # ---- how many: parallel=auto -------------------------------------------------------------------------------------
+
+
+def choose_parallel(cfg: Any, measured: Callable[[Any], tuple[int, str]] | None = None) -> tuple[int, str]:
+    """`parallel=auto`: K (per GPU on CUDA) and the line saying why. On the CPU the CPU rule (one run per core) for the
+    sweep's runs, without timing anything; on CUDA `measured(cfg)`, the rule `choose` applied to what `visionbench
+    estimate` measures of every (setting, act) (bench/estimate.py `choose_parallel`, which `visionbench run` and
+    `visionbench estimate` use); without measurements (`run_sweep` called from Python), one run per GPU, said so."""
+    import torch
+
+    from ..train.trainer import trains_on_cuda  # Lightning: imported when a sweep starts, not with this module
+
+    if not trains_on_cuda(cfg.trainer):
+        n = int(cfg.seeds_max) if str(cfg.seeds) == "auto" else int(cfg.seeds)
+        runs = len(sweep_settings(cfg)) * len(sweep_acts(cfg)) * n  # counted, not planned: the sweep plans them next
+        k, why = choose_cpu(os.cpu_count() or 1, runs)
+        return k, why + (
+            f" (trainer.accelerator={cfg.trainer.accelerator})"
+            if torch.cuda.is_available()
+            else " (no GPU here: the CPU rule)"
+        )
+    if measured is not None:
+        return measured(cfg)
+    return 1, (
+        "parallel=auto on CUDA, unmeasured: 1 run per GPU (`visionbench run` and `visionbench estimate` time a run "
+        "first and may place more; parallel=K places K)"
+    )
 
 
 def choose_cpu(cores: int, jobs: int) -> tuple[int, str]:

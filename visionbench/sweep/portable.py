@@ -22,9 +22,9 @@ says whether their numbers agree.
 from __future__ import annotations
 
 import contextlib
-import os
 import platform
-from collections.abc import Iterator
+
+from ..results.io import environ_set
 
 THREADS = 1  # torch threads of a portable run: a reduction split over more threads sums in another order
 CPU_VARIABLES = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"}
@@ -48,20 +48,7 @@ def wanted(jobs) -> bool:
     return any(bool((run.get("trainer") or {}).get("portable")) for run, _ in jobs)
 
 
-@contextlib.contextmanager
-def environment(on: bool) -> Iterator[None]:
+def portable_environment(on: bool) -> contextlib.AbstractContextManager:
     """`variables()` set in os.environ while the block runs (the worker processes started in it inherit
     them), the previous values restored afterwards; nothing when `on` is false."""
-    if not on:
-        yield
-        return
-    before = {k: os.environ.get(k) for k in variables()}
-    os.environ.update(variables())
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return environ_set(variables()) if on else contextlib.nullcontext()

@@ -38,6 +38,7 @@ from ..config.rules import choice
 from ..models.swap import check_layers, probe_shape, split_swap_options
 from ..train import seeds
 from .acts import Act, apply_act_keys, sweep_acts
+from .tune_sweep import protocol_warnings
 
 
 def load_config(args: Iterable[str], strict_act_keys: bool = True) -> DictConfig:
@@ -79,8 +80,6 @@ def preflight(cfg: DictConfig) -> DictConfig:
     _noise_design(cfg)
     if cfg.tune.space is not None:  # the recipe's cited values a search would vary: a warning line each, no refusal
         import sys
-
-        from .tune import protocol_warnings
 
         for line in protocol_warnings(cfg):
             print(line, file=sys.stderr)
@@ -130,7 +129,7 @@ def _noise_design(cfg: DictConfig) -> None:
     arms = list(cfg.factors.get("noise") or [cfg.noise])
     if "noise" in cfg.factors:
         cfg.factors.noise = arms = [seeds.ALL, *(a for a in arms if a != seeds.ALL)]
-    why = seeds.contradiction(arms, cfg.seeds, {s: cfg.get(f"seed_{s}") for s in seeds.SOURCES})
+    why = seeds.contradiction(arms, cfg.seeds, {s: cfg[f"seed_{s}"] for s in seeds.SOURCES})
     if why:
         raise ConfigError(why, "noise")
 

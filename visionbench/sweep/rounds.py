@@ -16,7 +16,6 @@ decisions are made again.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from omegaconf import DictConfig
 
@@ -30,6 +29,7 @@ from ..stats.convergence import run_stall_reason
 from ..stats.metrics import higher_is_better
 from .acts import sweep_acts
 from .ranks import is_rank_zero
+from .steps import Steps
 
 STOPPED = ("better", "worse", "equivalent")
 
@@ -61,15 +61,9 @@ def check(cfg: DictConfig) -> tuple[str, list[str]]:
     return baseline, [a for a in acts if a != baseline]
 
 
-def run_rounds(
-    cfg: DictConfig,
-    plan: Callable[..., list],
-    execute_all: Callable[[list], list],
-    on_note: Callable[[str], None] | None = None,
-) -> list:
-    """Every round of every setting; returns the outcomes of all runs executed or skipped.
-
-    `plan(cfg, settings=, acts=, seeds=)` and `execute_all(jobs)` are the sweep's own (sweep/sweep.py)."""
+def run_rounds(cfg: DictConfig, steps: Steps) -> list:
+    """Every round of every setting, with the sweep's `steps` (its plan and execute_all, sweep/steps.py); returns the
+    outcomes of all runs executed or skipped."""
     baseline, others = check(cfg)
     metric, rounds = metric_of(cfg), looks(cfg.seeds_max)
     margin = None if cfg.seeds_margin is None else float(cfg.seeds_margin)
@@ -95,8 +89,8 @@ def run_rounds(
             open_acts = [a for a in others if record["acts"][a]["decision"] == "continue"]
             if not open_acts:
                 break
-            jobs = plan(cfg, settings=[setting], acts=[baseline, *open_acts], seeds=range(done, n))
-            for o in execute_all(jobs):
+            jobs = steps.plan(cfg, settings=[setting], acts=[baseline, *open_acts], seeds=range(done, n))
+            for o in steps.execute_all(jobs):
                 outcomes.append(o)
                 values[o.act][o.seed] = _value(o.summary, o.run_dir, metric)
             done, record["baseline_seeds"] = n, n
@@ -104,8 +98,7 @@ def run_rounds(
                 entry = record["acts"][act]
                 entry["seeds"] = n
                 entry.update(_decide(values[act], values[baseline], n, rounds, margin, up, entry["history"]))
-            if on_note:
-                on_note(_round_line(setting, n, rounds, record["acts"], open_acts))
+            steps.say(_round_line(setting, n, rounds, record["acts"], open_acts))
         if is_rank_zero():
             layout.write_sequential(
                 results.run_dir(cfg.results_dir, cfg.recipe, baseline, 0, setting).parent.parent, record

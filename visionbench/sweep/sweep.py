@@ -13,7 +13,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -38,7 +38,10 @@ from .placement import Placement
 from .preflight import check_finetune_weights
 from .ranks import is_rank_zero
 from .resultsdir import ResultsMoved, ResultsWatch, check_writable, quiet_writer_threads
+from .rounds import run_rounds
 from .signals import Interrupted, init_worker, received, starting_workers, worker_run
+from .steps import Steps
+from .tune_sweep import is_tuning, run_tuning
 
 
 class ConfigMismatch(ConfigError):
@@ -363,10 +366,12 @@ def plan(
     settings: list[dict] | None = None,
     acts: list[str] | None = None,
     seeds: Iterable[int] | None = None,
+    folder: Mapping | None = None,
 ) -> list[tuple[dict, Path]]:
     """(run config, run directory) of every run of the sweep — setting by setting, act by act,
-    seed by seed (or of the given subset: a round of `seeds=auto`); fails early on a config mismatch
-    or a missing dataset."""
+    seed by seed (or of the given subset: a round of `seeds=auto`, a phase of `tune=`); fails early on a config
+    mismatch or a missing dataset. `folder`: the setting that names the runs' folders when it is not their own (a
+    tuning design's retrain: `tune.trial=best`, each run holding its activation's values)."""
     jobs = []
     for setting in sweep_settings(cfg) if settings is None else settings:
         dm = check_data(apply_setting(cfg, setting))
@@ -377,7 +382,7 @@ def plan(
             for seed in range(int(cfg.seeds)) if seeds is None else seeds:
                 run = plugins.record(run_config(cfg, act, seed, setting))
                 try:  # a label that is no plain folder name (act=gelu[approximate=../x]): one line, before any run
-                    out = results.run_dir(cfg.results_dir, cfg.recipe, act, seed, setting)
+                    out = results.run_dir(cfg.results_dir, cfg.recipe, act, seed, setting if folder is None else folder)
                 except UnsafePath as e:
                     raise ConfigError(str(e), "act") from None
                 try:
@@ -394,10 +399,10 @@ def run_sweep(
     on_outcome: Callable[[Outcome], None] | None = None,
     on_note: Callable[[str], None] | None = None,
 ) -> list[Outcome]:
-    """Run every job of the sweep, `cfg.parallel` at a time (per visible GPU on CUDA: sweep/placement.py); returns
-    the outcomes in plan order. With `seeds=auto`, in rounds (sweep/rounds.py; `on_note` gets a line per round).
-    ConfigError when the results tree is not writable or the runs cannot be placed as asked; `ResultsMoved` when it
-    is moved or deleted while the sweep runs."""
+    """Run every job of the sweep, `cfg.parallel` at a time (per visible GPU on CUDA: sweep/placement.py; `auto`
+    resolved there first, its line said); returns the outcomes in plan order. With `seeds=auto`, in rounds
+    (sweep/rounds.py; `on_note` gets a line per round). ConfigError when the results tree is not writable or the runs
+    cannot be placed as asked; `ResultsMoved` when it is moved or deleted while the sweep runs."""
     if set(cfg.trainer.loggers) & {"mlflow", "wandb"}:  # a tracker that cannot work: one line, before any run
         from ..train.trackers import unusable
 
@@ -406,6 +411,11 @@ def run_sweep(
     check_writable(cfg)
     watch = ResultsWatch(Path(cfg.results_dir) / cfg.recipe)
     note = on_note or (lambda line: print(line, file=sys.stderr, flush=True))
+    if cfg.parallel == "auto":  # `visionbench run` resolved it already, from the estimate's measurements on CUDA
+        cfg = cfg.copy()
+        cfg.parallel, why = placement.choose_parallel(cfg)
+        if is_rank_zero():
+            note(why)
     said: set[str] = set()
 
     def execute_all(jobs):
@@ -420,14 +430,10 @@ def run_sweep(
         return execute_jobs(jobs, where, progress, on_outcome, watch, note)
 
     with quiet_writer_threads(watch):
-        if cfg.tune.space is not None:  # a tuning design: its trials, then each activation's best (sweep/tune.py)
-            from .tune import run_tuning
-
-            return run_tuning(cfg, plan, execute_all, on_note or note)
+        if is_tuning(cfg):  # a tuning design: its trials, then each activation's best (sweep/tune_sweep.py)
+            return run_tuning(cfg, Steps(plan, execute_all, on_note or note))
         if cfg.seeds == "auto":
-            from .rounds import run_rounds
-
-            return run_rounds(cfg, plan, execute_all, on_note)
+            return run_rounds(cfg, Steps(plan, execute_all, on_note))
         return execute_all(plan(cfg))
 
 
@@ -512,7 +518,7 @@ def _execute_placed(
         try:
             if watch:
                 watch.check()  # noted here, so that every worker compares with the same directory
-            with starting_workers(), portable.environment(isolated):  # submit() starts the workers
+            with starting_workers(), portable.portable_environment(isolated):  # submit() starts the workers
                 futures = {
                     pool.submit(_execute_in_subprocess, run, str(out), watch): i for i, (run, out) in enumerate(jobs)
                 }

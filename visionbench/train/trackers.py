@@ -29,14 +29,14 @@ import sys
 import typing
 import urllib.request
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 from lightning_utilities.core.imports import module_available
 
-from ..results.io import atomic_write_text
+from ..results.io import atomic_write_text, environ_set
 from ..results.layout import files
 from ..results.settings import setting_label
 
@@ -182,20 +182,11 @@ def _sqlite_problem(path: Path, source: str) -> str | None:
     )
 
 
-@contextlib.contextmanager
-def _bounded_requests() -> Iterator[None]:
+def _bounded_requests() -> contextlib.AbstractContextManager:
     """MLflow's HTTP requests in this block: one try, `PROBE_TIMEOUT_S` each (its variables, read per request)."""
-    keys = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(PROBE_TIMEOUT_S))}
-    before = {k: os.environ.get(k) for k in keys}
-    os.environ.update(keys)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return environ_set(
+        {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(PROBE_TIMEOUT_S))}
+    )
 
 
 def _reason(e: BaseException) -> str:

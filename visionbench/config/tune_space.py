@@ -27,8 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from .keys import fields, valid_keys
 from .overrides import parse_value, split_top_level
 from .rules import did_you_mean, is_int, is_number
+from .schema import RunConfig
 
 TRIAL = "tune.trial"  # the setting key of a trial (an index), of the retrain (BEST) and of the recipe's values
 BEST, DEFAULTS = "best", "defaults"
@@ -104,8 +106,6 @@ def parse_space(space: Any, defaults: Mapping | None = None, fixed: tuple[str, .
     """The dimensions of `space` (module docstring); SpaceError on a key the schema lacks (`defaults`: the schema's
     defaults, config.defaults()), a key a sweep cannot vary (`fixed`), a range on a key that is not numeric, bounds
     out of order or not positive on a log scale, a key named twice or a grid that repeats a value."""
-    from .validate import valid_keys
-
     dims, seen = [], set()
     for key, kind, values, written in _items(space):
         if key not in valid_keys():
@@ -147,12 +147,9 @@ def _numeric(key: str, default: Any) -> bool:
         return False
     if is_number(default):
         return True
-    from .schema import RunConfig
-    from .validate import _fields
-
     cls, hint, f = RunConfig, None, None
     for part in key.split("."):
-        f, hint = _fields(cls)[part]
+        f, hint = fields(cls)[part]
         cls = hint
     kind = (f.metadata or {}).get("kind") if f is not None else None
     return any(t in (float, int) for t in (getattr(hint, "__args__", None) or (hint, kind)))

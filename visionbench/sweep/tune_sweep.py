@@ -1,4 +1,4 @@
-"""The sweep of a tuning design (`tune=`, config/tune.py, docs/tuning.md): its two phases.
+"""The sweep of a tuning design (`tune=`, config/tune_space.py, docs/tuning.md): its two phases.
 
     visionbench run act=relu,gelu,rational tune=optim.lr:log[1e-4,1e-1] trials=16 seeds=5
 
@@ -15,28 +15,29 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 from omegaconf import DictConfig, OmegaConf
 
-from .. import plugins
-from ..config import ConfigError, defaults, run_config
-from ..config import tune as design
-from ..config.validate import NOT_FACTORS
+from ..config import RECIPES_DIR, ConfigError, defaults
+from ..config import tune_space as design
+from ..config.keys import NOT_FACTORS
 from ..results import layout
-from ..results import provenance as results
 from ..results.io import RunStateError, atomic_write_text
-from ..results.safe_paths import UnsafePath
 from .acts import sweep_acts
 from .ranks import is_rank_zero
+from .rounds import run_rounds
+from .steps import Steps
 
 RECORD = "tuning.json"
 
 
-def is_tuning(cfg) -> bool:
-    return OmegaConf.select(cfg, "tune.space", default=None) is not None
+def is_tuning(cfg: DictConfig) -> bool:
+    return cfg.tune.space is not None
 
 
 def dims(cfg: DictConfig) -> list[design.Dim]:
@@ -59,8 +60,6 @@ def selection_metric(cfg: DictConfig) -> str:
 
 def protocol_warnings(cfg: DictConfig) -> list[str]:
     """One line per tuned key that the recipe fixes for a published comparison (its YAML cites the paper)."""
-    from ..config import RECIPES_DIR
-
     found = design.protocol_keys(str(cfg.recipe), [d.key for d in dims(cfg)], RECIPES_DIR)
     return [
         f"warning: tune= varies {key}, which recipe {name} fixes for the published comparison it reproduces "
@@ -101,8 +100,6 @@ def select(outcomes, metric: str, higher: bool = True) -> dict[str, dict]:
 def chosen_so_far(cfg: DictConfig, trial_jobs: list[tuple[dict, Path]]) -> dict[str, dict]:
     """The selection from the trials already on disk (estimate.py plans the retrain with it); an activation with no
     finished trial gets the recipe's values as a stand-in (a learning rate does not change a step's time)."""
-    from types import SimpleNamespace
-
     found = []
     for run, out in trial_jobs:
         try:
@@ -114,34 +111,23 @@ def chosen_so_far(cfg: DictConfig, trial_jobs: list[tuple[dict, Path]]) -> dict[
     return {act: c if c["values"] is not None else {**c, "values": {}} for act, c in chosen.items()}
 
 
-def retrain_plan(cfg: DictConfig, chosen: dict[str, dict], phase: str, acts, seeds) -> list[tuple[dict, Path]]:
+def retrain_plan(
+    cfg: DictConfig, chosen: dict[str, dict], phase: str, acts, seeds, plan: Callable[..., list]
+) -> list[tuple[dict, Path]]:
     """(run config, run directory) of the retrain runs: `phase` best (each activation at its chosen values) or
-    defaults (the recipe's own), into `<recipe>/tune.trial=<phase>/<act>/seed_<k>`."""
-    from .sweep import check_resumable
-
+    defaults (the recipe's own), into `<recipe>/tune.trial=<phase>/<act>/seed_<k>`; planned by the sweep's `plan`
+    (Steps.plan), which checks them as any sweep's runs (the data at those values, the stored configs)."""
     folder = {design.TRIAL: phase}
     jobs = []
     for act in acts:
         values = (chosen.get(str(act)) or {}).get("values") if phase == design.BEST else {}
         if values is None:  # every trial of this activation diverged or failed: nothing to retrain
             continue
-        for seed in seeds:
-            run = plugins.record(run_config(cfg, act, seed, {**folder, **values}))
-            try:
-                out = results.run_dir(cfg.results_dir, cfg.recipe, act, seed, folder)
-            except UnsafePath as e:
-                raise ConfigError(str(e), "act") from None
-            try:
-                check_resumable(run, out)
-            except RunStateError:
-                pass
-            jobs.append((run, out))
+        jobs += plan(cfg, settings=[{**folder, **values}], acts=[act], seeds=seeds, folder=folder)
     return jobs
 
 
 def write_record(cfg: DictConfig, chosen: dict, metric: str) -> None:
-    import json
-
     record = {
         "space": [d.describe() for d in dims(cfg)],
         "trials": int(cfg.tune.trials),
@@ -157,45 +143,37 @@ def write_record(cfg: DictConfig, chosen: dict, metric: str) -> None:
     atomic_write_text(path, json.dumps(record, indent=1, default=str) + "\n")
 
 
-def run_tuning(
-    cfg: DictConfig,
-    plan: Callable[..., list],
-    execute_all: Callable[[list], list],
-    on_note: Callable[[str], None] | None = None,
-) -> list:
-    """Both phases (module docstring); the outcomes of every run, trials first."""
-    note = on_note or (lambda line: None)
+def run_tuning(cfg: DictConfig, steps: Steps) -> list:
+    """Both phases (module docstring), with the sweep's `steps`; the outcomes of every run, trials first."""
     settings = trials(cfg)
     metric = selection_metric(cfg)
-    note(
+    steps.say(
         f"tune: {len(settings)} trials per activation from {', '.join(d.describe() for d in dims(cfg))} "
         f"(seed {cfg.tune.seed}), selected on {metric}"
     )
-    outcomes = list(execute_all(plan(cfg, settings=settings, seeds=[design.TRIAL_SEED])))
+    outcomes = list(steps.execute_all(steps.plan(cfg, settings=settings, seeds=[design.TRIAL_SEED])))
     chosen = select(outcomes, metric)
     for act, c in chosen.items():
         if c["trial"] is None:
-            note(f"tune: {act}: every trial diverged or failed; not retrained")
+            steps.say(f"tune: {act}: every trial diverged or failed; not retrained")
         else:
             shown = ", ".join(f"{k}={v}" for k, v in c["values"].items())
-            note(f"tune: {act}: best trial {c['trial']} ({shown}), {metric} {c['score']:.2f}")
+            steps.say(f"tune: {act}: best trial {c['trial']} ({shown}), {metric} {c['score']:.2f}")
     if is_rank_zero():
         write_record(cfg, chosen, metric)
     phases = [design.BEST] + ([design.DEFAULTS] if cfg.tune.defaults else [])
     acts = sweep_acts(cfg)
     if cfg.seeds == "auto":
-        from .rounds import run_rounds
-
         phase_cfg = cfg.copy()
         OmegaConf.set_struct(phase_cfg, False)
         phase_cfg.factors = {design.TRIAL: phases}
 
         def phase_plan(c, settings=None, acts=None, seeds=None):
-            return retrain_plan(cfg, chosen, settings[0][design.TRIAL], acts, seeds)
+            return retrain_plan(cfg, chosen, settings[0][design.TRIAL], acts, seeds, steps.plan)
 
-        return outcomes + list(run_rounds(phase_cfg, phase_plan, execute_all, on_note))
+        return outcomes + list(run_rounds(phase_cfg, Steps(phase_plan, steps.execute_all, steps.note)))
     for phase in phases:
-        outcomes += execute_all(retrain_plan(cfg, chosen, phase, acts, range(int(cfg.seeds))))
+        outcomes += steps.execute_all(retrain_plan(cfg, chosen, phase, acts, range(int(cfg.seeds)), steps.plan))
     return outcomes
 
 
