@@ -3,7 +3,7 @@
 `BENCHMARKS` is their one table: the usage (`visionbench bench -h`), the dispatch, the unknown-benchmark line and the
 `bench` entry of `visionbench --help` (cli.py's command table) all come from it. Each benchmark is a module here whose
 `main(argv)` returns the exit code and answers `-h` itself (`visionbench bench NAME -h`). The one door is the
-`visionbench` command (cli.py, which loads `imports=` and installed plugins first); `python -m visionbench.bench ...`
+`visionbench` command (cli.py, which loads `imports=` and installed plugins first); `python -m visionbench bench ...`
 (a checkout on PYTHONPATH, nothing installed: scripts/gpu_window.py) goes through the same door.
 """
 

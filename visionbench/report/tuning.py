@@ -50,7 +50,7 @@ def tuned_keys(runs: pd.DataFrame) -> set[str]:
 
 
 def selection_metric(runs: pd.DataFrame) -> str:
-    """The validation score the sweep selected on (sweep/tune.py `selection_metric`): the EMA's when the recipe
+    """The validation score the sweep selected on (sweep/tune_sweep.py `selection_metric`): the EMA's when the recipe
     reports the EMA and the runs have it."""
     reported = str(runs["report_metric"].dropna().iloc[0]) if runs["report_metric"].notna().any() else ""
     return VAL_METRICS[0] if reported.startswith("ema_") and VAL_METRICS[0] in runs else VAL_METRICS[1]
