@@ -24,8 +24,10 @@ import torch
 import torch.nn.functional as F
 
 from .base import LearnableActivation, solve_least_squares
-from .fused import reduce_to
+from .fused import Elementwise, reduce_to
 from .registry import register
+
+TRITON = "visionbench.activations.triton_gated"  # the module of these families' Triton bodies
 
 FAMILY = "gated"  # `visionbench list`: "scaled / gated (few parameters)"
 # Swish-beta / ACON-C fits: candidate values of beta (of beta (p1 - p2) for ACON-C) tried before
@@ -82,6 +84,9 @@ def _prelu_backward(x, g, a):
     return grad_x, grad_a.unsqueeze(-1)
 
 
+PRELU = Elementwise("prelu", _prelu_forward, _prelu_backward, triton=TRITON)
+
+
 @register("prelu")
 class PReLU(_Classic):
     """F(x) = max(0, x) + a min(0, x): PReLU (He et al. 2015, "Delving deep into rectifiers", Eq. 1-2).
@@ -97,7 +102,7 @@ class PReLU(_Classic):
     coefficient), so `fit` starts from the closed-form least-squares a (`fit_start`).
     """
 
-    triton_kernels = True  # triton_gated.py
+    kernel = PRELU
 
     # Sup-norm errors of fit(target) on [-3, 3] with derivative matching: measured 0.170 / 0.495
     # (gelu, a = 0.022: a piecewise-linear F cannot follow GELU's dip below 0) and 0 / 0 (relu, a = 0).
@@ -115,7 +120,7 @@ class PReLU(_Classic):
         return F.relu(x) + self.coef(self.weight, 0, x) * torch.clamp(x, max=0.0)
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.run_elementwise("prelu", _prelu_forward, _prelu_backward, x, self.weight)
+        return self.run_elementwise(PRELU, x, self.weight)
 
     def fit_start(self, x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor) -> None:
         """The least-squares a of the value and derivative rows: F - relu = a min(0, x), one unknown."""
@@ -140,6 +145,9 @@ def _swish_backward(x, g, b):
     return grad_x, grad_b.unsqueeze(-1)
 
 
+SWISH_BETA = Elementwise("swish_beta", _swish_forward, _swish_backward, triton=TRITON)
+
+
 @register("swish_beta")
 class SwishBeta(_BoundedBeta):
     """F(x) = x sigmoid(beta x) with beta learnable: Swish-beta (Ramachandran et al. 2017, "Searching
@@ -154,7 +162,7 @@ class SwishBeta(_BoundedBeta):
     Parameter `beta` (..., 1).
     """
 
-    triton_kernels = True  # triton_gated.py
+    kernel = SWISH_BETA
 
     # Sup-norm errors of fit(target) on [-3, 3] with derivative matching: measured gelu 0.0174 / 0.0294
     # (beta 1.73); relu 0.0174 / 0.500 (beta at BETA_MAX; the derivative error at x = 0 is exactly 1/2:
@@ -173,7 +181,7 @@ class SwishBeta(_BoundedBeta):
         return x * torch.sigmoid(self.coef(self.beta, 0, x) * x)
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.run_elementwise("swish_beta", _swish_forward, _swish_backward, x, self.beta)
+        return self.run_elementwise(SWISH_BETA, x, self.beta)
 
     def fit_start(self, x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor) -> None:
         """The best beta of `BETA_GRID` (all candidates in one batched evaluation)."""
@@ -209,6 +217,9 @@ def _acon_backward(x, g, p1, p2, b):
     )
 
 
+ACON_C = Elementwise("acon_c", _acon_forward, _acon_backward, triton=TRITON)
+
+
 @register("acon_c")
 class AconC(_BoundedBeta):
     """F(x) = (p1 - p2) x sigmoid(beta (p1 - p2) x) + p2 x: ACON-C (Ma et al., CVPR 2021, "Activate or
@@ -225,7 +236,7 @@ class AconC(_BoundedBeta):
     Parameters `p1`, `p2`, `beta`, each (..., 1).
     """
 
-    triton_kernels = True  # triton_gated.py
+    kernel = ACON_C
 
     # Sup-norm errors of fit(target) on [-3, 3] with derivative matching: measured gelu 0.0079 / 0.0218
     # (p1 1.008, p2 -0.008, beta 1.66); relu 0.0174 / 0.500 (p1 1, p2 0, beta at BETA_MAX, as Swish-beta).
@@ -250,7 +261,7 @@ class AconC(_BoundedBeta):
         return u * torch.sigmoid(beta * u) + p2 * x
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.run_elementwise("acon_c", _acon_forward, _acon_backward, x, self.p1, self.p2, self.beta)
+        return self.run_elementwise(ACON_C, x, self.p1, self.p2, self.beta)
 
     def fit_start(self, x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor) -> None:
         """For a = beta (p1 - p2) fixed, F = d x sigmoid(a x) + p2 x is linear in (d, p2): solve it for
@@ -288,6 +299,9 @@ def _star_backward(x, g, s, b):
     return (g * (2.0 * scale) * r, reduce_to(g * (r * r), scale).unsqueeze(-1), reduce_to(g, b[..., 0]).unsqueeze(-1))
 
 
+STAR_RELU = Elementwise("star_relu", _star_forward, _star_backward, triton=TRITON)
+
+
 @register("star_relu")
 class StarReLU(_Classic):
     """F(x) = s relu(x)^2 + b with s, b learnable: StarReLU (Yu et al. 2022, "MetaFormer baselines for
@@ -306,7 +320,7 @@ class StarReLU(_Classic):
     Parameters `scale` and `bias`, each (..., 1). F is linear in (s, b): `fit` is one solve.
     """
 
-    triton_kernels = True  # triton_gated.py
+    kernel = STAR_RELU
 
     # Sup-norm errors of fit(target) on [-3, 3] with derivative matching: measured gelu 0.501 / 0.958
     # (s 0.33, b 0.17), relu 0.515 / 0.996: a parabola on x > 0 and a constant on x < 0 cannot follow
@@ -330,7 +344,7 @@ class StarReLU(_Classic):
         return self.coef(self.scale, 0, x) * F.relu(x).square() + self.coef(self.bias, 0, x)
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.run_elementwise("star_relu", _star_forward, _star_backward, x, self.scale, self.bias)
+        return self.run_elementwise(STAR_RELU, x, self.scale, self.bias)
 
     def basis(self, x: torch.Tensor) -> torch.Tensor:
         return torch.stack([F.relu(x).square(), torch.ones_like(x)], 1)

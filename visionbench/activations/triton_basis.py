@@ -30,9 +30,8 @@ import triton.language as tl
 
 from .kaf import CLAMP_SPACINGS
 from .spline import RESIDUALS
-from .triton_ops import Body
 from .triton_polynomial import full, sigmoid
-from .triton_template import coef, emit
+from .triton_template import Body, coef, emit
 
 SQRT2 = tl.constexpr(math.sqrt(2.0))
 TWO_OVER_PI = tl.constexpr(2.0 / math.pi)

@@ -11,9 +11,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_ops import Body
 from .triton_polynomial import relu, sigmoid
-from .triton_template import coef, emit
+from .triton_template import Body, coef, emit
 
 
 # ---- PReLU: max(0, x) + a min(0, x); coefficient a -------------------------------------------------

@@ -58,6 +58,7 @@ import triton
 import triton.language as tl
 
 from . import triton_ops
+from .triton_polynomial import BODIES as POLYNOMIALS
 from .triton_template import Tuning, _channels_last, _format, _plain, buffer, launch_forward, layout, tile, tuning
 
 TILE = 2048  # elements of x per program and channel chunk (the template's size)
@@ -390,7 +391,8 @@ def _slaf_forward(
         FINALIZE_CHANNELS,
         num_warps=4,
     )
-    body, params = triton_ops.resolve(triton_ops.spec("poly", {"degree": k, "relu": False}))
+    body = POLYNOMIALS["poly"]
+    params = body.params(degree=k, relu=False)
     forward, _ = layout(xd, channel_axis, True, tuning(body.forward))
     y = launch_forward((body.forward, body.backward), params, xd, (coef,), forward, launch)
     return y, mean, var, new_mean, new_var

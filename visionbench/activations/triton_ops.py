@@ -1,32 +1,38 @@
 """The Triton kernels as torch ops: `visionbench::act_forward` / `act_backward` (`torch.library.triton_op`,
 autograd by `register_autograd`), so that torch.compile and CUDA graphs trace through them.
 
-    y = triton_ops.elementwise("rational", x, channel_axis, a, b, form="A", m=5, n=4)
+    y = triton_ops.elementwise(rational.KERNEL, x, channel_axis, a, b, form="A", m=5, n=4)
 
-`fused.elementwise` calls this for CUDA tensors when the backend is Triton (`fused.backend_for`).
-Eager calls take a lean `autograd.Function` to the same launches (a custom op's dispatch costs host
-time per call; inside torch.compile the op is what the compiler sees). The coefficient tensors go to the kernels as
-they are, up to four of them, (K_i,) shared or (C, K_i) per channel (float32, contiguous: other dtypes, and shared
-tensors beside per-channel ones, are converted first); the backward returns their gradients as contiguous views of one
-row of sums, which autograd hands to each parameter without a copy.
+`fused.elementwise` calls this for CUDA tensors when the backend is Triton (`fused.backend_for`) and the family's kernel
+object (`fused.Elementwise`) names the module of its Triton bodies. Eager calls take a lean `autograd.Function` to the
+same launches (a custom op's dispatch costs host time per call; inside torch.compile the op is what the compiler
+sees). The coefficient tensors go to the kernels as they are, up to four of them, (K_i,) shared or (C, K_i) per
+channel (float32, contiguous: other dtypes, and shared tensors beside per-channel ones, are converted first); the
+backward returns their gradients as contiguous views of one row of sums, which autograd hands to each parameter
+without a copy.
 
-The ops take the family's configuration as a string, `spec(name, config)`: "rational(form='A', m=5, n=4)". Any
-process reads it back the same way (`resolve`), so a compiled graph cached on disk means the same kernels in every
-process, and nothing is registered while a compiler traces the call.
-
-A family is in `BODIES` with its forward and backward bodies and the function that turns its
-configuration (the keyword arguments of its fused kernel) into the template's P0..P3.
+The ops take the family and its configuration as a string, `spec(kernel, config)`:
+"visionbench.activations.triton_polynomial:rational(form='A', m=5, n=4)", the module that holds the family's bodies
+and the family's name in its `BODIES` (triton_template.py `Body`: the forward and backward bodies and the function
+that turns the configuration, the keyword arguments of the fused kernel, into the template's P0..P3). Any process reads
+it back the same way (`resolve` imports that module), so a compiled graph cached on disk means the same kernels in
+every process, a family from outside the package brings its own body module, and nothing is imported or registered
+while a compiler traces the call: `resolve` runs only inside the ops' implementations. Without Triton
+(`HAVE_TRITON` False) no body module is ever imported, and every family still imports.
 """
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import functools
+import importlib
 import os
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from .triton_template import Body
 
 try:
     import triton  # noqa: F401 - torch's CUDA wheels bring it; a CPU-only install may not
@@ -34,18 +40,6 @@ try:
     HAVE_TRITON = True
 except ImportError:  # pragma: no cover - every supported install has triton; the switch then says "compile"
     HAVE_TRITON = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Body:
-    forward: Callable
-    backward: Callable
-    params: Callable[..., tuple]  # the family's kernel config -> (P0, P1, P2, P3)
-
-
-BODIES: dict[str, Body] = {}
-FAMILIES = ("rational", "poly", "hermite", "prelu", "swish_beta", "acon_c", "star_relu", "apl", "tropical")
-FAMILIES += ("tropical_rational", "kaf", "bspline", "fourier")  # the names in the body modules' BODIES
 
 
 def interpreting() -> bool:
@@ -61,31 +55,18 @@ def runs_on(x: torch.Tensor) -> bool:
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def has(name: str) -> bool:
-    """Whether family `name` has Triton bodies (a fixed list: nothing is imported or registered while tracing)."""
-    return HAVE_TRITON and name in FAMILIES
-
-
-def bodies() -> dict[str, Body]:
-    """Every family's bodies, from the body modules (each has its own `BODIES`), imported on first use."""
-    if not BODIES and HAVE_TRITON:
-        from . import triton_basis, triton_gated, triton_piecewise, triton_polynomial
-
-        for module in (triton_polynomial, triton_gated, triton_piecewise, triton_basis):
-            BODIES.update(module.BODIES)
-    return BODIES
-
-
-def spec(name: str, config: dict) -> str:
-    """The ops' `spec` argument: the family and its configuration as text, e.g. "hermite(clamp=False, degree=3)"."""
-    return name + "(" + ", ".join(f"{k}={v!r}" for k, v in sorted(config.items())) + ")"
+def spec(kernel, config: dict) -> str:
+    """The ops' `spec` argument: the module of the family's Triton bodies, the family and its configuration as text,
+    e.g. "visionbench.activations.triton_polynomial:hermite(clamp=False, degree=3)" (kernel: a `fused.Elementwise`)."""
+    return f"{kernel.triton}:{kernel.name}(" + ", ".join(f"{k}={v!r}" for k, v in sorted(config.items())) + ")"
 
 
 @functools.cache
 def resolve(text: str) -> tuple[Body, tuple]:
-    """(the family's bodies, P0..P3) of a `spec` string."""
-    call = ast.parse(text, mode="eval").body
-    body = bodies()[call.func.id]
+    """(the family's bodies, P0..P3) of a `spec` string: its module imported, the family's `Body` in its `BODIES`."""
+    module, call = text.split(":", 1)
+    call = ast.parse(call, mode="eval").body
+    body = importlib.import_module(module).BODIES[call.func.id]
     return body, tuple(body.params(**{kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}))
 
 
@@ -101,9 +82,10 @@ def coefficients(x: torch.Tensor, channel_axis: int, coefs) -> tuple[torch.Tenso
     return tuple(out)
 
 
-def elementwise(name: str, x: torch.Tensor, channel_axis: int, *coefs: torch.Tensor, **config) -> torch.Tensor:
-    """F(x) by the family's Triton kernels; coefs (K_i,) shared or (C, K_i) per channel (autograd-tracked)."""
-    text = spec(name, config)
+def elementwise(kernel, x: torch.Tensor, channel_axis: int, *coefs: torch.Tensor, **config) -> torch.Tensor:
+    """F(x) by the Triton kernels of the family (kernel: its `fused.Elementwise`); coefs (K_i,) shared or (C, K_i) per
+    channel (autograd-tracked)."""
+    text = spec(kernel, config)
     cs = coefficients(x, channel_axis, coefs)
     if torch.compiler.is_compiling():
         return torch.ops.visionbench.act_forward(x, list(cs), text, channel_axis)

@@ -14,9 +14,8 @@ import math
 import triton
 import triton.language as tl
 
-from .triton_ops import Body
 from .triton_polynomial import full, relu
-from .triton_template import coef, emit
+from .triton_template import Body, coef, emit
 
 SQRT2 = tl.constexpr(math.sqrt(2.0))
 

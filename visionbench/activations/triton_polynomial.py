@@ -10,8 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_ops import Body
-from .triton_template import coef, emit
+from .triton_template import Body, coef, emit
 
 RATIONAL_FORMS = {"A": 0, "B": 1, "C": 2}  # D is B with noisy numerator coefficients, drawn before the kernel
 C_FLOOR = 0.1  # rational version C: Q >= 0.1 (rational.C_FLOOR)

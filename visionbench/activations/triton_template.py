@@ -41,6 +41,7 @@ import dataclasses
 import functools
 import linecache
 import math
+from collections.abc import Callable
 
 import torch
 import triton
@@ -83,6 +84,17 @@ TUNING: dict[str, Tuning] = {
 
 def tuning(body) -> Tuning:
     return TUNING.get(body.__name__.rsplit("_", 1)[0], Tuning())
+
+
+@dataclasses.dataclass(frozen=True)
+class Body:
+    """A family's Triton bodies, as its body module lists them (`BODIES = {name: Body(...)}`, the name its kernel object
+    `fused.Elementwise` has): the forward and the backward above, and `params`, which turns the family's kernel
+    configuration (the keyword arguments of its fused kernel) into P0..P3."""
+
+    forward: Callable
+    backward: Callable
+    params: Callable[..., tuple]
 
 
 # ---- what the bodies call ----------------------------------------------------------------------------------------
