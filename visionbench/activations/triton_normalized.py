@@ -392,7 +392,7 @@ def _slaf_forward(
         num_warps=4,
     )
     body = POLYNOMIALS["poly"]
-    params = body.params(degree=k, relu=False)
+    params = body.launch_params(degree=k, relu=False)
     forward, _ = layout(xd, channel_axis, True, tuning(body.forward))
     y = launch_forward((body.forward, body.backward), params, xd, (coef,), forward, launch)
     return y, mean, var, new_mean, new_var

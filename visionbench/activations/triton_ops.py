@@ -67,7 +67,7 @@ def resolve(text: str) -> tuple[Body, tuple]:
     module, call = text.split(":", 1)
     call = ast.parse(call, mode="eval").body
     body = importlib.import_module(module).BODIES[call.func.id]
-    return body, tuple(body.params(**{kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}))
+    return body, body.launch_params(**{kw.arg: ast.literal_eval(kw.value) for kw in call.keywords})
 
 
 def coefficients(x: torch.Tensor, channel_axis: int, coefs) -> tuple[torch.Tensor, ...]:

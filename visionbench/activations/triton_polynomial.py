@@ -104,15 +104,13 @@ def _rational_parts(x, C, cb, FORM: tl.constexpr, M: tl.constexpr, N: tl.constex
 
 
 @triton.jit
-def rational_forward(x, C, cb, FORM: tl.constexpr, M: tl.constexpr, N: tl.constexpr, P3: tl.constexpr):
+def rational_forward(x, C, cb, FORM: tl.constexpr, M: tl.constexpr, N: tl.constexpr):
     p, dp, q, dq, base, first = _rational_parts(x, C, cb, FORM, M, N)
     return p / q
 
 
 @triton.jit
-def rational_backward(
-    x, g, C, cb, acc, MODE: tl.constexpr, FORM: tl.constexpr, M: tl.constexpr, N: tl.constexpr, P3: tl.constexpr
-):
+def rational_backward(x, g, C, cb, acc, MODE: tl.constexpr, FORM: tl.constexpr, M: tl.constexpr, N: tl.constexpr):
     """dL/dx = g (P' - F Q') / Q, dL/da_i = g x^i / Q, dL/db_j = -g (F / Q) dQ/db_j."""
     p, dp, q, dq, base, first = _rational_parts(x, C, cb, FORM, M, N)
     w = g / q
@@ -142,7 +140,7 @@ def _poly_input(x, RELU: tl.constexpr):
 
 
 @triton.jit
-def poly_forward(x, C, cb, DEGREE: tl.constexpr, RELU: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def poly_forward(x, C, cb, DEGREE: tl.constexpr, RELU: tl.constexpr):
     r = _poly_input(x, RELU)
     out = full(x, coef(C, cb, DEGREE))
     for i in tl.static_range(DEGREE):
@@ -151,9 +149,7 @@ def poly_forward(x, C, cb, DEGREE: tl.constexpr, RELU: tl.constexpr, P2: tl.cons
 
 
 @triton.jit
-def poly_backward(
-    x, g, C, cb, acc, MODE: tl.constexpr, DEGREE: tl.constexpr, RELU: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
-):
+def poly_backward(x, g, C, cb, acc, MODE: tl.constexpr, DEGREE: tl.constexpr, RELU: tl.constexpr):
     r = _poly_input(x, RELU)
     value = full(x, coef(C, cb, DEGREE))
     deriv = tl.zeros_like(x)
@@ -201,7 +197,7 @@ def _hermite_derivative(z, C, cb, powers, DEGREE: tl.constexpr):
 
 
 @triton.jit
-def hermite_forward(x, C, cb, DEGREE: tl.constexpr, CLAMP: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def hermite_forward(x, C, cb, DEGREE: tl.constexpr, CLAMP: tl.constexpr):
     z, t = _hermite_input(x, C, cb, DEGREE, CLAMP)
     out = coef(C, cb, 0) + coef(C, cb, 1) * z
     p_prev = full(z, 1.0)
@@ -215,9 +211,7 @@ def hermite_forward(x, C, cb, DEGREE: tl.constexpr, CLAMP: tl.constexpr, P2: tl.
 
 
 @triton.jit
-def hermite_backward(
-    x, g, C, cb, acc, MODE: tl.constexpr, DEGREE: tl.constexpr, CLAMP: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
-):
+def hermite_backward(x, g, C, cb, acc, MODE: tl.constexpr, DEGREE: tl.constexpr, CLAMP: tl.constexpr):
     """F'(z) = sum_{k>=1} a_k P_(k-1)(z); dF/da_k = P_k(z); the clamp adds dz/dx = L (1 - t^2) / 2, dz/dL = t."""
     z, t = _hermite_input(x, C, cb, DEGREE, CLAMP)
     acc = emit(acc, MODE, 0, g)
@@ -241,15 +235,15 @@ def hermite_backward(
 
 
 def rational_params(form: str, m: int, n: int) -> tuple:
-    return RATIONAL_FORMS[form], m, n, 0
+    return RATIONAL_FORMS[form], m, n
 
 
 def poly_params(degree: int, relu: bool) -> tuple:
-    return degree, int(relu), 0, 0
+    return degree, int(relu)
 
 
 def hermite_params(degree: int, clamp: bool) -> tuple:
-    return degree, int(clamp), 0, 0
+    return degree, int(clamp)
 
 
 BODIES = {
