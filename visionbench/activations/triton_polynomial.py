@@ -197,15 +197,19 @@ def _hermite_derivative(z, C, cb, powers, DEGREE: tl.constexpr):
 
 
 @triton.jit
+def _hermite_next(z, p_prev, p, k: tl.constexpr):
+    """(P_k, P_(k+1)) from (P_(k-1), P_k): the recurrence P_(k+1) = (z P_k - P_(k-1)) / (k + 1)."""
+    return p, (z * p - p_prev) / (k + 1)
+
+
+@triton.jit
 def hermite_forward(x, C, cb, DEGREE: tl.constexpr, CLAMP: tl.constexpr):
     z, t = _hermite_input(x, C, cb, DEGREE, CLAMP)
     out = coef(C, cb, 0) + coef(C, cb, 1) * z
     p_prev = full(z, 1.0)
     p = z
     for k in tl.static_range(1, DEGREE):
-        p_next = (z * p - p_prev) / (k + 1)
-        p_prev = p
-        p = p_next
+        p_prev, p = _hermite_next(z, p_prev, p, k)
         out = out + coef(C, cb, k + 1) * p
     return out
 
@@ -220,9 +224,7 @@ def hermite_backward(x, g, C, cb, acc, MODE: tl.constexpr, DEGREE: tl.constexpr,
     p_prev = full(z, 1.0)
     p = z
     for k in tl.static_range(1, DEGREE):
-        p_next = (z * p - p_prev) / (k + 1)
-        p_prev = p
-        p = p_next
+        p_prev, p = _hermite_next(z, p_prev, p, k)
         acc = emit(acc, MODE, k + 1, g * p)
         if k < DEGREE - 1:
             powers = powers + (p,)
