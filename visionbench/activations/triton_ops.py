@@ -6,7 +6,7 @@ autograd by `register_autograd`), so that torch.compile and CUDA graphs trace th
 `fused.elementwise` calls this for CUDA tensors when the backend is Triton (`fused.backend_for`) and the family's kernel
 object (`fused.Elementwise`) names the module of its Triton bodies. Eager calls take a lean `autograd.Function` to the
 same launches (a custom op's dispatch costs host time per call; inside torch.compile the op is what the compiler
-sees). The coefficient tensors go to the kernels as they are, up to four of them, (K_i,) shared or (C, K_i) per
+sees): `OpPair`, which triton_normalized.py's ops use too. The coefficient tensors go to the kernels as they are, up to four of them, (K_i,) shared or (C, K_i) per
 channel (float32, contiguous: other dtypes, and shared tensors beside per-channel ones, are converted first); the
 backward returns their gradients as contiguous views of one row of sums, which autograd hands to each parameter
 without a copy.
@@ -24,9 +24,11 @@ while a compiler traces the call: `resolve` runs only inside the ops' implementa
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import importlib
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -85,16 +87,10 @@ def coefficients(x: torch.Tensor, channel_axis: int, coefs) -> tuple[torch.Tenso
 def elementwise(kernel, x: torch.Tensor, channel_axis: int, *coefs: torch.Tensor, **config) -> torch.Tensor:
     """F(x) by the Triton kernels of the family (kernel: its `fused.Elementwise`); coefs (K_i,) shared or (C, K_i) per
     channel (autograd-tracked)."""
-    text = spec(kernel, config)
-    cs = coefficients(x, channel_axis, coefs)
-    if torch.compiler.is_compiling():
-        return torch.ops.visionbench.act_forward(x, list(cs), text, channel_axis)
-    if torch.is_grad_enabled() and (x.requires_grad or any(c.requires_grad for c in cs)):
-        return _Eager.apply(x, text, channel_axis, *cs)
-    return _forward(x, cs, text, channel_axis)
+    return call(ACT, x, list(coefficients(x, channel_axis, coefs)), spec(kernel, config), channel_axis)
 
 
-# ---- the launches, shared by the eager Function and the ops ---------------------------------------------
+# ---- the template's launches, and their autograd -------------------------------------------------
 def _forward(x, coefs, text: str, channel_axis: int, launch=None) -> torch.Tensor:
     from .triton_template import launch_forward, layout, tuning
 
@@ -119,23 +115,84 @@ def _split(x, coefs, flat: torch.Tensor, channel_axis: int) -> tuple[torch.Tenso
     return tuple(g.to(c.dtype) for g, c in zip(lay.split(flat, tuple(coefs)), coefs))
 
 
+def _save(ctx, inputs, output) -> None:
+    x, coefs, text, channel_axis = inputs
+    ctx.save_for_backward(x, *coefs)
+    ctx.text, ctx.channel_axis = text, channel_axis
+
+
+def _grads(ctx, grad_output, backward) -> tuple:
+    x, *coefs = ctx.saved_tensors
+    grad_x, flat = backward(x, grad_output[0], coefs, ctx.text, ctx.channel_axis)
+    return grad_x, list(_split(x, coefs, flat, ctx.channel_axis)), None, None
+
+
+# ---- a pair of Triton host functions as torch ops, and as an eager autograd Function ------------------------------
+@dataclasses.dataclass
+class OpPair:
+    """A forward and a backward host function (Triton launches; `launch=None`, their last argument, wraps each kernel:
+    `op_launch` in the ops, `_NoLaunch` in their fake implementations) and the autograd that joins them, written once
+    for both ways a call goes (`call`): eager calls take `_Eager`, an `autograd.Function` that runs the backward's host
+    function; calls under torch.compile take the forward op (`register`), whose autograd runs the backward op.
+
+      save(ctx, inputs, output)      keeps what the backward needs (inputs in the forward op's order)
+      grads(ctx, grad_outputs, run)  -> the gradients of those inputs (None for the constants); run is the backward's
+                                        host function or its op
+      eager                          the forward of eager calls where it is not `forward` (SLAF's updates in place)
+    """
+
+    forward: Callable
+    backward: Callable
+    save: Callable
+    grads: Callable
+    eager: Callable | None = None
+    op: Callable | None = None  # the forward op, once registered (`register`)
+
+
+def call(pair: OpPair, *inputs):
+    """The pair's forward of the inputs (in the forward op's order): its op inside torch.compile (what the compiler
+    sees), `_Eager` where a gradient is wanted (a custom op's dispatch costs host time per call), else the forward."""
+    if torch.compiler.is_compiling():
+        return pair.op(*inputs)
+    layout, flat = _flatten(inputs)
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in flat):
+        return _Eager.apply(pair, layout, *flat)
+    return (pair.eager or pair.forward)(*inputs)
+
+
+def _flatten(items) -> tuple[tuple, list]:
+    """(layout, the items with each list spread): what autograd sees of a list of tensors is each tensor."""
+    layout = tuple(len(i) if isinstance(i, list) else -1 for i in items)
+    return layout, [t for i in items for t in (i if isinstance(i, list) else (i,))]
+
+
+def _nest(layout: tuple, flat) -> tuple:
+    """The items `_flatten` spread, lists again."""
+    out, at = [], 0
+    for n in layout:
+        out.append(list(flat[at : at + n]) if n >= 0 else flat[at])
+        at += n if n >= 0 else 1
+    return tuple(out)
+
+
 class _Eager(torch.autograd.Function):
-    """The ops' autograd, without the dispatcher: x and the coefficient tensors saved, nothing else."""
+    """A pair's autograd without the dispatcher: its host functions, and only what `save` keeps."""
 
     @staticmethod
-    def forward(ctx, x, text: str, channel_axis: int, *coefs):
-        ctx.save_for_backward(x, *coefs)
-        ctx.text, ctx.channel_axis = text, channel_axis
-        return _forward(x, coefs, text, channel_axis)
+    def forward(ctx, pair: OpPair, layout: tuple, *flat):
+        inputs = _nest(layout, flat)
+        output = (pair.eager or pair.forward)(*inputs)
+        pair.save(ctx, inputs, output)
+        if isinstance(output, tuple):
+            ctx.set_materialize_grads(False)  # no zero tensors for the gradients of outputs that have none
+        ctx.pair = pair
+        return output
 
     @staticmethod
-    def backward(ctx, grad_y):
-        x, *coefs = ctx.saved_tensors
-        grad_x, flat = _backward(x, grad_y, coefs, ctx.text, ctx.channel_axis)
-        return grad_x, None, None, *_split(x, coefs, flat, ctx.channel_axis)
+    def backward(ctx, *grad_outputs):
+        return None, None, *_flatten(ctx.pair.grads(ctx, grad_outputs, ctx.pair.backward))[1]
 
 
-# ---- the registered ops (what torch.compile traces) -------------------------------------------------------
 class _NoLaunch:
     """A launcher that launches nothing: the ops' fake implementations (shapes only)."""
 
@@ -146,19 +203,30 @@ class _NoLaunch:
         return lambda *args, **kwargs: None
 
 
-def register_fakes(*pairs) -> None:
-    """Under the interpreter, each (op, host function) pair: the op's fake implementation is its host code
-    launching nothing (`_NoLaunch`); a `triton_op` needs none (the compiler traces its kernels)."""
+def register(pair: OpPair, name: str) -> None:
+    """Join the ops visionbench::<name>_forward and <name>_backward (their host functions launching through
+    `op_launch`) to the pair: the forward op's autograd is the pair's, with the backward op, and `call` takes the forward
+    op under torch.compile. Under the interpreter each op also gets a fake implementation, its host code launching
+    nothing (`_NoLaunch`); a `triton_op` needs none (the compiler traces its kernels)."""
+    qualified = {part: f"visionbench::{name}_{part}" for part in ("forward", "backward")}
     if interpreting():
-        for op, host in pairs:
-            op.register_fake(functools.partial(host, launch=_NoLaunch))
+        for part, host in (("forward", pair.forward), ("backward", pair.backward)):
+            torch.library.register_fake(qualified[part], functools.partial(host, launch=_NoLaunch))
+    backward = getattr(torch.ops.visionbench, f"{name}_backward")
+    torch.library.register_autograd(
+        qualified["forward"],
+        lambda ctx, *grad_outputs: pair.grads(ctx, grad_outputs, backward),
+        setup_context=pair.save,
+    )
+    pair.op = getattr(torch.ops.visionbench, f"{name}_forward")
 
 
+ACT = OpPair(_forward, _backward, _save, _grads)
 OPS = HAVE_TRITON and hasattr(torch.library, "triton_op")
 if OPS:
     # Compiled Triton: `triton_op`, whose kernels the compiler traces through `wrap_triton`. Under the CPU
     # interpreter the kernels cannot be traced: a plain custom op, opaque to the compiler, with a fake
-    # implementation (`register_fakes`). triton_normalized.py defines its ops with the same pair.
+    # implementation (`register`). triton_normalized.py defines its ops with the same pair.
     if interpreting():
         define_op, op_launch = torch.library.custom_op, None
     else:
@@ -175,16 +243,4 @@ if OPS:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return _backward(x, g, coefs, spec, channel_axis, op_launch)
 
-    register_fakes((act_forward, _forward), (act_backward, _backward))
-
-    def _setup_context(ctx, inputs, output):
-        x, coefs, text, channel_axis = inputs
-        ctx.save_for_backward(x, *coefs)
-        ctx.text, ctx.channel_axis = text, channel_axis
-
-    def _op_backward(ctx, grad_y):
-        x, *coefs = ctx.saved_tensors
-        grad_x, flat = torch.ops.visionbench.act_backward(x, grad_y, coefs, ctx.text, ctx.channel_axis)
-        return grad_x, list(_split(x, coefs, flat, ctx.channel_axis)), None, None
-
-    act_forward.register_autograd(_op_backward, setup_context=_setup_context)
+    register(ACT, "act")
