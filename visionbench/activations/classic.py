@@ -44,7 +44,8 @@ def _objective(f: torch.Tensor, df: torch.Tensor, y: torch.Tensor, dy: torch.Ten
 
 
 class _Classic(LearnableActivation):
-    """Shared plumbing: family label, fit cache, a short refinement."""
+    """Shared plumbing: family label, fit cache, a short refinement, and the coefficients, one value each (..., 1):
+    created from `COEFFICIENTS` (name -> value, in order) and reset to those values by the default init."""
 
     family = FAMILY
     cache_fits = True  # a ResNet-50 builds 49 modules; an `init=<target>` is fitted once per process
@@ -52,6 +53,16 @@ class _Classic(LearnableActivation):
     # 1e-6 for gelu, relu, silu, leaky_relu, elu, mish, tanh and softplus; ACON-C on hardswish 0.0047
     # instead of 0.0027 (derivative 0.48 instead of 0.49).
     refine_steps = REFINE_STEPS
+    COEFFICIENTS: dict[str, float] = {}
+
+    def __init__(self, init: str = "default", **kwargs):
+        super().__init__(**kwargs)
+        for name, value in self.COEFFICIENTS.items():
+            setattr(self, name, self.coefficient([value]))
+        self.reset_parameters(init)
+
+    def init_default(self) -> None:
+        self.set_coefficients(**{name: torch.tensor([value]) for name, value in self.COEFFICIENTS.items()})
 
 
 class _BoundedBeta(_Classic):
@@ -107,14 +118,7 @@ class PReLU(_Classic):
     # Sup-norm errors of fit(target) on [-3, 3] with derivative matching: measured 0.170 / 0.495
     # (gelu, a = 0.022: a piecewise-linear F cannot follow GELU's dip below 0) and 0 / 0 (relu, a = 0).
     fit_tolerance = {"gelu": (0.2, 0.55), "relu": (1e-6, 1e-6)}
-
-    def __init__(self, init: str = "default", **kwargs):
-        super().__init__(**kwargs)
-        self.weight = self.coefficient([0.25])
-        self.reset_parameters(init)
-
-    def init_default(self) -> None:
-        self.set_coefficients(weight=torch.tensor([0.25]))
+    COEFFICIENTS = {"weight": 0.25}
 
     def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.relu(x) + self.coef(self.weight, 0, x) * torch.clamp(x, max=0.0)
@@ -168,14 +172,7 @@ class SwishBeta(_BoundedBeta):
     # (beta 1.73); relu 0.0174 / 0.500 (beta at BETA_MAX; the derivative error at x = 0 is exactly 1/2:
     # sigmoid(0) against relu'(0) = 0).
     fit_tolerance = {"gelu": (0.02, 0.035), "relu": (0.02, 0.55)}
-
-    def __init__(self, init: str = "default", **kwargs):
-        super().__init__(**kwargs)
-        self.beta = self.coefficient([1.0])
-        self.reset_parameters(init)
-
-    def init_default(self) -> None:
-        self.set_coefficients(beta=torch.tensor([1.0]))
+    COEFFICIENTS = {"beta": 1.0}
 
     def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.sigmoid(self.coef(self.beta, 0, x) * x)
@@ -241,13 +238,7 @@ class AconC(_BoundedBeta):
     # Sup-norm errors of fit(target) on [-3, 3] with derivative matching: measured gelu 0.0079 / 0.0218
     # (p1 1.008, p2 -0.008, beta 1.66); relu 0.0174 / 0.500 (p1 1, p2 0, beta at BETA_MAX, as Swish-beta).
     fit_tolerance = {"gelu": (0.01, 0.025), "relu": (0.02, 0.55)}
-
-    def __init__(self, init: str = "default", **kwargs):
-        super().__init__(**kwargs)
-        self.p1 = self.coefficient([1.0])
-        self.p2 = self.coefficient([0.0])
-        self.beta = self.coefficient([1.0])
-        self.reset_parameters(init)
+    COEFFICIENTS = {"p1": 1.0, "p2": 0.0, "beta": 1.0}  # Swish; the default init draws p1, p2
 
     def init_default(self) -> None:
         with torch.no_grad():
@@ -327,15 +318,7 @@ class StarReLU(_Classic):
     # linear growth over [-3, 3].
     fit_tolerance = {"gelu": (0.55, 1.05), "relu": (0.6, 1.05)}
     has_variance_preserving_init = True
-
-    def __init__(self, init: str = "default", **kwargs):
-        super().__init__(**kwargs)
-        self.scale = self.coefficient([STAR_SCALE])
-        self.bias = self.coefficient([STAR_BIAS])
-        self.reset_parameters(init)
-
-    def init_default(self) -> None:
-        self.set_coefficients(scale=torch.tensor([1.0]), bias=torch.tensor([0.0]))
+    COEFFICIENTS = {"scale": 1.0, "bias": 0.0}  # the default init, the authors' code
 
     def init_variance_preserving(self) -> None:
         self.set_coefficients(scale=torch.tensor([STAR_SCALE]), bias=torch.tensor([STAR_BIAS]))
