@@ -3,9 +3,13 @@ add (docs/your_activation.md). One tiny family, F(x) = a x + b x^2, at each leve
 it (and forgotten after each test): the reference formula alone, with a fused kernel, and with Triton bodies in a
 module of its own outside the package (this one, found by its name: `triton_ops.resolve`). Each level runs on every
 backend, forward and backward, shared and per channel, and gives the reference formula's numbers; the first also
-in a model whose activations it replaces."""
+in a model whose activations it replaces. Without Triton installed, every built-in family imports and runs (its Triton
+module, named as text, is never imported)."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -13,6 +17,8 @@ import torch
 from visionbench import activations, models
 from visionbench.activations import LearnableActivation, fused, registry, triton_ops
 from visionbench.activations.fused import Elementwise, reduce_to
+
+from .helpers import ROOT
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the Triton path's; the others run on the CPU
 RUNS_TRITON = triton_ops.HAVE_TRITON and (triton_ops.interpreting() or torch.cuda.is_available())
@@ -147,3 +153,27 @@ def test_a_family_with_only_a_reference_formula_replaces_a_models_activations():
     model(torch.randn(2, 3, 32, 32)).pow(2).mean().backward()
     coefs = list(activations.learnable_parameters(model))
     assert len(coefs) == 4 and all(p.grad is not None and torch.isfinite(p.grad).all() for p in coefs)
+
+
+WITHOUT_TRITON = """
+import sys
+sys.modules["triton"] = None  # import triton fails: a CPU-only install
+import torch
+from visionbench import activations
+from visionbench.activations import fused, triton_ops
+assert not triton_ops.HAVE_TRITON
+for name in activations.names():
+    if activations.is_learnable(name):
+        x = torch.randn(2, 3, 4, 4, requires_grad=True)
+        with fused.use_backend("triton"):
+            activations.create(name)(x).sum().backward()
+bodies = [m for m in sys.modules if m.startswith("visionbench.activations.triton_") and m != "visionbench.activations.triton_ops"]
+assert not bodies, bodies
+print("ok")
+"""
+
+
+def test_every_family_imports_and_runs_without_triton():
+    # the kernel objects name their Triton modules as text: without Triton none is imported, and every family runs
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TRITON], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "ok", done.stderr[-3000:]
