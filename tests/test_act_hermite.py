@@ -11,6 +11,7 @@ import torch
 from visionbench import activations
 from visionbench.activations.hermite import Hermite, hermite_gain
 
+from .families import assert_matches_formula
 from .fixtures import derivative, gradcheck_module
 
 
@@ -37,12 +38,7 @@ def test_registered_and_defaults():
 
 @pytest.mark.parametrize("degree", [1, 2, 3, 4, 7])
 def test_forward_matches_explicit_formula(degree):
-    torch.manual_seed(degree)
-    act = activations.create("hermite", degree=degree).double()
-    a = torch.randn(degree + 1, dtype=torch.float64)
-    act.set_coefficients(weight=a)
-    x = torch.linspace(-4, 4, 201, dtype=torch.float64)
-    np.testing.assert_allclose(act(x).detach().numpy(), reference(x.numpy(), a.numpy()), rtol=1e-10, atol=1e-10)
+    assert_matches_formula("hermite", degree, reference, (-4, 4), 201, 1e-10)
 
 
 def test_clamp_matches_sigmoid_clamp_then_hermite():

@@ -10,6 +10,7 @@ import torch
 
 from visionbench import activations
 
+from .families import assert_matches_formula
 from .fixtures import gradcheck_module
 
 
@@ -38,12 +39,7 @@ def test_defaults_match_paper(name):
 
 @pytest.mark.parametrize("degree", [1, 3, 5])
 def test_polyrelu_matches_definition(degree):
-    torch.manual_seed(degree)
-    act = activations.create("polyrelu", degree=degree).double()
-    a = torch.randn(degree + 1, dtype=torch.float64)
-    act.set_coefficients(weight=a)
-    x = torch.linspace(-3, 3, 121, dtype=torch.float64)
-    np.testing.assert_allclose(act(x).detach().numpy(), ref_polyrelu(x.numpy(), a.numpy()), rtol=1e-12, atol=1e-12)
+    assert_matches_formula("polyrelu", degree, ref_polyrelu, (-3, 3), 121, 1e-12)
 
 
 @pytest.mark.parametrize(

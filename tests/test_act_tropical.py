@@ -111,15 +111,20 @@ def test_tropical_coefficient_gradient_counts_the_active_line():
     torch.testing.assert_close(act.weight.grad, math.sqrt(2) / 2 * torch.tensor([2.0, 0.0, 3.0], dtype=torch.float64))
 
 
-@pytest.mark.parametrize("degree", [0, -1, 2.5, "6", True, None])
-def test_tropical_bad_degree(degree):
+BAD_DEGREES = [("tropical", d) for d in (0, -1, 2.5, "6", True, None)]
+BAD_DEGREES += [("tropical_rational", d) for d in (0, -1, 2.5, "6", (6, 0), (0, 6))]
+
+
+@pytest.mark.parametrize("name,degree", BAD_DEGREES)
+def test_bad_degree(name, degree):
     with pytest.raises(ValueError, match="degree must be an integer >= 1"):
-        activations.create("tropical", degree=degree)
+        activations.create(name, degree=degree)
 
 
-def test_tropical_bad_init_lists_accepted():
-    with pytest.raises(ValueError, match="accepted.*variance_preserving"):
-        activations.create("tropical", init="bogus")
+@pytest.mark.parametrize("name,accepted", [("tropical", "variance_preserving"), ("tropical_rational", "gelu")])
+def test_bad_init_lists_accepted(name, accepted):
+    with pytest.raises(ValueError, match=f"accepted.*{accepted}"):
+        activations.create(name, init="bogus")
 
 
 @pytest.mark.parametrize("target", ["gelu", "relu"])
@@ -216,17 +221,6 @@ def test_tropical_rational_gradcheck_input_and_coefficients(per_channel):
         return torch.func.functional_call(act, dict(zip(names, ps)), (x,))
 
     assert torch.autograd.gradcheck(f, (x, *params), eps=1e-6, atol=1e-7)
-
-
-@pytest.mark.parametrize("degree", [0, -1, 2.5, "6", (6, 0), (0, 6)])
-def test_tropical_rational_bad_degree(degree):
-    with pytest.raises(ValueError, match="degree must be an integer >= 1"):
-        activations.create("tropical_rational", degree=degree)
-
-
-def test_tropical_rational_bad_init_lists_accepted():
-    with pytest.raises(ValueError, match="accepted.*gelu"):
-        activations.create("tropical_rational", init="bogus")
 
 
 @pytest.mark.parametrize("target", ["silu", "tanh", "sigmoid", "leaky_relu", "identity"])

@@ -16,32 +16,9 @@ import torch
 from visionbench import activations as A
 from visionbench.activations import fused, triton_ops
 
+from .families import CASES, IDS
 from .fixtures import gradcheck_module
 
-CASES = [
-    ("rational", {"version": "A"}),
-    ("rational", {"version": "B"}),
-    ("rational", {"version": "C"}),
-    ("rational", {"version": "D"}),
-    ("polyrelu", {}),
-    ("polynorm", {}),
-    ("hermite", {}),
-    ("hermite", {"clamp": True}),
-    ("fourier", {}),
-    ("tropical", {}),
-    ("tropical_rational", {}),
-    ("slaf", {}),
-    ("prelu", {}),
-    ("swish_beta", {}),
-    ("acon_c", {}),
-    ("star_relu", {}),
-    ("apl", {}),
-    ("kaf", {}),
-    ("bspline", {}),
-    ("bspline", {"residual": "linear"}),
-    ("bspline", {"residual": "none"}),
-]
-IDS = [name + "".join(f"-{v}" for v in kw.values()) for name, kw in CASES]
 TOL = {torch.float32: {"rtol": 2e-4, "atol": 2e-5}, torch.float64: {"rtol": 1e-9, "atol": 1e-10}}
 
 
@@ -337,7 +314,7 @@ def test_a_run_trains_with_its_key_unless_the_variable_says_otherwise(env, no_sw
 
 
 def test_every_family_with_a_fast_path_is_in_the_cases():
-    """A learnable family whose class has its own `fast_forward` (fused or Triton kernels) is in CASES, so a new family
+    """A learnable family whose class has its own `fast_forward` (fused or Triton kernels) is in CASES (tests/families.py), so a new family
     cannot skip the tests above; the benchmark (bench/act_speed.py) times each of them too."""
     from visionbench.activations.base import LearnableActivation
     from visionbench.bench.act_speed import CASES as BENCH_CASES
@@ -352,7 +329,7 @@ def test_every_family_with_a_fast_path_is_in_the_cases():
     assert fast >= {"rational", "hermite", "slaf", "bspline", "prelu"}  # the rule finds them
     tested = {A.get_class(name).registry_name for name, _ in CASES}
     benched = {A.get_class(name).registry_name for name, _ in BENCH_CASES.values()}
-    assert fast - tested == set(), "families with a fast path missing from tests/test_fast_path.py CASES"
+    assert fast - tested == set(), "families with a fast path missing from tests/families.py CASES"
     assert fast - benched == set(), "families with a fast path missing from bench/act_speed.py CASES"
 
 

@@ -6,7 +6,7 @@ pattern of NaN and inf, position by position: no clamp, max or mask that turns a
 turns an inf into a NaN, unless the plain formula does the same.
 
 The property, for every learnable family of the registry in every configuration whose kernel differs
-(tests/test_triton_kernels.py's CASES, and SLAF in eval mode, whose kernel is a polynomial), with shared and with
+(tests/families.py's CASES, and SLAF in eval mode, whose kernel is a polynomial), with shared and with
 per-channel coefficients (nudged off their init, so that no coefficient is 0), on an NCHW input of ordinary values
 (1.5 N(0, 1)) holding NaN, +inf or -inf at known entries in two channels (KINDS: one kind at a time, and the three
 together), with a finite random upstream gradient:
@@ -66,7 +66,8 @@ import torch
 from visionbench import activations
 from visionbench.activations import fused, triton_ops
 
-from .test_triton_kernels import CASES as KERNEL_CASES
+from .families import CASES as KERNEL_CASES
+from .families import case_id as kernel_case_id
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the Triton path's; the others run on the CPU
 SHAPE = (2, 3, 4, 5)  # NCHW; channel 2 holds no non-finite entry in the single kinds
@@ -82,7 +83,7 @@ CASES = [(name, kwargs, True) for name, kwargs in KERNEL_CASES] + [("slaf", {}, 
 
 
 def case_id(name: str, kwargs: dict, training: bool) -> str:
-    return name + "".join(f"-{v}" for v in kwargs.values()) + ("" if training else "-eval")
+    return kernel_case_id(name, kwargs) + ("" if training else "-eval")
 
 
 IDS = [case_id(*case) for case in CASES]
@@ -107,6 +108,7 @@ REFERENCE = {
     "apl": {"nan": ("nan", "fin"), "+inf": ("inf", "fin"), "-inf": ("nan", "fin")},
     "kaf": {"nan": ("nan", "nan"), "+inf": ("fin", "nan"), "-inf": ("fin", "nan")},
     "bspline": ALL_NAN,
+    "bspline-linear": ALL_NAN,
     "bspline-none": ALL_NAN,
     "bspline-2": ALL_NAN,
     "polynorm": ALL_NAN,

@@ -7,6 +7,7 @@ GPU (sm_90) with this machine's Triton, as launched and as Inductor re-emits it.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -16,9 +17,10 @@ import pytest
 import torch
 
 from visionbench import activations
-from visionbench.activations import fused, triton_ops
+from visionbench.activations import fused, kaf, rational, triton_ops
 from visionbench.bench import act_speed
 
+from .families import CASES, IDS
 from .helpers import ROOT
 
 pytestmark = pytest.mark.skipif(
@@ -27,33 +29,6 @@ pytestmark = pytest.mark.skipif(
 )
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
-# (registry name, constructor arguments): every configuration whose kernel body differs
-CASES = [
-    ("rational", {"version": "A"}),
-    ("rational", {"version": "B"}),
-    ("rational", {"version": "C"}),
-    ("rational", {"version": "D"}),
-    ("rational", {"version": "A", "degrees": (3, 2)}),
-    ("polyrelu", {}),
-    ("hermite", {}),
-    ("hermite", {"clamp": True}),
-    ("hermite", {"degree": 6}),
-    ("fourier", {}),
-    ("tropical", {}),
-    ("tropical_rational", {}),
-    ("prelu", {}),
-    ("swish_beta", {}),
-    ("acon_c", {}),
-    ("star_relu", {}),
-    ("apl", {}),
-    ("kaf", {}),
-    ("bspline", {}),
-    ("bspline", {"residual": "none"}),
-    ("bspline", {"order": 2}),
-    ("polynorm", {}),
-    ("slaf", {}),
-]
-IDS = [name + "".join(f"-{v}" for v in kwargs.values()) for name, kwargs in CASES]
 # input layouts: (shape, memory format, channel_dim)
 LAYOUTS = {
     "nchw": ((3, 5, 7, 6), torch.contiguous_format, None),
@@ -87,12 +62,19 @@ def forward_backward(act, x, g):
     return [y.detach(), x.grad] + [p.grad for p in act.parameters() if p.requires_grad]
 
 
-def test_every_learnable_family_has_triton_kernels_and_a_case_here():
-    learnable = {n for n in activations.names() if activations.is_learnable(n)}
-    assert learnable == {name for name, _ in CASES}
-    assert all(activations.get_class(n).triton_kernels for n in learnable)
-    # the fixed list `has` answers from (nothing is imported while a compiler traces) is the body modules' list
-    assert set(triton_ops.FAMILIES) == set(triton_ops.bodies())
+def test_every_family_with_triton_kernels_has_a_case_here():
+    # from the registry: the built-in families whose class runs Triton kernels, its kernel object's (whose module holds
+    # the family's bodies, where `triton_ops.resolve` finds them by the module's name) or its own; a family with a
+    # reference formula only, or a fused kernel only, needs none (tests/test_act_levels.py)
+    classes = [activations.get_class(n) for n in activations.names() if activations.is_learnable(n)]
+    builtin = [cls for cls in classes if cls.__module__.startswith("visionbench.activations.")]
+    with_triton = {cls.registry_name for cls in builtin if cls.triton_kernels}
+    assert with_triton >= {"rational", "hermite", "polynorm", "slaf"}  # the rule finds them
+    assert with_triton - {name for name, _ in CASES} == set(), "missing from tests/families.py CASES"
+    from visionbench.activations.triton_template import Body
+
+    for kernel in {cls.kernel for cls in builtin if cls.kernel is not None and cls.kernel.triton is not None}:
+        assert isinstance(importlib.import_module(kernel.triton).BODIES[kernel.name], Body)
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -144,7 +126,11 @@ def test_same_bits_every_run(name, kwargs, monkeypatch):
     # no atomics: the coefficient gradients are per-program partial sums added in a fixed order
     monkeypatch.setattr(fused, "BACKEND", "triton")
     act, _ = twins(name, kwargs, True, 5, None)
-    x, g = torch.randn(4, 5, 9, 9, device=DEVICE), torch.randn(4, 5, 9, 9, device=DEVICE)
+    assert_same_bits_twice(act, torch.randn(4, 5, 9, 9, device=DEVICE), torch.randn(4, 5, 9, 9, device=DEVICE))
+
+
+def assert_same_bits_twice(act, x, g):
+    """Two forward + backward calls of act give the same bits (tests/test_triton_normalized.py too)."""
     first = forward_backward(act, x, g)
     act.zero_grad()
     second = forward_backward(act, x, g)
@@ -154,7 +140,7 @@ def test_same_bits_every_run(name, kwargs, monkeypatch):
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["shared", "per_channel"])
 def test_ops_pass_opcheck(per_channel):
-    text = triton_ops.spec("rational", {"form": "A", "m": 5, "n": 4})
+    text = triton_ops.spec(rational.KERNEL, {"form": "A", "m": 5, "n": 4})
     x = torch.randn(2, 3, 4, 5, device=DEVICE, requires_grad=True)
     rows = (3,) if per_channel else ()
     coefs = [torch.randn(*rows, k, device=DEVICE, requires_grad=True) for k in (6, 4)]
@@ -166,8 +152,8 @@ def test_ops_pass_opcheck(per_channel):
 def test_the_op_is_keyed_by_its_configuration():
     # the op's argument names the family and its configuration, not an index into this process's registry: another
     # process (or a compiled graph from inductor's disk cache) reads the same kernels back from it
-    text = triton_ops.spec("kaf", {"start": -2.5, "spacing": 0.25, "size": 21, "a": 1.5})
-    assert text == "kaf(a=1.5, size=21, spacing=0.25, start=-2.5)"
+    text = triton_ops.spec(kaf.KERNEL, {"start": -2.5, "spacing": 0.25, "size": 21, "a": 1.5})
+    assert text == "visionbench.activations.triton_basis:kaf(a=1.5, size=21, spacing=0.25, start=-2.5)"
     body, params = triton_ops.resolve(text)
     assert body.forward.__name__ == "kaf_forward" and params == (-2.5, 0.25, 21, 1.5)
     code = (
@@ -184,7 +170,7 @@ import sys, torch, torch._inductor.config
 from torch import nn
 from visionbench import activations
 from visionbench.activations import fused
-from tests.test_triton_kernels import CASES
+from tests.families import CASES
 
 fused.set_backend("triton")
 torch._inductor.config.fallback_random = True  # rational D's noise: torch's generator in both runs
@@ -194,12 +180,19 @@ cases = CASES if every else list({name: (name, kwargs) for name, kwargs in rever
 for name, kwargs in cases:
     torch._dynamo.reset()  # a fresh trace per family (the recompile limit counts the models' types otherwise)
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 4, 1), activations.create(name, **kwargs)).to(device)
+    act = activations.create(name, **kwargs)
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), act).to(device)
     x = torch.randn(2, 3, 5, 5, device=device)
+    before = [b.clone() for b in act.buffers()]
+    plain, calls = act.reference_forward, []
+    act.reference_forward = lambda t: calls.append(t) or plain(t)  # the compiled call must trace the kernels' ops
     torch.manual_seed(1)
     y = torch.compile(model, fullgraph=True, backend=backend)(x)  # the activation's first call in this process
     y.sum().backward()
+    assert not calls, f"{name} {kwargs}: the compiled call took the plain formulas"
+    del act.reference_forward
     got = [y.detach()] + [p.grad.clone() for p in model.parameters()]
+    after_compiled = [b.clone() for b in act.buffers()]
     model.zero_grad()
     torch.manual_seed(1)
     y = model(x)
@@ -207,6 +200,11 @@ for name, kwargs in cases:
     want = [y.detach()] + [p.grad for p in model.parameters()]
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name} {kwargs}: {m}")
+    # running averages (SLAF): the compiled step moved them as the eager one, with the same batch statistics b:
+    # r1 = (1 - m) r0 + m b, r2 = (1 - m) r1 + m b = (2 - m) r1 - (1 - m) r0
+    m = getattr(act, "momentum", 0.0)
+    for r0, r1, r2 in zip(before, after_compiled, act.buffers()):
+        torch.testing.assert_close(r2, (2 - m) * r1 - (1 - m) * r0, msg=lambda s: f"{name} {kwargs} buffers: {s}")
     print("compiled", name, flush=True)
 """
 
@@ -226,9 +224,10 @@ def _first_calls(backend: str, every: bool) -> None:
 
 
 def test_a_first_call_under_torch_compile_works_for_every_family():
-    # every family (one configuration each; all of them: the slow suite), its activation first called inside
-    # torch.compile(fullgraph=True) in a fresh process (an eager call first would hide a registry filled while
-    # Dynamo traces), and the compiled numbers equal the eager ones
+    # every family of tests/families.py (one configuration each; all of them: the slow suite), its activation first
+    # called inside torch.compile(fullgraph=True) in a fresh process (an eager call first would hide a registry filled
+    # while Dynamo traces): the compiled call traces the kernels' ops (not the plain formulas), its numbers equal the
+    # eager ones, and it moves running averages as an eager call does
     _first_calls("aot_eager", every=False)
 
 

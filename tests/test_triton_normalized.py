@@ -1,7 +1,7 @@
 """The Triton kernels of PolyNorm and SLAF's training mode (`triton_normalized.py`), beyond the shared checks of
 tests/test_triton_kernels.py: shapes that take several channel chunks and tile blocks, half-precision inputs,
 the same bits every run, SLAF's running statistics as the reference path updates them, `torch.library.opcheck`
-of the four ops and torch.compile tracing them (their sm_90 machine code: tests/test_triton_kernels.py)."""
+of the four ops (torch.compile tracing them, and their sm_90 machine code: tests/test_triton_kernels.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from visionbench import activations
 from visionbench.activations import fused, triton_ops
 
-from .test_triton_kernels import DEVICE, forward_backward, twins
+from .test_triton_kernels import DEVICE, assert_same_bits_twice, forward_backward, twins
 
 pytestmark = pytest.mark.skipif(
     not triton_ops.HAVE_TRITON or not (triton_ops.interpreting() or torch.cuda.is_available()),
@@ -88,12 +88,7 @@ def test_same_bits_every_run(name, per_channel, monkeypatch):
     # no atomics: per-program partial sums, added on the host in a fixed order
     monkeypatch.setattr(fused, "BACKEND", "triton")
     act, _ = twins(name, {}, per_channel, 20, None, nudge=0.1)
-    x, g = torch.randn(2, 20, 15, 20, device=DEVICE), torch.randn(2, 20, 15, 20, device=DEVICE)
-    first = forward_backward(act, x, g)
-    act.zero_grad()
-    second = forward_backward(act, x, g)
-    for a, b in zip(first, second):
-        assert torch.equal(a, b)
+    assert_same_bits_twice(act, torch.randn(2, 20, 15, 20, device=DEVICE), torch.randn(2, 20, 15, 20, device=DEVICE))
 
 
 @pytest.mark.parametrize(
@@ -162,26 +157,3 @@ def test_ops_pass_opcheck(per_channel, channel_axis, shape):
     torch.library.opcheck(ops.slaf_forward, (x, c, *stats, channel_axis, 1e-5, 0.01))
     _, mean, var, _, _ = ops.slaf_forward(x.detach(), c.detach(), *stats, channel_axis, 1e-5, 0.01)
     torch.library.opcheck(ops.slaf_backward, (x.detach(), g, c.detach(), mean, var, channel_axis, 1e-5))
-
-
-@pytest.mark.parametrize("name", ["polynorm", "slaf"])
-def test_torch_compile_traces_the_ops(name, monkeypatch):
-    monkeypatch.setattr(fused, "BACKEND", "triton")
-    act = activations.create(name, per_channel=True, num_channels=4).to(DEVICE)
-    x = torch.randn(2, 4, 5, 5, device=DEVICE)
-    before = [b.clone() for b in act.buffers()]
-    eager = forward_backward(act, x, torch.ones_like(x))
-    after_eager = [b.clone() for b in act.buffers()]
-    act.zero_grad()
-    calls = []
-    monkeypatch.setattr(act, "reference_forward", lambda t: calls.append(t) or t)
-    compiled = torch.compile(act, fullgraph=True, backend="aot_eager")
-    got = forward_backward(compiled, x, torch.ones_like(x))
-    assert not calls
-    for a, b in zip(got, eager):
-        torch.testing.assert_close(a, b)
-    # SLAF: the compiled step updated the running averages with the same batch statistics b once more:
-    # r1 = (1 - m) r0 + m b, r2 = (1 - m) r1 + m b = (2 - m) r1 - (1 - m) r0
-    m = getattr(act, "momentum", 0.0)
-    for r0, r1, r2 in zip(before, after_eager, act.buffers()):
-        torch.testing.assert_close(r2, (2 - m) * r1 - (1 - m) * r0)

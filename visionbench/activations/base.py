@@ -1,9 +1,10 @@
 """The base class of every learnable activation: coefficients, channel layout, inits, fitting.
 
 A family subclasses `LearnableActivation`, creates its coefficients with `self.coefficient(...)`,
-and implements `reference_forward` (the plain formula), `fast_forward` (the fused kernel of
-`fused.py`, same numbers), `init_default` and (where the paper gives one)
-`init_variance_preserving`. `forward` picks the path and, under autocast, computes in float32.
+and implements `reference_forward` (the plain formula: enough on its own), `init_default` and (where the paper gives
+one) `init_variance_preserving`; optionally `fast_forward`, the fused kernel of `fused.py` (same numbers): an
+elementwise family's names its kernel object, `kernel = fused.Elementwise(...)`, which may name Triton bodies too
+(docs/your_activation.md). `forward` picks the path and, under autocast, computes in float32.
 Families linear in their coefficients implement `basis(x)` and get an exact least-squares `fit`;
 the others get a linearised start (`fit_start`) followed by a short float64 L-BFGS refinement of
 the same objective. Fits always use the plain formulas (their objective needs F' differentiated);
@@ -60,7 +61,15 @@ class LearnableActivation(nn.Module):
     cache_fits: bool = False  # share fitted inits through _FIT_CACHE (key: `fit_cache_key`)
     refine_steps: int = 200  # L-BFGS iterations of `fit` after `fit_start` (families without a linear basis)
     fast: bool = True  # False: this module always uses `reference_forward`
-    triton_kernels: bool = False  # the fused path runs the family's Triton kernels on CUDA (`triton_ops.BODIES`)
+    kernel: fused.Elementwise | None = None  # an elementwise family's kernel object: its fused pair, its Triton bodies
+    own_triton_kernels: bool = False  # Triton kernels outside the template, of the family's own (triton_normalized.py)
+    # derived for every class (`__init_subclass__`): the fused path runs Triton kernels on the Triton backend, its
+    # kernel object's (`kernel.triton` names their module) or its own
+    triton_kernels: bool = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.triton_kernels = cls.own_triton_kernels or (cls.kernel is not None and cls.kernel.triton is not None)
 
     def __init__(
         self,
@@ -90,9 +99,9 @@ class LearnableActivation(nn.Module):
         """p (K,) or (C, K) shaped so that `view[..., k]` is `coef(p, k, x)`: what fused kernels take."""
         return fused.broadcast(p, x, self.channel_axis(x))
 
-    def run_elementwise(self, name: str, forward, backward, x: torch.Tensor, *coefs: torch.Tensor, **config):
+    def run_elementwise(self, kernel: fused.Elementwise, x: torch.Tensor, *coefs: torch.Tensor, **config):
         """`fused.elementwise` on this module's channel axis; coefs (K,) or (C, K) (e.g. parameters)."""
-        return fused.elementwise(name, forward, backward, x, self.channel_axis(x), *coefs, **config)
+        return fused.elementwise(kernel, x, self.channel_axis(x), *coefs, **config)
 
     def channel_axis(self, x: torch.Tensor) -> int:
         if self.channel_dim is not None:

@@ -24,8 +24,10 @@ import torch
 import torch.nn.functional as F
 
 from .base import LearnableActivation, solve_least_squares
-from .fused import reduce_to
+from .fused import Elementwise, reduce_to
 from .registry import register
+
+TRITON = "visionbench.activations.triton_gated"  # the module of these families' Triton bodies
 
 FAMILY = "gated"  # `visionbench list`: "scaled / gated (few parameters)"
 # Swish-beta / ACON-C fits: candidate values of beta (of beta (p1 - p2) for ACON-C) tried before
@@ -42,7 +44,8 @@ def _objective(f: torch.Tensor, df: torch.Tensor, y: torch.Tensor, dy: torch.Ten
 
 
 class _Classic(LearnableActivation):
-    """Shared plumbing: family label, fit cache, a short refinement."""
+    """Shared plumbing: family label, fit cache, a short refinement, and the coefficients, one value each (..., 1):
+    created from `COEFFICIENTS` (name -> value, in order) and reset to those values by the default init."""
 
     family = FAMILY
     cache_fits = True  # a ResNet-50 builds 49 modules; an `init=<target>` is fitted once per process
@@ -50,6 +53,16 @@ class _Classic(LearnableActivation):
     # 1e-6 for gelu, relu, silu, leaky_relu, elu, mish, tanh and softplus; ACON-C on hardswish 0.0047
     # instead of 0.0027 (derivative 0.48 instead of 0.49).
     refine_steps = REFINE_STEPS
+    COEFFICIENTS: dict[str, float] = {}
+
+    def __init__(self, init: str = "default", **kwargs):
+        super().__init__(**kwargs)
+        for name, value in self.COEFFICIENTS.items():
+            setattr(self, name, self.coefficient([value]))
+        self.reset_parameters(init)
+
+    def init_default(self) -> None:
+        self.set_coefficients(**{name: torch.tensor([value]) for name, value in self.COEFFICIENTS.items()})
 
 
 class _BoundedBeta(_Classic):
@@ -82,6 +95,9 @@ def _prelu_backward(x, g, a):
     return grad_x, grad_a.unsqueeze(-1)
 
 
+PRELU = Elementwise("prelu", _prelu_forward, _prelu_backward, triton=TRITON)
+
+
 @register("prelu")
 class PReLU(_Classic):
     """F(x) = max(0, x) + a min(0, x): PReLU (He et al. 2015, "Delving deep into rectifiers", Eq. 1-2).
@@ -97,25 +113,18 @@ class PReLU(_Classic):
     coefficient), so `fit` starts from the closed-form least-squares a (`fit_start`).
     """
 
-    triton_kernels = True  # triton_gated.py
+    kernel = PRELU
 
     # Sup-norm errors of fit(target) on [-3, 3] with derivative matching: measured 0.170 / 0.495
     # (gelu, a = 0.022: a piecewise-linear F cannot follow GELU's dip below 0) and 0 / 0 (relu, a = 0).
     fit_tolerance = {"gelu": (0.2, 0.55), "relu": (1e-6, 1e-6)}
-
-    def __init__(self, init: str = "default", **kwargs):
-        super().__init__(**kwargs)
-        self.weight = self.coefficient([0.25])
-        self.reset_parameters(init)
-
-    def init_default(self) -> None:
-        self.set_coefficients(weight=torch.tensor([0.25]))
+    COEFFICIENTS = {"weight": 0.25}
 
     def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.relu(x) + self.coef(self.weight, 0, x) * torch.clamp(x, max=0.0)
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.run_elementwise("prelu", _prelu_forward, _prelu_backward, x, self.weight)
+        return self.run_elementwise(PRELU, x, self.weight)
 
     def fit_start(self, x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor) -> None:
         """The least-squares a of the value and derivative rows: F - relu = a min(0, x), one unknown."""
@@ -140,6 +149,9 @@ def _swish_backward(x, g, b):
     return grad_x, grad_b.unsqueeze(-1)
 
 
+SWISH_BETA = Elementwise("swish_beta", _swish_forward, _swish_backward, triton=TRITON)
+
+
 @register("swish_beta")
 class SwishBeta(_BoundedBeta):
     """F(x) = x sigmoid(beta x) with beta learnable: Swish-beta (Ramachandran et al. 2017, "Searching
@@ -154,26 +166,19 @@ class SwishBeta(_BoundedBeta):
     Parameter `beta` (..., 1).
     """
 
-    triton_kernels = True  # triton_gated.py
+    kernel = SWISH_BETA
 
     # Sup-norm errors of fit(target) on [-3, 3] with derivative matching: measured gelu 0.0174 / 0.0294
     # (beta 1.73); relu 0.0174 / 0.500 (beta at BETA_MAX; the derivative error at x = 0 is exactly 1/2:
     # sigmoid(0) against relu'(0) = 0).
     fit_tolerance = {"gelu": (0.02, 0.035), "relu": (0.02, 0.55)}
-
-    def __init__(self, init: str = "default", **kwargs):
-        super().__init__(**kwargs)
-        self.beta = self.coefficient([1.0])
-        self.reset_parameters(init)
-
-    def init_default(self) -> None:
-        self.set_coefficients(beta=torch.tensor([1.0]))
+    COEFFICIENTS = {"beta": 1.0}
 
     def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.sigmoid(self.coef(self.beta, 0, x) * x)
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.run_elementwise("swish_beta", _swish_forward, _swish_backward, x, self.beta)
+        return self.run_elementwise(SWISH_BETA, x, self.beta)
 
     def fit_start(self, x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor) -> None:
         """The best beta of `BETA_GRID` (all candidates in one batched evaluation)."""
@@ -209,6 +214,9 @@ def _acon_backward(x, g, p1, p2, b):
     )
 
 
+ACON_C = Elementwise("acon_c", _acon_forward, _acon_backward, triton=TRITON)
+
+
 @register("acon_c")
 class AconC(_BoundedBeta):
     """F(x) = (p1 - p2) x sigmoid(beta (p1 - p2) x) + p2 x: ACON-C (Ma et al., CVPR 2021, "Activate or
@@ -225,18 +233,12 @@ class AconC(_BoundedBeta):
     Parameters `p1`, `p2`, `beta`, each (..., 1).
     """
 
-    triton_kernels = True  # triton_gated.py
+    kernel = ACON_C
 
     # Sup-norm errors of fit(target) on [-3, 3] with derivative matching: measured gelu 0.0079 / 0.0218
     # (p1 1.008, p2 -0.008, beta 1.66); relu 0.0174 / 0.500 (p1 1, p2 0, beta at BETA_MAX, as Swish-beta).
     fit_tolerance = {"gelu": (0.01, 0.025), "relu": (0.02, 0.55)}
-
-    def __init__(self, init: str = "default", **kwargs):
-        super().__init__(**kwargs)
-        self.p1 = self.coefficient([1.0])
-        self.p2 = self.coefficient([0.0])
-        self.beta = self.coefficient([1.0])
-        self.reset_parameters(init)
+    COEFFICIENTS = {"p1": 1.0, "p2": 0.0, "beta": 1.0}  # Swish; the default init draws p1, p2
 
     def init_default(self) -> None:
         with torch.no_grad():
@@ -250,7 +252,7 @@ class AconC(_BoundedBeta):
         return u * torch.sigmoid(beta * u) + p2 * x
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.run_elementwise("acon_c", _acon_forward, _acon_backward, x, self.p1, self.p2, self.beta)
+        return self.run_elementwise(ACON_C, x, self.p1, self.p2, self.beta)
 
     def fit_start(self, x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor) -> None:
         """For a = beta (p1 - p2) fixed, F = d x sigmoid(a x) + p2 x is linear in (d, p2): solve it for
@@ -288,6 +290,9 @@ def _star_backward(x, g, s, b):
     return (g * (2.0 * scale) * r, reduce_to(g * (r * r), scale).unsqueeze(-1), reduce_to(g, b[..., 0]).unsqueeze(-1))
 
 
+STAR_RELU = Elementwise("star_relu", _star_forward, _star_backward, triton=TRITON)
+
+
 @register("star_relu")
 class StarReLU(_Classic):
     """F(x) = s relu(x)^2 + b with s, b learnable: StarReLU (Yu et al. 2022, "MetaFormer baselines for
@@ -306,22 +311,14 @@ class StarReLU(_Classic):
     Parameters `scale` and `bias`, each (..., 1). F is linear in (s, b): `fit` is one solve.
     """
 
-    triton_kernels = True  # triton_gated.py
+    kernel = STAR_RELU
 
     # Sup-norm errors of fit(target) on [-3, 3] with derivative matching: measured gelu 0.501 / 0.958
     # (s 0.33, b 0.17), relu 0.515 / 0.996: a parabola on x > 0 and a constant on x < 0 cannot follow
     # linear growth over [-3, 3].
     fit_tolerance = {"gelu": (0.55, 1.05), "relu": (0.6, 1.05)}
     has_variance_preserving_init = True
-
-    def __init__(self, init: str = "default", **kwargs):
-        super().__init__(**kwargs)
-        self.scale = self.coefficient([STAR_SCALE])
-        self.bias = self.coefficient([STAR_BIAS])
-        self.reset_parameters(init)
-
-    def init_default(self) -> None:
-        self.set_coefficients(scale=torch.tensor([1.0]), bias=torch.tensor([0.0]))
+    COEFFICIENTS = {"scale": 1.0, "bias": 0.0}  # the default init, the authors' code
 
     def init_variance_preserving(self) -> None:
         self.set_coefficients(scale=torch.tensor([STAR_SCALE]), bias=torch.tensor([STAR_BIAS]))
@@ -330,7 +327,7 @@ class StarReLU(_Classic):
         return self.coef(self.scale, 0, x) * F.relu(x).square() + self.coef(self.bias, 0, x)
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.run_elementwise("star_relu", _star_forward, _star_backward, x, self.scale, self.bias)
+        return self.run_elementwise(STAR_RELU, x, self.scale, self.bias)
 
     def basis(self, x: torch.Tensor) -> torch.Tensor:
         return torch.stack([F.relu(x).square(), torch.ones_like(x)], 1)

@@ -9,8 +9,10 @@ Families linear in their coefficients (a `basis`) get an exact least-squares sol
 linearised start (their `fit_start`) followed by a short float64 L-BFGS refinement of the same objective (`refine`,
 on the module's `_objective`: both hooks a family may override). Fits always use the plain formulas (their
 objective needs F' differentiated), in float64, on one thread, every channel alike. `SurrogateFit` is the mixin of
-the families whose layer depends on input statistics. Nothing here knows a family; base.py's `LearnableActivation`
-holds the hooks and calls in.
+the families whose layer depends on input statistics. Nothing here knows a family, nor base.py: the functions take
+any module with base.py's hooks (a `LearnableActivation`: `basis`, `theta_to_coefficients`, `fit_start`,
+`fit_forward`, `_objective`, `_refine`, `refine_steps`, `set_coefficients`, `per_channel`, `_param_device`), which
+calls in.
 """
 
 from __future__ import annotations
@@ -20,15 +22,12 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
+from torch import nn
 
 from . import fused
 from .targets import get_target, value_and_derivative
-
-if TYPE_CHECKING:
-    from .base import LearnableActivation
 
 FIT_POINTS = 1001  # grid on the fit interval; dense enough that max-error on it is the sup-norm to ~1e-4
 
@@ -66,7 +65,7 @@ class FitResult:
 
 @torch.enable_grad()  # autograd is the fit's tool (target derivatives, L-BFGS), even under a caller's no_grad()
 def fit(
-    module: LearnableActivation,
+    module: nn.Module,
     target: str | Callable[[torch.Tensor], torch.Tensor],
     interval: tuple[float, float] = (-3.0, 3.0),
     derivative: bool = True,
@@ -108,7 +107,7 @@ def fit(
     return FitResult(str(name), err, derr, time.perf_counter() - t0)
 
 
-def fit_linear(module: LearnableActivation, x, features, y, dy, derivative: bool) -> None:
+def fit_linear(module: nn.Module, x, features, y, dy, derivative: bool) -> None:
     """A family linear in its coefficients: F = features @ theta (and F' = d features/dx @ theta), one
     least-squares solve, theta set through the family's `theta_to_coefficients`."""
     rows, rhs = [features], [y]
@@ -125,7 +124,7 @@ def fit_linear(module: LearnableActivation, x, features, y, dy, derivative: bool
     module.set_coefficients(**module.theta_to_coefficients(theta))
 
 
-def objective(module: LearnableActivation, x, y, dy, derivative: bool) -> torch.Tensor:
+def objective(module: nn.Module, x, y, dy, derivative: bool) -> torch.Tensor:
     """mean (F-g)^2 (+ mean (F'-g')^2 with `derivative`) of the module's `fit_forward` on the grid x."""
     xg = x.clone().requires_grad_(derivative)
     f = module.fit_forward(xg)
@@ -136,7 +135,7 @@ def objective(module: LearnableActivation, x, y, dy, derivative: bool) -> torch.
     return loss
 
 
-def refine(module: LearnableActivation, x, y, dy, derivative: bool, steps: int) -> None:
+def refine(module: nn.Module, x, y, dy, derivative: bool, steps: int) -> None:
     """`steps` L-BFGS iterations on the module's `_objective`; the start is kept when they end worse. The
     parameters' requires_grad flags are restored and their gradients cleared."""
     params = list(module.parameters())
@@ -172,7 +171,7 @@ def refine(module: LearnableActivation, x, y, dy, derivative: bool, steps: int) 
         p.requires_grad_(f)
 
 
-def fit_errors(module: LearnableActivation, x, y, dy) -> tuple[float, float]:
+def fit_errors(module: nn.Module, x, y, dy) -> tuple[float, float]:
     """The sup-norm errors of F and F' to the target on the grid x."""
     xg = x.clone().requires_grad_(True)
     f = module.fit_forward(xg)

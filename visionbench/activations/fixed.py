@@ -9,10 +9,18 @@ from torch import nn
 from .registry import register
 
 
-@register("relu")
-class ReLU(nn.ReLU):
+def _fixed(name: str, base: type[nn.Module], doc: str | None = None, aliases=(), passes_inplace: bool = True):
+    """torch's `base`, registered as `name`, whose constructor takes only `inplace`: passed on where `base` takes it,
+    accepted and ignored where it does not (tanh, sigmoid, identity)."""
+
     def __init__(self, inplace: bool = False):
-        super().__init__(inplace=inplace)
+        base.__init__(self, **({"inplace": inplace} if passes_inplace else {}))
+
+    namespace = {"__init__": __init__, "__doc__": doc, "__module__": __name__, "__qualname__": base.__name__}
+    return register(name, aliases=aliases)(type(base.__name__, (base,), namespace))
+
+
+ReLU = _fixed("relu", nn.ReLU)
 
 
 @register("leaky_relu")
@@ -29,34 +37,11 @@ class GELU(nn.GELU):
         super().__init__(approximate=approximate)
 
 
-@register("silu", aliases=("swish",))
-class SiLU(nn.SiLU):
-    def __init__(self, inplace: bool = False):
-        super().__init__(inplace=inplace)
-
-
-@register("mish")
-class Mish(nn.Mish):
-    def __init__(self, inplace: bool = False):
-        super().__init__(inplace=inplace)
-
-
-@register("tanh")
-class Tanh(nn.Tanh):
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-
-
-@register("sigmoid")
-class Sigmoid(nn.Sigmoid):
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-
-
-@register("identity")
-class Identity(nn.Identity):
-    def __init__(self, inplace: bool = False):
-        super().__init__()
+SiLU = _fixed("silu", nn.SiLU, aliases=("swish",))
+Mish = _fixed("mish", nn.Mish)
+Tanh = _fixed("tanh", nn.Tanh, passes_inplace=False)
+Sigmoid = _fixed("sigmoid", nn.Sigmoid, passes_inplace=False)
+Identity = _fixed("identity", nn.Identity, passes_inplace=False)
 
 
 @register("elu")
@@ -67,12 +52,11 @@ class ELU(nn.ELU):
         super().__init__(alpha=alpha, inplace=inplace)
 
 
-@register("selu")
-class SELU(nn.SELU):
-    """SELU, lambda ELU_alpha(x), self-normalising constants (Klambauer et al. 2017, "Self-normalizing NNs")."""
-
-    def __init__(self, inplace: bool = False):
-        super().__init__(inplace=inplace)
+SELU = _fixed(
+    "selu",
+    nn.SELU,
+    'SELU, lambda ELU_alpha(x), self-normalising constants (Klambauer et al. 2017, "Self-normalizing NNs").',
+)
 
 
 @register("softplus")
@@ -83,20 +67,14 @@ class Softplus(nn.Softplus):
         super().__init__(beta=beta, threshold=threshold)
 
 
-@register("hardswish")
-class Hardswish(nn.Hardswish):
-    """Hard-swish, x relu6(x + 3) / 6 (Howard et al. 2019, "Searching for MobileNetV3", Sec 5.2)."""
-
-    def __init__(self, inplace: bool = False):
-        super().__init__(inplace=inplace)
-
-
-@register("relu6")
-class ReLU6(nn.ReLU6):
-    """ReLU6, min(max(0, x), 6) (Krizhevsky 2010, CIFAR-10 convolutional DBNs; used by MobileNets)."""
-
-    def __init__(self, inplace: bool = False):
-        super().__init__(inplace=inplace)
+Hardswish = _fixed(
+    "hardswish",
+    nn.Hardswish,
+    'Hard-swish, x relu6(x + 3) / 6 (Howard et al. 2019, "Searching for MobileNetV3", Sec 5.2).',
+)
+ReLU6 = _fixed(
+    "relu6", nn.ReLU6, "ReLU6, min(max(0, x), 6) (Krizhevsky 2010, CIFAR-10 convolutional DBNs; used by MobileNets)."
+)
 
 
 @register("relu2")

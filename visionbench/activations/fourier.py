@@ -15,7 +15,7 @@ import math
 import torch
 
 from .base import LearnableActivation, check_count, solve_least_squares
-from .fused import reduce_to
+from .fused import Elementwise, reduce_to
 from .registry import register
 
 SQRT2 = math.sqrt(2.0)
@@ -63,6 +63,9 @@ def _fused_backward(x, g, w, f, phi, *, degree: int):
     return -slope, torch.stack(grad_w, -1), torch.stack(grad_f, -1), torch.stack(grad_phi, -1)
 
 
+KERNEL = Elementwise("fourier", _fused_forward, _fused_backward, triton="visionbench.activations.triton_basis")
+
+
 @register("fourier")
 class Fourier(LearnableActivation):
     """F(x) = a_0 + sqrt(2) sum_{k=1..n} (a_k / k!) cos(f_k x - phi_k), with a, f, phi learnable (Eq. 24).
@@ -84,7 +87,7 @@ class Fourier(LearnableActivation):
     `phase` (..., n) phi_1..phi_n.
     """
 
-    triton_kernels = True  # triton_basis.py
+    kernel = KERNEL
 
     family = "orthogonal"  # `visionbench list` group (registry.family)
 
@@ -129,9 +132,7 @@ class Fourier(LearnableActivation):
 
     # ---- forward -----------------------------------------------------------------------
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.run_elementwise(
-            "fourier", _fused_forward, _fused_backward, x, self.weight, self.frequency, self.phase, degree=self.degree
-        )
+        return self.run_elementwise(KERNEL, x, self.weight, self.frequency, self.phase, degree=self.degree)
 
     def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
         # One harmonic at a time: memory stays at a few tensors of x's size instead of n of them.

@@ -31,8 +31,9 @@ arguments:
 Coefficients arrive shaped to broadcast against x (coefficient k is `c[..., k]`, see `broadcast`)
 and their gradients leave summed to that shape (`reduce_to`). `FusedFunction` saves x, the
 coefficients and aux, and recomputes everything else in backward, so autograd holds one
-input-sized tensor where the plain formulas hold one per term. Elementwise families go through
-`elementwise`, which lays per-channel inputs out as rows (see `_rows_forward`).
+input-sized tensor where the plain formulas hold one per term. An elementwise family names its pair once, in its
+kernel object `Elementwise` (with, optionally, the module of its Triton bodies), and goes through `elementwise`, which
+lays per-channel inputs out as rows (see `_rows_forward`).
 
 With backend `compile`, both functions are compiled by torch.compile (C++/OpenMP on CPU, Triton
 on CUDA) once per (kernel configuration, function, dtype, device) and cached for the process;
@@ -45,6 +46,7 @@ runs the families' hand-written Triton kernels instead (`triton_ops.py`, `backen
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import threading
@@ -406,35 +408,58 @@ def broadcast(c: torch.Tensor, x: torch.Tensor, channel_axis: int) -> torch.Tens
     return c.reshape([c.shape[0]] + [1] * (x.dim() - 1 - channel_axis) + [c.shape[-1]])
 
 
+@dataclasses.dataclass(frozen=True)
+class Elementwise:
+    """The kernel object of a family that is elementwise given its coefficients, defined once in its module and named
+    by its class (`LearnableActivation.kernel`): the fused pair (see the module docstring) and, optionally, `triton`,
+    the module that holds its Triton bodies (`BODIES[name]`, triton_template.py), imported by name only where they run.
+
+        KERNEL = fused.Elementwise("hermite", _fused_forward, _fused_backward,
+                                   triton="visionbench.activations.triton_polynomial")
+        y = fused.elementwise(KERNEL, x, channel_axis, weight, degree=3, clamp=False)
+    """
+
+    name: str  # the compiled kernels' cache key, and the family's key in its Triton module's BODIES
+    forward: Callable
+    backward: Callable
+    triton: str | None = None
+
+    @property
+    def has_triton(self) -> bool:
+        """Whether the family's Triton kernels can run here: it names their module, and Triton is installed."""
+        from . import triton_ops
+
+        return self.triton is not None and triton_ops.HAVE_TRITON
+
+
 def elementwise(
-    name: str, forward: Callable, backward: Callable, x: torch.Tensor, channel_axis: int, *coefs: torch.Tensor, **config
+    kernel: Elementwise, x: torch.Tensor, channel_axis: int, *coefs: torch.Tensor, **config
 ) -> torch.Tensor:
-    """F(x) of a family that is elementwise given its coefficients, each (K,) shared or (C, K) per channel.
+    """F(x) of an elementwise family (`Elementwise`), coefficients each (K,) shared or (C, K) per channel.
 
     On the Triton backend (`backend_for`) the family's Triton kernels run (`triton_ops`), where it has
     them. Otherwise per-channel coefficients on a contiguous x with channels before other dims (NCHW)
     go through the row layout of `_rows_forward`, or broadcast along the channel axis.
     """
-    if backend_for(x) == "triton":
+    if backend_for(x) == "triton" and kernel.has_triton:
         from . import triton_ops
 
-        if triton_ops.has(name):
-            return triton_ops.elementwise(name, x, channel_axis, *coefs, **config)
+        return triton_ops.elementwise(kernel, x, channel_axis, *coefs, **config)
     if any(c.dim() == 2 for c in coefs):
         post = math.prod(x.shape[channel_axis + 1 :])
         if post > 1 and x.is_contiguous():
             x3 = x.view(math.prod(x.shape[:channel_axis]), x.shape[channel_axis], post)
-            kernel = Kernel(
-                name,
+            rows = Kernel(
+                kernel.name,
                 _rows_forward,
                 _rows_backward,
-                inner_forward=forward,
-                inner_backward=backward,
+                inner_forward=kernel.forward,
+                inner_backward=kernel.backward,
                 inner_config=tuple(sorted(config.items())),
             )
-            return apply(kernel, x3, *coefs)[0].view(x.shape)
+            return apply(rows, x3, *coefs)[0].view(x.shape)
         coefs = tuple(broadcast(c, x, channel_axis) for c in coefs)
-    return apply(Kernel(name, forward, backward, **config), x, *coefs)[0]
+    return apply(Kernel(kernel.name, kernel.forward, kernel.backward, **config), x, *coefs)[0]
 
 
 def _as_rows(x, coefs):

@@ -17,7 +17,7 @@ import math
 import torch
 
 from .base import LearnableActivation, check_count
-from .fused import reduce_to
+from .fused import Elementwise, reduce_to
 from .registry import register
 
 # torchortho's LearnableClamp starts its limit at sqrt(3) (the half-width of the unit-variance
@@ -87,6 +87,9 @@ def _fused_backward(x, g, a, *limit, degree: int, clamp: bool):
     return grad_z * (lim * 0.5) * (1.0 - t * t), torch.stack(grads, -1), grad_limit
 
 
+KERNEL = Elementwise("hermite", _fused_forward, _fused_backward, triton="visionbench.activations.triton_polynomial")
+
+
 @register("hermite")
 class Hermite(LearnableActivation):
     """F(x) = sum_{k=0..n} (a_k / k!) He_k(x), He the probabilists' Hermite polynomials (paper 001 Eq. 8).
@@ -105,7 +108,7 @@ class Hermite(LearnableActivation):
     F is linear in a, so `fit` is one least-squares solve (with L held at its current value).
     """
 
-    triton_kernels = True  # triton_polynomial.py
+    kernel = KERNEL
 
     family = "orthogonal"  # `visionbench list` group (registry.family)
 
@@ -148,9 +151,7 @@ class Hermite(LearnableActivation):
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
         coefs = [self.weight] + ([self.clamp_limit] if self.clamp else [])
-        return self.run_elementwise(
-            "hermite", _fused_forward, _fused_backward, x, *coefs, degree=self.degree, clamp=self.clamp
-        )
+        return self.run_elementwise(KERNEL, x, *coefs, degree=self.degree, clamp=self.clamp)
 
     def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
         z = self._clamped(x)

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from .base import LearnableActivation, check_count
-from .fused import reduce_to
+from .fused import Elementwise, reduce_to
 from .registry import register
 
 BANDWIDTH_RULE = 1.0 / 6.0  # gamma * spacing^2: the paper's rule of thumb gamma = 1 / (6 spacing^2)
@@ -89,6 +89,9 @@ def _kaf_backward(x, g, alpha, *, start: float, spacing: float, size: int, a: fl
     return g * slope * (-2.0 * a / spacing), torch.stack(grads, -1)
 
 
+KERNEL = Elementwise("kaf", _kaf_forward, _kaf_backward, triton="visionbench.activations.triton_basis")
+
+
 @register("kaf")
 class KAF(LearnableActivation):
     """f(x) = sum_{i=1..D} alpha_i exp(-gamma (x - d_i)^2): kernel activation function (Scardapane
@@ -113,7 +116,7 @@ class KAF(LearnableActivation):
     (D - 1); the authors' code uses 1 / (8 spacing^2)). Parameter `weight` (..., D) holds alpha.
     """
 
-    triton_kernels = True  # triton_basis.py
+    kernel = KERNEL
 
     family = "piecewise"
     cache_fits = True
@@ -156,9 +159,7 @@ class KAF(LearnableActivation):
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.run_elementwise(
-            "kaf",
-            _kaf_forward,
-            _kaf_backward,
+            KERNEL,
             x,
             self.weight,
             start=-self.boundary,

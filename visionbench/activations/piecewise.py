@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from .base import LearnableActivation, check_count, solve_least_squares
-from .fused import reduce_to
+from .fused import Elementwise, reduce_to
 from .registry import register
 
 # The authors' Caffe code draws b ~ N(0, 0.5^2) (README and examples/cifar10/CNN/apl of
@@ -52,6 +52,9 @@ def _apl_backward(x, g, a, b, *, hinges: int):
     return g * slope, torch.stack(grad_a, -1), torch.stack(grad_b, -1)
 
 
+KERNEL = Elementwise("apl", _apl_forward, _apl_backward, triton="visionbench.activations.triton_piecewise")
+
+
 @register("apl")
 class APL(LearnableActivation):
     """h(x) = max(0, x) + sum_{s=1..S} a_s max(0, -x + b_s): adaptive piecewise linear unit
@@ -72,7 +75,7 @@ class APL(LearnableActivation):
     in every learnable family).
     """
 
-    triton_kernels = True  # triton_piecewise.py
+    kernel = KERNEL
 
     family = "piecewise"
     cache_fits = True  # fits refine b with L-BFGS: once per process and configuration
@@ -111,7 +114,7 @@ class APL(LearnableActivation):
         return out
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.run_elementwise("apl", _apl_forward, _apl_backward, x, self.slope, self.hinge, hinges=self.hinges)
+        return self.run_elementwise(KERNEL, x, self.slope, self.hinge, hinges=self.hinges)
 
     # ---- fitting: hinges on a grid, slopes by least squares, then L-BFGS over both -------
     def fit_start(self, x: torch.Tensor, y: torch.Tensor, dy: torch.Tensor) -> None:

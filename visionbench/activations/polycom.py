@@ -18,7 +18,7 @@ import torch
 
 from . import fused
 from .base import LearnableActivation, SurrogateFit, check_count
-from .fused import horner_and_derivative, reduce_to, slices
+from .fused import Elementwise, horner_and_derivative, reduce_to, slices
 from .registry import register
 
 
@@ -51,9 +51,12 @@ def _poly_backward(x, g, c, *, degree: int, relu: bool):
     return grad_x, torch.stack(grads, -1)
 
 
+POLY = Elementwise("poly", _poly_forward, _poly_backward, triton="visionbench.activations.triton_polynomial")
+
+
 def run_poly(module: LearnableActivation, x: torch.Tensor, c: torch.Tensor, relu: bool) -> torch.Tensor:
     """The fused polynomial sum_i c_i r^i, r = ReLU(x) if `relu` else x; c (K,) or (C, K)."""
-    return module.run_elementwise("poly", _poly_forward, _poly_backward, x, c, degree=c.shape[-1] - 1, relu=relu)
+    return module.run_elementwise(POLY, x, c, degree=c.shape[-1] - 1, relu=relu)
 
 
 def _polynorm_forward(x, a, *, degree: int, eps: float, dim: int):
@@ -98,7 +101,7 @@ class PolyReLU(LearnableActivation):
     Parameters: `weight` (..., r + 1) holds a_0..a_r (App D's `bias` is a_0 here).
     """
 
-    triton_kernels = True  # triton_polynomial.py
+    kernel = POLY
 
     family = "polynomial"  # `visionbench list` group (registry.family)
 
@@ -160,7 +163,7 @@ class PolyNorm(SurrogateFit, LearnableActivation):
     N(x^i) = x^i / sqrt((2i - 1)!! + eps): the fitted coefficients make F ≈ g on standardised inputs.
     """
 
-    triton_kernels = True  # triton_normalized.py
+    own_triton_kernels = True  # triton_normalized.py
 
     family = "polynomial"  # `visionbench list` group (registry.family)
 

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import torch
 
 from .base import LearnableActivation, solve_least_squares
-from .fused import horner_and_derivative, reduce_to, slices
+from .fused import Elementwise, horner_and_derivative, reduce_to, slices
 from .rational_published import published_fit
 from .registry import register
 
@@ -173,6 +173,9 @@ def _plain_rational_fit(
     return theta[: m + 1], full
 
 
+KERNEL = Elementwise("rational", _fused_forward, _fused_backward, triton="visionbench.activations.triton_polynomial")
+
+
 @register("rational")
 class Rational(LearnableActivation):
     """Safe rational activation P(x)/Q(x) in versions A-D.
@@ -193,7 +196,7 @@ class Rational(LearnableActivation):
     Parameters `numerator` = (a_0..a_m) and `denominator` = (b_1..b_n), or (b_0..b_{n-1}) for C.
     """
 
-    triton_kernels = True  # triton_polynomial.py
+    kernel = KERNEL
 
     family = "rational"  # `visionbench list` group (registry.family)
 
@@ -241,9 +244,7 @@ class Rational(LearnableActivation):
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
         m, n = self.degrees
         return self.run_elementwise(
-            "rational",
-            _fused_forward,
-            _fused_backward,
+            KERNEL,
             x,
             self._numerator(),
             self.denominator,

@@ -111,7 +111,7 @@ class SLAF(SurrogateFit, LearnableActivation):
     Parameters: `weight` (..., k + 1) holds a_0..a_k.
     """
 
-    triton_kernels = True  # triton_normalized.py
+    own_triton_kernels = True  # triton_normalized.py
 
     family = "polynomial"  # `visionbench list` group (registry.family)
 

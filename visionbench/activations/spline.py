@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from numpy.polynomial import Polynomial
 
 from .base import LearnableActivation, check_count
-from .fused import reduce_to
+from .fused import Elementwise, reduce_to
 from .registry import register
 
 RESIDUALS = ("silu", "linear", "none")
@@ -179,6 +179,9 @@ def _spline_backward(x, g, c, *wb, start: float, step: float, intervals: int, or
     return grad_x, grad_c, reduce_to(g * _residual(x, residual), w).unsqueeze(-1)
 
 
+KERNEL = Elementwise("bspline", _spline_forward, _spline_backward, triton="visionbench.activations.triton_basis")
+
+
 @register("bspline")
 class BSpline(LearnableActivation):
     """phi(x) = w_b b(x) + sum_{i=1..G+k} c_i B_i(x): the KAN activation (Liu et al. 2024, Eq. 2.10),
@@ -206,7 +209,7 @@ class BSpline(LearnableActivation):
     least-squares solve.
     """
 
-    triton_kernels = True  # triton_basis.py
+    kernel = KERNEL
 
     family = "piecewise"
     cache_fits = True
@@ -267,9 +270,7 @@ class BSpline(LearnableActivation):
         coefs = [self.weight] + ([self.base_weight] if self.residual != "none" else [])
         start = self.grid_range[0] - self.order * self.step
         return self.run_elementwise(
-            "bspline",
-            _spline_forward,
-            _spline_backward,
+            KERNEL,
             x,
             *coefs,
             start=start,

@@ -30,9 +30,8 @@ import triton.language as tl
 
 from .kaf import CLAMP_SPACINGS
 from .spline import RESIDUALS
-from .triton_ops import Body
 from .triton_polynomial import full, sigmoid
-from .triton_template import coef, emit
+from .triton_template import Body, coef, emit
 
 SQRT2 = tl.constexpr(math.sqrt(2.0))
 TWO_OVER_PI = tl.constexpr(2.0 / math.pi)
@@ -241,7 +240,7 @@ def sincos(a):
 
 
 @triton.jit
-def fourier_forward(x, C, cb, N: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def fourier_forward(x, C, cb, N: tl.constexpr):
     out = full(x, coef(C, cb, 0))
     fact = 1.0  # k!, exact in fp32 up to k = 10: s_k = sqrt(2) / k! takes one rounding
     for k in tl.static_range(1, N + 1):
@@ -253,9 +252,7 @@ def fourier_forward(x, C, cb, N: tl.constexpr, P1: tl.constexpr, P2: tl.constexp
 
 
 @triton.jit
-def fourier_backward(
-    x, g, C, cb, acc, MODE: tl.constexpr, N: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
-):
+def fourier_backward(x, g, C, cb, acc, MODE: tl.constexpr, N: tl.constexpr):
     """With A_k = s_k a_k: dF/dx = -sum_k A_k f_k sin(arg_k), dF/da_k = s_k cos(arg_k),
     dF/df_k = -A_k x sin(arg_k), dF/dphi_k = A_k sin(arg_k)."""
     acc = emit(acc, MODE, 0, g)
@@ -286,7 +283,7 @@ def bspline_params(start: float, step: float, intervals: int, order: int, residu
 
 
 def fourier_params(degree: int) -> tuple:
-    return int(degree), 0, 0, 0
+    return (int(degree),)
 
 
 BODIES = {

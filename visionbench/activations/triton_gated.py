@@ -11,21 +11,18 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_ops import Body
 from .triton_polynomial import relu, sigmoid
-from .triton_template import coef, emit
+from .triton_template import Body, coef, emit
 
 
 # ---- PReLU: max(0, x) + a min(0, x); coefficient a -------------------------------------------------
 @triton.jit
-def prelu_forward(x, C, cb, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def prelu_forward(x, C, cb):
     return tl.where(x > 0, x, coef(C, cb, 0) * x)
 
 
 @triton.jit
-def prelu_backward(
-    x, g, C, cb, acc, MODE: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
-):
+def prelu_backward(x, g, C, cb, acc, MODE: tl.constexpr):
     """dF/dx = a where x <= 0, else 1; dF/da = x where x <= 0, else 0. At a NaN x as the plain formula's autograd:
     relu(x) passes g (not x <= 0), min(0, x) is NaN: dF/dx = 1, dF/da NaN."""
     w = coef(C, cb, 0)
@@ -35,14 +32,12 @@ def prelu_backward(
 
 # ---- Swish-beta: x sigmoid(beta x); coefficient beta -----------------------------------------------
 @triton.jit
-def swish_forward(x, C, cb, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def swish_forward(x, C, cb):
     return x * sigmoid(coef(C, cb, 0) * x)
 
 
 @triton.jit
-def swish_backward(
-    x, g, C, cb, acc, MODE: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
-):
+def swish_backward(x, g, C, cb, acc, MODE: tl.constexpr):
     """dF/dx = s + beta x s (1 - s), dF/dbeta = x^2 s (1 - s), s = sigmoid(beta x)."""
     bx = coef(C, cb, 0) * x
     s = sigmoid(bx)
@@ -53,16 +48,14 @@ def swish_backward(
 
 # ---- ACON-C: (p1 - p2) x sigmoid(beta (p1 - p2) x) + p2 x; coefficients p1, p2, beta --------------
 @triton.jit
-def acon_forward(x, C, cb, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def acon_forward(x, C, cb):
     lo = coef(C, cb, 1)
     u = (coef(C, cb, 0) - lo) * x
     return u * sigmoid(coef(C, cb, 2) * u) + lo * x
 
 
 @triton.jit
-def acon_backward(
-    x, g, C, cb, acc, MODE: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
-):
+def acon_backward(x, g, C, cb, acc, MODE: tl.constexpr):
     """u = (p1 - p2) x, s = sigmoid(beta u), h = s + beta u s (1 - s): dF/dx = (p1 - p2) h + p2,
     dF/dp1 = x h, dF/dp2 = x (1 - h), dF/dbeta = u^2 s (1 - s)."""
     hi = coef(C, cb, 0)
@@ -83,15 +76,13 @@ def acon_backward(
 
 # ---- StarReLU: s relu(x)^2 + b; coefficients s, b ---------------------------------------------------
 @triton.jit
-def star_forward(x, C, cb, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def star_forward(x, C, cb):
     r = relu(x)
     return coef(C, cb, 0) * (r * r) + coef(C, cb, 1)
 
 
 @triton.jit
-def star_backward(
-    x, g, C, cb, acc, MODE: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
-):
+def star_backward(x, g, C, cb, acc, MODE: tl.constexpr):
     """dF/dx = 2 s relu(x) (0 at x = 0), dF/ds = relu(x)^2, dF/db = 1."""
     r = relu(x)
     acc = emit(acc, MODE, 0, g * (r * r))
@@ -100,7 +91,7 @@ def star_backward(
 
 
 def no_params() -> tuple:
-    return 0, 0, 0, 0
+    return ()
 
 
 BODIES = {

@@ -47,7 +47,7 @@ fixed order. Nothing but x is saved: the norms are recomputed by the backward's 
 
 Ops: `visionbench::polynorm_forward/backward` and `visionbench::slaf_forward/backward`, defined as in
 `triton_ops.py` (`triton_op` + `wrap_triton` on a GPU; under the CPU interpreter a plain `custom_op` with a fake
-implementation), autograd by `register_autograd`. Eager calls take lean `autograd.Function`s to the same
+implementation), with its `OpPair`: autograd by `register_autograd`, eager calls a lean `autograd.Function` to the same
 launches; inside torch.compile the ops are what the compiler sees.
 """
 
@@ -58,6 +58,7 @@ import triton
 import triton.language as tl
 
 from . import triton_ops
+from .triton_polynomial import BODIES as POLYNOMIALS
 from .triton_template import Tuning, _channels_last, _format, _plain, buffer, launch_forward, layout, tile, tuning
 
 TILE = 2048  # elements of x per program and channel chunk (the template's size)
@@ -390,7 +391,8 @@ def _slaf_forward(
         FINALIZE_CHANNELS,
         num_warps=4,
     )
-    body, params = triton_ops.resolve(triton_ops.spec("poly", {"degree": k, "relu": False}))
+    body = POLYNOMIALS["poly"]
+    params = body.launch_params(degree=k, relu=False)
     forward, _ = layout(xd, channel_axis, True, tuning(body.forward))
     y = launch_forward((body.forward, body.backward), params, xd, (coef,), forward, launch)
     return y, mean, var, new_mean, new_var
@@ -481,6 +483,43 @@ def _pick(acc, kidx, j):
 
 
 @triton.jit
+def _channel_sums(
+    X,
+    G,
+    A,
+    base,
+    pmask,
+    cs,
+    C,
+    kidx,
+    DOT: tl.constexpr,
+    K: tl.constexpr,
+    KT: tl.constexpr,
+    KP: tl.constexpr,
+    PER_CHANNEL: tl.constexpr,
+    BC: tl.constexpr,
+    BP: tl.constexpr,
+):
+    """The kernels' first loop, over the channel chunks of the program's positions: per position, row j of ssq is
+    sum_c x^(2(j+1)) and, with DOT (the backward), row j of dot is T_(j+1) = sum_c g a_(j+1) x^(j+1)."""
+    ssq = tl.zeros([KP, BP], dtype=tl.float32)
+    dot = tl.zeros([KP, BP], dtype=tl.float32)
+    for c0 in range(0, C, BC):
+        offs, mask, c, cmask, cb = _chunk(base, pmask, cs, c0, C, PER_CHANNEL, BC)
+        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+        if DOT:
+            g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
+        p = x
+        for j in tl.static_range(K):
+            if j > 0:
+                p = p * x
+            ssq += tl.where(kidx == j, tl.sum(p * p, 0)[None, :], 0.0)
+            if DOT:
+                dot += tl.where(kidx == j, tl.sum(g * _acoef(A, cb, j + 1, KT) * p, 0)[None, :], 0.0)
+    return ssq, dot
+
+
+@triton.jit
 def _polynorm_forward_kernel(
     X,
     Y,
@@ -500,15 +539,7 @@ def _polynorm_forward_kernel(
 ):
     base, pmask, cs = _positions(P, C, POST, NQB, CL, BP)
     kidx = tl.arange(0, KP)[:, None]
-    ssq = tl.zeros([KP, BP], dtype=tl.float32)  # row j: sum_c x^(2(j+1)) per position
-    for c0 in range(0, C, BC):
-        offs, mask, c, cmask, cb = _chunk(base, pmask, cs, c0, C, PER_CHANNEL, BC)
-        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-        p = x
-        for j in tl.static_range(K):
-            if j > 0:
-                p = p * x
-            ssq += tl.where(kidx == j, tl.sum(p * p, 0)[None, :], 0.0)
+    ssq, _ = _channel_sums(X, X, A, base, pmask, cs, C, kidx, False, K, KT, KP, PER_CHANNEL, BC, BP)
     norm = tl.rsqrt(ssq / C + eps)
     for c0 in range(0, C, BC):
         offs, mask, c, cmask, cb = _chunk(base, pmask, cs, c0, C, PER_CHANNEL, BC)
@@ -547,18 +578,7 @@ def _polynorm_backward_kernel(
     base, pmask, cs = _positions(P, C, POST, NQB, CL, BP)
     pid = tl.program_id(0).to(tl.int64)
     kidx = tl.arange(0, KP)[:, None]
-    ssq = tl.zeros([KP, BP], dtype=tl.float32)
-    dot = tl.zeros([KP, BP], dtype=tl.float32)  # row j: T_(j+1)
-    for c0 in range(0, C, BC):
-        offs, mask, c, cmask, cb = _chunk(base, pmask, cs, c0, C, PER_CHANNEL, BC)
-        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-        g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
-        p = x
-        for j in tl.static_range(K):
-            if j > 0:
-                p = p * x
-            ssq += tl.where(kidx == j, tl.sum(p * p, 0)[None, :], 0.0)
-            dot += tl.where(kidx == j, tl.sum(g * _acoef(A, cb, j + 1, KT) * p, 0)[None, :], 0.0)
+    ssq, dot = _channel_sums(X, G, A, base, pmask, cs, C, kidx, True, K, KT, KP, PER_CHANNEL, BC, BP)
     norm = tl.rsqrt(ssq / C + eps)
     mdot = dot / C
     kv = tl.arange(0, KP)
@@ -617,64 +637,33 @@ def _geometry(x: torch.Tensor, channel_axis: int):
     return x, cl, positions, channels, post, nqb, bc, bp, programs
 
 
-def _polynorm_forward(x, a, channel_axis: int, eps: float, launch=None):
-    k = int(a.shape[-1]) - 1  # the degree: static (an int also under dynamic shapes)
+def _polynorm_launch(x, a, channel_axis: int, eps: float) -> tuple:
+    """(x made dense where needed, the programs, the channels, the arguments both kernels take after their tensors)."""
+    kt = int(a.shape[-1])  # the degree + 1: static (an int also under dynamic shapes)
     xd, cl, positions, channels, post, nqb, bc, bp, programs = _geometry(x, channel_axis)
+    args = (positions, channels, post, nqb, eps, kt - 1, kt, triton.next_power_of_2(kt), a.dim() == 2, cl, bc, bp)
+    return xd, programs, channels, args
+
+
+def _polynorm_forward(x, a, channel_axis: int, eps: float, launch=None):
+    xd, programs, channels, args = _polynorm_launch(x, a, channel_axis, eps)
     if a.dim() == 2 and a.shape[0] != channels:
         raise ValueError(f"polynorm: coefficients are for {a.shape[0]} channels, input has {channels}")
     y = buffer(xd)
     if programs:
-        (launch or _plain)(_polynorm_forward_kernel)[(programs,)](
-            xd,
-            y,
-            a,
-            positions,
-            channels,
-            post,
-            nqb,
-            eps,
-            k,
-            k + 1,
-            triton.next_power_of_2(k + 1),
-            a.dim() == 2,
-            cl,
-            bc,
-            bp,
-            num_warps=WARPS,
-        )
+        (launch or _plain)(_polynorm_forward_kernel)[(programs,)](xd, y, a, *args, num_warps=WARPS)
     return y
 
 
 def _polynorm_backward(x, g, a, channel_axis: int, eps: float, launch=None):
-    kt = int(a.shape[-1])
-    k = kt - 1
-    xd, cl, positions, channels, post, nqb, bc, bp, programs = _geometry(x, channel_axis)
+    xd, programs, channels, args = _polynorm_launch(x, a, channel_axis, eps)
     if not g.is_contiguous(memory_format=_format(xd)):
         g = g.contiguous(memory_format=_format(xd))
     grad_x = buffer(xd)
-    per_channel = a.dim() == 2
-    part = buffer((programs,) + ((channels,) if per_channel else ()) + (kt,), device=x.device, dtype=torch.float32)
+    rows = (channels,) if a.dim() == 2 else ()
+    part = buffer((programs, *rows, int(a.shape[-1])), device=x.device, dtype=torch.float32)
     if programs:
-        (launch or _plain)(_polynorm_backward_kernel)[(programs,)](
-            xd,
-            g,
-            grad_x,
-            a,
-            part,
-            positions,
-            channels,
-            post,
-            nqb,
-            eps,
-            k,
-            kt,
-            triton.next_power_of_2(kt),
-            per_channel,
-            cl,
-            bc,
-            bp,
-            num_warps=WARPS,
-        )
+        (launch or _plain)(_polynorm_backward_kernel)[(programs,)](xd, g, grad_x, a, part, *args, num_warps=WARPS)
     return grad_x, part.sum(0).to(a.dtype)
 
 
@@ -686,13 +675,7 @@ def _block(weight: torch.Tensor) -> torch.Tensor:
 
 def polynorm(x: torch.Tensor, channel_axis: int, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """PolyNorm's F(x) (`polycom._polynorm_forward`); weight (r+1,) or (C, r+1)."""
-    a = _block(weight)
-    channel_axis = channel_axis % x.dim()
-    if torch.compiler.is_compiling():
-        return torch.ops.visionbench.polynorm_forward(x, a, channel_axis, float(eps))
-    if torch.is_grad_enabled() and (x.requires_grad or a.requires_grad):
-        return _PolyNormEager.apply(x, a, channel_axis, float(eps))
-    return _polynorm_forward(x, a, channel_axis, float(eps))
+    return triton_ops.call(POLYNORM_OPS, x, _block(weight), channel_axis % x.dim(), float(eps))
 
 
 def slaf_train(
@@ -707,17 +690,11 @@ def slaf_train(
     """SLAF's training forward with batch statistics: (y, mean_1, var_1, ..., mean_k, var_k) as
     `slaf._train_forward` returns them (keepdim shapes, biased variances; float32, no gradient), the running averages
     (C, k) updated in place as `SLAF._update_running` updates them."""
-    a = _block(weight)
     channel_axis = channel_axis % x.dim()
     rm, rv = (_block(t) for t in (running_mean, running_var))  # themselves when float32 and contiguous
-    args = (channel_axis, float(eps), float(momentum))
-    if torch.compiler.is_compiling():  # a functional op: the new averages come back, copied into the buffers
-        y, mean, var, rm, rv = torch.ops.visionbench.slaf_forward(x, a, rm, rv, *args)
-    elif torch.is_grad_enabled() and (x.requires_grad or a.requires_grad):
-        y, mean, var = _SLAFEager.apply(x, a, rm, rv, *args)
-    else:
-        y, mean, var, _, _ = _slaf_forward(x, a, rm, rv, *args, in_place=True)
-    for kept, updated in ((running_mean, rm), (running_var, rv)):
+    # eager calls update rm, rv in place; the op is functional: the new averages come back, copied into the buffers
+    y, mean, var, *new = triton_ops.call(SLAF_OPS, x, _block(weight), rm, rv, channel_axis, float(eps), float(momentum))
+    for kept, updated in zip((running_mean, running_var), new or (rm, rv)):
         if kept is not updated:
             kept.copy_(updated)
     shape = [1] * x.dim()
@@ -728,37 +705,37 @@ def slaf_train(
     return (y, *stats)
 
 
-class _PolyNormEager(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, a, channel_axis: int, eps: float):
-        ctx.save_for_backward(x, a)
-        ctx.channel_axis, ctx.eps = channel_axis, eps
-        return _polynorm_forward(x, a, channel_axis, eps)
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        x, a = ctx.saved_tensors
-        grad_x, grad_a = _polynorm_backward(x, grad_y, a, ctx.channel_axis, ctx.eps)
-        return grad_x, grad_a, None, None
+def _polynorm_save(ctx, inputs, output) -> None:
+    x, a, channel_axis, eps = inputs
+    ctx.save_for_backward(x, a)
+    ctx.channel_axis, ctx.eps = channel_axis, eps
 
 
-class _SLAFEager(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, a, running_mean, running_var, channel_axis: int, eps: float, momentum: float):
-        y, mean, var, _, _ = _slaf_forward(x, a, running_mean, running_var, channel_axis, eps, momentum, in_place=True)
-        ctx.save_for_backward(x, a, mean, var)
-        ctx.channel_axis, ctx.eps = channel_axis, eps
-        ctx.mark_non_differentiable(mean, var)
-        ctx.set_materialize_grads(False)  # no zero tensors for the statistics' (absent) gradients
-        return y, mean, var
-
-    @staticmethod
-    def backward(ctx, grad_y, grad_mean, grad_var):
-        x, a, mean, var = ctx.saved_tensors
-        grad_x, grad_a = _slaf_backward(x, grad_y, a, mean, var, ctx.channel_axis, ctx.eps)
-        return grad_x, grad_a, None, None, None, None, None
+def _polynorm_grads(ctx, grad_outputs, backward) -> tuple:
+    x, a = ctx.saved_tensors
+    return *backward(x, grad_outputs[0], a, ctx.channel_axis, ctx.eps), None, None
 
 
+def _slaf_save(ctx, inputs, output) -> None:
+    x, a, _, _, channel_axis, eps, _ = inputs
+    _, mean, var, *new = output  # the op's output holds the new running averages too
+    ctx.save_for_backward(x, a, mean, var)
+    ctx.channel_axis, ctx.eps = channel_axis, eps
+    ctx.mark_non_differentiable(mean, var, *new)
+
+
+def _slaf_grads(ctx, grad_outputs, backward) -> tuple:
+    x, a, mean, var = ctx.saved_tensors
+    return *backward(x, grad_outputs[0], a, mean, var, ctx.channel_axis, ctx.eps), None, None, None, None, None
+
+
+def _slaf_in_place(*inputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The eager forward: the running averages updated in place, (y, mean, var)."""
+    return _slaf_forward(*inputs, in_place=True)[:3]
+
+
+POLYNORM_OPS = triton_ops.OpPair(_polynorm_forward, _polynorm_backward, _polynorm_save, _polynorm_grads)
+SLAF_OPS = triton_ops.OpPair(_slaf_forward, _slaf_backward, _slaf_save, _slaf_grads, eager=_slaf_in_place)
 if triton_ops.OPS:
     _define, _launch = triton_ops.define_op, triton_ops.op_launch  # triton_op on a GPU, custom_op interpreted
 
@@ -796,34 +773,5 @@ if triton_ops.OPS:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return _slaf_backward(x, g, a, mean, var, channel_axis, eps, _launch)
 
-    triton_ops.register_fakes(
-        (polynorm_forward, _polynorm_forward),
-        (polynorm_backward, _polynorm_backward),
-        (slaf_forward, _slaf_forward),
-        (slaf_backward, _slaf_backward),
-    )
-
-    def _polynorm_setup(ctx, inputs, output):
-        x, a, channel_axis, eps = inputs
-        ctx.save_for_backward(x, a)
-        ctx.channel_axis, ctx.eps = channel_axis, eps
-
-    def _polynorm_op_backward(ctx, grad_y):
-        x, a = ctx.saved_tensors
-        grad_x, grad_a = torch.ops.visionbench.polynorm_backward(x, grad_y, a, ctx.channel_axis, ctx.eps)
-        return grad_x, grad_a, None, None
-
-    def _slaf_setup(ctx, inputs, output):
-        x, a, running_mean, running_var, channel_axis, eps, momentum = inputs
-        _, mean, var, new_mean, new_var = output
-        ctx.save_for_backward(x, a, mean, var)
-        ctx.channel_axis, ctx.eps = channel_axis, eps
-        ctx.mark_non_differentiable(mean, var, new_mean, new_var)
-
-    def _slaf_op_backward(ctx, grad_y, grad_mean, grad_var, grad_new_mean, grad_new_var):
-        x, a, mean, var = ctx.saved_tensors
-        grad_x, grad_a = torch.ops.visionbench.slaf_backward(x, grad_y, a, mean, var, ctx.channel_axis, ctx.eps)
-        return grad_x, grad_a, None, None, None, None, None
-
-    polynorm_forward.register_autograd(_polynorm_op_backward, setup_context=_polynorm_setup)
-    slaf_forward.register_autograd(_slaf_op_backward, setup_context=_slaf_setup)
+    triton_ops.register(POLYNORM_OPS, "polynorm")
+    triton_ops.register(SLAF_OPS, "slaf")

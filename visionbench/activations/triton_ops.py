@@ -1,21 +1,24 @@
 """The Triton kernels as torch ops: `visionbench::act_forward` / `act_backward` (`torch.library.triton_op`,
 autograd by `register_autograd`), so that torch.compile and CUDA graphs trace through them.
 
-    y = triton_ops.elementwise("rational", x, channel_axis, a, b, form="A", m=5, n=4)
+    y = triton_ops.elementwise(rational.KERNEL, x, channel_axis, a, b, form="A", m=5, n=4)
 
-`fused.elementwise` calls this for CUDA tensors when the backend is Triton (`fused.backend_for`).
-Eager calls take a lean `autograd.Function` to the same launches (a custom op's dispatch costs host
-time per call; inside torch.compile the op is what the compiler sees). The coefficient tensors go to the kernels as
-they are, up to four of them, (K_i,) shared or (C, K_i) per channel (float32, contiguous: other dtypes, and shared
-tensors beside per-channel ones, are converted first); the backward returns their gradients as contiguous views of one
-row of sums, which autograd hands to each parameter without a copy.
+`fused.elementwise` calls this for CUDA tensors when the backend is Triton (`fused.backend_for`) and the family's kernel
+object (`fused.Elementwise`) names the module of its Triton bodies. Eager calls take a lean `autograd.Function` to the
+same launches (a custom op's dispatch costs host time per call; inside torch.compile the op is what the compiler
+sees): `OpPair`, which triton_normalized.py's ops use too. The coefficient tensors go to the kernels as they are, up to four of them, (K_i,) shared or (C, K_i) per
+channel (float32, contiguous: other dtypes, and shared tensors beside per-channel ones, are converted first); the
+backward returns their gradients as contiguous views of one row of sums, which autograd hands to each parameter
+without a copy.
 
-The ops take the family's configuration as a string, `spec(name, config)`: "rational(form='A', m=5, n=4)". Any
-process reads it back the same way (`resolve`), so a compiled graph cached on disk means the same kernels in every
-process, and nothing is registered while a compiler traces the call.
-
-A family is in `BODIES` with its forward and backward bodies and the function that turns its
-configuration (the keyword arguments of its fused kernel) into the template's P0..P3.
+The ops take the family and its configuration as a string, `spec(kernel, config)`:
+"visionbench.activations.triton_polynomial:rational(form='A', m=5, n=4)", the module that holds the family's bodies
+and the family's name in its `BODIES` (triton_template.py `Body`: the forward and backward bodies and the function
+that turns the configuration, the keyword arguments of the fused kernel, into the template's P0..P3). Any process reads
+it back the same way (`resolve` imports that module), so a compiled graph cached on disk means the same kernels in
+every process, a family from outside the package brings its own body module, and nothing is imported or registered
+while a compiler traces the call: `resolve` runs only inside the ops' implementations. Without Triton
+(`HAVE_TRITON` False) no body module is ever imported, and every family still imports.
 """
 
 from __future__ import annotations
@@ -23,10 +26,15 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import importlib
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from .triton_template import Body
 
 try:
     import triton  # noqa: F401 - torch's CUDA wheels bring it; a CPU-only install may not
@@ -34,18 +42,6 @@ try:
     HAVE_TRITON = True
 except ImportError:  # pragma: no cover - every supported install has triton; the switch then says "compile"
     HAVE_TRITON = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Body:
-    forward: Callable
-    backward: Callable
-    params: Callable[..., tuple]  # the family's kernel config -> (P0, P1, P2, P3)
-
-
-BODIES: dict[str, Body] = {}
-FAMILIES = ("rational", "poly", "hermite", "prelu", "swish_beta", "acon_c", "star_relu", "apl", "tropical")
-FAMILIES += ("tropical_rational", "kaf", "bspline", "fourier")  # the names in the body modules' BODIES
 
 
 def interpreting() -> bool:
@@ -61,32 +57,19 @@ def runs_on(x: torch.Tensor) -> bool:
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def has(name: str) -> bool:
-    """Whether family `name` has Triton bodies (a fixed list: nothing is imported or registered while tracing)."""
-    return HAVE_TRITON and name in FAMILIES
-
-
-def bodies() -> dict[str, Body]:
-    """Every family's bodies, from the body modules (each has its own `BODIES`), imported on first use."""
-    if not BODIES and HAVE_TRITON:
-        from . import triton_basis, triton_gated, triton_piecewise, triton_polynomial
-
-        for module in (triton_polynomial, triton_gated, triton_piecewise, triton_basis):
-            BODIES.update(module.BODIES)
-    return BODIES
-
-
-def spec(name: str, config: dict) -> str:
-    """The ops' `spec` argument: the family and its configuration as text, e.g. "hermite(clamp=False, degree=3)"."""
-    return name + "(" + ", ".join(f"{k}={v!r}" for k, v in sorted(config.items())) + ")"
+def spec(kernel, config: dict) -> str:
+    """The ops' `spec` argument: the module of the family's Triton bodies, the family and its configuration as text,
+    e.g. "visionbench.activations.triton_polynomial:hermite(clamp=False, degree=3)" (kernel: a `fused.Elementwise`)."""
+    return f"{kernel.triton}:{kernel.name}(" + ", ".join(f"{k}={v!r}" for k, v in sorted(config.items())) + ")"
 
 
 @functools.cache
 def resolve(text: str) -> tuple[Body, tuple]:
-    """(the family's bodies, P0..P3) of a `spec` string."""
-    call = ast.parse(text, mode="eval").body
-    body = bodies()[call.func.id]
-    return body, tuple(body.params(**{kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}))
+    """(the family's bodies, P0..P3) of a `spec` string: its module imported, the family's `Body` in its `BODIES`."""
+    module, call = text.split(":", 1)
+    call = ast.parse(call, mode="eval").body
+    body = importlib.import_module(module).BODIES[call.func.id]
+    return body, body.launch_params(**{kw.arg: ast.literal_eval(kw.value) for kw in call.keywords})
 
 
 def coefficients(x: torch.Tensor, channel_axis: int, coefs) -> tuple[torch.Tensor, ...]:
@@ -101,18 +84,13 @@ def coefficients(x: torch.Tensor, channel_axis: int, coefs) -> tuple[torch.Tenso
     return tuple(out)
 
 
-def elementwise(name: str, x: torch.Tensor, channel_axis: int, *coefs: torch.Tensor, **config) -> torch.Tensor:
-    """F(x) by the family's Triton kernels; coefs (K_i,) shared or (C, K_i) per channel (autograd-tracked)."""
-    text = spec(name, config)
-    cs = coefficients(x, channel_axis, coefs)
-    if torch.compiler.is_compiling():
-        return torch.ops.visionbench.act_forward(x, list(cs), text, channel_axis)
-    if torch.is_grad_enabled() and (x.requires_grad or any(c.requires_grad for c in cs)):
-        return _Eager.apply(x, text, channel_axis, *cs)
-    return _forward(x, cs, text, channel_axis)
+def elementwise(kernel, x: torch.Tensor, channel_axis: int, *coefs: torch.Tensor, **config) -> torch.Tensor:
+    """F(x) by the Triton kernels of the family (kernel: its `fused.Elementwise`); coefs (K_i,) shared or (C, K_i) per
+    channel (autograd-tracked)."""
+    return call(ACT, x, list(coefficients(x, channel_axis, coefs)), spec(kernel, config), channel_axis)
 
 
-# ---- the launches, shared by the eager Function and the ops ---------------------------------------------
+# ---- the template's launches, and their autograd -------------------------------------------------
 def _forward(x, coefs, text: str, channel_axis: int, launch=None) -> torch.Tensor:
     from .triton_template import launch_forward, layout, tuning
 
@@ -137,23 +115,84 @@ def _split(x, coefs, flat: torch.Tensor, channel_axis: int) -> tuple[torch.Tenso
     return tuple(g.to(c.dtype) for g, c in zip(lay.split(flat, tuple(coefs)), coefs))
 
 
+def _save(ctx, inputs, output) -> None:
+    x, coefs, text, channel_axis = inputs
+    ctx.save_for_backward(x, *coefs)
+    ctx.text, ctx.channel_axis = text, channel_axis
+
+
+def _grads(ctx, grad_output, backward) -> tuple:
+    x, *coefs = ctx.saved_tensors
+    grad_x, flat = backward(x, grad_output[0], coefs, ctx.text, ctx.channel_axis)
+    return grad_x, list(_split(x, coefs, flat, ctx.channel_axis)), None, None
+
+
+# ---- a pair of Triton host functions as torch ops, and as an eager autograd Function ------------------------------
+@dataclasses.dataclass
+class OpPair:
+    """A forward and a backward host function (Triton launches; `launch=None`, their last argument, wraps each kernel:
+    `op_launch` in the ops, `_NoLaunch` in their fake implementations) and the autograd that joins them, written once
+    for both ways a call goes (`call`): eager calls take `_Eager`, an `autograd.Function` that runs the backward's host
+    function; calls under torch.compile take the forward op (`register`), whose autograd runs the backward op.
+
+      save(ctx, inputs, output)      keeps what the backward needs (inputs in the forward op's order)
+      grads(ctx, grad_outputs, run)  -> the gradients of those inputs (None for the constants); run is the backward's
+                                        host function or its op
+      eager                          the forward of eager calls where it is not `forward` (SLAF's updates in place)
+    """
+
+    forward: Callable
+    backward: Callable
+    save: Callable
+    grads: Callable
+    eager: Callable | None = None
+    op: Callable | None = None  # the forward op, once registered (`register`)
+
+
+def call(pair: OpPair, *inputs):
+    """The pair's forward of the inputs (in the forward op's order): its op inside torch.compile (what the compiler
+    sees), `_Eager` where a gradient is wanted (a custom op's dispatch costs host time per call), else the forward."""
+    if torch.compiler.is_compiling():
+        return pair.op(*inputs)
+    layout, flat = _flatten(inputs)
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in flat):
+        return _Eager.apply(pair, layout, *flat)
+    return (pair.eager or pair.forward)(*inputs)
+
+
+def _flatten(items) -> tuple[tuple, list]:
+    """(layout, the items with each list spread): what autograd sees of a list of tensors is each tensor."""
+    layout = tuple(len(i) if isinstance(i, list) else -1 for i in items)
+    return layout, [t for i in items for t in (i if isinstance(i, list) else (i,))]
+
+
+def _nest(layout: tuple, flat) -> tuple:
+    """The items `_flatten` spread, lists again."""
+    out, at = [], 0
+    for n in layout:
+        out.append(list(flat[at : at + n]) if n >= 0 else flat[at])
+        at += n if n >= 0 else 1
+    return tuple(out)
+
+
 class _Eager(torch.autograd.Function):
-    """The ops' autograd, without the dispatcher: x and the coefficient tensors saved, nothing else."""
+    """A pair's autograd without the dispatcher: its host functions, and only what `save` keeps."""
 
     @staticmethod
-    def forward(ctx, x, text: str, channel_axis: int, *coefs):
-        ctx.save_for_backward(x, *coefs)
-        ctx.text, ctx.channel_axis = text, channel_axis
-        return _forward(x, coefs, text, channel_axis)
+    def forward(ctx, pair: OpPair, layout: tuple, *flat):
+        inputs = _nest(layout, flat)
+        output = (pair.eager or pair.forward)(*inputs)
+        pair.save(ctx, inputs, output)
+        if isinstance(output, tuple):
+            ctx.set_materialize_grads(False)  # no zero tensors for the gradients of outputs that have none
+        ctx.pair = pair
+        return output
 
     @staticmethod
-    def backward(ctx, grad_y):
-        x, *coefs = ctx.saved_tensors
-        grad_x, flat = _backward(x, grad_y, coefs, ctx.text, ctx.channel_axis)
-        return grad_x, None, None, *_split(x, coefs, flat, ctx.channel_axis)
+    def backward(ctx, *grad_outputs):
+        return None, None, *_flatten(ctx.pair.grads(ctx, grad_outputs, ctx.pair.backward))[1]
 
 
-# ---- the registered ops (what torch.compile traces) -------------------------------------------------------
 class _NoLaunch:
     """A launcher that launches nothing: the ops' fake implementations (shapes only)."""
 
@@ -164,19 +203,30 @@ class _NoLaunch:
         return lambda *args, **kwargs: None
 
 
-def register_fakes(*pairs) -> None:
-    """Under the interpreter, each (op, host function) pair: the op's fake implementation is its host code
-    launching nothing (`_NoLaunch`); a `triton_op` needs none (the compiler traces its kernels)."""
+def register(pair: OpPair, name: str) -> None:
+    """Join the ops visionbench::<name>_forward and <name>_backward (their host functions launching through
+    `op_launch`) to the pair: the forward op's autograd is the pair's, with the backward op, and `call` takes the forward
+    op under torch.compile. Under the interpreter each op also gets a fake implementation, its host code launching
+    nothing (`_NoLaunch`); a `triton_op` needs none (the compiler traces its kernels)."""
+    qualified = {part: f"visionbench::{name}_{part}" for part in ("forward", "backward")}
     if interpreting():
-        for op, host in pairs:
-            op.register_fake(functools.partial(host, launch=_NoLaunch))
+        for part, host in (("forward", pair.forward), ("backward", pair.backward)):
+            torch.library.register_fake(qualified[part], functools.partial(host, launch=_NoLaunch))
+    backward = getattr(torch.ops.visionbench, f"{name}_backward")
+    torch.library.register_autograd(
+        qualified["forward"],
+        lambda ctx, *grad_outputs: pair.grads(ctx, grad_outputs, backward),
+        setup_context=pair.save,
+    )
+    pair.op = getattr(torch.ops.visionbench, f"{name}_forward")
 
 
+ACT = OpPair(_forward, _backward, _save, _grads)
 OPS = HAVE_TRITON and hasattr(torch.library, "triton_op")
 if OPS:
     # Compiled Triton: `triton_op`, whose kernels the compiler traces through `wrap_triton`. Under the CPU
     # interpreter the kernels cannot be traced: a plain custom op, opaque to the compiler, with a fake
-    # implementation (`register_fakes`). triton_normalized.py defines its ops with the same pair.
+    # implementation (`register`). triton_normalized.py defines its ops with the same pair.
     if interpreting():
         define_op, op_launch = torch.library.custom_op, None
     else:
@@ -193,16 +243,4 @@ if OPS:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return _backward(x, g, coefs, spec, channel_axis, op_launch)
 
-    register_fakes((act_forward, _forward), (act_backward, _backward))
-
-    def _setup_context(ctx, inputs, output):
-        x, coefs, text, channel_axis = inputs
-        ctx.save_for_backward(x, *coefs)
-        ctx.text, ctx.channel_axis = text, channel_axis
-
-    def _op_backward(ctx, grad_y):
-        x, *coefs = ctx.saved_tensors
-        grad_x, flat = torch.ops.visionbench.act_backward(x, grad_y, coefs, ctx.text, ctx.channel_axis)
-        return grad_x, list(_split(x, coefs, flat, ctx.channel_axis)), None, None
-
-    act_forward.register_autograd(_op_backward, setup_context=_setup_context)
+    register(ACT, "act")

@@ -14,16 +14,15 @@ import math
 import triton
 import triton.language as tl
 
-from .triton_ops import Body
 from .triton_polynomial import full, relu
-from .triton_template import coef, emit
+from .triton_template import Body, coef, emit
 
 SQRT2 = tl.constexpr(math.sqrt(2.0))
 
 
 # ---- APL: relu(x) + sum_s a_s relu(b_s - x); coefficients a_0..a_(S-1), then b_0..b_(S-1) ----------
 @triton.jit
-def apl_forward(x, C, cb, S: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def apl_forward(x, C, cb, S: tl.constexpr):
     out = relu(x)
     for s in tl.static_range(S):
         out = out + coef(C, cb, s) * relu(coef(C, cb, S + s) - x)
@@ -31,9 +30,7 @@ def apl_forward(x, C, cb, S: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P
 
 
 @triton.jit
-def apl_backward(
-    x, g, C, cb, acc, MODE: tl.constexpr, S: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
-):
+def apl_backward(x, g, C, cb, acc, MODE: tl.constexpr, S: tl.constexpr):
     """dF/dx = [x > 0] - sum_s a_s [x < b_s], dF/da_s = max(0, b_s - x), dF/db_s = a_s [x < b_s]; the indicators are
     autograd's relu backward, not [argument <= 0] (1 at a NaN)."""
     slope = tl.where(x <= 0, 0.0, 1.0)  # relu's derivative as autograd has it: 0 where x <= 0, else 1 (NaN too)
@@ -80,15 +77,13 @@ def _select(x, C, cb, I0: tl.constexpr, S0: tl.constexpr, COUNT: tl.constexpr, S
 
 # ---- tropical: (sqrt(2) / n) max_{k=0..n} (a_k + k x); coefficients a_0..a_n ---------------------
 @triton.jit
-def tropical_forward(x, C, cb, DEGREE: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def tropical_forward(x, C, cb, DEGREE: tl.constexpr):
     idx, icp, slp = _select(x, C, cb, 0, 0, DEGREE + 1, False)
     return (SQRT2 / DEGREE) * (icp + slp * x)
 
 
 @triton.jit
-def tropical_backward(
-    x, g, C, cb, acc, MODE: tl.constexpr, DEGREE: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
-):
+def tropical_backward(x, g, C, cb, acc, MODE: tl.constexpr, DEGREE: tl.constexpr):
     """dF/dx = (sqrt(2) / n) k*, dF/da_k = (sqrt(2) / n) [k = k*] (k* the active line)."""
     idx, icp, slp = _select(x, C, cb, 0, 0, DEGREE + 1, False)
     gs = g * (SQRT2 / DEGREE)
@@ -100,16 +95,14 @@ def tropical_backward(
 # ---- tropical rational: max_k (c_k + p_k x) - max_k (d_k + q_k x); coefficients c, p (m + 1 each),
 # then d, q (n + 1 each) --------------------------------------------------------------------------------
 @triton.jit
-def tropical_rational_forward(x, C, cb, M: tl.constexpr, N: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def tropical_rational_forward(x, C, cb, M: tl.constexpr, N: tl.constexpr):
     i, c_sel, p_sel = _select(x, C, cb, 0, M + 1, M + 1, True)
     j, d_sel, q_sel = _select(x, C, cb, 2 * (M + 1), 2 * (M + 1) + N + 1, N + 1, True)
     return (c_sel + p_sel * x) - (d_sel + q_sel * x)
 
 
 @triton.jit
-def tropical_rational_backward(
-    x, g, C, cb, acc, MODE: tl.constexpr, M: tl.constexpr, N: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
-):
+def tropical_rational_backward(x, g, C, cb, acc, MODE: tl.constexpr, M: tl.constexpr, N: tl.constexpr):
     """dF/dx = p_i - q_j; dF/dc_k = [k = i], dF/dp_k = x [k = i], dF/dd_k = -[k = j], dF/dq_k = -x [k = j]."""
     i, c_sel, p_sel = _select(x, C, cb, 0, M + 1, M + 1, True)
     j, d_sel, q_sel = _select(x, C, cb, 2 * (M + 1), 2 * (M + 1) + N + 1, N + 1, True)
@@ -126,15 +119,15 @@ def tropical_rational_backward(
 
 
 def apl_params(hinges: int) -> tuple:
-    return hinges, 0, 0, 0
+    return (hinges,)
 
 
 def tropical_params(degree: int) -> tuple:
-    return degree, 0, 0, 0
+    return (degree,)
 
 
 def tropical_rational_params(m: int, n: int) -> tuple:
-    return m, n, 0, 0
+    return m, n
 
 
 BODIES = {

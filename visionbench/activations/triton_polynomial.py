@@ -10,8 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_ops import Body
-from .triton_template import coef, emit
+from .triton_template import Body, coef, emit
 
 RATIONAL_FORMS = {"A": 0, "B": 1, "C": 2}  # D is B with noisy numerator coefficients, drawn before the kernel
 C_FLOOR = 0.1  # rational version C: Q >= 0.1 (rational.C_FLOOR)
@@ -105,15 +104,13 @@ def _rational_parts(x, C, cb, FORM: tl.constexpr, M: tl.constexpr, N: tl.constex
 
 
 @triton.jit
-def rational_forward(x, C, cb, FORM: tl.constexpr, M: tl.constexpr, N: tl.constexpr, P3: tl.constexpr):
+def rational_forward(x, C, cb, FORM: tl.constexpr, M: tl.constexpr, N: tl.constexpr):
     p, dp, q, dq, base, first = _rational_parts(x, C, cb, FORM, M, N)
     return p / q
 
 
 @triton.jit
-def rational_backward(
-    x, g, C, cb, acc, MODE: tl.constexpr, FORM: tl.constexpr, M: tl.constexpr, N: tl.constexpr, P3: tl.constexpr
-):
+def rational_backward(x, g, C, cb, acc, MODE: tl.constexpr, FORM: tl.constexpr, M: tl.constexpr, N: tl.constexpr):
     """dL/dx = g (P' - F Q') / Q, dL/da_i = g x^i / Q, dL/db_j = -g (F / Q) dQ/db_j."""
     p, dp, q, dq, base, first = _rational_parts(x, C, cb, FORM, M, N)
     w = g / q
@@ -143,7 +140,7 @@ def _poly_input(x, RELU: tl.constexpr):
 
 
 @triton.jit
-def poly_forward(x, C, cb, DEGREE: tl.constexpr, RELU: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def poly_forward(x, C, cb, DEGREE: tl.constexpr, RELU: tl.constexpr):
     r = _poly_input(x, RELU)
     out = full(x, coef(C, cb, DEGREE))
     for i in tl.static_range(DEGREE):
@@ -152,9 +149,7 @@ def poly_forward(x, C, cb, DEGREE: tl.constexpr, RELU: tl.constexpr, P2: tl.cons
 
 
 @triton.jit
-def poly_backward(
-    x, g, C, cb, acc, MODE: tl.constexpr, DEGREE: tl.constexpr, RELU: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
-):
+def poly_backward(x, g, C, cb, acc, MODE: tl.constexpr, DEGREE: tl.constexpr, RELU: tl.constexpr):
     r = _poly_input(x, RELU)
     value = full(x, coef(C, cb, DEGREE))
     deriv = tl.zeros_like(x)
@@ -202,23 +197,25 @@ def _hermite_derivative(z, C, cb, powers, DEGREE: tl.constexpr):
 
 
 @triton.jit
-def hermite_forward(x, C, cb, DEGREE: tl.constexpr, CLAMP: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
+def _hermite_next(z, p_prev, p, k: tl.constexpr):
+    """(P_k, P_(k+1)) from (P_(k-1), P_k): the recurrence P_(k+1) = (z P_k - P_(k-1)) / (k + 1)."""
+    return p, (z * p - p_prev) / (k + 1)
+
+
+@triton.jit
+def hermite_forward(x, C, cb, DEGREE: tl.constexpr, CLAMP: tl.constexpr):
     z, t = _hermite_input(x, C, cb, DEGREE, CLAMP)
     out = coef(C, cb, 0) + coef(C, cb, 1) * z
     p_prev = full(z, 1.0)
     p = z
     for k in tl.static_range(1, DEGREE):
-        p_next = (z * p - p_prev) / (k + 1)
-        p_prev = p
-        p = p_next
+        p_prev, p = _hermite_next(z, p_prev, p, k)
         out = out + coef(C, cb, k + 1) * p
     return out
 
 
 @triton.jit
-def hermite_backward(
-    x, g, C, cb, acc, MODE: tl.constexpr, DEGREE: tl.constexpr, CLAMP: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr
-):
+def hermite_backward(x, g, C, cb, acc, MODE: tl.constexpr, DEGREE: tl.constexpr, CLAMP: tl.constexpr):
     """F'(z) = sum_{k>=1} a_k P_(k-1)(z); dF/da_k = P_k(z); the clamp adds dz/dx = L (1 - t^2) / 2, dz/dL = t."""
     z, t = _hermite_input(x, C, cb, DEGREE, CLAMP)
     acc = emit(acc, MODE, 0, g)
@@ -227,9 +224,7 @@ def hermite_backward(
     p_prev = full(z, 1.0)
     p = z
     for k in tl.static_range(1, DEGREE):
-        p_next = (z * p - p_prev) / (k + 1)
-        p_prev = p
-        p = p_next
+        p_prev, p = _hermite_next(z, p_prev, p, k)
         acc = emit(acc, MODE, k + 1, g * p)
         if k < DEGREE - 1:
             powers = powers + (p,)
@@ -242,15 +237,15 @@ def hermite_backward(
 
 
 def rational_params(form: str, m: int, n: int) -> tuple:
-    return RATIONAL_FORMS[form], m, n, 0
+    return RATIONAL_FORMS[form], m, n
 
 
 def poly_params(degree: int, relu: bool) -> tuple:
-    return degree, int(relu), 0, 0
+    return degree, int(relu)
 
 
 def hermite_params(degree: int, clamp: bool) -> tuple:
-    return degree, int(clamp), 0, 0
+    return degree, int(clamp)
 
 
 BODIES = {

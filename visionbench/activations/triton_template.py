@@ -3,14 +3,15 @@
 A family supplies two `@triton.jit` bodies (`triton_polynomial.py`, `triton_gated.py`, `triton_piecewise.py`,
 `triton_basis.py`), elementwise given its coefficients:
 
-    forward(x, C, cb, P0, P1, P2, P3) -> y
-    backward(x, g, C, cb, acc, MODE, P0, P1, P2, P3) -> (grad_x, acc)
+    forward(x, C, cb, *params) -> y
+    backward(x, g, C, cb, acc, MODE: tl.constexpr, *params) -> (grad_x, acc)
 
 x and g arrive as float32 tiles (any input dtype; the math is fp32). C is the coefficient context, a tuple of the four
 coefficient tensors (the module's parameters as they are: no copy gathers them into one block) and their sizes
 K0..K3; coefficient k of the tile's elements is `coef(C, cb, k)` (a scalar when shared, a row or column of per-channel
-values otherwise). P0..P3 are the family's compile-time parameters (degrees, forms, grid constants: each its own
-constexpr argument, since Triton's compiler keeps no constexpr inside a tuple). The backward adds dL/dc_k, as a tile
+values otherwise). params are the family's compile-time parameters, none to four (degrees, forms, grid constants:
+each its own `tl.constexpr` argument, since Triton's compiler keeps no constexpr inside a tuple), which the kernels
+take as P0..P3 and pass on, as many as the bodies declare (`Body`). The backward adds dL/dc_k, as a tile
 v = g * dF/dc_k, into its accumulator with `acc = emit(acc, MODE, k, v)`;
 masked lanes carry x = 0 and g = 0, so a body's contributions vanish there as long as each is g times a value that is
 finite at x = 0.
@@ -41,6 +42,7 @@ import dataclasses
 import functools
 import linecache
 import math
+from collections.abc import Callable
 
 import torch
 import triton
@@ -53,6 +55,8 @@ WARPS = 8  # 8 elements of a 2048-element tile per thread: half the registers of
 RESIDENT_WARPS = 2112
 TILES_PER_PROGRAM = 4  # fewer persistent programs on a small input: its partial rows stay a small share of its bytes
 SLOTS = 4  # coefficient tensors a family may have (C0..C3)
+PARAMS = 4  # compile-time parameters a family may have (P0..P3)
+FORWARD_ARGS, BACKWARD_ARGS = 3, 6  # a body's arguments before its params: (x, C, cb), (x, g, C, cb, acc, MODE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +87,22 @@ TUNING: dict[str, Tuning] = {
 
 def tuning(body) -> Tuning:
     return TUNING.get(body.__name__.rsplit("_", 1)[0], Tuning())
+
+
+@dataclasses.dataclass(frozen=True)
+class Body:
+    """A family's Triton bodies, as its body module lists them (`BODIES = {name: Body(...)}`, the name its kernel object
+    `fused.Elementwise` has): the forward and the backward above, and `params`, which turns the family's kernel
+    configuration (the keyword arguments of its fused kernel) into the values of the bodies' params."""
+
+    forward: Callable
+    backward: Callable
+    params: Callable[..., tuple]
+
+    def launch_params(self, **config) -> tuple:
+        """P0..P3 of a configuration: the values of the bodies' params, 0 for the slots they leave."""
+        values = tuple(self.params(**config))
+        return values + (0,) * (PARAMS - len(values))
 
 
 # ---- what the bodies call ----------------------------------------------------------------------------------------
@@ -191,7 +211,7 @@ def {forward_kernel}(
     pid = tl.program_id(0)
     offs, mask, cb = tile(pid % NG, pid // NG, M, N, CH, NBC, MODE, BM, BN)
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-    y = {forward}(x, (C0, C1, C2, C3, K0, K1, K2, K3), cb, P0, P1, P2, P3)
+    y = {forward}(x, (C0, C1, C2, C3, K0, K1, K2, K3), cb{forward_params})
     tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
 
 
@@ -210,7 +230,7 @@ def {backward_kernel}(
         offs, mask, cb = tile(grp, j, M, N, CH, NBC, MODE, BM, BN)
         x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
         g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
-        gx, acc = {backward}(x, g, C, cb, acc, MODE, P0, P1, P2, P3)
+        gx, acc = {backward}(x, g, C, cb, acc, MODE{backward_params})
         tl.store(GX + offs, gx.to(GX.dtype.element_ty), mask=mask)
     store_partials(PART + tl.cast(split, tl.int64) * ROW, acc, grp, CH, C, MODE, BM, BN)
 """
@@ -226,6 +246,8 @@ def kernels(forward_body, backward_body) -> tuple:
         "backward": backward_body.__name__,
         "forward_kernel": f"{forward_body.__name__}_kernel",
         "backward_kernel": f"{backward_body.__name__}_kernel",
+        "forward_params": _params(forward_body, FORWARD_ARGS),
+        "backward_params": _params(backward_body, BACKWARD_ARGS),
     }
     source = KERNEL_SOURCE.format(**names).lstrip("\n")
     filename = f"<visionbench triton kernels: {names['forward']}, {names['backward']}>"
@@ -233,6 +255,14 @@ def kernels(forward_body, backward_body) -> tuple:
     namespace = {**globals(), names["forward"]: forward_body, names["backward"]: backward_body}
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own template, formatted with two names
     return triton.jit(namespace[names["forward_kernel"]]), triton.jit(namespace[names["backward_kernel"]])
+
+
+def _params(body, fixed: int) -> str:
+    """ ", P0, ..., P<n-1>": the kernel's P0..P3 that the body declares after its `fixed` first arguments."""
+    count = len(body.arg_names) - fixed
+    if not 0 <= count <= PARAMS:
+        raise ValueError(f"{body.__name__} takes {count} params after its first {fixed} arguments; at most {PARAMS}")
+    return "".join(f", P{i}" for i in range(count))
 
 
 # ---- the host side -----------------------------------------------------------------------------------------------

@@ -21,8 +21,10 @@ import math
 import torch
 
 from .base import LearnableActivation, check_count
-from .fused import reduce_to
+from .fused import Elementwise, reduce_to
 from .registry import register
+
+TRITON = "visionbench.activations.triton_piecewise"  # the module of these families' Triton bodies
 
 
 def _active_line(
@@ -108,6 +110,9 @@ def _rational_backward(x, g, c, p, d, q, *, m: int, n: int):
     return (g * (p_sel - q_sel), *[torch.stack(gr, -1) for gr in grads])
 
 
+TROPICAL = Elementwise("tropical", _tropical_forward, _tropical_backward, triton=TRITON)
+
+
 @register("tropical")
 class Tropical(LearnableActivation):
     """F(x) = (sqrt(2) / n) max_{k=0..n} (a_k + k x) (paper 001 Eq. 21).
@@ -122,7 +127,7 @@ class Tropical(LearnableActivation):
     dip) and slopes between those values (ReLU's 1) can only be approximated (paper 001 Sec 3.5).
     """
 
-    triton_kernels = True  # triton_piecewise.py
+    kernel = TROPICAL
 
     family = "tropical"  # `visionbench list` group (registry.family)
 
@@ -147,9 +152,7 @@ class Tropical(LearnableActivation):
         self.init_default()  # Thm 3.19 is about exactly this init
 
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.run_elementwise(
-            "tropical", _tropical_forward, _tropical_backward, x, self.weight, degree=self.degree
-        )
+        return self.run_elementwise(TROPICAL, x, self.weight, degree=self.degree)
 
     def reference_forward(self, x: torch.Tensor) -> torch.Tensor:
         k = _active_line(self, x, self.weight, None)
@@ -189,6 +192,9 @@ def _lines(knots: torch.Tensor, jump: float, slope0: float) -> tuple[torch.Tenso
     return intercepts, slopes
 
 
+TROPICAL_RATIONAL = Elementwise("tropical_rational", _rational_forward, _rational_backward, triton=TRITON)
+
+
 @register("tropical_rational")
 class TropicalRational(LearnableActivation):
     """F(x) = max_{k=0..m} (c_k + p_k x) - max_{k=0..n} (d_k + q_k x) (paper 001 App H, Eq. 76).
@@ -204,7 +210,7 @@ class TropicalRational(LearnableActivation):
     so unlike `tropical` it fits non-convex targets such as GELU (to ~0.015), and ReLU almost exactly.
     """
 
-    triton_kernels = True  # triton_piecewise.py
+    kernel = TROPICAL_RATIONAL
 
     family = "tropical"  # `visionbench list` group (registry.family)
 
@@ -232,9 +238,7 @@ class TropicalRational(LearnableActivation):
     def fast_forward(self, x: torch.Tensor) -> torch.Tensor:
         m, n = self.degrees
         return self.run_elementwise(
-            "tropical_rational",
-            _rational_forward,
-            _rational_backward,
+            TROPICAL_RATIONAL,
             x,
             self.num_intercepts,
             self.num_slopes,
