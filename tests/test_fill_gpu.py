@@ -38,6 +38,7 @@ def table_rows(text: str, first: str) -> list[dict[str, str]]:
     return [dict(zip(header, r)) for r in rows]
 
 
+@pytest.mark.slow  # ~17 s of processes; the default suite keeps its arguments' refusals (below) and the workers' units
 def test_the_dry_run_writes_a_row_per_case_and_the_bit_check(tmp_path):
     out = tmp_path / "out"
     done = subprocess.run(

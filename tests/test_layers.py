@@ -85,3 +85,17 @@ def test_reading_results_loads_no_torch():
     loaded = json.loads(out.stdout)
     assert list(loaded) == ["visionbench.config", "visionbench.results", "visionbench.stats", "visionbench.report"]
     assert all(v == [] for v in loaded.values()), loaded
+
+
+def test_a_file_over_400_lines_is_one_docs_layout_md_names():
+    # a file reads in one sitting; the few whose one job needs more are named, each with that job, on the layout page
+    page = (ROOT / "docs" / "layout.md").read_text()
+    block = page.split("### Long files", 1)[1].split("```", 2)[1]
+    named = {line.split()[0] for line in block.splitlines() if line.strip()}
+    long = {
+        str(p.relative_to(ROOT / "visionbench"))
+        for p in (ROOT / "visionbench").rglob("*.py")
+        if len(p.read_text().splitlines()) > 400
+    }
+    assert long <= named, f"over 400 lines, not named in docs/layout.md 'Long files': {sorted(long - named)}"
+    assert named <= {str(p.relative_to(ROOT / "visionbench")) for p in (ROOT / "visionbench").rglob("*.py")}

@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import layout, record, store
+from . import layout, record, store, store_row
 from .io import RunStateError
 
 STORE, RECORD, TREE = "store", "record", "tree"
@@ -77,7 +77,7 @@ def gather(tree: Path, source: str) -> tuple[list[dict], list[str], list[str]]:
         except (record.RecordError, RunStateError, OSError) as e:
             skipped.append(f"{label}: {' '.join(str(e).split())}")
             continue
-        rows.append(store.store_row(run_dir, layout.recipe_root(run_dir, summary), source, run))
+        rows.append(store_row.of(run_dir, layout.recipe_root(run_dir, summary), source, run))
     return rows, skipped, left
 
 
