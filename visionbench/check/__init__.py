@@ -9,11 +9,11 @@ activation".
     >>> from visionbench.check import Subject, run_checks
     >>> results = run_checks(Subject("rational", {"version": "B"}), quick=True)
 
-checks.py holds the module checks, speed.py the ratio to GELU, smoke.py the smoke training, command.py the command
+checks.py holds the module checks, speed.py the ratio to GELU, smoke.py the smoke training, run_checks.py the command
 (and `run_checks`, its Python door).
 """
 
 from .checks import CHANNELS, MODULE_CHECKS, Subject
-from .command import Result, all_checks, main, run_checks
+from .run_checks import Result, all_checks, main, run_checks
 
 __all__ = ["CHANNELS", "MODULE_CHECKS", "Result", "Subject", "all_checks", "main", "run_checks"]
