@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from ..config import typed
+from ..config import most_seeds, typed
 from ..config.tune_space import BEST, DEFAULTS, TRIAL_SEED
 from ..results import layout
 from ..results.io import RunStateError
@@ -140,7 +140,7 @@ def estimate(cfg: DictConfig) -> Estimate:
     """Measure every distinct (setting, activation) of the sweep `cfg`; `ConfigError` (one line) on a
     missing dataset, a results_dir holding other settings, or a batch that does not fit."""
     auto = str(cfg.seeds) == "auto"
-    n_seeds = int(cfg.seeds_max if auto else cfg.seeds)
+    n_seeds = most_seeds(cfg)
     tuned = is_tuning(cfg)
     jobs = tuning_jobs(cfg, n_seeds) if tuned else plan(cfg, seeds=range(n_seeds))  # datasets, stored configs checked
     groups: dict[tuple[str, str], list[tuple[dict, Path]]] = {}

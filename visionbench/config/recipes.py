@@ -18,9 +18,10 @@ from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from omegaconf import DictConfig, OmegaConf
 
 from . import validate
+from .keys import ConfigError
 from .overrides import Overrides, parse, parse_variant
 from .schema import RunConfig, defaults
-from .validate import ConfigError, apply_setting, settings
+from .validate import apply_setting, settings
 
 RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
 BASE_NAME = "_base"  # recipes start with `defaults: [_base, _self_]`
@@ -88,6 +89,11 @@ def recipe_config(name: str) -> DictConfig:
 def sweep_settings(cfg: DictConfig) -> list[dict]:
     """The factor settings of the sweep ([{}] without factors): every combination, in order."""
     return settings({k: list(v) for k, v in (OmegaConf.to_container(cfg.factors) or {}).items()})
+
+
+def most_seeds(cfg: DictConfig) -> int:
+    """The most seeds the sweep may train per (setting, activation): `seeds`, or `seeds_max` under seeds=auto."""
+    return int(cfg.seeds_max if str(cfg.seeds) == "auto" else cfg.seeds)
 
 
 def act_options(cfg: DictConfig, act: str) -> tuple[str, dict]:

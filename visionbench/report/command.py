@@ -144,8 +144,8 @@ def report_parser() -> argparse.ArgumentParser:
 def _factor_keys(text: str) -> str:
     """--best-of: comma-separated config keys a factor sweep can vary ('' for none); an unknown one is
     refused (it would be ignored: no setting has it)."""
+    from ..config.keys import NOT_FACTORS, is_free, valid_keys
     from ..config.rules import did_you_mean
-    from ..config.validate import NOT_FACTORS, is_free, valid_keys
 
     for key in filter(None, (k.strip() for k in text.split(","))):
         if key not in valid_keys() or key in NOT_FACTORS or is_free(key):

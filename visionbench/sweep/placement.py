@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, sweep_settings
+from ..config import ConfigError, most_seeds, sweep_settings
 from .acts import sweep_acts
 
 MPS_PIPE_DEFAULT = "/tmp/nvidia-mps"  # the control daemon's pipe directory unless CUDA_MPS_PIPE_DIRECTORY says another
@@ -159,8 +159,9 @@ def choose_parallel(cfg: Any, measured: Callable[[Any], tuple[int, str]] | None 
     from ..train.trainer import trains_on_cuda  # Lightning: imported when a sweep starts, not with this module
 
     if not trains_on_cuda(cfg.trainer):
-        n = int(cfg.seeds_max) if str(cfg.seeds) == "auto" else int(cfg.seeds)
-        runs = len(sweep_settings(cfg)) * len(sweep_acts(cfg)) * n  # counted, not planned: the sweep plans them next
+        runs = (
+            len(sweep_settings(cfg)) * len(sweep_acts(cfg)) * most_seeds(cfg)
+        )  # counted, not planned: the sweep plans them next
         k, why = choose_cpu(os.cpu_count() or 1, runs)
         return k, why + (
             f" (trainer.accelerator={cfg.trainer.accelerator})"

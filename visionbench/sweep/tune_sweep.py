@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import RECIPES_DIR, ConfigError, defaults
+from ..config import RECIPES_DIR, ConfigError, defaults, most_seeds
 from ..config import tune_space as design
 from ..config.keys import NOT_FACTORS
 from ..results import layout
@@ -180,5 +180,5 @@ def run_tuning(cfg: DictConfig, steps: Steps) -> list:
 def planned_runs(cfg: DictConfig) -> dict[str, int]:
     """Runs per phase of the design, per activation (estimate.py prices them): trials B, best S, defaults S (S:
     seeds, or seeds_max under seeds=auto, the most it may train)."""
-    seeds = int(cfg.seeds_max) if cfg.seeds == "auto" else int(cfg.seeds)
+    seeds = most_seeds(cfg)
     return {"trials": int(cfg.tune.trials), "best": seeds, **({"defaults": seeds} if cfg.tune.defaults else {})}
