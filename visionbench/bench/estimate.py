@@ -17,8 +17,12 @@ and the sweep's total counts only what is left in results_dir: completed runs no
 unfinished one (interrupted, killed, diverged or failed with a last.ckpt) by its remaining epochs.
 Nothing is written: no run directory, no results_dir.
 
-Errors, one line each, before anything is timed: a missing dataset or a config that does not
-match the results already on disk (`sweep.plan`, as the sweep itself), and a batch that does not
+Without the dataset on disk (CIFAR-10, Fashion-MNIST, Tiny ImageNet, ImageNet), the estimate is taken on a
+synthetic stand-in of its shape (images, side, classes, the recipe's splits and transforms: data/synthetic.py),
+and its first note says so; the loader rate then leaves out decoding and reading from disk.
+
+Errors, one line each, before anything is timed: a missing dataset of no known shape (data.name=folder) or a
+config that does not match the results already on disk (`sweep.plan`, as the sweep itself), and a batch that does not
 fit in memory. The training loader is timed alone (no model: measure.py `loader_rate`, images/s) beside the
 model's rate (batch / s per step), and each row says which bounds the run: `loader (2.3x)` when the
 loader delivers fewer images per second than the steps take in. Not in the projection: data loading
@@ -40,6 +44,7 @@ from omegaconf import DictConfig
 
 from ..config import most_seeds, typed
 from ..config.tune_space import BEST, DEFAULTS, TRIAL_SEED
+from ..data import standing_in
 from ..results import layout
 from ..results.io import RunStateError
 from ..results.settings import setting_label
@@ -138,7 +143,17 @@ class Estimate:
 
 def estimate(cfg: DictConfig) -> Estimate:
     """Measure every distinct (setting, activation) of the sweep `cfg`; `ConfigError` (one line) on a
-    missing dataset, a results_dir holding other settings, or a batch that does not fit."""
+    results_dir holding other settings or a batch that does not fit. A dataset of known shape that is not on disk
+    (CIFAR-10, Fashion-MNIST, Tiny ImageNet, ImageNet) is priced on a synthetic stand-in of its shape, the first
+    note says so (data.standing_in); any other missing dataset is a `ConfigError`."""
+    with standing_in(cfg.data) as stand_in:  # the dataset not on disk: a synthetic stand-in of its shape
+        est = _estimate(cfg)
+    if stand_in:
+        est.notes.insert(0, stand_in)
+    return est
+
+
+def _estimate(cfg: DictConfig) -> Estimate:
     auto = str(cfg.seeds) == "auto"
     n_seeds = most_seeds(cfg)
     tuned = is_tuning(cfg)

@@ -11,7 +11,8 @@ Datasets live under `data.root`, else `$VISIONBENCH_DATA`, else `./data` (docs/d
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 
 from ..config import AugmentConfig, DataConfig, block
 from .base import VisionDataModule
@@ -21,7 +22,7 @@ from .digits import DigitsDataModule
 from .fashion_mnist import FashionMNISTDataModule
 from .folder import FolderDataModule
 from .imagenet import ImageNetDataModule
-from .synthetic import SyntheticDataModule
+from .synthetic import SyntheticDataModule, missing, stand_in, stand_in_note
 from .tiny_imagenet import TinyImageNetDataModule
 
 DATAMODULES: dict[str, type[VisionDataModule]] = {
@@ -75,6 +76,24 @@ def create_datamodule(
     return DATAMODULES[cfg.name](cfg, batch_size=batch_size, seed=seed, test_in_val=test_in_val, aug_seed=aug_seed)
 
 
+@contextlib.contextmanager
+def standing_in(data_cfg: Mapping | DataConfig) -> Iterator[str | None]:
+    """Inside the block, the dataset `data_cfg` names, when it is one of known shape (data/synthetic.py `SHAPES`)
+    and not on disk, is built as a synthetic stand-in of its shape (`create_datamodule` gives it); yields the one
+    line that says so, None where nothing stands in (the dataset is there, or of no known shape: its own errors
+    stand). `visionbench estimate` prices a sweep in it before the dataset is downloaded."""
+    cfg = data_cfg if isinstance(data_cfg, DataConfig) else block("data", data_cfg)
+    real = DATAMODULES.get(cfg.name)
+    if real is None or not missing(real, cfg):
+        yield None
+        return
+    DATAMODULES[cfg.name] = stand_in(real)
+    try:
+        yield stand_in_note(cfg)
+    finally:
+        DATAMODULES[cfg.name] = real
+
+
 __all__ = [
     "AugmentConfig",
     "DATAMODULES",
@@ -84,4 +103,5 @@ __all__ = [
     "VisionDataModule",
     "create_datamodule",
     "names",
+    "standing_in",
 ]

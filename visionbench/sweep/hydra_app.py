@@ -18,6 +18,10 @@ A failed or diverged run fails its job (non-zero exit, the run's one-line error)
 `interrupted` and exits 143. Under SLURM, SIGUSR1 (`#SBATCH --signal=USR1@120` with `--requeue`) runs
 visionbench's own requeue (sweep/signals.py, which replaces Lightning's auto-requeue handler): the job is
 requeued, the run recorded `interrupted` (exit 138), and the requeued job resumes from last.ckpt.
+Under `hydra/launcher=submitit_slurm` (or `submitit_local`), submitit's preemption/time-limit signal (SIGUSR2, or
+$SUBMITIT_PREEMPT_SIGNAL) stops the run the same way (recorded `interrupted`, last.ckpt the last finished epoch's),
+then submitit's own handler requeues the job (sweep/signals.py `hand_over`); the requeued job resumes to the same
+bits as an uninterrupted run (tests/test_preemption.py).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from ..results.safe_paths import UnsafePath
 from .acts import sweep_acts
 from .preflight import check_finetune_weights, load_config
 from .resultsdir import check_writable
-from .signals import Interrupted, install_sigterm
+from .signals import Interrupted, hand_over, install_sigterm
 from .sweep import check_data, execute_jobs
 
 CARRIER = "cli"  # Hydra carries our arguments untouched, as strings under this key: +cli.a0='act=relu'
@@ -123,7 +127,17 @@ def job_config(cfg: DictConfig, recipe: str) -> tuple[DictConfig, dict]:
 
 @hydra.main(config_path=str(RECIPES_DIR), config_name=DEFAULT_RECIPE, version_base=None)
 def main(cfg: DictConfig) -> int:
-    install_sigterm()  # SIGTERM: the run records `interrupted` and the job fails
+    install_sigterm()  # SIGTERM: the run records `interrupted` and the job fails; submitit's signal: also requeued
+    try:
+        return _job(cfg)
+    except Interrupted as stop:  # recorded `interrupted` (if training); a requeued job reruns this and resumes
+        print(f"visionbench hydra_app: interrupted by {stop.signal_name}; rerun the job to resume it", file=sys.stderr)
+        hand_over(stop)  # submitit's preemption signal: its handler checkpoints, requeues and exits
+        raise SystemExit(stop.exit_code) from None
+
+
+def _job(cfg: DictConfig) -> int:
+    """One job: its run checked, trained (or resumed, or skipped if completed) and its outcome said."""
     try:
         cfg, setting = job_config(cfg, HydraConfig.get().job.config_name)
     except ConfigError as e:
@@ -143,11 +157,12 @@ def main(cfg: DictConfig) -> int:
         # execute_jobs, not execute: a `trainer.portable=true` run trains in a fresh worker started with the pinned
         # kernels and one thread (sweep/portable.py), as under `visionbench run`; any other run, in this process
         (outcome,) = execute_jobs([(run, out)], 1, progress=False)
-    except Interrupted as stop:  # recorded `interrupted`; a requeued job (SLURM) reruns this and resumes
+    except Interrupted as stop:  # recorded `interrupted`; a requeued job (SLURM, submitit) reruns this and resumes
         print(
             f"{cfg.recipe} {acts[0]} seed {seed}: interrupted by {stop.signal_name}; rerun the job to resume it",
             file=sys.stderr,
         )
+        hand_over(stop)  # submitit's preemption signal: its handler checkpoints, requeues and exits
         raise SystemExit(stop.exit_code) from None
     print(f"{cfg.recipe} {outcome.act} seed {outcome.seed}: {outcome.status}")
     if outcome.status in ("failed", "diverged"):  # Hydra ignores a return value: only an exception fails the job

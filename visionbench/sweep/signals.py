@@ -16,6 +16,15 @@ at epoch ends), and (2) finalizes the loggers and lets training go on until SLUR
 TensorBoard write in that window fails the run ("'NoneType' object has no attribute '_intrans'",
 seen in the tests). A second stop signal (SLURM's SIGTERM after the requeue) does not interrupt
 the recording of the first.
+
+submitit (`hydra/launcher=submitit_slurm` or `submitit_local`): submitit signals a job about to be preempted or to
+reach its time limit with its own signal, SIGUSR2 unless the job's environment sets `SUBMITIT_PREEMPT_SIGNAL`
+(`preempt_signal`), and its handler checkpoints the job function, requeues the job (`scontrol requeue`; the local
+executor restarts it) and exits at once, from wherever training was. In a submitit job (`SUBMITIT_EXECUTOR` set)
+`install_sigterm` puts ours in front of it: the signal stops training like SIGTERM (the run records `interrupted`,
+its last.ckpt is the last finished epoch's; the epoch in flight is dropped and trained again on resume, from the
+same seeds: the same bits), and `hand_over` then calls submitit's handler, which requeues. A parallel=K or portable
+worker ignores it: its parent, which gets it too, stops the worker with SIGTERM.
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ from collections.abc import Iterator
 
 EXIT_CODES = {"SIGTERM": 143, "Ctrl-C": 130, "SIGUSR1": 138}  # 128 + the signal number, as a shell reports it
 _PR_SET_PDEATHSIG = 1
+PREEMPT_ENV = "SUBMITIT_PREEMPT_SIGNAL"  # submitit's: the name after SIG of the signal it preempts a job with
+PREEMPT_DEFAULT = "USR2"  # submitit's default (core/job_environment.py, JobEnvironment.USR_SIG)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -44,7 +55,10 @@ class Interrupted(KeyboardInterrupt):
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES.get(self.signal_name, 1)
+        if self.signal_name in EXIT_CODES:
+            return EXIT_CODES[self.signal_name]
+        number = getattr(signal, self.signal_name, None)  # submitit's preemption signal (SIGUSR2: 140)
+        return 128 + int(number) if isinstance(number, signal.Signals) else 1
 
 
 _received: list[str] = []
@@ -73,6 +87,49 @@ def _on_requeue(signum, frame) -> None:
 
 def _on_requeue_worker(signum, frame) -> None:  # a parallel=K worker: its parent requeues the job
     _stop("SIGUSR1")
+
+
+def submitit_job() -> bool:
+    """Whether this process runs a submitit job (or a worker it started): submitit sets SUBMITIT_EXECUTOR."""
+    return bool(os.environ.get("SUBMITIT_EXECUTOR"))
+
+
+def preempt_signal() -> signal.Signals | None:
+    """The signal submitit preempts a job with, as submitit reads it: `SIG` + $SUBMITIT_PREEMPT_SIGNAL, default
+    SIGUSR2 (None: a name that is no signal here; submitit itself then refuses to start the job)."""
+    number = getattr(signal, "SIG" + os.environ.get(PREEMPT_ENV, PREEMPT_DEFAULT), None)
+    return number if isinstance(number, signal.Signals) else None
+
+
+_handed_over: dict[int, object] = {}  # the preemption signal -> the handler ours replaced (submitit's)
+
+
+def _on_preempt(signum, frame) -> None:
+    _stop(signal.Signals(signum).name)
+
+
+def _install_preemption(requeue: bool) -> None:
+    """In a submitit job: the preemption signal stops training (the sweep's process; submitit's handler kept for
+    `hand_over`), or is ignored (a worker: the parent stops it)."""
+    sig = preempt_signal()
+    if not submitit_job() or sig is None:
+        return
+    if not requeue:
+        signal.signal(sig, signal.SIG_IGN)
+        return
+    previous = signal.signal(sig, _on_preempt)
+    if callable(previous) and previous is not _on_preempt:
+        _handed_over[sig] = previous
+
+
+def hand_over(stop: Interrupted) -> None:
+    """After the run was recorded `interrupted` by submitit's preemption signal: submitit's own handler, which
+    checkpoints the job function, requeues the job and exits (SystemExit); nothing for any other stop, or where
+    submitit installed no handler (the job function's process is not submitit's: submitit requeues from its own)."""
+    sig = preempt_signal()
+    handler = _handed_over.get(sig) if sig is not None and stop.signal_name == sig.name else None
+    if handler is not None:
+        handler(int(sig), None)
 
 
 def slurm_job_id() -> str | None:
@@ -106,7 +163,8 @@ def install_sigterm(requeue: bool = True) -> None:
     In a SLURM job, SIGUSR1 requeues the job (`requeue`: the sweep's own process; its parallel
     workers only stop), then stops like SIGTERM. Being installed first, this handler replaces
     Lightning's auto-requeue one (Lightning installs its own only where SIGUSR1 has none); see the
-    module docstring for why.
+    module docstring for why. In a submitit job, submitit's preemption signal stops like SIGTERM too
+    (`requeue`; a worker ignores it), submitit's handler kept for `hand_over`.
     """
     _received.clear()
     if threading.current_thread() is not threading.main_thread():
@@ -114,6 +172,7 @@ def install_sigterm(requeue: bool = True) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
     if slurm_job_id() and hasattr(signal, "SIGUSR1"):
         signal.signal(signal.SIGUSR1, _on_requeue if requeue else _on_requeue_worker)
+    _install_preemption(requeue)
 
 
 def received() -> str:
