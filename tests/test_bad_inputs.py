@@ -190,10 +190,10 @@ BAD_INPUTS = [
         "CIFAR-10 not found at {tmp}/datasets/cifar-10-batches-py; data root: {tmp}/datasets (from data.root); "
         "expected layout: cifar-10-batches-py/data_batch_1 .. data_batch_5, test_batch",
     ),
-    bad(
-        ["estimate", R, "recipe=cifar10_vgg4", "data.root={tmp}/datasets"],
+    bad(  # estimate prices a missing dataset of known shape on a stand-in (tests/test_estimate_stand_in.py); yours:
+        ["estimate", R, "data.name=folder", "data.root={tmp}/datasets"],
         2,
-        "CIFAR-10 not found at {tmp}/datasets/cifar-10-batches-py; data root: {tmp}/datasets (from data.root)",
+        "{tmp}/datasets (data.name=folder, root from data.root) is not a folder; point data.root at the folder",
     ),
     bad(
         ["run", R, "recipe=cifar10_vgg4", "data.root={cifar_without_data_batch_4}"],

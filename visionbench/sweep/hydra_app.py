@@ -2,7 +2,7 @@
 
     pip install -e '.[slurm]'
     python -m visionbench.sweep.hydra_app --config-name cifar10_vgg8 -m \
-        hydra/launcher=submitit_slurm act=relu,rational[init=gelu] act.version=B seed=0,1,2,3,4
+        hydra/launcher=submitit_slurm 'act=relu,rational[init=gelu]' act.version=B seed=0,1,2,3,4
 
 The arguments are `visionbench run`'s (visionbench/config/overrides.py: act=a,b[k=v], act.KEY=,
 baseline=, KEY=v1,v2); Hydra's own (`-m`, `--config-name`, `hydra.*`, `hydra/launcher=...`) pass
