@@ -109,6 +109,7 @@ def test_a_run_preempted_in_an_epoch_resumes_to_the_same_bits(tmp_path, capsys, 
     assert "Traceback" not in err and "interrupted by SIGUSR2" in err
     assert summary(d)["status"] == "interrupted" and "SIGUSR2" in summary(d)["error"]
     assert epochs_in(d / "checkpoints" / "last.ckpt") == 1
+    assert submitit_job == [signal.SIGUSR2]  # then submitit's handler, once: it requeues the job
     assert main(["run", f"results_dir={cut}", *args]) == 0  # the requeued job: no signal this time
     assert summary(d)["status"] == "completed"
     assert_same_bits(seed_dir(whole, "relu", 0), d)
@@ -128,7 +129,9 @@ def metric_rows(d: Path) -> list[dict]:
 
 def assert_same_bits(whole: Path, resumed: Path) -> None:
     """The final weights (last.ckpt) equal bit for bit, and every epoch's metrics."""
-    a, b = (torch.load(d / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False) for d in (whole, resumed))
+    a, b = (
+        torch.load(d / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False) for d in (whole, resumed)
+    )
     assert a["epoch"] == b["epoch"]
     assert a["state_dict"].keys() == b["state_dict"].keys()
     for key, value in a["state_dict"].items():

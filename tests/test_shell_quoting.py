@@ -133,7 +133,9 @@ def test_zsh_passes_a_documented_quoted_line_and_refuses_it_unquoted(tmp_path):
     stub = "visionbench() { printf '%s\\n' \"$@\" }\n"  # prints the arguments zsh passes, one per line
 
     def zsh(text: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["zsh", "-f", "-c", stub + text], capture_output=True, text=True, cwd=tmp_path, timeout=30)
+        return subprocess.run(
+            ["zsh", "-f", "-c", stub + text], capture_output=True, text=True, cwd=tmp_path, timeout=30
+        )
 
     done = zsh(line)
     assert done.returncode == 0, done.stderr

@@ -204,7 +204,7 @@ def _run(args: list[str]) -> int:
     from .sweep.acts import ALL, sweep_acts
     from .sweep.ranks import is_rank_zero
     from .sweep.resultsdir import ResultsMoved
-    from .sweep.signals import Interrupted, install_sigterm, received
+    from .sweep.signals import Interrupted, hand_over, install_sigterm, received
     from .sweep.sweep import run_sweep
 
     cfg = _load("run", args)
@@ -273,6 +273,7 @@ def _run(args: list[str]) -> int:
                 "'interrupted'); rerun the same command to go on with the sweep",
                 file=sys.stderr,
             )
+        hand_over(stop)  # in a submitit job's own process: submitit's handler requeues the job (sweep/signals.py)
         return stop.exit_code
     if not lead:  # rank 0 reports and gives the exit status; a rank > 0 exiting non-zero would make
         return 0  # Lightning's launcher kill rank 0 (its child-process observer) before the report
