@@ -6,13 +6,15 @@
 
 A and B are results trees (a recipe dir, or a parent of several) or records (`visionbench export`), read
 alike through results/sources.py `opened` (a store too). For each (recipe, setting, activation) run in both: A's and B's
-mean ± sd (n), Δ = B − A with its Welch 95 % interval, the Welch p Holm-adjusted over every activation
-compared, the equivalence p at ±margin (default: one seed sd, an exact test), the equivalence bound the data
-support (the largest |limit| of the 90 % Welch interval), and the verdict — identical, reproduced, differs,
-undecided (stats/reproduction.py has the rule, the tests and the margin); an undecided row says how many seeds
-per tree would decide it. Runs that stalled (a completed run at chance level, report/collect.py), diverged or failed
-are left out of the scoring, as they are in a report, and named in the notes. Then what differs between the two:
-the configuration keys a rerun may change (any other difference is refused) and the recorded environment.
+mean ± sd (n), Δ = B − A with its 95 % interval (Welch's se, Hsu's df), its p Holm-adjusted over every test of the
+compare, the equivalence p at ±margin (default: one seed sd of A, the reference), the smallest margin that test
+accepts on these runs, and the verdict — identical, reproduced, differs, undecided (stats/reproduction.py has the
+rule, stats/equivalence.py the tests); a `reproduced` says how often its design reads `reproduced` when nothing
+changed and when B is 1 sd off, an undecided row how many seeds per tree would decide it. Runs that stalled (a
+completed run at chance level, report/collect.py), diverged or failed are left out of the scoring, as they are in a
+report, named in the notes, and their counts tested (Fisher) in the same Holm family. Then what differs between the
+two: the configuration keys a rerun may change (any other difference is refused) and the recorded environment.
+The table and its sentences: report/compare_table.py.
 
 `main` returns the exit code, as `diff` does: 0 with the table printed (written to `--out FILE.md` and FILE.csv
 only when asked) when no row's verdict is `differs`, 1 when one is (after the Holm adjustment; the table is
@@ -47,8 +49,8 @@ from .collect import RUN_SCALARS, metric_names, scan_runs
 from .environment import differences_between
 from .errors import UsageError, fail
 from .per_example import load_arms
+from .compare_table import table
 from .summary import scored_values
-from .tables import number, p_relation, p_text
 
 # config keys a rerun may change and still ask "did it reproduce?": training hyperparameters and execution
 # (a key matches itself and everything below it); any other difference (data.*: another test set; model.*
@@ -69,13 +71,6 @@ ALLOWED = (
     "model.lsuv",
     "model.lsuv_variant",
 )
-DIGITS = 2
-VERDICT_RULE = (
-    "identical: every run in both trees, with the same metric values and predicted classes; "
-    "reproduced: equivalence p < α (|Δ| within ±margin); differs: not reproduced, and the Welch p, "
-    "Holm-adjusted over the activations compared, < α; undecided: neither (the cell says how many seeds "
-    "per tree would make `reproduced` 80 % likely were the two the same)"
-)
 
 
 @dataclass(frozen=True)
@@ -93,8 +88,9 @@ def compare_parser() -> argparse.ArgumentParser:
     p = parser(
         "compare",
         "Did B reproduce A? Per (recipe, setting, activation) run in both: both means ± sd (n), "
-        "Δ = B − A with its Welch 95 % interval, a TOST equivalence test, the paired test over the "
-        "test images, and a verdict: identical, reproduced, differs or undecided.",
+        "Δ = B − A with its 95 % interval, an equivalence test in A's seed sd (or a TOST at --margin M), "
+        "and a verdict: identical, reproduced, differs or undecided, a reproduced with how often its design "
+        "says so when nothing changed and when B is 1 sd off.",
     )
     p.add_argument(
         "a",
@@ -123,10 +119,10 @@ def compare_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="M",
         help="the equivalence margin, the smallest shift that would count as not reproducing: M in the "
-        "metric's units (0.5: a Welch TOST), or K seed standard deviations (1.5sd: the exact "
-        f"equivalence t-test in sd units); default {reproduction.DEFAULT_MARGIN_SD:g}sd",
+        "metric's units (0.5: a TOST, Welch's se with Hsu's df), or K seed standard deviations of A, the "
+        f"reference (1.5sd: the exact test in A's sd); default {reproduction.DEFAULT_MARGIN_SD:g}sd",
     )
-    add_alpha(p, "the Welch and TOST tests")
+    add_alpha(p, "the Welch, Fisher and equivalence tests")
     p.add_argument(
         "--out",
         default=None,
@@ -255,7 +251,7 @@ def compare_trees(
         )
     data = _verdicts(pd.DataFrame(rows), alpha)
     envs = differences_between(*(pd.concat(groups) for groups in compared))
-    return _table(data, a, b, metrics, configs, envs, list(dict.fromkeys(notes)), alpha)
+    return table(data, a, b, metrics, configs, envs, list(dict.fromkeys(notes)), alpha)
 
 
 def _names(values) -> str:
@@ -367,11 +363,23 @@ def compare_act(
     notes += [n for label, group in (("A", ga), ("B", gb)) for n in _left_out(label, group)]
     value, in_sd = margin if margin is not None else (reproduction.DEFAULT_MARGIN_SD, True)
     res = reproduction.compare_runs(
-        va, vb, None if in_sd else value, alpha=alpha, margin_sd=value if in_sd else reproduction.DEFAULT_MARGIN_SD
+        va,
+        vb,
+        None if in_sd else value,
+        alpha=alpha,
+        margin_sd=value if in_sd else reproduction.DEFAULT_MARGIN_SD,
+        images=_images(arms["A"] + arms["B"]),
     )
     same = identical(ga, gb, arms["A"], arms["B"], _scored_metrics(ga, gb))
     lost = {f"left_out_{side}": int(g["status"].isin(LEFT_OUT).sum()) for side, g in (("a", ga), ("b", gb))}
     return {"metric": metric, **res, "identical": same, **lost}, notes
+
+
+def _images(arms: list) -> int:
+    """The number of test images every run with predictions scored (0 when none has them or they differ): what
+    makes an accuracy a count, and Δ̂ a lattice."""
+    sizes = {len(arrays["target"]) for _, _, arrays in arms if "target" in arrays}
+    return sizes.pop() if len(sizes) == 1 else 0
 
 
 LEFT_OUT = (layout.STALLED, layout.DIVERGED, layout.FAILED)  # runs compare does not score (collect.py's statuses)
@@ -397,25 +405,15 @@ def _left_out(label: str, group: pd.DataFrame) -> list[str]:
 
 
 def _verdicts(data: pd.DataFrame, alpha: float) -> pd.DataFrame:
-    """`data` with `welch_p_holm` (Holm over the rows whose verdict rests on a test: every row but the identical
-    ones) and `verdict`."""
-    out = data.copy()
-    out["welch_p_holm"], out["verdict"] = reproduction.family_verdicts(
-        out.to_dict("records"), list(out["identical"].astype(bool)), alpha
-    )
-    # one side's runs all stalled, diverged or failed where the other's learned: no number to test, but no
-    # reproduction either (a gate on compare's exit status must catch it)
-    out.loc[[bool(_failed_side(r)) for r in out.to_dict("records")], "verdict"] = reproduction.DIFFERS
+    """`data` with `welch_p_holm`, `stall_p`, `stall_p_holm` (Holm over every test of the rows whose verdict rests
+    on tests: every row but the identical ones) and `verdict`. A side whose runs all stalled, diverged or failed
+    where the other's learned has no number to test: its row is never `reproduced`, and `differs` only when
+    Fisher's test of the counts says so."""
+    out = data.copy().reset_index(drop=True)
+    tests, verdicts = reproduction.family_verdicts(out.to_dict("records"), list(out["identical"].astype(bool)), alpha)
+    out = pd.concat([out, tests], axis=1)
+    out["verdict"] = verdicts
     return out
-
-
-def _failed_side(r) -> str:
-    """`B` (or `A`) when every run of that side was left out of the scoring (stalled, diverged, failed) while the
-    other side has scored runs; '' otherwise."""
-    for side, other in (("a", "b"), ("b", "a")):
-        if not int(r[f"n_{side}"]) and int(r.get(f"left_out_{side}", 0) or 0) and int(r[f"n_{other}"]):
-            return side.upper()
-    return ""
 
 
 def identical(ga: pd.DataFrame, gb: pd.DataFrame, arms_a: list, arms_b: list, metrics: list[str]) -> bool:
@@ -435,179 +433,3 @@ def identical(ga: pd.DataFrame, gb: pd.DataFrame, arms_a: list, arms_b: list, me
 def _scored_metrics(ga: pd.DataFrame, gb: pd.DataFrame) -> list[str]:
     """The summary metrics both groups have (not the wall-clock scalars: time differs between identical runs)."""
     return sorted((set(metric_names(ga)) & set(metric_names(gb))) - set(RUN_SCALARS))
-
-
-# ---- the table ---------------------------------------------------------------------------------------
-
-
-def _table(
-    data: pd.DataFrame,
-    a: Side,
-    b: Side,
-    metrics: dict,
-    configs: list[str],
-    envs: list[str],
-    notes: list[str],
-    alpha: float,
-) -> render.Table:
-    header = [
-        "Recipe",
-        "Act.",
-        "A: mean ± sd (n)",
-        "B: mean ± sd (n)",
-        "Δ B − A",
-        "Welch 95% CI",
-        "Welch p (Holm)",
-        "equiv. p (±margin)",
-        "supported ±",
-        "verdict",
-    ]
-    rows = [
-        [
-            _where(r),
-            r["act"],
-            _mean_sd(r, "a"),
-            _mean_sd(r, "b"),
-            number(r["diff"], DIGITS, True),
-            _ci(r),
-            p_text(r["welch_p_holm"]),
-            _equivalence(r),
-            _bound(r),
-            _verdict_cell(r),
-        ]
-        for _, r in data.iterrows()
-    ]
-    scored = "; ".join(f"{recipe}: `{m}`" for recipe, m in metrics.items())
-    tested = int((~data["identical"].astype(bool)).sum())
-    intro = [
-        f"A = `{a.path}`, B = `{b.path}`. Metric — {scored}. Per (recipe, setting, activation) run in both: "
-        "mean ± sample sd (n completed runs; stalled, diverged and failed runs are left out, named in the "
-        "notes) of each tree; Δ = B − A with its 95 % Welch interval; Welch p: "
-        f"two-tailed, Holm-adjusted over the {tested} activation{'s' if tested != 1 else ''} tested; "
-        f"equiv. p: that |Δ| < margin ({_margin_rule(data)}); supported ±: the largest |limit| of the 90 % "
-        "Welch interval, the smallest margin these runs show equivalence within. "
-        f"Verdict at α = {alpha:g} — {VERDICT_RULE}."
-    ]
-    outro = ["Verdicts:\n" + "\n".join(f"- {_sentence(r, alpha, tested)}" for _, r in data.iterrows())]
-    outro.append(
-        "Configuration: "
-        + (
-            "A and B differ in keys a rerun may change — " + "; ".join(configs)
-            if configs
-            else "A and B are configured alike (but for act and seed)"
-        )
-        + "."
-    )
-    outro.append(
-        "Environment (git commit and visionbench version not compared): "
-        + ("A and B differ in " + "; ".join(envs) if envs else "no difference recorded")
-        + "."
-    )
-    return render.Table(
-        header, rows, align="ll" + "r" * 8, title="Did B reproduce A?", intro=intro, outro=outro, notes=notes, data=data
-    )
-
-
-def _margin_rule(data: pd.DataFrame) -> str:
-    """How the margin was set: K seed sd (the exact test), or M metric units (Welch TOST)."""
-    in_sd = data["equivalence_test"].eq("sd").all()
-    if in_sd:
-        k = number(float(data["margin_sd"].iloc[0]), DIGITS).rstrip("0").rstrip(".")
-        return f"±{k} seed sd, the pooled sd of both trees' runs; the exact equivalence t-test in sd units, Wellek 2010"
-    return f"±{number(float(data['margin'].iloc[0]), DIGITS)} in the metric's units; Welch TOST"
-
-
-def _where(r) -> str:
-    return "/".join(filter(None, [r["recipe"], r["setting"]]))
-
-
-def _mean_sd(r, side: str) -> str:
-    n = int(r[f"n_{side}"])
-    if not n:
-        return "(no completed run)"
-    sd = r[f"sd_{side}"]
-    return number(r[f"mean_{side}"], DIGITS) + (f" ± {number(sd, DIGITS)}" if math.isfinite(sd) else "") + f" ({n})"
-
-
-def _ci(r) -> str:
-    if not math.isfinite(r["ci_low"]):
-        return ""
-    return f"[{number(r['ci_low'], DIGITS, True)}, {number(r['ci_high'], DIGITS, True)}]"
-
-
-def _equivalence(r) -> str:
-    text = p_text(r["equivalence_p"])
-    return f"{text} (±{number(r['margin'], DIGITS)})" if text and math.isfinite(r["margin"]) else text
-
-
-def _bound(r) -> str:
-    return f"±{number(r['bound'], DIGITS)}" if math.isfinite(r["bound"]) else ""
-
-
-def _seeds(n: float) -> str:
-    return f"{int(n):,}" if math.isfinite(n) else "more than 10,000"
-
-
-def _unscored(r) -> str:
-    """`A`, `B` or `A or B`: the side(s) of a row without a scored run ('' when both have one)."""
-    return " or ".join(side.upper() for side in ("a", "b") if not int(r[f"n_{side}"]))
-
-
-def _verdict_cell(r) -> str:
-    n = r["seeds_needed"]
-    if r["verdict"] == reproduction.UNDECIDED and _unscored(r):
-        return f"undecided (no scored run in {_unscored(r)})"
-    if _failed_side(r):
-        return f"differs (no run of {_failed_side(r)} learned)"
-    if r["verdict"] == reproduction.UNDECIDED and (math.isfinite(n) or n == math.inf):
-        return f"undecided (≈ {_seeds(n)} seeds/tree)"
-    return r["verdict"]
-
-
-def _sentence(r, alpha: float, tested: int) -> str:
-    """The plain-words line of one row."""
-    head = f"{_where(r)} {r['act']}: {r['verdict']}"
-    delta = f"Δ = {number(r['diff'], DIGITS, True)}" + (f" {_ci(r)}" if _ci(r) else "")
-    plain = f"±{number(r['margin'], DIGITS)}" if math.isfinite(r["margin"]) else ""
-    margin = plain + (
-        f" = {number(r['margin_sd'], DIGITS).rstrip('0').rstrip('.')} seed sd"
-        if plain and r["equivalence_test"] == "sd"
-        else ""
-    )
-    if r["verdict"] == reproduction.IDENTICAL:
-        return f"{head} — the same {r['n_a']} runs, metric values and predicted classes run by run"
-    if r["verdict"] == reproduction.REPRODUCED:
-        return f"{head} — {delta}, within {margin} (equivalence p {p_relation(r['equivalence_p'])} < {alpha:g})"
-    if r["verdict"] == reproduction.UNDECIDED and _unscored(r):
-        return (
-            f"{head} — no scored run in {_unscored(r)} (every one stalled, diverged or failed: named in the "
-            "notes), nothing to compare"
-        )
-    if _failed_side(r):
-        return (
-            f"{head} — every run of {_failed_side(r)} stalled, diverged or failed (named in the notes) where "
-            f"{'B' if _failed_side(r) == 'A' else 'A'}'s learned: not reproduced"
-        )
-    differs = r["verdict"] == reproduction.DIFFERS
-    welch = (
-        f"Welch p {p_relation(r['welch_p_holm'])}{f' < {alpha:g}' if differs else ''}, Holm over {tested} "
-        f"activation{'s' if tested != 1 else ''}"
-        if math.isfinite(r["welch_p_holm"])
-        else "no Welch test (n < 2 or no spread)"
-    )
-    tost = (
-        f"equivalence p {p_relation(r['equivalence_p'])} at {margin}"
-        if math.isfinite(r["equivalence_p"])
-        else "not tested for equivalence (n < 2 or no spread)"
-    )
-    supported = f"; these runs show equivalence only within {_bound(r)}" if math.isfinite(r["bound"]) else ""
-    if differs:
-        return f"{head} — {delta} ({welch}; {tost}){supported}"
-    n = r["seeds_needed"]
-    decide = (
-        f"≈ {_seeds(n)} seeds per tree would call two trees that do not differ reproduced within "
-        f"{plain or 'the margin'} 80 % of the time"
-        if math.isfinite(n) or n == math.inf
-        else "at least 2 completed runs per tree, with some spread, are needed to decide"
-    )
-    return f"{head} — {delta} ({welch}; {tost}){supported}; {decide}"
