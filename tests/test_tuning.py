@@ -139,9 +139,9 @@ def test_the_sentence_says_what_the_verdict_is_about_and_tests_the_change():
     (line,) = report_tuning.sentences(best, fixed, "relu", 16, change)
     assert line == (
         "tuned alike (16 trials each), rational vs relu is inconclusive: a verdict about the two selected "
-        "configurations, not the activations (tune_repeats=R >= 3 makes it one about the activations); at the "
-        "recipe's own values rational is better than relu; tuning changed the comparison: Δ_tuned − Δ_recipe against "
-        "it (-0.80 [-1.40, -0.20], p = 0.012), over the seeds, given the two selected configurations"
+        "configurations, not the activations (tune_repeats=R >= 2 makes it one about the activations); at the "
+        "recipe's own values rational is better than relu; tuning changed the comparison against rational: "
+        "Δ_tuned − Δ_recipe -0.80 [-1.40, -0.20], p = 0.012, over the seeds, given the two selected configurations"
     )
     about = Comparison(0.5, 0.1, 0.9, 0.03, 2.0, "better")
     flat = {"rational": {"about": about, "change": Comparison(0.1, -0.5, 0.7, 0.7, 5.0, "inconclusive")}}

@@ -132,13 +132,23 @@ def _tune(c: dict) -> list[tuple[str, str]]:
             )
         ]
     if t.get("repeat") is not None:
-        return [("tune.repeat", f"tune.repeat is set per run by the sweep (a procedure's index), got {t['repeat']!r}; "
-                 "declare R procedures with tune_repeats=R")]
+        return [
+            (
+                "tune.repeat",
+                f"tune.repeat is set per run by the sweep (a procedure's index), got {t['repeat']!r}; "
+                "declare R procedures with tune_repeats=R",
+            )
+        ]
     if t.get("space") is None:
         return []
     if int(t.get("repeats") or 1) > 1 and str(c.get("seeds")) == "auto":
-        return [("tune.repeats", "tune_repeats > 1 retrains each procedure's selection with a fixed number of fresh "
-                 "seeds; seeds=auto is not supported with it: give seeds=S")]
+        return [
+            (
+                "tune.repeats",
+                "tune_repeats > 1 retrains each procedure's selection with a fixed number of fresh "
+                "seeds; seeds=auto is not supported with it: give seeds=S",
+            )
+        ]
     try:
         dims = tune_space.parse_space(t["space"], defaults(), NOT_FACTORS)
     except tune_space.SpaceError as e:

@@ -18,9 +18,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import pandas as pd
-
 import numpy as np
+import pandas as pd
 
 from ..results.settings import parse_setting_label
 from ..stats import expected_max as em
@@ -30,7 +29,7 @@ from . import render
 
 TRIAL = "tune.trial"
 REPEAT = "tune.repeat"  # a procedure's index, first in a setting's label when tune.repeats > 1
-MIN_REPEATS = 3  # the procedures per activation at which the verdict about the activations held its level (docs)
+MIN_REPEATS = 2  # the fewest procedures with a spread to test over (held its level in simulation; 3+ for power: docs)
 BEST, DEFAULTS = "best", "defaults"
 VAL_METRICS = ("ema_val_top1_best", "val_top1_best")
 
@@ -114,16 +113,14 @@ def _interval(c: tc.Comparison, digits: int) -> str:
     return f"{c.estimate:+.{digits}f} [{c.low:+.{digits}f}, {c.high:+.{digits}f}], p = {c.p:.2g}"
 
 
-def _change(c: tc.Comparison | None, repeats: int, digits: int) -> str:
+def _change(c: tc.Comparison | None, repeats: int, digits: int, act: str = "the activation") -> str:
     """The interaction's clause: whether tuning changed the comparison, Δ_tuned − Δ_recipe with its interval."""
     if c is None or not c.verdict:
         return "whether tuning changed the comparison is not tested (fewer than 2 runs on a side)"
-    unit = (
-        f"over the {repeats} procedures" if repeats > 1 else "over the seeds, given the two selected configurations"
-    )
-    moved = {"better": f"in favour of the activation ({_interval(c, digits)})", "worse": f"against it ({_interval(c, digits)})"}
+    unit = f"over the {repeats} procedures" if repeats > 1 else "over the seeds, given the two selected configurations"
+    moved = {"better": f"in {act}'s favour", "worse": f"against {act}"}
     if c.verdict in moved:
-        return f"tuning changed the comparison: Δ_tuned − Δ_recipe {moved[c.verdict]}, {unit}"
+        return f"tuning changed the comparison {moved[c.verdict]}: Δ_tuned − Δ_recipe {_interval(c, digits)}, {unit}"
     return f"tuning did not measurably change the comparison: Δ_tuned − Δ_recipe {_interval(c, digits)}, {unit}"
 
 
@@ -168,7 +165,7 @@ def sentences(
             )
             continue
         then = _phrase(fixed.get(act, ""), act, base)
-        out.append(f"{now}; at the recipe's own values {then}; {_change(mine.get('change'), repeats, digits)}")
+        out.append(f"{now}; at the recipe's own values {then}; {_change(mine.get('change'), repeats, digits, act)}")
     return out
 
 
