@@ -69,6 +69,11 @@ def test_every_activation_trains_the_same_trials(tmp_path):
         (["tune.repeat=1"], "tune.repeat", "tune.repeat is set per run by the sweep"),
         (["tune=optim.lr:[1e-3,1e-2]", "tune_repeats=0"], "tune.repeats", "tune.repeats must be an integer >= 1"),
         (["tune=optim.lr:[1e-3,1e-2]", "tune_repeats=3", "seeds=auto"], "tune.repeats", "give seeds=S"),
+        (
+            ["tune=optim.lr:[1e-3,1e-2]", "tune_repeats=101", "seeds=100"],
+            "tune.repeats",
+            "would reach the trials' seed",
+        ),
         (["tune=sched.name:[constant,nope]"], "tune.space", "sched.name must be one of constant"),
     ],
 )

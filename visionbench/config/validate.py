@@ -149,6 +149,15 @@ def _tune(c: dict) -> list[tuple[str, str]]:
                 "seeds; seeds=auto is not supported with it: give seeds=S",
             )
         ]
+    repeats = int(t.get("repeats") or 1)
+    if repeats > 1 and str(c.get("seeds")) != "auto" and repeats * int(c.get("seeds") or 0) > tune_space.TRIAL_SEED:
+        return [
+            (
+                "tune.repeats",
+                f"tune_repeats={repeats} x seeds={c.get('seeds')} retrain seeds would reach the trials' seed "
+                f"{tune_space.TRIAL_SEED}; keep tune_repeats x seeds <= {tune_space.TRIAL_SEED}",
+            )
+        ]
     try:
         dims = tune_space.parse_space(t["space"], defaults(), NOT_FACTORS)
     except tune_space.SpaceError as e:

@@ -6,7 +6,10 @@
 * `tuning.png`: those curves against n and against cumulative training time;
 * the equal-budget verdicts: the table of `tune.trial=best/` (each activation at its own best-on-validation
   configuration, fresh seeds) beside the table of `tune.trial=defaults/` (the recipe's own values, the same seeds),
-  and one sentence per activation saying how the two verdicts differ;
+  and one sentence per activation (`sentences`, stats/tuned_comparison.py): with `tune_repeats=R` >= 2 a verdict
+  about the activations (a t-test over the R procedures, `tune.repeat=j,tune.trial=best/`), with R = 1 the table's
+  verdict, said to be about the two selected configurations; then whether tuning changed the comparison, the
+  interaction Δ_tuned − Δ_recipe with its interval and p;
 * the selection's optimism: a selected configuration's validation score is the best of B noisy scores, biased
   upward; the retrained seeds' test scores are not.
 
