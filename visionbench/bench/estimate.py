@@ -43,7 +43,7 @@ import torch
 from omegaconf import DictConfig
 
 from ..config import most_seeds, typed
-from ..config.tune_space import BEST, DEFAULTS, TRIAL_SEED
+from ..config.tune_space import BEST, DEFAULTS
 from ..data import standing_in
 from ..results import layout
 from ..results.io import RunStateError
@@ -52,7 +52,7 @@ from ..sweep import placement
 from ..sweep.acts import sweep_acts
 from ..sweep.placement import CONTEXT_BYTES, GPU_MEMORY_SHARE, choose, choose_cpu, visible_gpus
 from ..sweep.sweep import plan, worker_threads
-from ..sweep.tune_sweep import chosen_so_far, is_tuning, planned_runs, retrain_plan
+from ..sweep.tune_sweep import chosen_so_far, is_tuning, planned_runs, procedures, retrain_plan, trial_seed
 from ..sweep.tune_sweep import trials as tune_trials
 from ..train.trainer import trains_on_cuda
 from .measure import DoesNotFit, loaders, measure  # noqa: F401 - DoesNotFit: what estimate raises
@@ -184,7 +184,7 @@ def _estimate(cfg: DictConfig) -> Estimate:
     )
     if tuned:
         notes.append(
-            f"tune=: per activation {cfg.tune.trials} trials (one run each) + {n_seeds} seeds of its best"
+            f"tune=: per activation {tune_repeats(cfg)}{cfg.tune.trials} trials (one run each) + {n_seeds} seeds of its best"
             + (f" + {n_seeds} of the recipe's values" if cfg.tune.defaults else "")
             + "; each activation timed once, at the recipe's values (its step time does not depend on the tuned values)"
         )
@@ -209,20 +209,31 @@ def _estimate(cfg: DictConfig) -> Estimate:
     return Estimate(rows, device, world, batch, notes, parallel, threads, gpus, why)
 
 
+def tune_repeats(cfg: DictConfig) -> str:
+    """'R independent procedures of ' where tune_repeats=R > 1 (each prices its own trials and retrain)."""
+    r = len(procedures(cfg))
+    return f"{r} independent procedures of " if r > 1 else ""
+
+
 def tuning_label(cfg: DictConfig) -> str:
     """The setting column of a tuning design's rows: its phases' runs per activation."""
-    runs = planned_runs(cfg)
-    return "tune: " + " + ".join(f"{n} {phase}" for phase, n in runs.items())
+    runs, r = planned_runs(cfg), len(procedures(cfg))
+    if r == 1:
+        return "tune: " + " + ".join(f"{n} {phase}" for phase, n in runs.items())
+    each = f"{r} × ({runs['trials'] // r} trials + {runs['best'] // r} best)"
+    return f"tune: {each}" + (f" + {runs['defaults']} defaults" if "defaults" in runs else "")
 
 
 def tuning_jobs(cfg: DictConfig, n_seeds: int) -> list[tuple[dict, Path]]:
     """Every run of a tuning design (sweep/tune_sweep.py): the trials, then the retrain of each activation's best
     (planned at the recipe's values: which trial wins is known only once the trials ran) and of the recipe's values."""
-    acts = sweep_acts(cfg)
-    jobs = plan(cfg, settings=tune_trials(cfg), seeds=[TRIAL_SEED])
-    chosen = chosen_so_far(cfg, jobs)
-    for phase in [BEST] + ([DEFAULTS] if cfg.tune.defaults else []):
-        jobs += retrain_plan(cfg, chosen, phase, acts, range(n_seeds), plan)
+    acts, jobs = sweep_acts(cfg), []
+    for j in procedures(cfg):  # tune_repeats=R: R procedures, each its trials and the retrain of its selection
+        trial_jobs = plan(cfg, settings=tune_trials(cfg, j), seeds=[trial_seed(j)])
+        seeds = range(n_seeds) if j is None else range(j * n_seeds, (j + 1) * n_seeds)
+        jobs += trial_jobs + retrain_plan(cfg, chosen_so_far(cfg, trial_jobs), BEST, acts, seeds, plan, j)
+    if cfg.tune.defaults:
+        jobs += retrain_plan(cfg, {}, DEFAULTS, acts, range(n_seeds), plan)
     return jobs
 
 

@@ -29,6 +29,8 @@ NOT_FACTORS = (
     "tune.seed",
     "tune.defaults",
     "tune.trial",
+    "tune.repeats",
+    "tune.repeat",
 )
 
 

@@ -14,7 +14,13 @@ from .keys import NOT_FACTORS, ConfigError, is_free, unknown_key, valid_keys
 
 DEFAULT_RECIPE = "digits_vgg4"
 # short command-line names
-ALIASES = {"baseline": "report.baseline", "tune": "tune.space", "trials": "tune.trials", "tune_seed": "tune.seed"}
+ALIASES = {
+    "baseline": "report.baseline",
+    "tune": "tune.space",
+    "trials": "tune.trials",
+    "tune_seed": "tune.seed",
+    "tune_repeats": "tune.repeats",
+}
 _OPEN, _CLOSE = "[{(", "]})"
 LIST_KEYS = ("imports", "trainer.loggers")  # `KEY=a,b` is one list value, not a factor sweep
 TEXT_KEYS = ("tune.space",)  # `KEY=a:log[1,2],b:[3,4]` is one text value, as written

@@ -277,13 +277,18 @@ def _space(v: Any) -> str | None:
 class TuneConfig:
     """`tune:` equal tuning budgets (config/tune_space.py, sweep/tune_sweep.py, docs/tuning.md): per activation the same `trials`
     configurations drawn from `space` with `seed`, each a run; each activation's best on validation retrained with
-    `seeds` fresh seeds and compared with the baseline's best. Command line: tune=SPACE trials=B tune_seed=K."""
+    `seeds` fresh seeds and compared with the baseline's best. Command line: tune=SPACE trials=B tune_seed=K
+    tune_repeats=R."""
 
     space: Any = rule(None, check=_space)  # null: no tuning; optim.lr:log[1e-4,1e-1],optim.weight_decay:[0,5e-4]
     trials: int = rule(16, check=at_most(integer(">= 2"), MAX_SEEDS))  # B: trials per activation (the budget)
     seed: int = rule(0, ">= 0")  # the draw's seed: trial i is drawn from (seed, i), the same for every activation
     defaults: bool = True  # also retrain the recipe's own values with the same seeds (the verdict without tuning)
+    # R: independent tuning procedures per activation (own draw, trial seed, selection, fresh retrain seeds); R >= 3
+    # makes the equal-budget verdict one about the activations, R = 1 one about the two selected configurations
+    repeats: int = rule(1, check=at_most(integer(">= 1"), MAX_SEEDS))
     trial: Any = None  # set per run by the sweep: the trial's index, best (the retrain) or defaults
+    repeat: Any = None  # set per run by the sweep when repeats > 1: the procedure's index j
 
 
 @dataclass

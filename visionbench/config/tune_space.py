@@ -10,7 +10,9 @@ give the space as a mapping {KEY: "log[LO,HI]" | [V1, ...]}. Drawn numbers are r
 (an integer key's to the nearest integer), so a trial's folder label holds exactly the value its run used.
 
 Each trial i is drawn from its own generator, numpy's PCG64 seeded with (seed, i): trial i is the same whatever B,
-so a larger budget extends a search instead of redrawing it. Every trial is a factor setting
+so a larger budget extends a search instead of redrawing it. With tune.repeats = R > 1, procedure j draws its own B
+trials from (seed, i) for j = 0 (the R = 1 draw) and (seed, j, i) for j > 0, and its settings start with
+`tune.repeat=j` (folder `tune.repeat=1,tune.trial=3,optim.lr=...`). Every trial is a factor setting
 `{"tune.trial": i, KEY: value, ...}` (folder `tune.trial=3,optim.lr=0.00316,...`); the retrain of each
 activation's best configuration is the setting `tune.trial=best` (its runs hold their activation's values), the
 recipe's own values retrained alike `tune.trial=defaults`.
@@ -33,6 +35,13 @@ from .rules import did_you_mean, is_int, is_number
 from .schema import RunConfig
 
 TRIAL = "tune.trial"  # the setting key of a trial (an index), of the retrain (BEST) and of the recipe's values
+REPEAT = "tune.repeat"  # the setting key of a procedure's index j when tune.repeats > 1 (absent when 1)
+# What a search may vary: the keys of how one activation is trained, which a run's identity lets differ within one
+# activation's comparison. Everything else (the activation, the data, the architecture, the device, the report) makes a
+# different comparison, or selects on the test set (data.val_split), and is refused.
+# (an activation's own options, act_options.*, are not yet: a setting cannot hold a key of a free dict)
+TUNABLE_PREFIXES = ("optim.", "sched.", "loss.", "ema.", "data.augment.")
+TUNABLE_KEYS = ("batch_size", "epochs", "model.dropout", "model.drop_path", "trainer.gradient_clip_val")
 BEST, DEFAULTS = "best", "defaults"
 TRIAL_SEED = 10_000  # the seed every trial trains with: the retrain's seeds 0..S-1 are fresh (no trial used them)
 KINDS = ("log", "uniform")
@@ -112,6 +121,13 @@ def parse_space(space: Any, defaults: Mapping | None = None, fixed: tuple[str, .
             raise SpaceError(f"tune.space: unknown key {key!r}{did_you_mean(key, valid_keys(), n=3)}", key)
         if key in fixed or key.startswith("tune."):
             raise SpaceError(f"tune.space: {key} is not a key a search can vary", key)
+        if not is_tunable(key):
+            raise SpaceError(
+                f"tune.space: {key} is not tunable: a search varies how one activation is trained, and {key} "
+                f"changes what is compared{_WHY.get(key, '')}; tunable: "
+                f"{', '.join(p + '*' for p in TUNABLE_PREFIXES)}, {', '.join(TUNABLE_KEYS)}",
+                key,
+            )
         if key in seen:
             raise SpaceError(f"tune.space names {key} twice", key)
         seen.add(key)
@@ -141,6 +157,19 @@ def parse_space(space: Any, defaults: Mapping | None = None, fixed: tuple[str, .
     return dims
 
 
+_WHY = {
+    "act": " (its runs would be labelled with the swept activation, not the one they trained)",
+    "data.val_split": " (a split of 0 selects the best trial on the test set)",
+    "data.root": " (the data a run reads)",
+    "model.name": " (the architecture)",
+}
+
+
+def is_tunable(key: str) -> bool:
+    """Whether a search may vary `key` (TUNABLE_PREFIXES, TUNABLE_KEYS)."""
+    return key in TUNABLE_KEYS or key.startswith(TUNABLE_PREFIXES)
+
+
 def _numeric(key: str, default: Any) -> bool:
     """Whether `key` holds a number: its default is one, or its field is declared float/int (optionally null)."""
     if isinstance(default, bool):
@@ -168,11 +197,12 @@ def _round(x: float, integer: bool) -> float | int:
     return int(round(x)) if integer else float(f"{x:.3g}")
 
 
-def draw(dims: list[Dim], trials: int, seed: int) -> list[dict[str, Any]]:
-    """The values of trials 0..trials-1: trial i from its own generator seeded with (seed, i)."""
+def draw(dims: list[Dim], trials: int, seed: int, repeat: int = 0) -> list[dict[str, Any]]:
+    """The values of trials 0..trials-1 of procedure `repeat`: trial i from its own generator seeded with (seed, i),
+    (seed, repeat, i) for repeat > 0."""
     out = []
     for i in range(trials):
-        rng = np.random.default_rng([int(seed), i])
+        rng = np.random.default_rng([int(seed), i] if not repeat else [int(seed), int(repeat), i])
         values: dict[str, Any] = {}
         for d in dims:
             if d.kind == "grid":
@@ -185,9 +215,11 @@ def draw(dims: list[Dim], trials: int, seed: int) -> list[dict[str, Any]]:
     return out
 
 
-def trial_settings(dims: list[Dim], trials: int, seed: int) -> list[dict[str, Any]]:
-    """Every trial as a factor setting: {"tune.trial": i, KEY: value, ...}, in trial order."""
-    return [{TRIAL: i, **values} for i, values in enumerate(draw(dims, trials, seed))]
+def trial_settings(dims: list[Dim], trials: int, seed: int, repeat: int | None = None) -> list[dict[str, Any]]:
+    """Every trial as a factor setting: {"tune.trial": i, KEY: value, ...}, in trial order; with `repeat` j (a design
+    of tune.repeats > 1) procedure j's trials, {"tune.repeat": j, "tune.trial": i, ...}."""
+    head = {} if repeat is None else {REPEAT: int(repeat)}
+    return [{**head, TRIAL: i, **values} for i, values in enumerate(draw(dims, trials, seed, repeat or 0))]
 
 
 def protocol_keys(recipe: str, keys: list[str], recipes_dir: Path) -> list[tuple[str, str, str]]:

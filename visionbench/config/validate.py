@@ -131,8 +131,33 @@ def _tune(c: dict) -> list[tuple[str, str]]:
                 "declare a design with tune=SPACE trials=B",
             )
         ]
+    if t.get("repeat") is not None:
+        return [
+            (
+                "tune.repeat",
+                f"tune.repeat is set per run by the sweep (a procedure's index), got {t['repeat']!r}; "
+                "declare R procedures with tune_repeats=R",
+            )
+        ]
     if t.get("space") is None:
         return []
+    if int(t.get("repeats") or 1) > 1 and str(c.get("seeds")) == "auto":
+        return [
+            (
+                "tune.repeats",
+                "tune_repeats > 1 retrains each procedure's selection with a fixed number of fresh "
+                "seeds; seeds=auto is not supported with it: give seeds=S",
+            )
+        ]
+    repeats = int(t.get("repeats") or 1)
+    if repeats > 1 and str(c.get("seeds")) != "auto" and repeats * int(c.get("seeds") or 0) > tune_space.TRIAL_SEED:
+        return [
+            (
+                "tune.repeats",
+                f"tune_repeats={repeats} x seeds={c.get('seeds')} retrain seeds would reach the trials' seed "
+                f"{tune_space.TRIAL_SEED}; keep tune_repeats x seeds <= {tune_space.TRIAL_SEED}",
+            )
+        ]
     try:
         dims = tune_space.parse_space(t["space"], defaults(), NOT_FACTORS)
     except tune_space.SpaceError as e:

@@ -6,7 +6,10 @@
 * `tuning.png`: those curves against n and against cumulative training time;
 * the equal-budget verdicts: the table of `tune.trial=best/` (each activation at its own best-on-validation
   configuration, fresh seeds) beside the table of `tune.trial=defaults/` (the recipe's own values, the same seeds),
-  and one sentence per activation saying how the two verdicts differ;
+  and one sentence per activation (`sentences`, stats/tuned_comparison.py): with `tune_repeats=R` >= 2 a verdict
+  about the activations (a t-test over the R procedures, `tune.repeat=j,tune.trial=best/`), with R = 1 the table's
+  verdict, said to be about the two selected configurations; then whether tuning changed the comparison, the
+  interaction Δ_tuned − Δ_recipe with its interval and p;
 * the selection's optimism: a selected configuration's validation score is the best of B noisy scores, biased
   upward; the retrained seeds' test scores are not.
 
@@ -18,20 +21,25 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..results.settings import parse_setting_label
 from ..stats import expected_max as em
+from ..stats import tuned_comparison as tc
+from ..stats.metrics import higher_is_better
 from . import render
 
 TRIAL = "tune.trial"
+REPEAT = "tune.repeat"  # a procedure's index, first in a setting's label when tune.repeats > 1
+MIN_REPEATS = 2  # the fewest procedures with a spread to test over (held its level in simulation; 3+ for power: docs)
 BEST, DEFAULTS = "best", "defaults"
 VAL_METRICS = ("ema_val_top1_best", "val_top1_best")
 
 
 def phase_of(setting_label: str):
     """The `tune.trial` of a setting folder (an index, best, defaults), None outside a tuning design."""
-    if not setting_label or not str(setting_label).startswith(f"{TRIAL}="):
+    if not setting_label or not str(setting_label).startswith((f"{TRIAL}=", f"{REPEAT}=")):
         return None
     return parse_setting_label(setting_label).get(TRIAL)
 
@@ -45,7 +53,7 @@ def tuned_keys(runs: pd.DataFrame) -> set[str]:
     keys: set[str] = set()
     for s in runs["setting"]:
         if isinstance(phase_of(s), int):
-            keys |= set(parse_setting_label(s)) - {TRIAL}
+            keys |= set(parse_setting_label(s)) - {TRIAL, REPEAT}
     return keys
 
 
@@ -67,7 +75,7 @@ def trials_frame(runs: pd.DataFrame) -> pd.DataFrame:
             continue
         # a completed run that stalled (learned nothing) still has its validation score, as the sweep selected on it
         value = r.get(metric) if r["status"] in ("completed", "stalled") else math.nan
-        values = {k: v for k, v in parse_setting_label(r["setting"]).items() if k != TRIAL}
+        values = {k: v for k, v in parse_setting_label(r["setting"]).items() if k not in (TRIAL, REPEAT)}
         rows.append(
             {
                 "act": r["act"],
@@ -104,28 +112,106 @@ def _phrase(verdict: str, act: str, base: str) -> str:
     return f"{act} vs {base} has no verdict"
 
 
-def sentences(best: pd.DataFrame | None, defaults: pd.DataFrame | None, base: str | None, budget: int) -> list[str]:
-    """One sentence per activation: its verdict at the recipe's own values and at equal budget, and how they differ."""
+def _interval(c: tc.Comparison, digits: int) -> str:
+    return f"{c.estimate:+.{digits}f} [{c.low:+.{digits}f}, {c.high:+.{digits}f}], p = {c.p:.2g}"
+
+
+def _change(c: tc.Comparison | None, repeats: int, digits: int, act: str = "the activation") -> str:
+    """The interaction's clause: whether tuning changed the comparison, Δ_tuned − Δ_recipe with its interval."""
+    if c is None or not c.verdict:
+        return "whether tuning changed the comparison is not tested (fewer than 2 runs on a side)"
+    unit = f"over the {repeats} procedures" if repeats > 1 else "over the seeds, given the two selected configurations"
+    moved = {"better": f"in {act}'s favour", "worse": f"against {act}"}
+    if c.verdict in moved:
+        return f"tuning changed the comparison {moved[c.verdict]}: Δ_tuned − Δ_recipe {_interval(c, digits)}, {unit}"
+    return f"tuning did not measurably change the comparison: Δ_tuned − Δ_recipe {_interval(c, digits)}, {unit}"
+
+
+def sentences(
+    best: pd.DataFrame | None,
+    defaults: pd.DataFrame | None,
+    base: str | None,
+    budget: int,
+    tests: dict[str, dict] | None = None,
+    repeats: int = 1,
+    digits: int = 2,
+) -> list[str]:
+    """One sentence per activation: its equal-budget verdict and what it is about, its verdict at the recipe's own
+    values, and the interaction test (`tests[act]`: {"about": the procedures' Comparison when repeats > 1, "change":
+    the interaction's}; stats/tuned_comparison.py). With one procedure (repeats = 1) the verdict is the table's, over
+    seeds: about the two selected configurations, and the sentence says so."""
     if base is None or best is None:
         return []
-    tuned, fixed = _verdicts(best), _verdicts(defaults)
+    tuned, fixed, tests = _verdicts(best), _verdicts(defaults), tests or {}
     out = []
     for act in tuned:
         if act == base:
             continue
-        now = _phrase(tuned[act], act, base)
+        mine = tests.get(act) or {}
+        if repeats > 1 and mine.get("about") is not None:
+            about = mine["about"]
+            now = (
+                f"over {repeats} independent tuning procedures each ({budget} trials each), "
+                f"{_phrase(about.verdict, act, base)} (mean paired difference "
+                + (f"{_interval(about, digits)}, t-test over the procedures)" if about.verdict else "not tested)")
+            )
+        else:
+            now = (
+                f"tuned alike ({budget} trials each), {_phrase(tuned[act], act, base)}: a verdict about the two "
+                f"selected configurations, not the activations (tune_repeats=R >= {MIN_REPEATS} makes it one about "
+                "the activations)"
+            )
         if defaults is None:
             out.append(
-                f"tuned alike ({budget} trials each), {now}; the recipe's own values were not retrained "
-                "(tune.defaults=false), so there is no verdict without tuning to set beside it"
+                f"{now}; the recipe's own values were not retrained (tune.defaults=false), so there is no verdict "
+                "without tuning to set beside it"
             )
             continue
         then = _phrase(fixed.get(act, ""), act, base)
-        same = tuned[act] == fixed.get(act, "")
-        out.append(
-            f"at the recipe's own values {then}; tuned alike ({budget} trials each), "
-            + (f"{now} too (the verdict does not change)" if same else f"{now} (the verdict changes)")
-        )
+        out.append(f"{now}; at the recipe's own values {then}; {_change(mine.get('change'), repeats, digits, act)}")
+    return out
+
+
+def retrained(runs: pd.DataFrame, metric: str) -> tuple[dict, dict]:
+    """({repeat: {act: scores}} of the retrains of the selections (repeat 0 for a design of one procedure),
+    {act: scores} of the recipe's values): the completed runs' `metric`."""
+    best: dict[int, dict] = {}
+    recipe: dict[str, list] = {}
+    if metric not in runs:
+        return best, recipe
+    for _, r in runs[runs["status"] == "completed"].iterrows():
+        setting = parse_setting_label(r["setting"]) if phase_of(r["setting"]) is not None else {}
+        value = r[metric]
+        if pd.isna(value):
+            continue
+        if setting.get(TRIAL) == BEST:
+            best.setdefault(int(setting.get(REPEAT, 0)), {}).setdefault(r["act"], []).append(float(value))
+        elif setting.get(TRIAL) == DEFAULTS:
+            recipe.setdefault(r["act"], []).append(float(value))
+    return best, recipe
+
+
+def tests(runs: pd.DataFrame, base: str, metric: str) -> dict[str, dict]:
+    """Per activation besides `base`: {"about": X vs base over the procedures (None with one procedure), "change":
+    the interaction}, stats/tuned_comparison.py, at α = stats/power.py ALPHA."""
+    best, recipe = retrained(runs, metric)
+    higher = higher_is_better(metric)
+    acts = {a for by_act in best.values() for a in by_act} - {base}
+    order = sorted(best)
+    out = {}
+    for act in sorted(acts):
+        if len(order) > 1:
+            x = [float(np.mean(best[j].get(act) or [math.nan])) for j in order]
+            b = [float(np.mean(best[j].get(base) or [math.nan])) for j in order]
+            about = tc.procedures(x, b, higher=higher)
+            change = tc.interaction(x, b, recipe.get(act, []), recipe.get(base, []), True, higher=higher)
+        else:
+            one = best[order[0]] if order else {}
+            about = None
+            change = tc.interaction(
+                one.get(act, []), one.get(base, []), recipe.get(act, []), recipe.get(base, []), False, higher=higher
+            )
+        out[act] = {"about": about, "change": change if recipe else None}
     return out
 
 
@@ -139,7 +225,10 @@ def section(
     metric = selection_metric(runs)
     budget = int(trials.groupby("act").size().min()) if len(trials) else 0
     by_setting = {str(s["setting"].iloc[0]): s for s in per_setting if len(s)}
-    best = by_setting.get(f"{TRIAL}={BEST}")
+    best_labels = sorted(label for label in by_setting if phase_of(label) == BEST)
+    repeats = max(1, len(best_labels))
+    per_procedure = budget // repeats if repeats > 1 else budget  # the curves pool the procedures' trials
+    best = by_setting.get(best_labels[0]) if best_labels else None
     defaults = by_setting.get(f"{TRIAL}={DEFAULTS}")
     base = None
     for s in (best, defaults):
@@ -190,14 +279,16 @@ def section(
                     f"the order near n = {budget} is not settled by {budget} trials"
                 )
             notes.append(f"{em.lead_sentence(a, b, act, base)} ({where})")
-    lines = sentences(best, defaults, base, budget)
+    test_metric = str(best["metric"].iloc[0]) if best is not None and "metric" in best else ""
+    found = tests(runs, base, test_metric) if base is not None and test_metric else {}
+    lines = sentences(best, defaults, base, per_procedure, found, repeats, digits)
     if best is None:
         notes.append(f"the retrain of each activation's best configuration ({TRIAL}={BEST}/) has no runs yet")
     notes += [s[0].upper() + s[1:] + "." for s in lines]
     selected = trials.dropna(subset=["score"]).groupby("act")["score"].max()
     if best is not None and len(selected):
         test = {r["act"]: r["mean"] for _, r in best.iterrows()}
-        retrained = runs[(runs["setting"] == f"{TRIAL}={BEST}") & (runs["status"] == "completed")]
+        retrained = runs[runs["setting"].isin(best_labels) & (runs["status"] == "completed")]
         fresh = retrained.groupby("act")[metric].mean() if metric in retrained else pd.Series(dtype=float)
         pairs = "; ".join(
             f"{act} {selected[act]:.{digits}f} selected, {fresh.get(act, math.nan):.{digits}f} over the fresh seeds "
@@ -207,7 +298,7 @@ def section(
         )
         notes.append(
             f"Optimism of the selection: each activation's selected configuration has the best {metric} of its "
-            f"{budget} trials, a maximum of noisy scores and so biased upward; the same configuration's {metric} "
+            f"{per_procedure} trials, a maximum of noisy scores and so biased upward; the same configuration's {metric} "
             f"over the fresh seeds is not ({pairs}). The verdict rests on the fresh seeds' "
             f"{best['metric'].iloc[0]} ({TRIAL}={BEST}/table.md), never selected on."
         )
@@ -217,7 +308,9 @@ def section(
         align="lrrrl",
         title=f"{runs['recipe'].iloc[0]} — equal tuning budgets",
         intro=[
-            f"Each activation trained the same {budget} configurations (random search with a recorded seed), one "
+            (f"{repeats} independent tuning procedures per activation (tune_repeats); in each, " if repeats > 1 else "")
+            + ("e" if repeats > 1 else "E")
+            + f"ach activation trained the same {per_procedure} configurations (random search with a recorded seed), one "
             f"run each; selected on {metric} (validation), its best retrained with fresh seeds ({TRIAL}={BEST}/), "
             + (
                 f"beside the recipe's own values ({TRIAL}={DEFAULTS}/)."

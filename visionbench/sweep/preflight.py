@@ -38,7 +38,7 @@ from ..config.rules import choice
 from ..models.swap import check_layers, probe_shape, split_swap_options
 from ..train import seeds
 from .acts import Act, apply_act_keys, sweep_acts
-from .tune_sweep import protocol_warnings
+from .tune_sweep import protocol_warnings, value_settings
 
 
 def load_config(args: Iterable[str], strict_act_keys: bool = True) -> DictConfig:
@@ -91,7 +91,7 @@ def preflight(cfg: DictConfig) -> DictConfig:
             raise ConfigError(why, "trainer.loggers")
     checked: set[str] = set()
     rules = _registry_rules()
-    for setting in sweep_settings(cfg):
+    for setting in sweep_settings(cfg) + value_settings(cfg):  # a tuned key's values: checked as overrides
         c = apply_setting(cfg, setting)
         where = f" (setting {', '.join(f'{k}={v}' for k, v in setting.items())})" if setting else ""
         for key, check in rules.items():

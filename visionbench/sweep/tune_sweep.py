@@ -10,7 +10,14 @@
    activation's values; with `tune.defaults` (the default) the recipe's own values are trained alike into
    `tune.trial=defaults/`. The report compares the activations there as in any table.
 
-`<recipe>/tuning.json` records the design (space, B, seed, metric) and each activation's selected trial.
+With `tune_repeats=R` > 1 (tune.repeats) the whole procedure is replicated R times, the unit of the equal-budget
+verdict about the activations (report/tuning.py): procedure j draws its own B trials (config/tune_space.py), trains
+them with trial seed TRIAL_SEED + j into `tune.repeat=j,tune.trial=i,...`, selects per activation as above, and
+retrains each selection with its own fresh seeds j*S..(j+1)*S-1 into `tune.repeat=j,tune.trial=best/`; the recipe's
+values are retrained once (seeds 0..S-1, `tune.trial=defaults/`). R = 1 writes exactly the folders above.
+
+`<recipe>/tuning.json` records the design (space, B, seed, metric) and each activation's selected trial (per
+procedure when R > 1).
 """
 
 from __future__ import annotations
@@ -47,9 +54,19 @@ def dims(cfg: DictConfig) -> list[design.Dim]:
         raise ConfigError(str(e), e.key) from None
 
 
-def trials(cfg: DictConfig) -> list[dict]:
-    """The trial settings of the design, the same for every activation."""
-    return design.trial_settings(dims(cfg), int(cfg.tune.trials), int(cfg.tune.seed))
+def trials(cfg: DictConfig, repeat: int | None = None) -> list[dict]:
+    """The trial settings of the design (of its procedure `repeat` when tune.repeats > 1), the same for every
+    activation."""
+    return design.trial_settings(dims(cfg), int(cfg.tune.trials), int(cfg.tune.seed), repeat)
+
+
+def value_settings(cfg: DictConfig) -> list[dict]:
+    """One setting per value the search may give a tuned key (each grid value, each bound of a range), which
+    preflight checks as it checks a direct override's (an activation's options built, the model's keys), before any
+    trial trains."""
+    if not is_tuning(cfg):
+        return []
+    return [{d.key: int(v) if d.integer else v} for d in dims(cfg) for v in (d.values or (d.lo, d.hi))]
 
 
 def selection_metric(cfg: DictConfig) -> str:
@@ -111,13 +128,31 @@ def chosen_so_far(cfg: DictConfig, trial_jobs: list[tuple[dict, Path]]) -> dict[
     return {act: c if c["values"] is not None else {**c, "values": {}} for act, c in chosen.items()}
 
 
+def procedures(cfg: DictConfig) -> list[int | None]:
+    """The procedures of the design: [None] for tune.repeats = 1 (no tune.repeat key anywhere), else 0..R-1."""
+    r = int(cfg.tune.get("repeats") or 1)
+    return [None] if r == 1 else list(range(r))
+
+
+def trial_seed(repeat: int | None) -> int:
+    """The seed every trial of procedure `repeat` trains with."""
+    return design.TRIAL_SEED + (repeat or 0)
+
+
+def retrain_seeds(cfg: DictConfig, repeat: int | None) -> range:
+    """The fresh seeds procedure `repeat` retrains its selection with: j*S..(j+1)*S-1 (S = seeds)."""
+    s, j = int(cfg.seeds), repeat or 0
+    return range(j * s, (j + 1) * s)
+
+
 def retrain_plan(
-    cfg: DictConfig, chosen: dict[str, dict], phase: str, acts, seeds, plan: Callable[..., list]
+    cfg: DictConfig, chosen: dict[str, dict], phase: str, acts, seeds, plan: Callable[..., list], repeat=None
 ) -> list[tuple[dict, Path]]:
     """(run config, run directory) of the retrain runs: `phase` best (each activation at its chosen values) or
-    defaults (the recipe's own), into `<recipe>/tune.trial=<phase>/<act>/seed_<k>`; planned by the sweep's `plan`
-    (Steps.plan), which checks them as any sweep's runs (the data at those values, the stored configs)."""
-    folder = {design.TRIAL: phase}
+    defaults (the recipe's own), into `<recipe>/tune.trial=<phase>/<act>/seed_<k>` (`tune.repeat=j,tune.trial=best`
+    for procedure `repeat` j); planned by the sweep's `plan` (Steps.plan), which checks them as any sweep's runs (the
+    data at those values, the stored configs)."""
+    folder = ({} if repeat is None else {design.REPEAT: int(repeat)}) | {design.TRIAL: phase}
     jobs = []
     for act in acts:
         values = (chosen.get(str(act)) or {}).get("values") if phase == design.BEST else {}
@@ -127,7 +162,7 @@ def retrain_plan(
     return jobs
 
 
-def write_record(cfg: DictConfig, chosen: dict, metric: str) -> None:
+def write_record(cfg: DictConfig, chosen_by: dict, metric: str) -> None:
     record = {
         "space": [d.describe() for d in dims(cfg)],
         "trials": int(cfg.tune.trials),
@@ -136,8 +171,15 @@ def write_record(cfg: DictConfig, chosen: dict, metric: str) -> None:
         "selection_metric": metric,
         "retrain_seeds": cfg.seeds,
         "defaults": bool(cfg.tune.defaults),
-        "acts": chosen,
     }
+    if list(chosen_by) == [None]:
+        record["acts"] = chosen_by[None]
+    else:
+        record["repeats"] = len(chosen_by)
+        record["procedures"] = [
+            {"repeat": j, "trial_seed": trial_seed(j), "retrain_seeds": list(retrain_seeds(cfg, j)), "acts": c}
+            for j, c in chosen_by.items()
+        ]
     path = Path(cfg.results_dir) / cfg.recipe / RECORD
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(record, indent=1, default=str) + "\n")
@@ -145,25 +187,32 @@ def write_record(cfg: DictConfig, chosen: dict, metric: str) -> None:
 
 def run_tuning(cfg: DictConfig, steps: Steps) -> list:
     """Both phases (module docstring), with the sweep's `steps`; the outcomes of every run, trials first."""
-    settings = trials(cfg)
     metric = selection_metric(cfg)
+    repeats = procedures(cfg)
     steps.say(
-        f"tune: {len(settings)} trials per activation from {', '.join(d.describe() for d in dims(cfg))} "
+        f"tune: {cfg.tune.trials} trials per activation from {', '.join(d.describe() for d in dims(cfg))} "
         f"(seed {cfg.tune.seed}), selected on {metric}"
+        + (f"; {len(repeats)} independent procedures (tune_repeats)" if repeats != [None] else "")
     )
-    outcomes = list(steps.execute_all(steps.plan(cfg, settings=settings, seeds=[design.TRIAL_SEED])))
-    chosen = select(outcomes, metric)
-    for act, c in chosen.items():
-        if c["trial"] is None:
-            steps.say(f"tune: {act}: every trial diverged or failed; not retrained")
-        else:
-            shown = ", ".join(f"{k}={v}" for k, v in c["values"].items())
-            steps.say(f"tune: {act}: best trial {c['trial']} ({shown}), {metric} {c['score']:.2f}")
+    planned = [steps.plan(cfg, settings=trials(cfg, j), seeds=[trial_seed(j)]) for j in repeats]
+    done = list(steps.execute_all([job for jobs in planned for job in jobs]))  # in plan order
+    outcomes, chosen_by, start = list(done), {}, 0
+    for j, jobs in zip(repeats, planned):
+        chosen_by[j] = chosen = select(done[start : start + len(jobs)], metric)
+        start += len(jobs)
+        where = "" if j is None else f"procedure {j}: "
+        for act, c in chosen.items():
+            if c["trial"] is None:
+                steps.say(f"tune: {where}{act}: every trial diverged or failed; not retrained")
+            else:
+                shown = ", ".join(f"{k}={v}" for k, v in c["values"].items())
+                steps.say(f"tune: {where}{act}: best trial {c['trial']} ({shown}), {metric} {c['score']:.2f}")
     if is_rank_zero():
-        write_record(cfg, chosen, metric)
+        write_record(cfg, chosen_by, metric)
     phases = [design.BEST] + ([design.DEFAULTS] if cfg.tune.defaults else [])
     acts = sweep_acts(cfg)
-    if cfg.seeds == "auto":
+    if cfg.seeds == "auto":  # tune.repeats = 1 (config/validate.py refuses more)
+        chosen = chosen_by[None]
         phase_cfg = cfg.copy()
         OmegaConf.set_struct(phase_cfg, False)
         phase_cfg.factors = {design.TRIAL: phases}
@@ -172,13 +221,16 @@ def run_tuning(cfg: DictConfig, steps: Steps) -> list:
             return retrain_plan(cfg, chosen, settings[0][design.TRIAL], acts, seeds, steps.plan)
 
         return outcomes + list(run_rounds(phase_cfg, Steps(phase_plan, steps.execute_all, steps.note)))
-    for phase in phases:
-        outcomes += steps.execute_all(retrain_plan(cfg, chosen, phase, acts, range(int(cfg.seeds)), steps.plan))
-    return outcomes
+    jobs = []
+    for j in repeats:
+        jobs += retrain_plan(cfg, chosen_by[j], design.BEST, acts, retrain_seeds(cfg, j), steps.plan, j)
+    if cfg.tune.defaults:
+        jobs += retrain_plan(cfg, {}, design.DEFAULTS, acts, range(int(cfg.seeds)), steps.plan)
+    return outcomes + list(steps.execute_all(jobs))
 
 
 def planned_runs(cfg: DictConfig) -> dict[str, int]:
-    """Runs per phase of the design, per activation (estimate.py prices them): trials B, best S, defaults S (S:
-    seeds, or seeds_max under seeds=auto, the most it may train)."""
-    seeds = most_seeds(cfg)
-    return {"trials": int(cfg.tune.trials), "best": seeds, **({"defaults": seeds} if cfg.tune.defaults else {})}
+    """Runs per phase of the design, per activation (estimate.py prices them): trials R x B, best R x S, defaults S
+    (R: tune.repeats; S: seeds, or seeds_max under seeds=auto, the most it may train)."""
+    seeds, r = most_seeds(cfg), len(procedures(cfg))
+    return {"trials": r * int(cfg.tune.trials), "best": r * seeds, **({"defaults": seeds} if cfg.tune.defaults else {})}
