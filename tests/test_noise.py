@@ -262,8 +262,8 @@ def test_the_report_writes_the_noise_section_of_a_noise_design(tmp_path, capsys)
         lines[2],
     ), lines[2]
     assert re.fullmatch(
-        r"gelu vs relu: (≈ \d+ seeds per group|more than .*) for 80 % power to detect Δ = "
-        r"[+-]\d+\.\d\d \(the all-vary arms'\), d = \d+\.\d\d with the variance of an ordinary "
+        r"gelu vs relu: (≈ \d+ seeds per group|more than .*) for 80 % power to detect a difference of one seed sd "
+        r"of an ordinary run \(--effect D for another\), d = 1\.00 with the variance of an ordinary "
         r"run taken as the sum of the components that vary in it \(those above 0\), pooled with "
         r"relu's",
         lines[3],

@@ -237,7 +237,8 @@ def test_report_writes_the_per_example_section_with_a_plain_words_line(tmp_path,
     (line,) = plain_lines(text)
     assert re.match(
         r"rational vs relu: Δ = [+-]\d+\.\d\d \[two-level [+-]\d+\.\d\d, [+-]\d+\.\d\d\]; one run's "
-        r"accuracy varies by ±\d\.\d\d over test sets of this size \(share of seed variance \d+ %\), while "
+        r"accuracy varies by ±\d\.\d\d over test sets of this size \((share of seed variance \d+ %|the test set alone would "
+        r"give \d+\.\d× the seed variance measured: not a share — .*within what the test set explains)\), while "
         r"the test set's part of this Δ \(√E: its sd over new test sets, both arms on the same images\) is "
         r"±\d\.\d\d( \(E estimated at 0: lost in each image's seed noise\))?; churn "
         r"between seeds \d+\.\d %, between activations \d+\.\d % \(permutation p = 0\.\d+\): too few runs "
@@ -350,3 +351,17 @@ def test_the_section_reads_the_weights_the_metric_scores_and_names_the_val_set(t
         "gelu/seed_0: predictions.npz has no 'raw' predictions (has ema) (and 3 more)"
     ) in (recipe / "table.md").read_text()
     assert not (recipe / "per_example.md").exists()
+
+
+def test_a_ratio_above_one_is_never_printed_as_a_share():
+    """Σ v_i / N² over s² above 1 (a noisy s² at few seeds, or flips that offset one another): no "share" of 180 %."""
+    from visionbench.report.tables import share_cell, share_words
+    from visionbench.stats.per_example import variance_share
+
+    c = np.array([[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]], float)  # every run gets 2 of 4: s² = 0 < Σ v_i / N²
+    c = np.vstack([c, [1, 0, 0, 1], [0, 1, 1, 1]])
+    share = variance_share(c)["share"]
+    assert share > 1
+    assert share_cell(share) == f"all (×{share:.1f})" and "%" not in share_cell(share)
+    assert "not a share" in share_words(share) and "share of seed variance" not in share_words(share)
+    assert share_cell(0.87) == "87 %" and share_words(0.87) == " (share of seed variance 87 %)"

@@ -210,9 +210,9 @@ def test_verdict_rules(tmp_path):
     assert table.loc["same", "tost_p"] < 0.05 <= table.loc["noisy", "tost_p"]
     assert table.loc["edge", "p_value"] < 0.05 and "but inside the margin" in table.loc["edge", "verdict_text"]
     noisy = table.loc["noisy"]
-    d = abs(noisy["diff"]) / pooled(VERDICT_VALUES["noisy"], VERDICT_VALUES["relu"])
+    d = 1.0 / pooled(VERDICT_VALUES["noisy"], VERDICT_VALUES["relu"])  # sized for the margin, never the observed Δ
     assert noisy["d_for_seeds"] == pytest.approx(d) and noisy["seeds_needed"] == nct_seeds(d)
-    assert f"≈ {nct_seeds(d)} seeds per group would decide d = {d:.2f}" in noisy["verdict_text"]
+    assert f"≈ {nct_seeds(d)} seeds per group would detect Δ = 1.00, the margin (d = {d:.2f})" in noisy["verdict_text"]
     assert noisy["verdict_text"].startswith(f"noisy vs relu is inconclusive: Δ = {noisy['diff']:+.2f} (Student p = ")
     assert table.loc["up", "verdict_text"] == "up is better than relu: Δ = +1.52 (Student p < 0.0001; n = 6 vs 6)."
     assert table.loc["down", "verdict_text"].startswith("down is worse than relu: Δ = -1.48 (Student p < 0.0001")
@@ -223,15 +223,30 @@ def test_verdict_rules(tmp_path):
     assert same["tost_p"] < 1e-4 and "TOST p = 0.0" in table.loc["edge", "verdict_text"]
 
 
-def test_equal_means_up_to_float32_rounding_are_no_difference_not_a_million_seeds(tmp_path):
+def test_seeds_needed_is_sized_for_a_stated_effect_never_the_observed_one(tmp_path):
     relu = [98.61111, 99.16667, 98.05556, 98.33333, 98.05556]
-    same = [98.61111, 99.16667, 98.05556, 98.33333, 98.0555585]  # Δ = -3e-7: float32 ulps
+    same = [98.61111, 99.16667, 98.05556, 98.33333, 98.0555585]  # Δ = -3e-7: float32 ulps, d ≈ 0
     root = write_recipe(tmp_path, "toy", {"relu": relu, "same": same})
     assert main([str(root), "--no-plots"]) == 0
     row = pd.read_csv(root / "table.csv").set_index("act").loc["same"]
-    assert 0 < row["d_for_seeds"] < verdict.NO_DIFFERENCE_D and row["verdict"] == "inconclusive"
-    assert "no difference observed: pass --effect D or --margin M" in row["verdict_text"]
-    assert "would decide" not in row["verdict_text"] and "Δ = +0.00 " in row["verdict_text"]  # never "-0.00"
+    assert row["d_for_seeds"] == 1.0 and row["seeds_needed"] == nct_seeds(1.0) and row["verdict"] == "inconclusive"
+    assert "would detect a difference of one seed sd (d = 1; --effect D for another)" in row["verdict_text"]
+    assert "Δ = +0.00 " in row["verdict_text"]  # never "-0.00"
+
+
+def test_at_the_printed_seeds_a_one_sd_difference_is_found_80_percent_of_the_time():
+    """The sizing is a promise: simulate the table's Student test at the printed n per group and a true difference
+    of one seed sd (the default stated effect), through the same power.seeds_needed the verdict calls."""
+    from scipy import stats as sps
+
+    from visionbench.stats import power
+
+    n = int(power.seeds_needed(1.0))
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(1.0, 1.0, (4000, n)), rng.normal(0.0, 1.0, (4000, n))
+    found = float(np.mean(sps.ttest_ind(a, b, axis=1).pvalue < 0.05))
+    print(f"\n{n} seeds per group, Δ = 1 sd: found {found:.1%}")
+    assert found == pytest.approx(0.80, abs=0.03)
 
 
 def test_verdict_without_margin_and_with_holm(tmp_path):

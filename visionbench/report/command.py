@@ -113,7 +113,8 @@ def report_parser() -> argparse.ArgumentParser:
         type=positive_arg("--effect"),
         default=None,
         metavar="D",
-        help="difference of means (metric units) seeds_needed is solved for (default: the observed one)",
+        help="difference of means (metric units) seeds_needed is solved for (default: the --margin, else one "
+        "seed sd; never the observed difference)",
     )
     add_alpha(p, "the verdicts and of mde / seeds_needed")
     switch(

@@ -46,10 +46,10 @@ from ..stats import power, reproduction
 from . import protocol, render
 from .arguments import add_alpha, parser
 from .collect import RUN_SCALARS, metric_names, scan_runs
+from .compare_table import table
 from .environment import differences_between
 from .errors import UsageError, fail
 from .per_example import load_arms
-from .compare_table import table
 from .summary import scored_values
 
 # config keys a rerun may change and still ask "did it reproduce?": training hyperparameters and execution

@@ -272,9 +272,9 @@ def plot_cd(test: dict, out_path) -> Path | None:
 
 
 def plot_tuning(curve: pd.DataFrame, out_path, recipe: str = "", metric: str = "") -> Path | None:
-    """`tuning.png` (report/tuning.py): per activation the expected best validation score after n trials with a
-    ±1 sd band (Dodge et al. 2019, Fig. 1 style), against n and, when the trials' times are known, against the
-    expected cumulative training time."""
+    """`tuning.png` (report/tuning.py): per activation the expected best validation score after n trials with its
+    95 % bootstrap band over trials (report/tuning_curves.py; ±1 sd of the best draw for a frame without the band),
+    against n and, when the trials' times are known, against the expected cumulative training time."""
     if curve is None or curve.empty:
         return None
     timed = "expected_cost" in curve and curve["expected_cost"].notna().any()
@@ -285,14 +285,18 @@ def plot_tuning(curve: pd.DataFrame, out_path, recipe: str = "", metric: str = "
         group = group.sort_values("n")
         for ax, x in zip(axes, ["n", "expected_cost"]):
             (line,) = ax.plot(group[x], group["expected_max"], marker=".", label=f"{act} (B={int(group['B'].iloc[0])})")
+            banded = "band_low" in group
             ax.fill_between(
                 group[x],
-                group["expected_max"] - group["sd"],
-                group["expected_max"] + group["sd"],
+                group["band_low"] if banded else group["expected_max"] - group["sd"],
+                group["band_high"] if banded else group["expected_max"] + group["sd"],
                 color=line.get_color(),
                 alpha=0.2,
             )
-    axes[0].set(xlabel="trials n", ylabel=f"expected best {score} (± sd)", title=f"{recipe}: expected best of n trials")
+    shade = "95 % bootstrap band" if "band_low" in curve else "± sd"
+    axes[0].set(
+        xlabel="trials n", ylabel=f"expected best {score} ({shade})", title=f"{recipe}: expected best of n trials"
+    )
     axes[0].xaxis.get_major_locator().set_params(integer=True)
     if timed:
         axes[1].set(xlabel="expected training time of n trials (s)", title="against cumulative training time")

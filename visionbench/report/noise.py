@@ -32,7 +32,7 @@ from ..stats.per_example import check_same_images
 from . import per_example, render
 from .summary import scored_values
 from .tables import number, p_relation, p_text
-from .verdict import NO_DIFFERENCE_D, _seeds_text
+from .verdict import _seeds_text
 
 KEY = "noise"  # the config key of the design
 PART_NAMES = {"init": "init", "order": "order", "aug": "aug", nz.TEST: "test set", "sum": "sum", nz.ALL: "all-vary"}
@@ -276,14 +276,15 @@ def _rows(
 def _seeds(act, parts, values, base, alpha, effect) -> dict:
     """Seeds per group for 80 % power at `alpha` (stats/power.py), the variance of one ordinary run taken as the
     sum of the components that vary in it (those above 0: the sources, and the test set) pooled with the
-    baseline's, and Δ the all-vary arms' difference of means (or `effect`); {} where a design is incomplete."""
+    baseline's, and Δ `effect` (else one such sd: d = 1); {} where a design is incomplete."""
     if not base or act == base:
         return {}
     sums = [parts[a]["sum"] for a in (act, base)]
     if not all(s["complete"] and s["varying"] > 0 for s in sums):
         return {}
     diff = float(values[act][nz.ALL].mean() - values[base][nz.ALL].mean())
-    d = (effect if effect is not None else abs(diff)) / math.sqrt((sums[0]["varying"] + sums[1]["varying"]) / 2)
+    # a stated effect (--effect), else one seed sd of an ordinary run: never the observed difference
+    d = effect / math.sqrt((sums[0]["varying"] + sums[1]["varying"]) / 2) if effect is not None else 1.0
     return {"all_diff": diff, "d_for_seeds": d, "seeds_needed": power.seeds_needed(d, alpha=alpha)}
 
 
@@ -412,12 +413,10 @@ def _seeds_words(act: str, row, base: str, digits: int, effect: float | None) ->
     """The seeds a t-test of the ordinary runs needs, with the components' variance."""
     if not math.isfinite(row.get("seeds_needed", math.nan)):
         return ""
-    if effect is None and row["d_for_seeds"] < NO_DIFFERENCE_D:
-        return f"{act} vs {base}: no difference observed between the all-vary arms (pass --effect D for seeds needed)"
     what = (
         f"Δ = {number(effect, digits)} (--effect)"
         if effect is not None
-        else f"Δ = {number(row['all_diff'], digits, True)} (the all-vary arms')"
+        else "a difference of one seed sd of an ordinary run (--effect D for another)"
     )
     return (
         f"{act} vs {base}: {_seeds_text(row['seeds_needed'])} for 80 % power to detect {what}, d = "

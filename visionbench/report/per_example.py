@@ -30,7 +30,7 @@ from ..results.io import RunStateError
 from ..results.predictions import FILE_NAME, variant_of
 from ..stats import per_example as pex
 from . import render
-from .tables import TEST_NAMES, number, p_relation, p_text
+from .tables import TEST_NAMES, number, p_relation, p_text, share_cell, share_words
 
 LACKING = "two-level interval, variance share, churn, ensemble, NLL, ECE"
 TEST_WORD = {"student": "Student", "welch": "Welch", "paired": "paired"}
@@ -320,7 +320,7 @@ def _cells(data: pd.DataFrame, baseline, digits) -> tuple[list[str], list[list[s
                 dash or _ci(r, "two_level_seed_low", "two_level_seed_high", digits),
                 dash or _pm(r.get("two_level_example_sd"), digits),
                 _pm(r.get("binomial_sd_a"), digits),
-                f"{share * 100:.0f} %" if math.isfinite(share) else "",
+                share_cell(share),
                 dash or p_text(r.get("images_p_value")),
                 _fmt(r.get("churn_within_a"), 1),
                 dash or _fmt(r.get("churn_between"), 1),
@@ -343,8 +343,7 @@ def _sentence(act, baseline, r, test, alpha, digits) -> str:
     if math.isfinite(r["two_level_low"]):
         text += f" [two-level {d(r['two_level_low'], True)}, {d(r['two_level_high'], True)}]"
     text += f"; one run's accuracy varies by ±{d(r['binomial_sd_a'])} over test sets of this size"
-    if math.isfinite(r["share_a"]):
-        text += f" (share of seed variance {r['share_a'] * 100:.0f} %)"
+    text += share_words(r["share_a"])
     part = r.get("two_level_example_sd", math.nan)
     if math.isfinite(part):  # both arms scored the same images: most of the test set's sampling cancels in Δ
         text += (

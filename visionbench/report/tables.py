@@ -337,3 +337,27 @@ def write(
         ValueError: an unknown format (before anything is written).
     """
     return render.write(table(summary, notes, digits, extras, footer), Path(out_dir) / "table", formats)
+
+
+# ---- the per-example share of the seed variance (report/per_example.py) ----
+
+
+def share_cell(share: float) -> str:
+    """The table's share: a percentage up to 100 %; above it, no share (no part exceeds its whole) but the ratio,
+    marked: the test set alone predicts more seed variance than the seeds showed."""
+    if not math.isfinite(share):
+        return ""
+    return f"{share * 100:.0f} %" if share <= 1 else f"all (×{share:.1f})"
+
+
+def share_words(share: float) -> str:
+    """The per-example sentence's clause on the share (docs/per_example.md, "Share of the seed variance")."""
+    if not math.isfinite(share):
+        return ""
+    if share <= 1:
+        return f" (share of seed variance {share * 100:.0f} %)"
+    return (
+        f" (the test set alone would give {share:.1f}× the seed variance measured: not a share — the runs' "
+        "accuracies agree more closely than independent image flips would, as a noisy s² at few seeds or flips "
+        "that offset one another make them; all of the seed spread is within what the test set explains)"
+    )

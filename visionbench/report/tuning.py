@@ -1,8 +1,8 @@
 """The tuning section of a tuning design's tree (`visionbench run ... tune=SPACE trials=B`, docs/tuning.md):
 
-* `tuning.md/csv` beside table.md: per activation the expected best validation score after n = 1..B trials with its
-  spread (stats/expected_max.py, Dodge et al. 2019) and the expected training time of those n trials; where two
-  curves cross, at which n;
+* `tuning.md/csv` beside table.md: per activation the expected best validation score after n = 1..B trials ± its
+  bootstrap sd and band, and the expected training time of those n trials; where one leads beyond that noise
+  (report/tuning_curves.py);
 * `tuning.png`: those curves against n and against cumulative training time;
 * the equal-budget verdicts: the table of `tune.trial=best/` (each activation at its own best-on-validation
   configuration, fresh seeds) beside the table of `tune.trial=defaults/` (the recipe's own values, the same seeds),
@@ -25,10 +25,9 @@ import numpy as np
 import pandas as pd
 
 from ..results.settings import parse_setting_label
-from ..stats import expected_max as em
 from ..stats import tuned_comparison as tc
 from ..stats.metrics import higher_is_better
-from . import render
+from . import render, tuning_curves
 
 TRIAL = "tune.trial"
 REPEAT = "tune.repeat"  # a procedure's index, first in a setting's label when tune.repeats > 1
@@ -88,12 +87,6 @@ def trials_frame(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["act", "trial", "setting", "score", "train_time_s"]).sort_values(
         ["act", "trial"], kind="stable"
     )
-
-
-def curves(trials: pd.DataFrame, method: str = "dodge") -> pd.DataFrame:
-    """The expected-maximum curve per activation (stats/expected_max.py), with the cumulative training time."""
-    cost = "train_time_s" if trials["train_time_s"].notna().any() else None
-    return em.expected_max_curve(trials, score="score", by="act", cost=cost, method=method)
 
 
 def _verdicts(summary: pd.DataFrame | None) -> dict[str, str]:
@@ -221,7 +214,7 @@ def section(
     """(the tuning table, the curves frame, the trials frame) of one recipe's tuning tree; `per_setting`: the
     annotated summaries of its settings (each with a `setting` column)."""
     trials = trials_frame(runs)
-    curve = curves(trials)
+    curve, scores = tuning_curves.curves(trials)
     metric = selection_metric(runs)
     budget = int(trials.groupby("act").size().min()) if len(trials) else 0
     by_setting = {str(s["setting"].iloc[0]): s for s in per_setting if len(s)}
@@ -238,47 +231,11 @@ def section(
     acts = list(dict.fromkeys(trials["act"]))
     if base in acts:
         acts = [base] + [a for a in acts if a != base]
-    rows, data = [], []
-    for act in acts:
-        mine = curve[curve["act"] == act].set_index("n")
-        picked = trials[(trials["act"] == act)].dropna(subset=["score"])
-        chosen = picked.loc[picked["score"].idxmax()] if len(picked) else None
-        for n, r in mine.iterrows():
-            cost = r.get("expected_cost", math.nan)
-            rows.append(
-                [
-                    act if n == mine.index[0] else "",
-                    str(int(n)),
-                    f"{r['expected_max']:.{digits}f} ± {r['sd']:.{digits}f}",
-                    "" if pd.isna(cost) else f"{cost:.1f}",
-                    (f"trial {int(chosen['trial'])}: {chosen['setting']} ({chosen['score']:.{digits}f})")
-                    if chosen is not None and n == mine.index[-1]
-                    else "",
-                ]
-            )
-        data.append(mine.reset_index().assign(act=act))
-    frame = pd.concat(data, ignore_index=True) if data else curve
-    notes = [
-        f"expected best {metric} after n of the {budget} trials per activation (Dodge et al. 2019: the max of n draws "
-        "from the trials' scores), ± its spread (sd of that best); training time: the expected cumulative training "
-        "seconds of n trials. A diverged or failed trial counts in the budget and is never the best."
-    ]
+    rows = tuning_curves.table_rows(curve, trials, acts, digits)
+    frame = pd.concat([curve[curve["act"] == act] for act in acts], ignore_index=True) if acts else curve
+    notes = [tuning_curves.method_note(metric, budget)]
     if base is not None:
-        unbiased = curves(trials, method="unbiased")
-        for act in acts:
-            if act == base:
-                continue
-            a, b = curve[curve["act"] == act], curve[curve["act"] == base]
-            n = em.crossing(a, b)
-            where = f"the curves cross at n = {n}" if n is not None else "the curves do not cross"
-            u = unbiased[unbiased["act"] == act], unbiased[unbiased["act"] == base]
-            m = em.crossing(*u) if len(u[0]) and len(u[1]) else n
-            if m != n:  # the plug-in's bias differs between activations: the order near n = B is not settled
-                where += (
-                    f"; with the unbiased estimator (Tang et al. 2020) {'at n = ' + str(m) if m else 'nowhere'}: "
-                    f"the order near n = {budget} is not settled by {budget} trials"
-                )
-            notes.append(f"{em.lead_sentence(a, b, act, base)} ({where})")
+        notes += tuning_curves.lead_notes(curve, scores, acts, base)
     test_metric = str(best["metric"].iloc[0]) if best is not None and "metric" in best else ""
     found = tests(runs, base, test_metric) if base is not None and test_metric else {}
     lines = sentences(best, defaults, base, per_procedure, found, repeats, digits)
@@ -297,15 +254,14 @@ def section(
             if act in selected
         )
         notes.append(
-            f"Optimism of the selection: each activation's selected configuration has the best {metric} of its "
-            f"{per_procedure} trials, a maximum of noisy scores and so biased upward; the same configuration's {metric} "
-            f"over the fresh seeds is not ({pairs}). The verdict rests on the fresh seeds' "
-            f"{best['metric'].iloc[0]} ({TRIAL}={BEST}/table.md), never selected on."
+            tuning_curves.optimism_note(
+                metric, per_procedure, str(best["metric"].iloc[0]), pairs, f"{TRIAL}={BEST}/table.md"
+            )
         )
     table = render.Table(
-        ["Act.", "n trials", f"expected best {metric} (± sd)", "training time (s)", "selected (best of B)"],
+        tuning_curves.header(metric),
         rows,
-        align="lrrrl",
+        align="lrrrrl",
         title=f"{runs['recipe'].iloc[0]} — equal tuning budgets",
         intro=[
             (f"{repeats} independent tuning procedures per activation (tune_repeats); in each, " if repeats > 1 else "")

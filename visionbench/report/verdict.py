@@ -9,7 +9,8 @@ unstable / inconclusive, with the power numbers behind it and one sentence a rea
 
 Columns added to one recipe's `summarize` rows:
 `mde` (minimal detectable |Δ| at the n at hand, power.mde), `d_for_seeds` (the Cohen's d the
-seed count is for: the observed |Δ| / pooled sd, or `--effect D` / pooled sd), `seeds_needed`
+seed count is for: a stated effect, never the observed one — `--effect D` / pooled sd, else the margin / pooled
+sd, else 1: one seed sd), `seeds_needed`
 (per group), `tost_p` and `tost_p_holm` (with a margin), `verdict`, `verdict_text`, the
 probability of improvement `p_improve` with its exact interval (`p_improve_low`, `p_improve_high`;
 stats/improvement.py; not estimable with `--test welch`) and the empirical pair count
@@ -23,7 +24,7 @@ Holm-adjusted over the recipe's activations too), over the runs that finished:
    t-test also finds it non-zero (then the sentence says so: a real but negligible difference);
 2. else p < α: **better** or **worse**, in the metric's direction (losses, errors, times and
    epochs_to_X: lower is better);
-3. else **inconclusive**, and the sentence says how many seeds per group would decide it.
+3. else **inconclusive**, and the sentence says how many seeds per group would detect a stated effect.
 Then divergence and stalls: the tests see only the runs that completed and learned, so an act that diverged or
 stalled (trained to the end at chance: collect.py, stats/convergence.py) in some seeds is compared on its survivors.
 If the act diverged or stalled in any seed, a survivors' "better" or "equivalent" becomes **unstable** (never
@@ -50,9 +51,7 @@ from .tables import number, p_relation
 
 VERDICTS = ("better", "worse", "equivalent", "unstable", "inconclusive")
 TEST_LABEL = {"student": "Student", "welch": "Welch", "paired": "paired"}
-# |d| below this is "no difference observed", not "≈ 10⁶ seeds would decide d = 0.00": equal means
-# of float32 accuracies differ by a few ulps (relu6 vs relu on digits: Δ = -1.5e-6, d = 3e-6)
-NO_DIFFERENCE_D = 0.005
+DEFAULT_EFFECT_D = 1.0  # the effect `seeds_needed` is sized for when neither --effect nor --margin states one
 NUMBER_COLUMNS = (
     "mde",
     "d_for_seeds",
@@ -162,10 +161,10 @@ def _numbers(row, a: pd.Series, b: pd.Series, higher: bool, alpha, target_power,
     if paired:  # the test's own data: the seeds both completed
         shared = a.index.intersection(b.index)
         x, y = a.loc[shared].to_numpy(float), b.loc[shared].to_numpy(float)
-        sd, observed = float(np.std(x - y, ddof=1)), float(np.mean(x - y))
+        sd = float(np.std(x - y, ddof=1))
     else:
         x, y = a.to_numpy(float), b.to_numpy(float)
-        sd, observed = power.pooled_sd(x, y), float(x.mean() - y.mean())
+        sd = power.pooled_sd(x, y)
     if row["test"] != "welch":  # its interval misses at unequal spreads (docs/report.md): not estimable
         res.update(
             zip(
@@ -174,7 +173,10 @@ def _numbers(row, a: pd.Series, b: pd.Series, higher: bool, alpha, target_power,
             )
         )
     res["mde"] = power.mde(x, y, paired=paired, alpha=alpha, power=target_power)
-    res["d_for_seeds"] = (effect if effect is not None else abs(observed)) / sd if sd > 0 else math.nan
+    # sized for a stated effect, never the observed one (a study sized from its own noisy Δ̂ is sized for noise):
+    # --effect D, else the margin, else one seed sd (d = 1)
+    stated = effect if effect is not None else margin if margin else None
+    res["d_for_seeds"] = (stated / sd if sd > 0 else math.nan) if stated is not None else DEFAULT_EFFECT_D
     res["seeds_needed"] = power.seeds_needed(res["d_for_seeds"], paired=paired, alpha=alpha, power=target_power)
     if margin:
         res["tost_p"] = power.tost_p(x, y, margin, test=row["test"])
@@ -296,10 +298,12 @@ def _decide_finished(
             else f"; no TOST within ±{number(margin, digits)}"
         )
     d, seeds = row["d_for_seeds"], row["seeds_needed"]
-    if not math.isfinite(d) or d < NO_DIFFERENCE_D:
-        text += "; no difference observed: pass --effect D or --margin M"
+    if not math.isfinite(d):
+        text += "; no spread to size a study in: pass --effect D"
     elif effect is not None:
         text += f"; {_seeds_text(seeds)} would detect Δ = {number(effect, digits)} (d = {d:.2f})"
+    elif margin:
+        text += f"; {_seeds_text(seeds)} would detect Δ = {number(margin, digits)}, the margin (d = {d:.2f})"
     else:
-        text += f"; {_seeds_text(seeds)} would decide d = {d:.2f}"
+        text += f"; {_seeds_text(seeds)} would detect a difference of one seed sd (d = 1; --effect D for another)"
     return "inconclusive", text + "."

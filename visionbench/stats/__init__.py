@@ -14,8 +14,10 @@ visionbench outside itself. Modules:
 * `power`: minimal detectable effect, seeds needed, the TOST equivalence p (statsmodels).
 * `sequential`: the group-sequential rule of `seeds=auto` (O'Brien–Fleming-type α spending).
 * `improvement`: the probability of improvement P(X > Y) with stratified-bootstrap CIs (Agarwal et al. 2021).
-* `reproduction`: did a rerun reproduce a result (`visionbench compare`: Welch interval of Δ, TOST, the verdict
-  identical / reproduced / differs / undecided, the one-run default margin) and the prediction interval of one run.
+* `reproduction`: did a rerun reproduce a result (`visionbench compare`: the verdict identical / reproduced /
+  differs / undecided, Holm over every test, seeds needed) and the prediction interval of one run.
+* `equivalence`: the tests compare decides with, each holding its level whatever B's spread: equivalence in the
+  reference's seed sd (exact; its design rates), the spread check, Welch and the TOST with Hsu's df, the lattice of ties.
 * `convergence`: the stall rule of a run (a training loss that never came down from a guess over C classes, or a
   best top-1 at chance), the slope of a curve's last epochs with its t interval over seeds and the seed sd it must
   beat, the pairs whose order reversed between two epochs with the Welch test of their gains (Holm).

@@ -94,6 +94,7 @@ def compare_runs(
     margin_sd: float = DEFAULT_MARGIN_SD,
     alpha: float = power.ALPHA,
     images: int = 0,
+    describe: bool = True,
 ) -> dict:
     """A's and B's values of one metric (one per run): `n_a`, `mean_a`, `sd_a`, the same for B, `diff` = mean B −
     mean A, its 95 % interval `ci_low`, `ci_high` and `welch_p` (Welch's se, Hsu's df; unadjusted), the equivalence
@@ -102,7 +103,8 @@ def compare_runs(
     noisier), `tie` (Δ̂ = 0 exactly), `step` (Δ̂'s lattice when the metric counts `images` test images), `bound`
     and `bound_sd` (the smallest margin the test accepts on these runs), `rate_same`/`rate_off` (P(`reproduced`)
     of this design when nothing changed / B is 1 sd of A off) and `seeds_needed` (per tree, 80 % `reproduced`
-    when the trees do not differ). NaN where a number is undefined (fewer than two runs a side, no spread)."""
+    when the trees do not differ). NaN where a number is undefined (fewer than two runs a side, no spread).
+    `describe=False`: only what the verdict needs (no bound, rates or seeds: what a simulation of the verdict runs)."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     for given in (margin, margin_sd):
         if given is not None and not given > 0:
@@ -114,7 +116,7 @@ def compare_runs(
     out["tie"] = bool(a.size and b.size and abs(out["diff"]) <= max(out["step"] / 2, 1e-9 * abs(out["mean_a"])))
     out["spread_p"] = equivalence.spread_grew(a, b, alpha)
     sd = out["sd_a"] if math.isfinite(out["sd_a"]) and out["sd_a"] > 0 else math.nan
-    designed = a.size >= 2 and b.size >= 2
+    designed = describe and a.size >= 2 and b.size >= 2
     if margin is None:
         k = float(margin_sd)
         out["equivalence_test"], out["margin_sd"], out["margin"] = "sd", k, k * sd
@@ -131,7 +133,7 @@ def compare_runs(
             [equivalence.tost_rate(s * sd, sd, a.size, b.size, margin, alpha) for s in (0.0, 1.0)] if designed else []
         )
     out["rate_same"], out["rate_off"] = rates if rates and math.isfinite(sd) else (math.nan, math.nan)
-    out["seeds_needed"] = seeds_for_equivalence(out["margin_sd"], alpha=alpha)
+    out["seeds_needed"] = seeds_for_equivalence(out["margin_sd"], alpha=alpha) if describe else math.nan
     return out
 
 
