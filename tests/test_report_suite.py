@@ -55,8 +55,17 @@ def test_friedman_equals_scipy_on_the_per_recipe_means(tree, capsys):
     p = float(md.split("p = ")[1].split(" ")[0])
     assert stat == pytest.approx(ref.statistic, abs=5e-4) and p == pytest.approx(ref.pvalue, rel=1e-3)
     assert "N = 6 recipes, k = 4 activations" in md and "mish" not in md.split("activations:")[1].split(")")[0]
+    a, b = ACTS[0], ACTS[1]  # the default post-hoc: scipy's Wilcoxon on the pair's per-recipe means, Holm over 6 pairs
+    ref_w = stats.wilcoxon(table[a].to_numpy() - table[b].to_numpy())
+    assert "pairwise Wilcoxon signed-rank tests over the 6 recipes' means, Holm over the 6 pairs" in md
+    from visionbench.stats import posthoc
+
+    pairs = posthoc.wilcoxon_holm(table, pd.Series(True, index=table.index)).set_index(["a", "b"])
+    assert pairs.loc[(a, b), "p"] == pytest.approx(ref_w.pvalue)
+    assert main([str(tree), "--posthoc", "nemenyi"]) == 0
+    nemenyi = (tree / "ranks.md").read_text()
     cd = stats.studentized_range.ppf(0.95, 4, np.inf) / math.sqrt(2) * math.sqrt(4 * 5 / (6 * 6))
-    assert f"CD = {cd:.3f}" in md
+    assert f"CD = {cd:.3f}" in nemenyi and "Nemenyi post-hoc (Demšar 2006)" in nemenyi
     f = 5 * ref.statistic / (6 * 3 - ref.statistic)  # (N−1)χ² / (N(k−1) − χ²), N = 6, k = 4
     assert f"Iman–Davenport F = {f:.3f} on (3, 15) df, p = {stats.f.sf(f, 3, 15):.4g}" in md
     for recipe in RECIPES:  # each recipe says which metric it was ranked on

@@ -117,6 +117,13 @@ def report_parser() -> argparse.ArgumentParser:
         "seed sd; never the observed difference)",
     )
     add_alpha(p, "the verdicts and of mde / seeds_needed")
+    p.add_argument(
+        "--posthoc",
+        choices=("wilcoxon", "nemenyi"),
+        default="wilcoxon",
+        help="the suite view's post-hoc across recipes: pairwise Wilcoxon signed-rank tests with Holm (default; "
+        "Benavoli et al. 2016) or Nemenyi's mean-rank critical difference (Demšar 2006)",
+    )
     switch(
         p, "--holm", "decide the verdicts on the Holm-adjusted p-values (p_holm, tost_p_holm) over the recipe's acts"
     )

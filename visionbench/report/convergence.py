@@ -213,9 +213,11 @@ def _line(acts, column, epochs, curves, slopes, missing: int, higher: bool, rank
     return text + ". " + _ranking_text(column, ranking, alpha)
 
 
-def _clause(ranking: dict, alpha: float) -> str:
-    """What a verdict's sentence gets while the ranking was still moving."""
-    beyond = conv.moving(ranking["change"], alpha)
+def _clause(ranking: dict, alpha: float, act: str) -> str:
+    """What the verdict's sentence of `act` gets when `act` itself moved: its reversals beyond noise ('' if none)."""
+    beyond = [r for r in conv.moving(ranking["change"], alpha) if act in (r.ahead, r.behind)]
+    if not beyond:
+        return ""
     pairs = "; ".join(f"{r.ahead} overtook {r.behind}, gain test Holm p {p_relation(r.p_holm)}" for r in beyond)
     return (
         f"; the ranking was still moving between epoch {_epoch(ranking['mid'])} and {_epoch(ranking['last'])} "
@@ -227,8 +229,8 @@ def attach(
     summary: pd.DataFrame, runs: pd.DataFrame, metric: str, digits: int = 2, alpha: float = conv.ALPHA
 ) -> tuple[pd.DataFrame, list[str]]:
     """`summary` (one table, after verdict.annotate) with the COLUMNS and, while the ranking was still moving (a
-    reversal beyond noise at `alpha`), the clause in each verdict's sentence; and the table's notes: the stall
-    notes, then the convergence line."""
+    reversal beyond noise at `alpha`), the clause in the verdict's sentence of each activation that moved (it
+    names that activation's reversals); and the table's notes: the stall notes, then the convergence line."""
     notes = stall_notes(runs)
     out = summary.copy()
     for col in COLUMNS:
@@ -249,8 +251,10 @@ def attach(
         out["reversed_pairs"] = len(ranking["change"].reversals)
         out["ranking_moving"] = bool(conv.moving(ranking["change"], alpha))
     if ranking is not None and out["ranking_moving"].any() and "verdict" in out:
-        moving = out["verdict"].astype(str).ne("") & out["verdict_text"].astype(str).str.endswith(".")
-        out.loc[moving, "verdict_text"] = out.loc[moving, "verdict_text"].str[:-1] + _clause(ranking, alpha)
+        for i in out.index:  # only the verdicts of the activations that moved, naming their own reversals
+            text, clause = str(out.at[i, "verdict_text"]), _clause(ranking, alpha, str(out.at[i, "act"]))
+            if clause and str(out.at[i, "verdict"]) not in ("", "nan") and text.endswith("."):
+                out.at[i, "verdict_text"] = text[:-1] + clause
     return out, notes + [
         _line(list(out["act"]), column, epochs, curves, slopes, missing, higher, ranking, alpha, digits)
     ]

@@ -228,14 +228,16 @@ def plot_improvement(frame: pd.DataFrame, baseline: str, out_path) -> Path | Non
 
 def plot_cd(test: dict, out_path) -> Path | None:
     """Critical-difference diagram (Demšar 2006 Fig 1): an axis of mean ranks (1 at the left), each act
-    a labelled tick, the CD as a scale bar, thick bars joining acts not significantly different."""
+    a labelled tick, thick bars joining acts not significantly different by the test's post-hoc (pairwise
+    Wilcoxon–Holm, or Nemenyi, whose CD is then drawn as a scale bar)."""
     ranks_ = test["mean_ranks"]
     if not ranks_ or not math.isfinite(test["cd"]):
         return None
     k, cd = test["k"], test["cd"]
+    nemenyi = test.get("posthoc") == "nemenyi"
     order = sorted(ranks_, key=ranks_.get)
     half = math.ceil(len(order) / 2)
-    groups = ranking.cliques(ranks_, cd)
+    groups = test.get("groups") if "groups" in test else ranking.cliques(ranks_, cd)
     height = 1.6 + 0.3 * max(half, len(order) - half) + 0.15 * len(groups)
     fig = Figure(figsize=(7, height))
     ax = fig.add_axes([0.02, 0.02, 0.96, 0.96])
@@ -246,8 +248,9 @@ def plot_cd(test: dict, out_path) -> Path | None:
     for r in range(1, k + 1):
         ax.vlines(r, 0, 0.08, color="black", lw=1)
         ax.text(r, 0.12, str(r), ha="center", va="bottom", fontsize=9)
-    ax.hlines(0.45, 1, 1 + cd, color="black", lw=1.5)
-    ax.text(1 + cd / 2, 0.5, f"CD = {cd:.2f}", ha="center", va="bottom", fontsize=9)
+    if nemenyi:
+        ax.hlines(0.45, 1, 1 + cd, color="black", lw=1.5)
+        ax.text(1 + cd / 2, 0.5, f"CD = {cd:.2f}", ha="center", va="bottom", fontsize=9)
     for i, act in enumerate(order):
         left = i < half
         level = -0.35 - 0.3 * (i if left else len(order) - 1 - i) - 0.15 * len(groups)
@@ -264,8 +267,9 @@ def plot_cd(test: dict, out_path) -> Path | None:
     for j, g in enumerate(groups):
         y = -0.12 - 0.15 * j
         ax.hlines(y, ranks_[g[0]] - 0.04, ranks_[g[-1]] + 0.04, color="black", lw=3)
+    post = "Nemenyi" if nemenyi else "pairwise Wilcoxon–Holm"
     ax.set_title(
-        f"Friedman p = {test['p_value']:.3g}, Nemenyi α = {test['alpha']:g} ({test['k']} acts × {test['n']} recipes)",
+        f"Friedman p = {test['p_value']:.3g}, {post} α = {test['alpha']:g} ({test['k']} acts × {test['n']} recipes)",
         fontsize=9,
     )
     return save(fig, out_path, dpi=120, bbox_inches="tight")

@@ -413,7 +413,13 @@ RECIPE_SECTIONS = (
 def _suite(tree: Tree) -> None:
     """The suite view across recipes: ranks, the critical-difference diagram, P(improvement)."""
     args = tree.args
-    text, files = suite.write(suite.scores_frame(tree.tasks), args.results_dir, alpha=args.alpha, digits=args.digits)
+    text, files = suite.write(
+        suite.scores_frame(tree.tasks),
+        args.results_dir,
+        alpha=args.alpha,
+        digits=args.digits,
+        posthoc_test=getattr(args, "posthoc", "wilcoxon"),
+    )
     print(text)
     tree.written += files
 

@@ -11,7 +11,8 @@ own task: it has its own table, its own seeds and its own ranking). Each task is
 metric (the recipe's `report.metric`, or `--metric`), in that metric's direction.
 
 This module assembles the scores from the runs and writes the files; the statistics are
-`visionbench.stats.ranking` (mean ranks, Friedman with Iman–Davenport's F, Nemenyi CD; Demšar 2006)
+`visionbench.stats.ranking` (mean ranks, Friedman with Iman–Davenport's F; Demšar 2006) and its post-hoc
+`visionbench.stats.posthoc` (pairwise Wilcoxon–Holm by default, Benavoli et al. 2016; Nemenyi's CD as an option)
 and `visionbench.stats.improvement` (P(X > baseline): per recipe the normal-model value with its exact
 interval, over recipes their mean, whose interval is not estimable at a suite's seed counts), the
 figures `figures.py`, the tables `render.py`.
@@ -26,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..results.io import atomic_write_bytes
-from ..stats import improvement, ranking
+from ..stats import improvement, posthoc, ranking
 from ..stats.improvement import LEVEL
 from . import figures, render
 
@@ -116,15 +117,14 @@ def improvement_markdown(frame: pd.DataFrame, baseline: str, level: float = LEVE
 def _friedman_lines(test: dict) -> list[str]:
     if test["note"]:
         return [test["note"] + "."]
-    groups = ranking.cliques(test["mean_ranks"], test["cd"])
     df1, df2 = test["f_df"]
+    groups = test["groups"]
     lines = [
         f"- Friedman χ² = {test['statistic']:.3f}, p = {test['p_value']:.4g} "
         f"(N = {test['n']} recipes, k = {test['k']} activations: {', '.join(test['acts'])})",
         f"- Iman–Davenport F = {test['f_stat']:.3f} on ({df1}, {df2}) df, p = {test['f_p_value']:.4g} "
         "(Demšar 2006 recommends it beside χ², which is conservative)",
-        f"- Nemenyi critical difference CD = {test['cd']:.3f} at α = {test['alpha']:g}: two acts whose "
-        "mean ranks differ by more are significantly different (cd_diagram.png)",
+        *_posthoc_lines(test),
         "- not significantly different (bars of the diagram): "
         + ("; ".join("{" + ", ".join(g) + "}" for g in groups) or "none: every pair differs"),
     ]
@@ -136,6 +136,35 @@ def _friedman_lines(test: dict) -> list[str]:
     elif test["p_value"] >= test["alpha"]:
         lines.append(
             f"- Iman–Davenport's F rejects equal ranks at α = {test['alpha']:g}, Friedman's conservative χ² does not"
+        )
+    return lines
+
+
+def _posthoc_lines(test: dict) -> list[str]:
+    """The post-hoc's lines: Wilcoxon–Holm's pairs that differ (and what N tasks allow), or Nemenyi's CD."""
+    if test["posthoc"] == "nemenyi":
+        return [
+            f"- Nemenyi critical difference CD = {test['cd']:.3f} at α = {test['alpha']:g}: two acts whose mean ranks "
+            "differ by more are significantly different (cd_diagram.png); a mean-rank test, whose verdict on a pair "
+            "depends on the other activations in the pool (Benavoli et al. 2016): the default is pairwise Wilcoxon"
+        ]
+    pairs = test["pairs"]
+    differ = pairs[pairs["differ"]]
+    floor = posthoc.smallest_p(test["n"])
+    lines = [
+        f"- pairwise Wilcoxon signed-rank tests over the {test['n']} recipes' means, Holm over the {len(pairs)} "
+        f"pairs at α = {test['alpha']:g} (Benavoli, Corani & Mangili 2016; `--posthoc nemenyi` for Demšar's "
+        "mean-rank test): "
+        + (
+            "; ".join(f"{r.a} vs {r.b} (p = {r.p:.4g}, Holm {r.p_holm:.4g})" for r in differ.itertuples())
+            if len(differ)
+            else "no pair differs"
+        )
+    ]
+    if floor >= test["alpha"]:
+        lines.append(
+            f"- over {test['n']} recipes the smallest p a Wilcoxon test can give is 2/2^{test['n']} = {floor:.3g}: no "
+            f"pair can differ at α = {test['alpha']:g} before Holm; more recipes are needed (6 at least)"
         )
     return lines
 
@@ -185,7 +214,12 @@ def markdown(
         title="Recipes and the metric each was ranked on",
         level=4,
     )
-    friedman = "\n".join(["#### Friedman test and Nemenyi post-hoc (Demšar 2006)", "", *_friedman_lines(test)]) + "\n"
+    heading = (
+        "#### Friedman test and Nemenyi post-hoc (Demšar 2006)"
+        if test.get("posthoc") == "nemenyi"
+        else "#### Friedman test and pairwise Wilcoxon–Holm post-hoc (Demšar 2006; Benavoli et al. 2016)"
+    )
+    friedman = "\n".join([heading, "", *_friedman_lines(test)]) + "\n"
     pi_text = (
         "No probability of improvement: the recipes do not share one baseline.\n"
         if baseline is None
@@ -194,14 +228,16 @@ def markdown(
     return "\n".join([render.markdown(ranks), friedman, render.markdown(tasks), pi_text])
 
 
-def write(scores: pd.DataFrame, out_dir, *, alpha: float = ranking.ALPHA, digits: int = 2) -> tuple[str, list[Path]]:
+def write(
+    scores: pd.DataFrame, out_dir, *, alpha: float = ranking.ALPHA, digits: int = 2, posthoc_test: str = "wilcoxon"
+) -> tuple[str, list[Path]]:
     """Write ranks.csv, ranks.md, improvement.csv and improvement.png (with a common baseline) and
     cd_diagram.png (with a Friedman test) into `out_dir`; returns (the Markdown, the paths written)."""
     out_dir = Path(out_dir)
     if scores.empty:  # every run of every recipe diverged or failed: nothing to rank
         text = f"### {TITLE}\n\nNo recipe has a scored run: nothing to rank.\n"
         return text, [atomic_write_bytes(out_dir / "ranks.md", text)]
-    table, test = ranking.rank_table(scores), ranking.friedman(scores, alpha)
+    table, test = ranking.rank_table(scores), ranking.friedman(scores, alpha, posthoc_test)
     table["rank_friedman"] = table["act"].map(test["mean_ranks"])
     pi, baseline = improvement_table(scores)
     text = markdown(table, test, ranking.task_metrics(scores), pi, baseline, digits)

@@ -1,10 +1,12 @@
-"""Ranking activations across tasks: mean ranks, the Friedman test, the Nemenyi critical difference
-and the groups it cannot separate — Demšar (2006), "Statistical comparisons of classifiers over
-multiple data sets", JMLR 7.
+"""Ranking activations across tasks: mean ranks, the Friedman test, and its post-hoc — pairwise Wilcoxon
+signed-rank tests with Holm by default (stats/posthoc.py; Benavoli, Corani & Mangili 2016, JMLR 17(5)), or the
+Nemenyi critical difference and the groups it cannot separate — Demšar (2006), "Statistical comparisons of
+classifiers over multiple data sets", JMLR 7.
 
     >>> from visionbench.stats import ranking
     >>> ranking.rank_table(scores)            # act, mean_rank, n_recipes, n_acts_mean, n_best
-    >>> test = ranking.friedman(scores)       # Friedman + Nemenyi CD over the complete block
+    >>> test = ranking.friedman(scores)       # Friedman + pairwise Wilcoxon/Holm over the complete block
+    >>> ranking.friedman(scores, posthoc_test="nemenyi")   # + Nemenyi CD
     >>> ranking.cliques(test["mean_ranks"], test["cd"])
 
 `scores` is a long frame, one row per (task, act, seed): columns `task, act, seed, value, metric,
@@ -26,6 +28,8 @@ import math
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+from . import posthoc
 
 ALPHA = 0.05
 
@@ -112,11 +116,13 @@ def iman_davenport(chi2: float, n: int, k: int) -> tuple[float, float, int, int]
     return f, float(stats.f.sf(f, df1, df2)) if math.isfinite(f) else 0.0, df1, df2
 
 
-def friedman(scores: pd.DataFrame, alpha: float = ALPHA) -> dict:
-    """Friedman test and Nemenyi CD over the complete block (`complete_block`).
+def friedman(scores: pd.DataFrame, alpha: float = ALPHA, posthoc_test: str = "wilcoxon") -> dict:
+    """Friedman test and its post-hoc over the complete block (`complete_block`): pairwise Wilcoxon signed-rank
+    tests with Holm (`wilcoxon`, the default) or Nemenyi's critical difference (`nemenyi`), stats/posthoc.py.
 
     Returns {acts, tasks, k, n, statistic, p_value (Friedman's χ² and its p), f_stat, f_p_value, f_df
-    (Iman–Davenport's F, its p and (df1, df2)), cd, mean_ranks (act -> mean rank over the block), note};
+    (Iman–Davenport's F, its p and (df1, df2)), cd (Nemenyi's, computed under either post-hoc), mean_ranks (act ->
+    mean rank over the block), posthoc, pairs (stats/posthoc.py's frame), groups (the diagram's bars), note};
     the numbers are NaN and `note` says why when k < 3 or N < 2 (no test is run; `acts`, `tasks` are then the
     largest complete block, which no test used)."""
     acts, tasks = complete_block(scores)
@@ -133,8 +139,13 @@ def friedman(scores: pd.DataFrame, alpha: float = ALPHA) -> dict:
         "cd": math.nan,
         "alpha": alpha,
         "mean_ranks": {},
+        "posthoc": posthoc_test,
+        "pairs": pd.DataFrame(columns=posthoc.PAIR_COLUMNS),
+        "groups": [],
         "note": "",
     }
+    if posthoc_test not in posthoc.POSTHOCS:
+        raise ValueError(f"unknown post-hoc {posthoc_test!r}; choose one of {', '.join(posthoc.POSTHOCS)}")
     if len(acts) < 3 or len(tasks) < 2:
         out["note"] = (
             f"no Friedman test: it needs >= 3 activations scored in >= 2 common recipes; the largest "
@@ -155,6 +166,12 @@ def friedman(scores: pd.DataFrame, alpha: float = ALPHA) -> dict:
         cd=critical_difference(len(acts), len(tasks), alpha),
         mean_ranks=block_ranks.mean(axis=0).sort_values().to_dict(),
     )
+    if posthoc_test == "wilcoxon":
+        higher = task_metrics(scores).set_index("task")["higher_better"]
+        out["pairs"] = posthoc.wilcoxon_holm(table, higher, alpha)
+    else:
+        out["pairs"] = posthoc.nemenyi_pairs(out["mean_ranks"], out["cd"])
+    out["groups"] = posthoc.groups(list(out["mean_ranks"]), out["pairs"])
     return out
 
 
