@@ -11,7 +11,7 @@ is the "±" of the estimate, its 2.5–97.5 % percentiles the band. (The spread 
 al. shade as ±1 sd, is another thing: at n = B it shrinks to nothing while the estimate's own uncertainty does not.)
 Near n = B the band
 covers the true E[max of n] less often than its 95 % (a resample of B trials cannot reach above the best one seen):
-92 % at n = 1, 82 % at n = 4, 67 % at n = 8, 46 % at n = 16 of B = 16 (normal scores; tests/test_expected_max_band.py).
+92 % at n = 1, 84 % at n = 4, 70 % at n = 8, 48 % at n = 16 of B = 16 (normal scores; tests/test_expected_max_band.py).
 
 Which activation leads is a test, not a comparison of bands: activations tuned on the same configurations (trial i
 drawn once for all) make paired trials, and swapping a trial's two scores at random gives the exact distribution of
