@@ -29,7 +29,7 @@ def test_registry_has_every_family():
 
 
 def test_unknown_name_lists_known():
-    with pytest.raises(ValueError, match="known: .*relu"):
+    with pytest.raises(ValueError, match="did you mean relu.*visionbench list"):
         A.create("relux")
 
 

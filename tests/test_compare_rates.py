@@ -74,7 +74,7 @@ def near(simulated: float, exact: float, trials: int) -> bool:
 # ---- differs: the whole compare, stalls and unequal spreads included -----------------------------------
 
 
-@pytest.mark.parametrize("n_a, n_b, ratio, q", [(3, 3, 1.0, 0.0), (3, 3, 1.0, 0.4), (5, 3, 2.0, 0.0), (5, 5, 1.0, 0.4)])
+@pytest.mark.parametrize("n_a, n_b, ratio, q", [(3, 3, 1.0, 0.4), (5, 3, 2.0, 0.0)])
 def test_a_rerun_that_changed_nothing_reads_differs_in_at_most_5_percent_of_compares(n_a, n_b, ratio, q):
     rates = simulate(100, n_a, n_b, ratio=ratio, q=q, seed=n_a * 10 + n_b)
     print(f"\n{n_a} vs {n_b} seeds, sd ratio {ratio}, stall q {q}: ≥ 1 differs in {rates['any_differs']:.1%}")

@@ -244,6 +244,7 @@ def test_repeated_procedures_each_draw_train_and_retrain_their_own(tmp_path):
     assert record["repeats"] == 3 and [p["retrain_seeds"] for p in record["procedures"]] == [[0, 1], [2, 3], [4, 5]]
 
 
+@pytest.mark.slow  # the procedures' bookkeeping is tested with a stub executor in the default suite
 def test_a_tiny_repeated_design_reports_the_verdict_about_the_activations(tmp_path, capsys):
     """tune_repeats=2 end to end: each procedure's folders, and the sentence's test over the procedures."""
     root = tmp_path / "runs"

@@ -9,6 +9,7 @@ is checked against it; `bench` names its benchmarks from their own table, vision
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import importlib
 import importlib.metadata
@@ -130,7 +131,7 @@ COMMANDS: tuple[Command, ...] = (
         "check",
         "act=NAME[k=v,...] [imports=MOD] [--quick] [--max-ratio R]",
         "an activation's contracts, PASS/FAIL each (docs/activations.md)",
-        ".check:main",
+        ".check.arguments:main",
         takes_imports=True,
     ),
     Command(
@@ -443,7 +444,12 @@ def _main(argv: list[str] | None) -> int:
             return 2
     command = BY_NAME.get(cmd)
     if command is None:
-        print(f"visionbench: unknown command {cmd!r}; commands: {', '.join(BY_NAME)}\n{USAGE}", file=sys.stderr)
+        close = difflib.get_close_matches(str(cmd), list(BY_NAME), n=2)
+        suggestion = f" (did you mean {' or '.join(close)}?)" if close else ""
+        print(
+            f"visionbench: unknown command {cmd!r}{suggestion}; commands: {', '.join(BY_NAME)} (`visionbench -h`)",
+            file=sys.stderr,
+        )
         return 2
     asks_help = any(a in ("-h", "--help") for a in rest)
     if command.help and asks_help:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import inspect
 import re
@@ -95,8 +96,10 @@ def resolve(name: str) -> str:
     key = name.lower().strip()
     key = _ALIASES.get(key, key)
     if key not in _REGISTRY:
+        close = difflib.get_close_matches(key, names(include_aliases=True), n=2)
+        suggestion = f" (did you mean {' or '.join(close)}?)" if close else ""
         raise ValueError(
-            f"unknown activation {name!r}; known: {', '.join(names(include_aliases=True))} "
+            f"unknown activation {name!r}{suggestion}; `visionbench list` lists the {len(names())} known ones "
             "(your own: load the module that registers it with imports=MODULE, docs/your_activation.md)"
         )
     return key

@@ -9,11 +9,18 @@ activation".
     >>> from visionbench.check import Subject, run_checks
     >>> results = run_checks(Subject("rational", {"version": "B"}), quick=True)
 
-checks.py holds the module checks, speed.py the ratio to GELU, smoke.py the smoke training, run_checks.py the command
-(and `run_checks`, its Python door).
+checks.py holds the module checks, speed.py the ratio to GELU, smoke.py the smoke training, arguments.py the command's
+arguments (parsed before torch is imported), run_checks.py the command (and `run_checks`, its Python door).
 """
 
-from .checks import CHANNELS, MODULE_CHECKS, Subject
-from .run_checks import Result, all_checks, main, run_checks
+import importlib
 
 __all__ = ["CHANNELS", "MODULE_CHECKS", "Result", "Subject", "all_checks", "main", "run_checks"]
+_HOMES = {"CHANNELS": "checks", "MODULE_CHECKS": "checks", "Subject": "checks", "main": "arguments"}
+
+
+def __getattr__(name: str):
+    """The package's names, imported on first use (PEP 562): `visionbench check -h` loads check/arguments.py only."""
+    if name not in __all__:
+        raise AttributeError(f"module 'visionbench.check' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_HOMES.get(name, 'run_checks')}", __name__), name)

@@ -18,13 +18,6 @@ from .checks import MODULE_CHECKS, Subject
 from .smoke import smoke_training
 from .speed import speed
 
-USAGE = "visionbench check act=NAME[k=v,...][,NAME2,...] [imports=MOD[,MOD2]] [--quick] [--max-ratio R] [--device D]"
-DESCRIPTION = """Check activations, built-in or plugin, one line per check (PASS / FAIL with the reason): shape and dtype
-kept, finite on large inputs and at special points, float64 gradcheck, parameter gradients, state_dict and deepcopy,
-construction on the meta device, determinism, the fit to its init target; the speed and memory of forward + backward
-as a ratio to GELU (a figure, unless --max-ratio); a smoke training on the digits. Exit 1 if any check fails.
-act=all checks every registered activation. docs/activations.md, "Checking an activation"."""
-
 
 @dataclass
 class Result:
@@ -88,46 +81,8 @@ def subjects(text: str) -> list[Subject]:
     return [Subject(a.family, dict(a.options), a.label) for a in parse_acts(text)]
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="visionbench check", usage=USAGE, description=DESCRIPTION)
-    p.add_argument(
-        "keys",
-        nargs="*",
-        metavar="act=...",
-        help="act=NAME[k=v,...] (several, comma-separated; all = every one); imports=MOD (plugin modules: "
-        "the command line loads them, visionbench/cli.py)",
-    )
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="a small speed measurement and an MLP smoke training (the test suite's mode)",
-    )
-    p.add_argument(
-        "--max-ratio",
-        type=float,
-        default=None,
-        metavar="R",
-        help="fail when the time or memory ratio to GELU is above R (default: report only)",
-    )
-    p.add_argument("--device", default="cpu", help="torch device of the checks (default cpu; meta is always checked)")
-    args = p.parse_args(argv)
-    keys = {}
-    for item in args.keys:
-        key, sep, value = item.partition("=")
-        if not sep or key != "act" or key in keys:
-            p.error(f"{item!r}: expected act=NAME[k=v,...] once and optionally imports=MOD")
-        keys[key] = value
-    if "act" not in keys:
-        p.error("which activation? give act=NAME, e.g. act=rational or act=all")
-    args.act = keys["act"]
-    if args.max_ratio is not None and not args.max_ratio > 0:
-        p.error(f"--max-ratio must be > 0, got {args.max_ratio:g}")
-    return args
-
-
-def main(argv: list[str]) -> int:
-    """`visionbench check ARGS` less its `imports=`, which the command line has loaded (cli.py's command table)."""
-    args = parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """The checks of parsed arguments (check/arguments.py), one line each; the exit code."""
     from ..bench.timing import device_name
 
     try:

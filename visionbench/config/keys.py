@@ -63,5 +63,7 @@ def is_free(key: str) -> bool:
 
 
 def unknown_key(key: str) -> str:
-    """`unknown key 'optim.nam' (did you mean optim.name?); valid keys: ...`."""
-    return f"unknown key {key!r}{did_you_mean(key, valid_keys(), n=3)}; valid keys: {', '.join(sorted(valid_keys()))}"
+    """`unknown key 'optim.nam' (did you mean optim.name?); every key: docs/configuration.md`: one line."""
+    return (
+        f"unknown key {key!r}{did_you_mean(key, valid_keys(), n=3)}; every key and its default: docs/configuration.md"
+    )

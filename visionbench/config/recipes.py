@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from . import validate
 from .keys import ConfigError
 from .overrides import Overrides, parse, parse_variant
+from .rules import did_you_mean
 from .schema import RunConfig, defaults
 from .validate import apply_setting, settings
 
@@ -55,7 +56,11 @@ def compose(ov: Overrides) -> DictConfig:
     """The recipe with the overrides laid over it, checked and typed. `ov.act_keys` (act.KEY=V) are the sweep's
     to apply: which activations take KEY is the registry's to say (visionbench/sweep/preflight.py)."""
     if ov.recipe not in recipe_names():
-        raise ConfigError(f"unknown recipe {ov.recipe!r}; known: {', '.join(recipe_names())}", "recipe")
+        raise ConfigError(
+            f"unknown recipe {ov.recipe!r}{did_you_mean(str(ov.recipe), recipe_names())}; `visionbench list` lists "
+            f"the {len(recipe_names())} recipes",
+            "recipe",
+        )
     try:
         with _recipes_dir():
             cfg = hydra_compose(config_name=ov.recipe, overrides=ov.hydra)

@@ -8,9 +8,14 @@ import argparse
 from ..stats import power
 
 
-def parser(command: str, description: str) -> argparse.ArgumentParser:
+def parser(command: str, description: str, epilog: str | None = None) -> argparse.ArgumentParser:
     """The parser of `visionbench COMMAND`, one of the report's commands (report, compare, export, collect, papers)."""
-    return argparse.ArgumentParser(prog=f"visionbench {command}", description=description)
+    return argparse.ArgumentParser(
+        prog=f"visionbench {command}",
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter if epilog else argparse.HelpFormatter,
+    )
 
 
 def number(flag: str, ok, wanted: str):

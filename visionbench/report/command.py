@@ -26,17 +26,28 @@ from .arguments import add_alpha, integer, parser, positive_arg, switch
 from .errors import UsageError, fail
 from .sections import report_tree
 
+STORE_SELECTION = """reading a store (visionbench collect ... --into STORE):
+  the report reads every run in it, or the runs the selectors after STORE pick (KEY=VALUE; a comma
+  list is any of its values; docs/store.md):
+    recipe=A,B           those recipes' runs          act=x,y         those activations'
+    config=HASH          one configuration's          source=PATH     the runs collected from PATH
+    env.KEY=V            one environment's (env.device=cuda, env.torch=2.11.0)
+    cfg.KEY=V            a configuration key's value (cfg.optim.lr=0.01)
+  e.g.  visionbench report all.store recipe=digits_vgg4 act=relu,gelu"""
+
 
 def report_parser() -> argparse.ArgumentParser:
     p = parser(
         "report",
-        "Aggregate the runs under RESULTS_DIR into mean ± std tables with t-tests against a baseline.",
+        "Aggregate the runs under RESULTS_DIR into mean ± std tables with t-tests against a baseline. "
+        "RESULTS_DIR is a results tree, a record (visionbench export) or a store (visionbench collect).",
+        epilog=STORE_SELECTION,
     )
     p.add_argument(
         "results_dir",
         metavar="RESULTS_DIR",
         type=_writable_tree,
-        help="a recipe dir (runs/cifar10_vgg8) or a parent of several",
+        help="a recipe dir (runs/cifar10_vgg8) or a parent of several, a record, or a store (see below)",
     )
     p.add_argument(
         "--metric",
@@ -132,7 +143,7 @@ def report_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="with several recipes: write the suite view (ranks.csv, ranks.md, cd_diagram.png: mean "
-        "ranks, Friedman test, Nemenyi CD, P(X > baseline)) into RESULTS_DIR (default on)",
+        "ranks, Friedman test, the pairwise post-hoc, P(X > baseline)) into RESULTS_DIR (default on)",
     )
     switch(
         p,
