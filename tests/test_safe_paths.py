@@ -368,3 +368,38 @@ def test_a_hydra_job_with_a_path_in_its_label_is_one_line_and_trains_nothing(tmp
         )
     )
     assert not (tmp_path / "R").exists() and not (tmp_path.parent / "x").exists()
+
+
+@pytest.mark.parametrize(
+    "linked",
+    [
+        pytest.param("digits_vgg4", marks=pytest.mark.slow),
+        "digits_vgg4/relu",
+        pytest.param("digits_vgg4/relu/seed_0", marks=pytest.mark.slow),
+    ],
+)
+def test_a_sweep_refuses_a_tree_whose_folders_are_links_before_writing_anything(tmp_path, capsys, linked):
+    """A received tree whose recipe, activation or run folder is a link: resuming or extending the sweep would write
+    whole runs (checkpoints, summary, predictions) where the link points. One line, exit 2, nothing written there."""
+    from visionbench.cli import main
+
+    tree, elsewhere = tmp_path / "runs", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    link = tree / linked
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(elsewhere, target_is_directory=True)
+    assert main(["run", f"results_dir={tree}", "act=relu", "seeds=1", "epochs=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{link} is a symbolic link (to {elsewhere})" in err
+    assert list(elsewhere.iterdir()) == []  # nothing written where the link points
+
+
+def test_first_link_finds_a_linked_folder_at_any_depth_without_entering_it(tmp_path):
+    from visionbench.results.layout import first_link
+
+    (tmp_path / "r" / "relu" / "seed_0").mkdir(parents=True)
+    assert first_link(tmp_path / "r") is None
+    (tmp_path / "out").mkdir()
+    (tmp_path / "r" / "gelu").symlink_to(tmp_path / "out", target_is_directory=True)
+    assert first_link(tmp_path / "r") == tmp_path / "r" / "gelu"
+    assert first_link(tmp_path / "r" / "gelu") == tmp_path / "r" / "gelu"

@@ -112,6 +112,21 @@ def find_run_dirs(path: str | Path) -> list[Path]:
     return sorted(p for p in root.rglob("seed_*") if p.is_dir() and is_run_dir(p))
 
 
+def first_link(root: str | Path) -> Path | None:
+    """The first folder of the results tree under `root` (`root` itself included) that is a symbolic link, or
+    None: a sweep writes whole runs into these folders and must not write where a link points."""
+    root = Path(root)
+    if root.is_symlink():
+        return root
+    if not root.is_dir():
+        return None
+    for dirpath, dirnames, _ in os.walk(root):  # followlinks=False: a linked folder is listed, never entered
+        for name in sorted(dirnames):
+            if (Path(dirpath) / name).is_symlink():
+                return Path(dirpath) / name
+    return None
+
+
 def first_unwritable(root: str | Path, runs: bool = True) -> tuple[Path, str] | None:
     """(directory, why) of the first directory of the results tree under `root` this process cannot
     write, or of the nearest existing parent when `root` does not exist yet; None when all can.

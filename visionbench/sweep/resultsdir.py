@@ -22,7 +22,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from ..config import ConfigError
-from ..results.layout import first_unwritable
+from ..results.layout import first_link, first_unwritable
 
 
 class ResultsMoved(RuntimeError):
@@ -44,8 +44,18 @@ def check_directory(cfg: DictConfig) -> None:
 
 def check_writable(cfg: DictConfig) -> None:
     """ConfigError (key results_dir) when this process cannot write the sweep's results tree: the recipe
-    directory and everything in it, or the nearest existing parent of a directory still to create."""
+    directory and everything in it, or the nearest existing parent of a directory still to create; or when a
+    folder of it (the recipe's, a setting's, an activation's, a run's) is a symbolic link: resuming or extending
+    the sweep would write whole runs where the link points (docs/reproducing.md, "Trees from someone else")."""
     check_directory(cfg)
+    link = first_link(Path(cfg.results_dir) / cfg.recipe)
+    if link is not None:
+        raise ConfigError(
+            f"results_dir {cfg.results_dir}: {link} is a symbolic link (to {os.readlink(link)}); a sweep writes whole "
+            "runs into its folders and will not write where a link points — replace it with a real folder "
+            f"(e.g. cp -r --dereference) or pass results_dir=<another directory>",
+            "results_dir",
+        )
     found = first_unwritable(Path(cfg.results_dir) / cfg.recipe)
     if found:
         where, why = found
