@@ -14,7 +14,7 @@ def test_unknown_model_lists_accepted():
 
 
 def test_unknown_act_lists_accepted_before_building():
-    with pytest.raises(ValueError, match=r"unknown activation 'relux'.*rational"):
+    with pytest.raises(ValueError, match=r"unknown activation 'relux' \(did you mean relu.*visionbench list"):
         models.create("cait_s24", act="relux")  # fails before building the 47M-parameter model
     with pytest.raises(ValueError, match=r"does not take degre.*accepted"):
         models.create("vgg4", act="hermite", act_kwargs={"degre": 3})

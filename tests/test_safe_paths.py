@@ -403,3 +403,32 @@ def test_first_link_finds_a_linked_folder_at_any_depth_without_entering_it(tmp_p
     (tmp_path / "r" / "gelu").symlink_to(tmp_path / "out", target_is_directory=True)
     assert first_link(tmp_path / "r") == tmp_path / "r" / "gelu"
     assert first_link(tmp_path / "r" / "gelu") == tmp_path / "r" / "gelu"
+
+
+def test_a_report_onto_a_full_disk_is_one_line_not_a_traceback(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from visionbench.report import render
+    from visionbench.report.command import main
+    from visionbench.results.io import DiskFullError
+
+    root = write_recipe(tmp_path, "toy", {"relu": [98.0, 98.5], "gelu": [97.9, 98.3]})
+
+    def full(*args, **kwargs):
+        raise DiskFullError(root / "table.md")
+
+    monkeypatch.setattr(render, "write", full)
+    assert main([str(root), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no space left on the device" in err and "Traceback" not in err
+    assert DiskFullError(root).errno == errno.ENOSPC
+
+
+@pytest.mark.parametrize("value", ["runs/a;b", "$(whoami)"])
+def test_a_results_dir_hydras_grammar_cannot_read_gets_the_quoting_hint(value, capsys):
+    from visionbench.cli import main
+
+    assert main(["run", f"results_dir={value}", "act=relu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"cannot read the override 'results_dir={value}'" in err
+    assert f"""'results_dir="{value}"'""" in err

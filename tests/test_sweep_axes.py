@@ -61,7 +61,9 @@ def test_act_all_is_every_registered_activation_after_those_named_first():
     cfg = load_config(["act=relu,all", "seeds=2"])
     assert sweep_acts(cfg) == ["relu", *[n for n in names if n != "relu"]]
     assert len(plan(cfg)) == 2 * len(names)
-    with pytest.raises(ValueError, match=r"unknown activation 'al'; known: acon_c, .*; or all \(every one\)"):
+    with pytest.raises(
+        ValueError, match=r"unknown activation 'al' \(did you mean apl\?\); `visionbench list` .*; or all \(every one\)"
+    ):
         parse_acts("relu,al")
 
 

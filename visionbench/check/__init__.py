@@ -10,7 +10,7 @@ activation".
     >>> results = run_checks(Subject("rational", {"version": "B"}), quick=True)
 
 checks.py holds the module checks, speed.py the ratio to GELU, smoke.py the smoke training, arguments.py the command's
-arguments (parsed before torch is imported), run_checks.py the command (and `run_checks`, its Python door).
+arguments (parsed before torch is imported), runner.py the command (and `run_checks`, its Python door).
 """
 
 import importlib
@@ -23,4 +23,4 @@ def __getattr__(name: str):
     """The package's names, imported on first use (PEP 562): `visionbench check -h` loads check/arguments.py only."""
     if name not in __all__:
         raise AttributeError(f"module 'visionbench.check' has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{_HOMES.get(name, 'run_checks')}", __name__), name)
+    return getattr(importlib.import_module(f".{_HOMES.get(name, 'runner')}", __name__), name)

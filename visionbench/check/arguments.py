@@ -1,5 +1,5 @@
 """The arguments of `visionbench check`, parsed before anything heavy is imported: `visionbench check -h` answers
-without torch (the checks, check/run_checks.py, are imported once the arguments are good)."""
+without torch (the checks, check/runner.py, are imported once the arguments are good)."""
 
 from __future__ import annotations
 
@@ -53,6 +53,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     """`visionbench check ARGS` (cli.py's command table): parse, then import and run the checks."""
     args = parse_args(argv)
-    from .run_checks import run
+    from .runner import run
 
     return run(args)

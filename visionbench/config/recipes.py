@@ -65,7 +65,7 @@ def compose(ov: Overrides) -> DictConfig:
         with _recipes_dir():
             cfg = hydra_compose(config_name=ov.recipe, overrides=ov.hydra)
     except HydraException as e:  # an override Hydra's grammar cannot read
-        raise ConfigError(f"recipe {ov.recipe!r}: {' '.join(str(e).split()) or type(e).__name__}") from None
+        raise ConfigError(grammar_error(ov.recipe, e, ov.hydra)) from None
     plain = OmegaConf.to_container(cfg, resolve=True)
     if ov.act is not None:
         plain["act"] = ov.act
@@ -84,6 +84,35 @@ def compose(ov: Overrides) -> DictConfig:
     typed = OmegaConf.merge(OmegaConf.structured(RunConfig), plain)
     OmegaConf.set_struct(typed, True)
     return typed
+
+
+GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
+
+
+def grammar_error(recipe: str, error: Exception, overrides: list[str]) -> str:
+    """One line for an override Hydra's grammar cannot read: which one, and how to quote a value that holds `;`,
+    `$(`, spaces or other characters the grammar reserves (inside the shell's quotes, Hydra's own)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    text = " ".join(str(error).split()) or type(error).__name__
+    parser = OverridesParser.create()
+
+    def unreadable(override: str) -> bool:
+        try:
+            parser.parse_overrides([override])
+        except HydraException:
+            return True
+        return False
+
+    bad = next((o for o in overrides if unreadable(o)), None)
+    if bad is None or "=" not in bad:
+        return f"recipe {recipe!r}: {text}"
+    key, value = bad.split("=", 1)
+    return (
+        f"cannot read the override {bad!r}: its value holds characters Hydra's override grammar reserves "
+        f"({text.split(' See ')[0]}); quote the value for Hydra inside the shell's quotes, e.g. "
+        f"'{key}=\"{value}\"' ({GRAMMAR})"
+    )
 
 
 def recipe_config(name: str) -> DictConfig:

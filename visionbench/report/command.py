@@ -16,6 +16,7 @@ reads the results files only; the decision-boundary figure (`visionbench plot bo
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from pathlib import Path
 
@@ -215,6 +216,14 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     except (UsageError, RecordError, UnsafePath) as exc:
         return fail("report", exc)
+    except OSError as exc:  # a full disk (results/io.py's DiskFullError), a folder gone read-only mid-report
+        where = getattr(exc, "filename", None) or args.results_dir
+        what = "no space left on the device" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        return fail(
+            "report",
+            f"cannot write {where}: {what}; the tables written before it are whole (each file is written "
+            "atomically), free space or pass another folder and run the report again",
+        )
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     return 0
