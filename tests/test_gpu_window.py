@@ -186,6 +186,8 @@ def test_plan_prints_the_stages_their_times_and_the_total_and_runs_nothing(tmp_p
 
 
 # ---------------------------------------------------------------------------------------------- running
+# slow: 12 s of stages; the window's plan and parsing are tested above in the default suite
+@pytest.mark.slow
 def test_dry_window_writes_each_report_and_a_failed_import_stops_only_its_stage(tmp_path):
     fake = tmp_path / "site" / "hydra"  # a hydra that cannot be imported, as on a lent GPU without it
     fake.mkdir(parents=True)

@@ -333,6 +333,8 @@ def _failing_workers(tmp_path, monkeypatch, how: str) -> None:
     monkeypatch.setenv("VB_TEST_FAIL", how)
 
 
+# slow: a real pool of workers (10 s); make test keeps the same-bits test of a seed among k
+@pytest.mark.slow
 def test_out_of_memory_among_k_fails_that_run_clearly_and_it_runs_again_with_fewer(tmp_path, monkeypatch):
     _failing_workers(tmp_path, monkeypatch, "oom")
     cfg = load_config([f"results_dir={tmp_path / 'r'}", *shrunk(*TINY, "parallel=2", "seeds=2")])
@@ -350,6 +352,8 @@ def test_out_of_memory_among_k_fails_that_run_clearly_and_it_runs_again_with_few
     assert all(o.summary["environment"]["placement"]["parallel"] == 1 for o in outcomes)
 
 
+# slow: a real pool of workers killed (9 s)
+@pytest.mark.slow
 def test_a_killed_worker_loses_no_run_they_run_again_with_fewer(tmp_path, monkeypatch):
     _failing_workers(tmp_path, monkeypatch, "kill")
     cfg = load_config([f"results_dir={tmp_path / 'r'}", *shrunk(*TINY, "parallel=2", "seeds=2")])

@@ -403,6 +403,10 @@ def test_first_link_finds_a_linked_folder_at_any_depth_without_entering_it(tmp_p
     (tmp_path / "r" / "gelu").symlink_to(tmp_path / "out", target_is_directory=True)
     assert first_link(tmp_path / "r") == tmp_path / "r" / "gelu"
     assert first_link(tmp_path / "r" / "gelu") == tmp_path / "r" / "gelu"
+    (tmp_path / "r" / "gelu").unlink()
+    (tmp_path / "r" / "relu" / "seed_0" / "wandb").mkdir()
+    (tmp_path / "r" / "relu" / "seed_0" / "wandb" / "latest-run").symlink_to("offline-run-1")
+    assert first_link(tmp_path / "r") is None  # a tracker's link inside a run is the run's own
 
 
 def test_a_report_onto_a_full_disk_is_one_line_not_a_traceback(tmp_path, capsys, monkeypatch):

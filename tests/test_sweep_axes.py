@@ -152,6 +152,8 @@ def test_the_hydra_app_reads_the_grammar_of_visionbench_run(recipe, argv, settin
         hydra_app.check_sweep(["-m", "act=relu,rational", "act.versio=B"])
 
 
+# slow: a whole Table 2 sweep (12 s); the axes' folders are tested without training above
+@pytest.mark.slow
 def test_digits_table2_sweep_lands_apart_and_reports_in_the_papers_layout(tmp_path, capsys):
     # runs that learn (a run at chance is `stalled`, and a stalled cell is no selection): 3 epochs of 300 images
     code = main(

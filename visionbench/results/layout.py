@@ -113,7 +113,8 @@ def find_run_dirs(path: str | Path) -> list[Path]:
 
 
 def first_link(root: str | Path) -> Path | None:
-    """The first folder of the results tree under `root` (`root` itself included) that is a symbolic link, or
+    """The first folder of the results tree under `root` (`root` itself included) that is a symbolic link, down to
+    the run folders (`seed_k`) and not inside them (a tracker's own links, wandb/latest-run, are its business), or
     None: a sweep writes whole runs into these folders and must not write where a link points."""
     root = Path(root)
     if root.is_symlink():
@@ -124,6 +125,7 @@ def first_link(root: str | Path) -> Path | None:
         for name in sorted(dirnames):
             if (Path(dirpath) / name).is_symlink():
                 return Path(dirpath) / name
+        dirnames[:] = [n for n in dirnames if not RUN_DIR_NAME.fullmatch(n)]  # a run's inside is the run's
     return None
 
 
