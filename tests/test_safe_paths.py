@@ -436,3 +436,16 @@ def test_a_results_dir_hydras_grammar_cannot_read_gets_the_quoting_hint(value, c
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"cannot read the override 'results_dir={value}'" in err
     assert f"""'results_dir="{value}"'""" in err
+
+
+def test_report_names_a_linked_recipe_folder_as_a_link(tmp_path, capsys):
+    """The report follows no folder link; a tree whose only recipe folder is one found nothing, and says why."""
+    from visionbench.report.command import main
+
+    real = write_recipe(tmp_path / "real", "lt4", {"relu": [98.0, 98.5]})
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "lt4").symlink_to(real, target_is_directory=True)
+    assert main([str(tmp_path / "tree"), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{tmp_path / 'tree' / 'lt4'} is a symbolic link (to {real})" in err
+    assert "no finished run" not in err

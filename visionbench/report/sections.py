@@ -14,6 +14,7 @@ table, a file.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
+from ..results.layout import first_link
 from ..stats.metrics import NAMES_HELP, higher_is_better, parse
 from . import (
     best_of,
@@ -162,6 +164,12 @@ def _opened(args) -> Tree:
     if not len(runs):
         kept = Path(args.results_dir) / "record"  # a committed results folder: its runs are in its record
         hint = f"; it holds a record of runs: visionbench report {kept}" if (kept / "record.json").is_file() else ""
+        link = first_link(args.results_dir)
+        if link is not None:  # the report follows no folder link: say that this is why it found nothing
+            raise UsageError(
+                f"{link} is a symbolic link (to {os.readlink(link)}); the report follows no linked folder — "
+                "report the folder it points to, or replace the link with a real folder"
+            )
         raise UsageError(
             f"no finished run (summary.json) under {args.results_dir!r}; "
             f"expected <recipe>/<act>/seed_<k>/summary.json{hint}"
