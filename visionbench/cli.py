@@ -203,6 +203,7 @@ def _run(args: list[str]) -> int:
     from .results.layout import DEFAULT_METRIC, HELD_OUT_METRIC
     from .results.settings import format_value
     from .sweep.acts import ALL, sweep_acts
+    from .sweep.eta import SweepClock
     from .sweep.ranks import is_rank_zero
     from .sweep.resultsdir import ResultsMoved
     from .sweep.signals import Interrupted, hand_over, install_sigterm, received
@@ -236,13 +237,15 @@ def _run(args: list[str]) -> int:
         )
 
     shown = list(dict.fromkeys([cfg.report.metric or DEFAULT_METRIC, HELD_OUT_METRIC]))
+    clock = SweepClock() if sys.stdout.isatty() else None  # a person watching: the place and the ETA, never in a log
 
     def show(o):
         m = {**(o.summary.get("metrics") or {}), **o.summary}
         extra = "".join(f" {k}={m[k]:.2f}" for k in shown if isinstance(m.get(k), (int, float)))
         why = f" ({o.summary.get('error')})" if o.status in ("failed", "diverged", "locked") else ""
         where = f"{o.run_dir.parent.parent.name}/" if o.summary.get("setting") else ""
-        print(f"  {where}{o.act:<18} seed {o.seed}: {o.status}{extra}{why}", flush=True)
+        eta = clock.finished() if clock else ""
+        print(f"  {where}{o.act:<18} seed {o.seed}: {o.status}{extra}{why}{eta}", flush=True)
 
     install_sigterm()
     try:
@@ -251,6 +254,7 @@ def _run(args: list[str]) -> int:
             progress=sys.stderr.isatty(),
             on_outcome=show if lead else None,
             on_note=functools.partial(print, flush=True) if lead else None,
+            on_jobs=clock.planned if clock and lead else None,
         )
     except ConfigError as e:
         print(f"visionbench run: {e}", file=sys.stderr)

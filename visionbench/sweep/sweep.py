@@ -398,8 +398,9 @@ def run_sweep(
     progress: bool = True,
     on_outcome: Callable[[Outcome], None] | None = None,
     on_note: Callable[[str], None] | None = None,
+    on_jobs: Callable[[int], None] | None = None,
 ) -> list[Outcome]:
-    """Run every job of the sweep, `cfg.parallel` at a time (per visible GPU on CUDA: sweep/placement.py; `auto`
+    """Run every job of the sweep (`on_jobs` hears how many each batch of jobs holds: sweep/eta.py), `cfg.parallel` at a time (per visible GPU on CUDA: sweep/placement.py; `auto`
     resolved there first, its line said); returns the outcomes in plan order. With `seeds=auto`, in rounds
     (sweep/rounds.py; `on_note` gets a line per round). ConfigError when the results tree is not writable or the runs
     cannot be placed as asked; `ResultsMoved` when it is moved or deleted while the sweep runs."""
@@ -419,6 +420,8 @@ def run_sweep(
     said: set[str] = set()
 
     def execute_all(jobs):
+        if on_jobs:
+            on_jobs(len(jobs))
         where = placement.resolve(cfg, len(jobs))
         if where.gpus and where.workers > 1 and where.mps is False and "mps" not in said:
             said.add("mps")
