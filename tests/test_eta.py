@@ -13,6 +13,8 @@ import pytest
 
 from visionbench.sweep.eta import SweepClock
 
+from .helpers import shrunk
+
 
 def test_the_eta_is_the_measured_pace_projected_over_the_runs_left():
     t = [0.0]
@@ -34,18 +36,9 @@ def test_nothing_is_said_before_the_sweep_planned_its_runs():
 
 @pytest.mark.slow
 def test_a_terminal_sees_the_eta_and_a_pipe_does_not(tmp_path):
-    def argv(folder: str) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "visionbench",
-            "run",
-            f"results_dir={tmp_path / folder}",
-            "act=relu",
-            "seeds=2",
-            "epochs=1",
-            "parallel=1",
-        ]
+    def argv(folder: str) -> list[str]:  # the suite's tiny run (tests/helpers.py), two seeds in one process
+        tiny = shrunk("act=relu", "seeds=2", "epochs=1", "parallel=1", f"results_dir={tmp_path / folder}")
+        return [sys.executable, "-m", "visionbench", "run", *tiny]
 
     piped = subprocess.run(argv("piped"), capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert piped.returncode == 0 and "ETA" not in piped.stdout and " · run " not in piped.stdout
