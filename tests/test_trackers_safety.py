@@ -209,3 +209,34 @@ def test_seeds_max_without_seeds_auto_is_refused(tmp_path, capsys):
     assert load_config(["seeds=auto", "seeds_max=5"]).seeds_max == 5
     assert load_config(["seeds=4", "seeds_max=10"]).seeds == 4  # the default: nothing to ignore
     assert not (tmp_path / "r").exists()
+
+
+# ---- W&B: online without a login ------------------------------------------------------------------------------
+def test_online_wandb_without_a_login_is_refused_in_one_line_before_the_sweep(tmp_path, env, monkeypatch):
+    """W&B without a login failed every run (exit 1); docs/running.md promises one line before the sweep."""
+    from visionbench.train.trackers import unusable, wandb_login_problem
+
+    for var in ("WANDB_API_KEY", "WANDB_BASE_URL", "NETRC"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    why = unusable(["wandb"], tmp_path)
+    assert why and "no W&B login for api.wandb.ai" in why and "WANDB_MODE=offline" in why
+    env.setenv("WANDB_MODE", "offline")
+    assert wandb_login_problem() is None
+    env.delenv("WANDB_MODE", raising=False)
+    (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password abc\n")
+    (tmp_path / ".netrc").chmod(0o600)
+    assert wandb_login_problem() is None  # `wandb login` wrote it
+    (tmp_path / ".netrc").unlink()
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert wandb_login_problem() is None
+
+
+@needs_wandb
+def test_visionbench_run_with_wandb_and_no_login_trains_nothing(tmp_path, env, monkeypatch, capsys):
+    for var in ("WANDB_API_KEY", "WANDB_BASE_URL", "NETRC", "WANDB_MODE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    line = refused([f"results_dir={tmp_path}/r", *TINY, "trainer.loggers=wandb"], capsys)
+    assert "wandb: no W&B login for api.wandb.ai" in line, line
+    assert not (tmp_path / "r").exists()

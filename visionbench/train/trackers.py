@@ -22,6 +22,7 @@ import contextlib
 import csv
 import json
 import logging
+import netrc
 import os
 import re
 import sqlite3
@@ -31,6 +32,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from urllib.parse import urlparse
 
 from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
@@ -92,7 +94,7 @@ def unusable(names: Iterable[str], results_dir: str | Path) -> str | None:
     can (`visionbench run` asks before its first run): `WANDB_MODE` not one of W&B's modes; the MLflow store
     (`mlflow_uri`) a tracking server that does not answer within seconds, or a SQLite file that is no database."""
     names = list(dict.fromkeys(names))
-    if "wandb" in names and (why := wandb_mode_problem()):
+    if "wandb" in names and (why := wandb_mode_problem() or wandb_login_problem()):
         return why
     if "mlflow" in names and (why := mlflow_problem(mlflow_uri(results_dir))):
         return why
@@ -118,6 +120,26 @@ def wandb_mode_problem() -> str | None:
     return (
         f"trainer.loggers: wandb: WANDB_MODE={mode!r} is not a W&B mode; accepted: {', '.join(accepted)} "
         "(offline needs no account; unset WANDB_MODE for W&B's default, online)"
+    )
+
+
+OFFLINE_MODES = ("offline", "disabled", "dryrun")  # W&B modes that log without an account
+
+
+def wandb_login_problem() -> str | None:
+    """Online W&B without a login (no WANDB_API_KEY, no entry for its host in ~/.netrc, where `wandb login` puts
+    it) would fail every run at its first step: one line before the sweep instead. No network is asked."""
+    if os.environ.get("WANDB_MODE", "online") in OFFLINE_MODES or os.environ.get("WANDB_API_KEY"):
+        return None
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+    try:
+        if netrc.netrc(os.environ.get("NETRC")).authenticators(host):
+            return None
+    except (OSError, netrc.NetrcParseError):  # no ~/.netrc, or one W&B could not read either
+        pass
+    return (
+        f"trainer.loggers: wandb: no W&B login for {host} (no WANDB_API_KEY, no {host} entry in ~/.netrc): run "
+        "`wandb login`, or set WANDB_MODE=offline to log into each run's folder (`wandb sync` later); nothing trained"
     )
 
 
@@ -247,7 +269,7 @@ def build_loggers(run: Mapping, run_dir: Path, resumed_epochs: int = 0) -> list[
                 )
             )
         elif tracker == "wandb":
-            if why := wandb_mode_problem():  # one line, not W&B's pydantic error (a Hydra job asks here only)
+            if why := wandb_mode_problem() or wandb_login_problem():  # one line (a Hydra job asks here only)
                 raise TrackerUnusable(why)
             import wandb
             from lightning.pytorch.loggers import WandbLogger
