@@ -144,6 +144,13 @@ def test_two_seeds_are_two_tracker_runs_of_one_group_read_back_offline(offline):
             val_top1(d)
         )
         assert list((d / "tb").glob("events.out.tfevents.*"))
+        # the headline metric (what the verdicts read) reaches every tracker; TensorBoard's HParams view is filled
+        summary = json.loads((d / "summary.json").read_text())
+        value = summary["metrics"]["test_top1_at_best_val"]
+        assert run.data.metrics["test_top1_at_best_val"] == pytest.approx(value)
+        assert w["summary"]["test_top1_at_best_val"] == pytest.approx(value)
+        hparams = (d / "tb" / "hparams.yaml").read_text()
+        assert hparams.strip() not in ("", "{}") and "optim/lr" in hparams and "seed" in hparams
     assert ids[0]["wandb"] != ids[1]["wandb"] and ids[0]["mlflow"] != ids[1]["mlflow"]
 
 

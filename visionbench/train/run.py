@@ -30,7 +30,7 @@ from ..models import finetune
 from ..models.lsuv import lsuv_images
 from ..results import checkpoint
 from ..results.checkpoint import checkpoint_epoch
-from ..results.layout import COMPLETED, DIVERGED, FAILED, INTERRUPTED, files
+from ..results.layout import COMPLETED, DIVERGED, FAILED, INTERRUPTED, files, metrics_from_rows
 from . import seeds, trackers
 from .callbacks import (
     ActivationSnapshots,
@@ -280,6 +280,8 @@ def _train(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool) ->
         status = INTERRUPTED
         raise
     finally:
+        if status == COMPLETED:  # the verdicts' inputs, as the summary will hold them, into every tracker
+            trackers.headline(loggers, plain, metrics_from_rows(writer.rows))
         trackers.close(loggers, status)
     elapsed = time.perf_counter() - t0
     if torch.cuda.is_available() and next(model.parameters()).is_cuda:

@@ -381,6 +381,48 @@ def open_runs(loggers: list[Logger], run: Mapping, run_dir: Path, fresh: bool) -
         atomic_write_text(files(run_dir).trackers, json.dumps(ids, indent=1) + "\n")
 
 
+HEADLINE = ("test_top1_at_best_val", "ema_test_top1_at_best_val", "val_top1_best", "ema_val_top1_best", "best_epoch")
+
+
+def flat_params(run: Mapping, prefix: str = "") -> dict:
+    """The run config flattened to `a/b` keys with scalar values (TensorBoard's HParams view takes no nesting)."""
+    out: dict = {}
+    for k, v in run.items():
+        if k == "defaults":
+            continue
+        if isinstance(v, Mapping):
+            out.update(flat_params(v, f"{prefix}{k}/"))
+        else:
+            out[f"{prefix}{k}"] = v if isinstance(v, (int, float, str, bool)) else str(v)
+    return out
+
+
+def headline(loggers: list[Logger], run: Mapping, metrics: Mapping) -> None:
+    """The run's headline metrics (`HEADLINE`: what the report's verdicts read, from the summary's rows) into every
+    tracker at the end of a completed run: MLflow metrics, W&B's run summary, TensorBoard's HParams view (the
+    flattened config as hparams, these as its metrics; hparams.yaml rewritten). Said on stderr if one fails."""
+    from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
+
+    if rank_zero_only.rank != 0:
+        return
+    found = {k: float(metrics[k]) for k in HEADLINE if isinstance(metrics.get(k), (int, float))}
+    if not found:
+        return
+    for logger in loggers:
+        try:
+            if isinstance(logger, TensorBoardLogger):
+                logger.log_hyperparams(flat_params(run), metrics={f"hparams/{k}": v for k, v in found.items()})
+                Path(logger.log_dir, logger.NAME_HPARAMS_FILE).unlink(missing_ok=True)  # save() keeps an old one
+                logger.save()
+            elif isinstance(logger, MLFlowLogger) and logger._initialized:
+                for k, v in found.items():
+                    logger.experiment.log_metric(logger.run_id, k, v)
+            elif isinstance(logger, WandbLogger) and logger._experiment is not None:
+                logger.experiment.summary.update(found)
+        except Exception as e:  # noqa: BLE001 - a tracker never fails a trained run
+            print(f"warning: {type(logger).__name__} did not take the headline metrics: {e}", file=sys.stderr)
+
+
 def close(loggers: list[Logger], status: str) -> None:
     """End each tracker run with the run's status (completed, diverged, failed, interrupted): MLflow's run
     terminated (FINISHED, KILLED or FAILED, tag `status`), W&B's finished (`wandb.finish`: the next seed in
