@@ -59,7 +59,7 @@ def test_an_unreachable_mlflow_server_is_one_line_in_seconds(tmp_path, env, caps
 
 @needs_mlflow
 def test_a_silent_mlflow_server_times_out_after_the_probe_timeout(env, monkeypatch):
-    from visionbench.train import trackers
+    from visionbench.train import tracker_checks as trackers
 
     monkeypatch.setattr(trackers, "PROBE_TIMEOUT_S", 1)
     with socket.socket() as server:  # accepts connections (the kernel's backlog), never answers
