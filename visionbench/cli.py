@@ -251,7 +251,7 @@ def _run(args: list[str]) -> int:
     try:
         outcomes = run_sweep(
             cfg,
-            progress=sys.stderr.isatty(),
+            progress=sys.stdout.isatty(),  # Lightning draws its bar on stdout: never into a log or a pipe
             on_outcome=show if lead else None,
             on_note=functools.partial(print, flush=True) if lead else None,
             on_jobs=clock.planned if clock and lead else None,
