@@ -447,7 +447,6 @@ BAD_INPUTS = [
 ]
 
 
-
 # ---- what a placeholder of a row stands for (made in the test's tmp_path before the command) ------------------
 def _report_tree(tmp: Path) -> Path:
     """Two activations, two completed seeds each, with 3-epoch curves (metrics.csv) for the curve metrics."""
