@@ -7,6 +7,7 @@ The tracker tests skip only where the `mlflow` / `wandb` extra is not installed 
 
 from __future__ import annotations
 
+import csv
 import json
 import struct
 from pathlib import Path
@@ -234,3 +235,60 @@ def test_a_file_store_asked_for_by_name_is_used(tmp_path, monkeypatch):
     assert (
         trackers.mlflow_uri(tmp_path).startswith("sqlite:///") and "MLFLOW_ALLOW_FILE_STORE" not in trackers.os.environ
     )
+
+
+# ---- the headline: what the verdicts read, into every configured tracker (no training; issue 57 item 4) ----------
+class RecordingLogger:
+    """A stand-in for any other Lightning logger: what `headline` hands it through Lightning's logger API."""
+
+    name, version = "recording", "0"
+
+    def __init__(self):
+        self.metrics, self.params, self.saved = [], [], 0
+
+    def log_metrics(self, metrics, step=None):
+        self.metrics.append(dict(metrics))
+
+    def log_hyperparams(self, params, *args, **kwargs):
+        self.params.append(dict(params))
+
+    def save(self):
+        self.saved += 1
+
+
+def test_the_headline_reaches_tensorboards_hparams_view_the_csv_and_any_logger(tmp_path):
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from visionbench.train.trackers import headline
+
+    run = {"seed": 3, "optim": {"lr": 0.05, "name": "sgd"}, "report": {"metric": "val_top1_final"}, "defaults": []}
+    metrics = {"test_top1_at_best_val": 91.5, "val_top1_best": 92.0, "val_top1_final": 91.0, "best_epoch": 4}
+    tb = TensorBoardLogger(tmp_path, name="tb", version="", default_hp_metric=False)
+    csv_logger, other = CSVLogger(tmp_path, name="csv", version=""), RecordingLogger()
+    headline([tb, csv_logger, other], run, metrics, "diverged", epochs=6)
+
+    expected = {"test_top1_at_best_val": 91.5, "val_top1_best": 92.0, "best_epoch": 4.0, "val_top1_final": 91.0}
+    expected["epochs_trained"] = 6.0  # the report's metric rides along; the epochs trained too
+    assert other.metrics == [expected] and other.saved == 1
+    assert other.params[0]["optim/lr"] == 0.05 and other.params[0]["status"] == "diverged"
+    hparams = (tmp_path / "tb" / "hparams.yaml").read_text()
+    assert "optim/lr: 0.05" in hparams and "status: diverged" in hparams and "seed: 3" in hparams
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert events.Scalars("hparams/test_top1_at_best_val")[0].value == pytest.approx(91.5)
+    assert "_hparams_/session_start_info" in events.summary_metadata  # TensorBoard's HParams view has a session
+    rows = list(csv.DictReader((tmp_path / "csv" / "metrics.csv").open()))
+    assert float(rows[-1]["test_top1_at_best_val"]) == 91.5 and float(rows[-1]["epochs_trained"]) == 6.0
+    assert "status: diverged" in (tmp_path / "csv" / "hparams.yaml").read_text()
+
+
+def test_a_tracker_that_fails_the_headline_is_one_warning_not_a_failed_run(tmp_path, capsys):
+    from visionbench.train.trackers import headline
+
+    class Broken(RecordingLogger):
+        def log_metrics(self, metrics, step=None):
+            raise OSError("disk gone")
+
+    headline([Broken()], {"seed": 0}, {"test_top1_at_best_val": 50.0}, "completed", epochs=1)
+    assert capsys.readouterr().err == "warning: Broken did not take the headline metrics: disk gone\n"

@@ -244,17 +244,21 @@ def _run(args: list[str]) -> int:
         extra = "".join(f" {k}={m[k]:.2f}" for k in shown if isinstance(m.get(k), (int, float)))
         why = f" ({o.summary.get('error')})" if o.status in ("failed", "diverged", "locked") else ""
         where = f"{o.run_dir.parent.parent.name}/" if o.summary.get("setting") else ""
-        eta = clock.finished() if clock else ""
+        eta = clock.finished(trained=o.status not in ("skipped", "locked")) if clock else ""
         print(f"  {where}{o.act:<18} seed {o.seed}: {o.status}{extra}{why}{eta}", flush=True)
+
+    def planned(runs: int) -> None:  # on a terminal: the runs to go, before the first one finishes
+        if line := clock.planned(runs):
+            print(line, flush=True)
 
     install_sigterm()
     try:
         outcomes = run_sweep(
             cfg,
-            progress=sys.stdout.isatty(),  # Lightning draws its bar on stdout: never into a log or a pipe
+            progress=sys.stdout.isatty(),  # Lightning draws its bar on stdout: never into a log
             on_outcome=show if lead else None,
             on_note=functools.partial(print, flush=True) if lead else None,
-            on_jobs=clock.planned if clock and lead else None,
+            on_jobs=planned if clock and lead else None,
         )
     except ConfigError as e:
         print(f"visionbench run: {e}", file=sys.stderr)

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import logging
 import sys
@@ -89,8 +90,12 @@ def main(argv: list[str]) -> int:
     what, rest = argv[0], argv[1:]
     benchmark = BENCHMARKS.get(what)
     if benchmark is None:
+        close = difflib.get_close_matches(str(what), list(BENCHMARKS), n=2)
+        suggestion = f" (did you mean {' or '.join(close)}?)" if close else ""
         print(
-            f"visionbench bench: unknown benchmark {what!r}; known: {', '.join(BENCHMARKS)}\n{USAGE}", file=sys.stderr
+            f"visionbench bench: unknown benchmark {what!r}{suggestion}; benchmarks: {', '.join(BENCHMARKS)} "
+            "(`visionbench bench -h`, docs/bench.md)",
+            file=sys.stderr,
         )
         return 2
     # inductor's C++ builds log "No CUDA runtime is found" on CPU-only machines: noise in a table

@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from matplotlib.figure import Figure
-from torch import nn
 
-from ..activations.base import one_thread
-from ..train.step import classification_step
+if TYPE_CHECKING:  # torch, the activations and matplotlib are imported where a panel is trained or drawn, so that
+    import torch  # `visionbench plot -h` answers before them (tests/test_cli_table.py)
+    from torch import nn
 
 DATASETS = ("moons", "circles", "spirals", "classification")
 GRID = 150  # grid points per axis for the decision regions
@@ -57,6 +56,8 @@ def toy_data(name: str, n: int = 240, seed: int = 0) -> tuple[np.ndarray, np.nda
 
 def mlp(act: str, width: int = 64) -> nn.Sequential:
     """2-width-width-2 MLP with a fresh `act` module after each hidden layer."""
+    from torch import nn
+
     from visionbench import activations
 
     return nn.Sequential(
@@ -70,6 +71,10 @@ def mlp(act: str, width: int = 64) -> nn.Sequential:
 
 def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 300, lr: float = 1e-2) -> float:
     """Full-batch Adam on cross-entropy; returns the final training accuracy (0-1)."""
+    import torch
+
+    from ..train.step import classification_step
+
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
     for _ in range(steps):
@@ -83,6 +88,10 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 300, 
 
 def fit_panel(act: str, dataset: str, seed: int = 0, steps: int = 300):
     """Train one MLP; returns (x, y, grid xx, grid yy, P(class 1) on the grid, train accuracy)."""
+    import torch
+
+    from ..activations.base import one_thread
+
     x, y = toy_data(dataset, seed=seed)
     with torch.random.fork_rng(devices=[]), one_thread():  # seeded locally: caller's RNG untouched
         torch.manual_seed(seed)
@@ -112,6 +121,8 @@ def plot_decision_boundaries(acts, out_path, seed: int = 0, datasets=("moons",),
     Raises:
         ValueError: unknown activation or dataset (listing the known ones), before any training.
     """
+    from matplotlib.figure import Figure
+
     from visionbench import activations
 
     acts = [activations.resolve(a) for a in acts]  # fail fast with the list of known names

@@ -284,7 +284,9 @@ class RunCheckpoint(ModelCheckpoint):
 
 
 class RunProgressBar(TQDMProgressBar):
-    """Lightning's tqdm bar, described with the activation, seed and epoch of the run."""
+    """Lightning's tqdm bar (on stdout, drawn by `visionbench run` only when stdout is a terminal), described with the
+    activation, seed and epoch of the run: one line per run, cleared when it ends so the run's own line takes its
+    place. The evaluation after each epoch draws no second bar (its metrics show in the bar's postfix)."""
 
     def __init__(self, label: str, **kwargs):
         super().__init__(**kwargs)
@@ -293,3 +295,13 @@ class RunProgressBar(TQDMProgressBar):
     def on_train_epoch_start(self, trainer, *args) -> None:
         super().on_train_epoch_start(trainer, *args)
         self.train_progress_bar.set_description(f"{self.label} epoch {trainer.current_epoch + 1}/{trainer.max_epochs}")
+
+    def init_train_tqdm(self):
+        bar = super().init_train_tqdm()
+        bar.leave = False  # closed at the run's end, the line is cleared for the run's own line
+        return bar
+
+    def init_validation_tqdm(self):
+        from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
+
+        return Tqdm(disable=True)

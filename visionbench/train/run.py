@@ -280,8 +280,8 @@ def _train(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool) ->
         status = INTERRUPTED
         raise
     finally:
-        if status == COMPLETED:  # the verdicts' inputs, as the summary will hold them, into every tracker
-            trackers.headline(loggers, plain, metrics_from_rows(writer.rows))
+        if status != INTERRUPTED:  # the verdicts' inputs, as the summary will hold them, into every tracker
+            trackers.headline(loggers, plain, metrics_from_rows(writer.rows), status, epochs=len(writer.rows))
         trackers.close(loggers, status)
     elapsed = time.perf_counter() - t0
     if torch.cuda.is_available() and next(model.parameters()).is_cuda:

@@ -253,28 +253,49 @@ def flat_params(run: Mapping, prefix: str = "") -> dict:
     return out
 
 
-def headline(loggers: list[Logger], run: Mapping, metrics: Mapping) -> None:
-    """The run's headline metrics (`HEADLINE`: what the report's verdicts read, from the summary's rows) into every
-    tracker at the end of a completed run: MLflow metrics, W&B's run summary, TensorBoard's HParams view (the
-    flattened config as hparams, these as its metrics; hparams.yaml rewritten). Said on stderr if one fails."""
+def headline_metrics(run: Mapping, metrics: Mapping, epochs: int | None = None) -> dict[str, float]:
+    """What the report's verdicts read of a run, as numbers: `HEADLINE`, the run's `report.metric` when it names
+    another summary metric, and `epochs_trained` (the epochs its metrics.csv holds)."""
+    chosen = (run.get("report") or {}).get("metric") if isinstance(run.get("report"), Mapping) else None
+    keys = HEADLINE + ((chosen,) if chosen and chosen not in HEADLINE else ())
+    found = {k: float(metrics[k]) for k in keys if isinstance(metrics.get(k), (int, float))}
+    if epochs is not None:
+        found["epochs_trained"] = float(epochs)
+    return found
+
+
+def headline(
+    loggers: list[Logger], run: Mapping, metrics: Mapping, status: str = "completed", epochs: int | None = None
+) -> None:
+    """The run's headline (`headline_metrics`: the verdicts' inputs) and its status into every tracker at the end of a
+    run that will not resume (completed, diverged, failed): TensorBoard's HParams view (the flattened config and the
+    status as hparams, these as its metrics; hparams.yaml rewritten), MLflow metrics, W&B's run summary (their status
+    is `close`'s), any other Lightning logger (csv: its metrics.csv and hparams.yaml) by `log_metrics` and
+    `log_hyperparams`. Said on stderr if one fails; never fails the run."""
     from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 
     if rank_zero_only.rank != 0:
         return
-    found = {k: float(metrics[k]) for k in HEADLINE if isinstance(metrics.get(k), (int, float))}
-    if not found:
-        return
+    found = headline_metrics(run, metrics, epochs)
+    params = {**flat_params(run), "status": status}
     for logger in loggers:
         try:
             if isinstance(logger, TensorBoardLogger):
-                logger.log_hyperparams(flat_params(run), metrics={f"hparams/{k}": v for k, v in found.items()})
+                logger.log_hyperparams(params, metrics={f"hparams/{k}": v for k, v in found.items()})
                 Path(logger.log_dir, logger.NAME_HPARAMS_FILE).unlink(missing_ok=True)  # save() keeps an old one
                 logger.save()
-            elif isinstance(logger, MLFlowLogger) and logger._initialized:
-                for k, v in found.items():
-                    logger.experiment.log_metric(logger.run_id, k, v)
-            elif isinstance(logger, WandbLogger) and logger._experiment is not None:
-                logger.experiment.summary.update(found)
+            elif isinstance(logger, MLFlowLogger):
+                if logger._initialized:
+                    for k, v in found.items():
+                        logger.experiment.log_metric(logger.run_id, k, v)
+            elif isinstance(logger, WandbLogger):
+                if logger._experiment is not None:
+                    logger.experiment.summary.update(found)
+            else:
+                logger.log_hyperparams(params)
+                if found:
+                    logger.log_metrics(found)
+                logger.save()
         except Exception as e:  # noqa: BLE001 - a tracker never fails a trained run
             print(f"warning: {type(logger).__name__} did not take the headline metrics: {e}", file=sys.stderr)
 
