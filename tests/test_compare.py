@@ -256,6 +256,18 @@ def test_a_noisier_rerun_is_no_reproduction_and_cannot_widen_the_margin(tmp_path
     assert "undecided (B noisier)" in out and "B's runs are noisier than A's" in out
 
 
+def test_b_noisier_is_judged_at_the_compares_alpha(tmp_path, capsys):
+    """B's sd twice A's (one-sided F p = 0.077): reproduced at α = 0.05, `undecided (B noisier)` at --alpha 0.2 —
+    the label and its sentence read the compare's α, not 0.05."""
+    a_values = [98.0, 98.1, 97.9, 98.05, 97.95, 98.0]
+    b_values = [98.0, 98.2, 97.8, 98.1, 97.9, 98.0]
+    a, b = two_trees(tmp_path, {"relu": a_values}, {"relu": b_values})
+    _, out, _ = run_compare(capsys, str(a), str(b))
+    assert "reproduced" in out and "B noisier" not in out
+    _, out, _ = run_compare(capsys, str(a), str(b), "--alpha", "0.2")
+    assert "undecided (B noisier)" in out and "one-sided F test p = 0.0772 < 0.2" in out, out
+
+
 def test_the_supported_bound_is_where_the_verdicts_own_test_rejects():
     rng = np.random.default_rng(3)
     a, b = rng.normal(98, 0.5, 5), rng.normal(98.2, 0.5, 5)

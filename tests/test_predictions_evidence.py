@@ -92,8 +92,6 @@ def test_a_file_copied_from_another_run_is_refused_with_a_note(tree, capsys, sou
 @pytest.mark.parametrize(
     "change,why",
     [
-        (dict(raw_epoch=np.int64(1)), "raw predictions of epoch 1, the run selected epoch"),
-        (dict(raw_pred="right"), "raw top-1 100.00 from the file"),
         (dict(raw_p_true=np.full(100, np.nan, np.float32)), "probabilities outside [0, 1]"),
         (dict(raw_confidence=np.full(100, 2.0, np.float32)), "probabilities outside [0, 1]"),
         (dict(raw_pred=np.full(100, 99, np.int16)), "raw_pred has class 99 outside [0, 10)"),
@@ -122,6 +120,37 @@ def test_a_damaged_or_mismatching_file_leaves_the_table_and_names_the_run(tree, 
     assert "| gelu | 2 |" in table  # the main table: every run
     text = table + pex
     assert "gelu/seed_1" in text and why in text, text
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ("epoch", "raw predictions of epoch {epoch} in predictions.npz, selected epoch {best} in summary.json"),
+        ("metric", "raw top-1 {acc:.2f} in predictions.npz, 99.50 in summary.json (test_top1_at_best_val)"),
+    ],
+)
+def test_a_summary_its_own_predictions_contradict_is_named_neutrally_and_left_out(tree, capsys, change, why):
+    """A re-sealed summary with a made-up metric, or a file of this run edited since: which one is wrong the files
+    cannot tell. The disagreement is named (not "rewrite predictions.npz"), and the run leaves the table."""
+    _, recipe = tree
+    run = recipe / "gelu" / "seed_1"
+    path, summary_file = layout.files(run).predictions, layout.files(run).summary
+    summary = json.loads(summary_file.read_text())
+    with np.load(path) as z:
+        acc = 100.0 * float(np.mean(z["raw_pred"] == z["raw_target"]))
+        epoch = 2 if int(z["raw_epoch"]) == 1 else 1
+    if change == "epoch":
+        edit(path, raw_epoch=np.int64(epoch))
+    else:
+        summary["metrics"]["test_top1_at_best_val"] = 99.5
+        summary_file.write_text(json.dumps(summary))
+    table, pex = run_report(recipe, capsys)
+    text = why.format(epoch=epoch, best=summary["metrics"]["best_epoch"], acc=acc)
+    assert "| gelu | 1 |" in table and "| relu | 2 |" in table, table  # left out of the table (and its verdicts)
+    note = next(line for line in table.splitlines() if "gelu/seed_1" in line)
+    assert "the summary's metrics and the predictions disagree: " + text in note, note
+    assert "one of them was changed after the run wrote it" in note and "left out of every table" in note, note
+    assert "visionbench predictions" not in note and "not this run's" not in note, note
 
 
 def test_a_deleted_file_is_rewritten_identically_by_the_command_and_by_the_sweep(tree, capsys):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..results import layout
+from ..results import integrity, layout
 from ..results.io import RunStateError
 from ..results.predictions import counts
 from ..stats.convergence import run_stall_reason
@@ -91,7 +91,8 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
     """One run's row, or (None, note) when the run is skipped (missing, unreadable, running).
 
     The summary is read and judged by `results.layout` (`read_summary`, `unscored_reason`): the
-    contract the runner writes by. A completed run that never learned gets the status `stalled` here, in the report
+    contract the runner writes by. A run whose files disagree with its summary (results/integrity.py: a damaged
+    config.yaml, predictions.npz contradicting the summary's metric) is left out with a note naming it. A completed run that never learned gets the status `stalled` here, in the report
     (its summary.json stays `completed`), with the reason in `stalled`: stats/convergence.py's rule, on its metrics
     and its metrics.csv's training loss per epoch."""
     label = "/".join(run_dir.parts[-3:])
@@ -104,6 +105,9 @@ def run_row(run_dir: Path) -> tuple[dict | None, str | None]:
     reason = layout.unscored_reason(summary)
     if reason:
         return None, f"{label}: {reason}; ignored"
+    damage = integrity.problem(run_dir, summary)  # a damaged config.yaml, a summary its predictions contradict
+    if damage:
+        return None, f"{label}: {damage}; left out of every table and verdict"
     status = summary["status"]
 
     seed = layout.seed_of(run_dir)

@@ -72,7 +72,7 @@ def table(
             p_text(_tests_p(r)),
             _equivalence(r),
             _bound(r),
-            _verdict_cell(r),
+            _verdict_cell(r, alpha),
         ]
         for _, r in data.iterrows()
     ]
@@ -179,11 +179,12 @@ def _unscored(r) -> str:
     return " or ".join(side.upper() for side in ("a", "b") if not int(r[f"n_{side}"]))
 
 
-def _noisier(r) -> bool:
-    return r["verdict"] == reproduction.UNDECIDED and math.isfinite(r["spread_p"]) and r["spread_p"] < 0.05
+def _noisier(r, alpha: float) -> bool:
+    """An undecided row whose B is significantly noisier than A at the compare's α (what stopped `reproduced`)."""
+    return r["verdict"] == reproduction.UNDECIDED and math.isfinite(r["spread_p"]) and r["spread_p"] < alpha
 
 
-def _verdict_cell(r) -> str:
+def _verdict_cell(r, alpha: float) -> str:
     n = r["seeds_needed"]
     if r["verdict"] == reproduction.REPRODUCED:
         return f"reproduced{', a tie' if r['tie'] else ''} ({_strength(r)})"
@@ -191,7 +192,7 @@ def _verdict_cell(r) -> str:
         return f"{r['verdict']} (no run of {failed_side(r)} learned)"
     if r["verdict"] == reproduction.UNDECIDED and _unscored(r):
         return f"undecided (no scored run in {_unscored(r)})"
-    if r["verdict"] == reproduction.UNDECIDED and math.isfinite(r["spread_p"]) and r["spread_p"] < 0.05:
+    if _noisier(r, alpha):
         return "undecided (B noisier)"
     if r["verdict"] == reproduction.UNDECIDED and (math.isfinite(n) or n == math.inf):
         return f"undecided (≈ {_seeds(n)} seeds/tree)"
@@ -276,7 +277,7 @@ def _sentence(r, alpha: float, tests: int) -> str:
     )
     if r["verdict"] == reproduction.DIFFERS:
         return f"{head} — {delta} ({welch}{stalls}; {tost})"
-    if _noisier(r):
+    if _noisier(r, alpha):
         return (
             f"{head} — B's runs are noisier than A's (sd {number(r['sd_b'], DIGITS)} vs {number(r['sd_a'], DIGITS)}, "
             f"one-sided F test p {p_relation(r['spread_p'])} < {alpha:g}): not a reproduction whatever the means "

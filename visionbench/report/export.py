@@ -6,9 +6,10 @@
 Every scored run (completed, diverged, failed) goes in: its summary (environment, every metric), its
 config, its per-epoch curves and its per-example predictions; the activation snapshots only of the runs
 the report draws (one per activation: `collect.snapshot_runs`). Runs still running or interrupted are left
-out, with a note. A predictions.npz that cannot go into the record as it is (unreadable, arrays that are no
-classifier's predictions, or that would not come back exactly from the packed form) stops the export with one
-line naming it. A record already in OUT is replaced in one step (results/record.py `write`: a kill at any instant
+out, with a note. A scored run whose files disagree with its summary (a config.yaml cut short or edited, a metric
+its predictions contradict: results/integrity.py), or a predictions.npz that cannot go into the record as it is
+(unreadable, arrays that are no classifier's predictions, or that would not come back exactly from the packed form)
+stops the export with one line naming it. A record already in OUT is replaced in one step (results/record.py `write`: a kill at any instant
 leaves the old record or the new one). Reporting a record writes the report's files into the folder that holds the
 record, at the places they have in the tree: a committed record and its tables sit together (docs/reproducing.md).
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..results import layout, record, sources
+from ..results import integrity, layout, record, sources
 from ..results.io import RunStateError
 from .arguments import parser
 from .collect import scan_runs, snapshot_runs
@@ -32,9 +33,17 @@ def export(runs_dir: str | Path, out: str | Path) -> tuple[list[Path], list[str]
         FileNotFoundError: `runs_dir` does not exist.
         ValueError: no scored run under it; record.RecordError (a ValueError): a predictions.npz that cannot go
             into a record as it is.
-        RunStateError: a run's summary.json or config.yaml that cannot be read.
+        RunStateError: a run's summary.json or config.yaml that cannot be read; a scored run whose files disagree
+            with its summary (results/integrity.py: a damaged config.yaml, a metric its predictions contradict).
     """
     root = Path(runs_dir)
+    for run_dir in layout.find_run_dirs(root) if root.exists() else ():  # a damaged run: the export stops, whole
+        try:
+            summary = layout.read_summary(run_dir)
+        except (OSError, RunStateError):
+            continue  # scan_runs names it, and leaves it out
+        if summary and not layout.unscored_reason(summary) and (problem := integrity.problem(run_dir, summary)):
+            raise RunStateError(f"{problem}; a record holds whole runs only, nothing written")
     runs, notes = scan_runs(root)
     if not len(runs):
         raise ValueError(f"no finished run (summary.json) under {str(root)!r}; nothing to export")

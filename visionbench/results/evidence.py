@@ -9,11 +9,15 @@ uses the arrays only of a file that passes, in this order:
 3. its arrays are in range: one dimension, as many entries as the file's `meta` says the scored set has,
    classes in [0, n_classes), probabilities finite in [0, 1], the predicted class's probability at least
    the true class's: else `damaged`;
-4. it names this run: meta's recipe, act label, setting, seed and config hash equal the summary's; the
-   variant's epoch is the summary's selected epoch (`best_epoch`, `ema_best_epoch`); its top-1 equals the
-   summary's accuracy of that checkpoint on the scored set within one image (one per DDP process: the
-   metric counts the sampler's padding): else `mismatch`;
-5. it has the variant the report's metric scores: else `no_variant`.
+4. it names this run: meta's recipe, act label, setting, seed and config hash equal the summary's: else
+   `mismatch` (the file is another run's);
+5. it agrees with the summary: the variant's epoch is the summary's selected epoch (`best_epoch`,
+   `ema_best_epoch`), its top-1 the summary's accuracy of that checkpoint on the scored set within one image (one
+   per DDP process: the metric counts the sampler's padding): else `disagree`. Which of the two is wrong the files
+   cannot tell (a metric edited in the summary, an edited file): the report leaves the run out of its tables and
+   verdicts (results/integrity.py), naming the disagreement, not blaming either (a file that names no run:
+   `mismatch`);
+6. it has the variant the report's metric scores: else `no_variant`.
 
 A file from before `meta` passes steps 3 (without the class bound) and 4 (without the identity) as
 `unnamed`. Every refusal names the file, why, and the command that rewrites it (`FIX`).
@@ -32,13 +36,14 @@ from .io import RunStateError
 from .layout import files
 from .predictions import ARRAYS, FILE_NAME, read_evidence
 
-OK, UNNAMED, MISSING, BEFORE, DAMAGED, MISMATCH, NO_VARIANT = (
+OK, UNNAMED, MISSING, BEFORE, DAMAGED, MISMATCH, DISAGREE, NO_VARIANT = (
     "ok",
     "unnamed",
     "missing",
     "before",
     "damaged",
     "mismatch",
+    "disagree",
     "no_variant",
 )
 USED = (OK, UNNAMED)  # the kinds whose arrays the report uses
@@ -118,7 +123,10 @@ def run_problem(v: str, arrays: dict, meta: dict | None, summary: dict) -> str |
     metrics = summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {}
     selected = metrics.get(SELECTED_EPOCH[v])
     if isinstance(selected, (int, float)) and math.isfinite(selected) and int(selected) != arrays["epoch"]:
-        return f"{v} predictions of epoch {arrays['epoch']}, the run selected epoch {int(selected)}"
+        return (
+            f"{v} predictions of epoch {arrays['epoch']} in {FILE_NAME}, selected epoch {int(selected)} in "
+            f"summary.json ({SELECTED_EPOCH[v]})"
+        )
     key = next((k for k in ACCURACY[v] if k in metrics), None)
     value = metrics.get(key) if key else None
     if isinstance(value, (int, float)) and math.isfinite(value):
@@ -126,7 +134,7 @@ def run_problem(v: str, arrays: dict, meta: dict | None, summary: dict) -> str |
         accuracy = 100.0 * float(np.mean(np.asarray(arrays["pred"]) == np.asarray(arrays["target"])))
         images = max(1, int((meta or {}).get("world_size") or 1))
         if abs(accuracy - value) > 100.0 * images / n + 1e-3:
-            return f"{v} top-1 {accuracy:.2f} from the file, {value:.2f} in the summary ({key})"
+            return f"{v} top-1 {accuracy:.2f} in {FILE_NAME}, {value:.2f} in summary.json ({key})"
     return None
 
 
@@ -152,10 +160,14 @@ def judge(run_dir, summary: dict, variant: str) -> Evidence:
         if problem:
             return Evidence(DAMAGED, why=f"{FILE_NAME} is damaged: {problem}")
     problem = identity_problem(meta, summary) if meta is not None else None
-    for v, arrays in variants.items():
-        problem = problem or run_problem(v, arrays, meta, summary)
     if problem:
         return Evidence(MISMATCH, why=f"{FILE_NAME} is not this run's: {problem}")
+    for v, arrays in variants.items():
+        problem = problem or run_problem(v, arrays, meta, summary)
+    if problem and meta is None:  # a file from before it named its run: perhaps another run's
+        return Evidence(MISMATCH, why=f"{FILE_NAME} (which names no run) is not this run's: {problem}")
+    if problem:
+        return Evidence(DISAGREE, why=f"the summary's metrics and the predictions disagree: {problem}")
     if variant not in variants:
         return Evidence(NO_VARIANT, why=f"{FILE_NAME} has no {variant!r} predictions (has {', '.join(variants)})")
     return Evidence(OK if meta is not None else UNNAMED, variants[variant])

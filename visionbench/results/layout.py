@@ -245,12 +245,17 @@ def read_config(path: Path) -> dict | None:
     if not f.exists():
         return None
     fix = f"delete the run directory {Path(path)} to restart this run"
-    config = _read(f, yaml.safe_load, "config", fix)
+    config = _read(f, _safe_yaml, "config", fix)
     missing = [k for k in CONFIG_KEYS if k not in config]
     if missing or not f.read_bytes().endswith(b"\n"):  # yaml.safe_dump ends every file with a newline
         lacks = f"no {', '.join(missing)}" if missing else "no final newline"
         raise RunStateError(f"{f} is incomplete ({lacks}: truncated?); {fix}")
     return config
+
+
+def _safe_yaml(text: str) -> Any:
+    """`yaml.safe_load` by libyaml where PyYAML has it (a report reads every run's config.yaml: ~8x faster)."""
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
 
 
 def write_config(path: Path, cfg: dict) -> None:

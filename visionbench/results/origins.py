@@ -79,3 +79,8 @@ def fix_command(run_dirs) -> str:
         if tree in text:
             return fix(text, tree)
     return FIX.format(run_dir=text)
+
+
+def materialised(run_dir) -> bool:
+    """Whether `run_dir` lies in a record's or a store's runs written into a temporary folder (not the user's)."""
+    return any(tree in str(run_dir) for tree in _OPENED)

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import evidence, layout, origins
+from . import evidence, integrity, layout, origins
 from .io import RunStateError, atomic_path, atomic_write_text, sync_folder
 from .predictions import FIX as FIX_RUNS
 from .predictions import VARIANTS, read_evidence
@@ -649,8 +649,12 @@ def read_run(run_dir: Path) -> dict:
     Raises:
         RecordError: a predictions.npz that cannot go into a record as it is (unreadable, arrays that are no
             classifier's predictions, or that would not come back exactly): one line naming it and the fix.
-        RunStateError: an unreadable summary.json or config.yaml (the message names it)."""
+        RunStateError: an unreadable summary.json or config.yaml, or files that disagree with the summary
+            (results/integrity.py: a damaged config.yaml, a metric its predictions contradict): the message names it."""
     files = layout.files(run_dir)
+    summary = layout.read_summary(run_dir)
+    if summary and (problem := integrity.problem(Path(run_dir), summary)):
+        raise RunStateError(f"{problem}; a record or a store holds whole runs only")
     fix = (
         f"rewrite it with `{FIX_RUNS.format(run_dir=run_dir)}` (or delete it: the run is then recorded without "
         "per-example predictions) and export again"
@@ -670,7 +674,7 @@ def read_run(run_dir: Path) -> dict:
             except (OSError, ValueError):
                 continue
     return {
-        "summary": layout.read_summary(run_dir),
+        "summary": summary,
         "config": layout.read_config(run_dir),
         "metrics_csv": files.metrics.read_text() if files.metrics.is_file() else None,
         "snapshots": snapshots,

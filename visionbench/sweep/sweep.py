@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from .. import plugins
 from ..config import ConfigError, apply_setting, defaults, run_config, sweep_settings
-from ..results import layout
+from ..results import integrity, layout
 from ..results import provenance as results
 from ..results.checkpoint import UnsafeCheckpoint
 from ..results.identity import config_hash, diff_configs, fingerprint, upgrade
@@ -64,7 +64,7 @@ def check_resumable(run: dict, out: Path) -> None:
     stored = upgrade(stored, defaults())
     diffs = diff_configs(fingerprint(stored), fingerprint(run))
     if diffs:
-        _check_damaged(stored, run, out)
+        _check_damaged(out)
         raise ConfigMismatch(
             f"{out} holds a run with a different configuration:\n  "
             + "\n  ".join(diffs)
@@ -73,20 +73,16 @@ def check_resumable(run: dict, out: Path) -> None:
     _check_portable(stored, run, out)
 
 
-def _check_damaged(stored: dict, run: dict, out: Path) -> None:
-    """A config.yaml that disagrees with its own run's summary, which records these settings (its config hash), is
-    damaged (cut short on a line boundary, edited), not another configuration: `RunStateError`, that run alone fails
-    with one line. A summary that cannot be read, or that records other settings, leaves it to `ConfigMismatch`."""
+def _check_damaged(out: Path) -> None:
+    """A config.yaml that disagrees with its own run's summary, which records its settings' hash, act and seed, is
+    damaged (cut short on a line boundary, edited: results/integrity.py), not another configuration:
+    `RunStateError`, that run alone fails with one line. A summary that cannot be read leaves it to `ConfigMismatch`."""
     try:
-        recorded = (layout.read_summary(out) or {}).get("config_hash")
+        summary = layout.read_summary(out)
     except RunStateError:
         return
-    if recorded and recorded == config_hash(run) and config_hash(stored) != recorded:
-        raise RunStateError(
-            f"{layout.files(out).config} is damaged: {layout.files(out).summary} records this run's settings "
-            f"(config hash {recorded}), config.yaml others (truncated or edited?); delete the run directory {out} "
-            "to restart this run"
-        )
+    if summary and (damage := integrity.config_damage(out, summary)):
+        raise RunStateError(damage)
 
 
 def _check_portable(stored: dict, run: dict, out: Path) -> None:

@@ -280,7 +280,8 @@ def _train(cfg: RunConfig | Mapping[str, Any], run_dir: Path, progress: bool) ->
         status = INTERRUPTED
         raise
     finally:
-        if status != INTERRUPTED:  # the verdicts' inputs, as the summary will hold them, into every tracker
+        if status != INTERRUPTED and run_dir.is_dir():  # the verdicts' inputs, as the summary holds them, into
+            # every tracker (not where the results were moved or deleted under the run: that run stops in one line)
             trackers.headline(loggers, plain, metrics_from_rows(writer.rows), status, epochs=len(writer.rows))
         trackers.close(loggers, status)
     elapsed = time.perf_counter() - t0
