@@ -131,7 +131,7 @@ def test_a_bad_input_fails_in_one_line_and_writes_nothing(argv, text, tmp_path, 
 
 def test_fill_is_a_known_benchmark(capsys):
     assert cli_main(["bench", "nope"]) == 2
-    assert "known: activations, train, fit, data, fill" in capsys.readouterr().err
+    assert "benchmarks: activations, train, fit, data, fill" in capsys.readouterr().err
 
 
 # ---- pure parts -------------------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ import pytest
 import yaml
 
 from visionbench.cli import main
+from visionbench.results import layout
+from visionbench.results.identity import config_hash
 from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import ConfigMismatch, run_sweep
 
@@ -139,6 +141,9 @@ def _as_older_version(config_path: Path, **augment) -> None:
         stored["data"]["augment"].pop(key, None)
     stored["data"]["augment"].update(augment)
     config_path.write_text(yaml.safe_dump(stored))
+    run_dir = config_path.parent  # the summary an older version wrote records that config's hash
+    summary = layout.read_summary(run_dir)
+    layout.write_summary(run_dir, {**summary, "config_hash": config_hash(stored)})
 
 
 def test_results_of_an_older_version_resume_without_a_false_mismatch(relu_pair, tmp_path):
