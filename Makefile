@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test test-slow lint format bench kernel-card gpu-window gpu-carry reference install lock clean results
+.PHONY: run test test-slow rates lint format bench kernel-card gpu-window gpu-carry reference install lock clean results
 
 # every package at the version requirements.lock names (the CPU reference environment), then visionbench itself,
 # editable and without dependencies: they all came from the lock, the extras' too (dev, slurm, mlflow, wandb).
@@ -50,6 +50,11 @@ test: $(STAMP)  ## the default test suite (no slow tests), under 5 minutes on 2 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -m "slow and not serial"
 	$(BIN)/python -m pytest -q -m "slow and serial"
+
+# the documented error-rate tables at their documented scale (1,000-5,000 simulated designs a cell: ~12 minutes in
+# one process, which prints their rows); each has a smaller sibling in `make test` holding the same bound (pyproject's `rates`)
+rates: $(STAMP)  ## regenerate the error-rate figures quoted in docs/ (prints their rows)
+	$(BIN)/python -m pytest -q -s -n 0 -m rates
 
 # ruff, configured in pyproject.toml ([tool.ruff]): the formatter's check, then the linter; `make format` rewrites
 lint: $(STAMP)  ## formatting and lint, as CI checks them

@@ -196,7 +196,7 @@ def test_holm_keeps_one_small_p_among_four_from_reading_differs():
 # ---- the documented table --------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.rates
 @pytest.mark.parametrize("n_a, n_b", [(3, 3), (5, 5), (5, 3), (10, 10)])
 def test_the_documented_rates(n_a, n_b):
     """docs/reproducing.md's table: 1,000 compares of ten activations per cell; the reproduced columns exact."""

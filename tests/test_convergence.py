@@ -479,7 +479,7 @@ def test_still_rising_rarely_fires_on_a_flat_curve_and_finds_a_real_rise(seeds, 
     assert rate <= _allowed(1000) and power > 0.6
 
 
-@pytest.mark.slow
+@pytest.mark.rates
 def test_the_flags_error_rates_for_the_docs():
     """The figures in docs/report.md: more tables, other noise mixes, more effect sizes."""
     print()

@@ -82,7 +82,7 @@ def test_groups_are_the_runs_no_test_separates_and_few_recipes_cannot_separate_a
     assert not ranking.friedman(scores(means), 0.05, "wilcoxon")["pairs"]["differ"].any()
 
 
-@pytest.mark.slow
+@pytest.mark.rates
 @pytest.mark.parametrize("test", ["wilcoxon", "nemenyi"])
 def test_the_documented_family_wise_rates(test):
     rate = family_wise(test, 1000, seed=7)

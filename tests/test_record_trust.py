@@ -39,8 +39,9 @@ def write_tree(root: Path, values: dict[str, list[float]], recipe: str = "digits
                 run = run.rename(moved)
             summary = layout.read_summary(run)
             summary["predictions"] = "predictions.npz"
-            if setting:
+            if setting:  # in the summary and the config, as the sweep writes them (results/integrity.py)
                 summary["setting"] = dict(item.split("=") for item in setting.split(","))
+                layout.write_config(run, {**layout.read_config(run), "setting": summary["setting"]})
             layout.write_summary(run, summary)
             wrong = np.zeros(N, bool)
             wrong[: round(N * (1 - v / 100))] = True

@@ -45,6 +45,10 @@ def _edit(path, key: str, value: str) -> None:
 DAMAGE = {
     "cut_at_a_line": (lambda f: _cut(f), "config.yaml is damaged: summary.json records this run's settings"),
     "cut_in_a_line": (lambda f: _cut(f, into=3), "config.yaml is"),
+    "last_line_cut": (
+        lambda f: f.write_bytes(b"".join(f.read_bytes().splitlines(keepends=True)[:-1])),
+        "config.yaml is damaged: it has no threads (cut short?), summary.json 1",
+    ),
     "act_edited": (
         lambda f: _edit(f, "act", "gelu"),
         "config.yaml is damaged: it says act 'gelu', summary.json 'relu'",

@@ -114,7 +114,7 @@ def test_with_one_procedure_the_verdict_is_about_the_selected_configurations_and
     assert verdict > ALPHA  # measured 0.09 at n = 4000 (docs/tuning.md)
 
 
-@pytest.mark.slow
+@pytest.mark.rates
 def test_the_error_rates_at_scale():
     n = 4000
     for repeats in (3, 5):

@@ -3,10 +3,11 @@
     integrity.problem(run_dir, summary)     # None, or one line: what disagrees, and the fix (deleting the run to
                                             # retrain it); the report leaves such a run out
 
-- **config.yaml** — the summary records the hash of the settings it was trained with (`config_hash`, with its
-  `act` and `seed`): a config.yaml that cannot be read, is cut short, or holds settings of another hash, act or seed
-  is damaged (cut on a line boundary it still parses, lacking the keys written last: it then reads as *another
-  configuration*, which it is not). A run without config.yaml, or whose summary records no hash, is not judged.
+- **config.yaml** — the summary records the hash of the settings it was trained with (`config_hash`) and repeats
+  the keys the hash leaves out (`REPEATED`: act, seed, ..., `threads`, the config's last key): a config.yaml that
+  cannot be read, is cut short, or holds settings of another hash or another of those keys is damaged (cut on a
+  line boundary it still parses, lacking the keys written last: it then reads as *another configuration*, which it
+  is not). A run without config.yaml is not judged; a summary's missing hash or key, not on that part.
 - **predictions.npz** — the file of this very run (results/evidence.py: its meta names the run) whose accuracy or
   selected epoch is not the summary's: one of the two was changed after the run wrote them, and the files cannot
   say which (a metric made up in a re-sealed record, an edited file). Named as a disagreement, blaming neither.
@@ -24,6 +25,10 @@ from . import evidence, layout, origins
 from .identity import config_hash
 from .io import RunStateError
 
+# what a summary repeats of its config.yaml, besides the settings' hash (which leaves these out): `threads` is the
+# config's last key, `act_label` and `setting` come just before it, so a cut on any line boundary loses one of them
+REPEATED = ("recipe", "act", "act_label", "setting", "seed", "threads")
+
 
 def config_damage(run_dir: Path, summary: dict) -> str | None:
     """Why the run's config.yaml is not the one its summary was written with (None: whole, absent, or not judged)."""
@@ -32,21 +37,19 @@ def config_damage(run_dir: Path, summary: dict) -> str | None:
         config = layout.read_config(run_dir)
     except RunStateError as e:  # unreadable, or cut short (no final newline, no act): the message names the file
         return str(e).replace(f"delete the run directory {run_dir} to restart this run", _fix(run_dir))
-    recorded = summary.get("config_hash")
-    if config is None or not recorded:
+    if config is None:
         return None
+    recorded = summary.get("config_hash")
     found = config_hash(config)
-    if found != recorded:
+    if recorded and found != recorded:
         return (
             f"{config_file} is damaged: summary.json records this run's settings (config hash {recorded}), "
             f"config.yaml others (hash {found}: cut short or edited?); {_fix(run_dir)}"
         )
-    for key in ("act", "seed"):
+    for key in REPEATED:
         if summary.get(key) is not None and config.get(key) != summary.get(key):
-            return (
-                f"{config_file} is damaged: it says {key} {config.get(key)!r}, summary.json {summary.get(key)!r}; "
-                f"{_fix(run_dir)}"
-            )
+            says = f"says {key} {config[key]!r}" if key in config else f"has no {key} (cut short?)"
+            return f"{config_file} is damaged: it {says}, summary.json {summary[key]!r}; {_fix(run_dir)}"
     return None
 
 

@@ -61,10 +61,10 @@ def check_resumable(run: dict, out: Path) -> None:
     stored = layout.read_config(out)
     if stored is None:
         return
+    _check_damaged(out)  # damage (a cut, an edit) is no other configuration: that run alone fails
     stored = upgrade(stored, defaults())
     diffs = diff_configs(fingerprint(stored), fingerprint(run))
     if diffs:
-        _check_damaged(out)
         raise ConfigMismatch(
             f"{out} holds a run with a different configuration:\n  "
             + "\n  ".join(diffs)
