@@ -4,7 +4,7 @@
                                             # retrain it); the report leaves such a run out
 
 - **config.yaml** — the summary records the hash of the settings it was trained with (`config_hash`) and repeats
-  the keys the hash leaves out (`REPEATED`: act, seed, ..., `threads`, the config's last key): a config.yaml that
+  the keys the hash leaves out (`REPEATED`: act, seed, `threads`, the config's last key): a config.yaml that
   cannot be read, is cut short, or holds settings of another hash or another of those keys is damaged (cut on a
   line boundary it still parses, lacking the keys written last: it then reads as *another configuration*, which it
   is not). A run without config.yaml is not judged; a summary's missing hash or key, not on that part.
@@ -25,9 +25,10 @@ from . import evidence, layout, origins
 from .identity import config_hash
 from .io import RunStateError
 
-# what a summary repeats of its config.yaml, besides the settings' hash (which leaves these out): `threads` is the
-# config's last key, `act_label` and `setting` come just before it, so a cut on any line boundary loses one of them
-REPEATED = ("recipe", "act", "act_label", "setting", "seed", "threads")
+# what a summary repeats of its config.yaml besides the settings' hash (which leaves these out): the run's act and
+# seed, and `threads`, the config's last key (the sweep adds it last), so that a cut on the last line boundaries,
+# which drops only keys outside the hash (act_label, setting, threads), still shows
+REPEATED = ("act", "seed", "threads")
 
 
 def config_damage(run_dir: Path, summary: dict) -> str | None:
