@@ -327,6 +327,7 @@ def test_bench_sweep_keeps_the_k_it_finished(tmp_path, monkeypatch):
     assert "- partial: 1 of 3 parts done; not yet: K=2, bit check" in text and "bit check: not yet made" in text
 
 
+@pytest.mark.slow  # a pool of processes (9 s): make test-slow
 def test_bench_warm_runs_every_learnable_family_of_the_registry_in_a_pool_of_processes(tmp_path, monkeypatch):
     """The warm-up's tasks come from the registry (every learnable name; the benchmark's cases of it), and each runs
     in a process of the pool (here one task, one process: the code path; on a GPU it fills Triton's cache)."""

@@ -181,16 +181,19 @@ def test_the_layout_page_names_every_room_and_every_report_file():
     assert sorted(listed) == files
 
 
-@pytest.mark.parametrize("command", NAMES)
-def test_help_answers_before_torch_is_imported(command):
+def test_help_answers_before_torch_is_imported():
     """`visionbench check -h` took 10.6 s: it imported the checks (torch, the data) before parsing; every command's
-    `-h` parses first (`plot -h` imported torch with its experiment)."""
+    `-h` parses first (`plot -h` imported torch with its experiment). One process asks each command in turn and says
+    after each whether torch is loaded yet (the first that loads it is the culprit)."""
     code = (
-        "import sys; from visionbench.cli import main; "
-        f"rc = main([{command!r}, '-h']); print('torch' in sys.modules, rc)"
+        "import sys; from visionbench.cli import main\n"
+        f"for command in {list(NAMES)!r}:\n"
+        "    rc = main([command, '-h'])\n"
+        "    print('RESULT', command, 'torch' in sys.modules, rc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
-    assert out.splitlines()[-1] == "False 0"
+    said = [line.split()[1:] for line in out.splitlines() if line.startswith("RESULT ")]
+    assert said == [[command, "False", "0"] for command in NAMES], said
 
 
 def test_report_help_says_how_to_select_a_stores_runs(capsys):

@@ -213,6 +213,7 @@ def test_runs_from_before_the_environment_still_report(tmp_path, capsys):
     assert "MIXED ENVIRONMENTS" not in (recipe / "table.md").read_text()
 
 
+@pytest.mark.slow  # a sweep's run in a worker process (12 s): make test-slow
 def test_a_sweep_records_the_kernels_its_run_was_given(tmp_path, monkeypatch):
     """`trainer.kernels=reference` on the command line: the run trains on the plain formulas, and its summary says so
     and where it came from (the key; a variable would win over it: test above)."""

@@ -106,6 +106,7 @@ def test_steps_per_epoch_come_from_the_real_loaders(extra, steps, evals):
     assert row.run_s == pytest.approx(cfg.epochs * (steps * row.step_s + evals * row.eval_batch_s))
 
 
+@pytest.mark.slow  # times parallel workers (10 s): make test-slow
 def test_parallel_workers_are_timed_with_their_share_of_the_cores_and_the_wall_time_divided(monkeypatch, capsys):
     timed_with, real = [], est.measure
     monkeypatch.setattr(est, "measure", lambda *a: timed_with.append(torch.get_num_threads()) or real(*a))

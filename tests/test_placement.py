@@ -286,6 +286,7 @@ def _trained(results: Path) -> dict:
     return out
 
 
+@pytest.mark.slow  # two sweeps of two runs (18 s): make test-slow, beside the pool's OOM and kill tests
 def test_a_seed_among_k_gives_the_bits_it_gives_alone(tmp_path):
     """parallel=2 vs one after another, each run at the thread count a worker has: the same predictions (every
     logit's bits) and metrics, so the same table."""

@@ -91,7 +91,9 @@ def read_rows(path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-@pytest.mark.parametrize("mode, epoch_factor", [("expand", 3), ("deit", 1)])
+@pytest.mark.parametrize(
+    "mode, epoch_factor", [("expand", 3), pytest.param("deit", 1, marks=pytest.mark.slow)]
+)  # one trained run each (11 s): the DeiT length in make test-slow
 def test_one_digits_run_shows_the_epoch_length_in_metrics_csv(tmp_path, mode, epoch_factor):
     batch, limit, lr = 32, 64, 0.01
     args = [

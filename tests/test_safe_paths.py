@@ -341,6 +341,7 @@ def test_inside_component_and_within(tmp_path):
         within(tmp_path / "tree", tmp_path / "tree" / "out" / "x", "p")
 
 
+@pytest.mark.slow  # a Hydra subprocess (8 s): make test-slow
 def test_a_hydra_job_with_a_path_in_its_label_is_one_line_and_trains_nothing(tmp_path):
     """The Hydra entry point (sweep/hydra_app.py) builds its run folder itself: refused there in one line too."""
     import subprocess

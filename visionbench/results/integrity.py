@@ -47,7 +47,8 @@ def config_damage(run_dir: Path, summary: dict) -> str | None:
             f"{config_file} is damaged: summary.json records this run's settings (config hash {recorded}), "
             f"config.yaml others (hash {found}: cut short or edited?); {_fix(run_dir)}"
         )
-    for key in REPEATED:
+    # threads of a finished run only: a resumed run rewrites its config with this session's threads before its summary
+    for key in REPEATED if summary.get("status") in layout.SCORED else REPEATED[:-1]:
         if summary.get(key) is not None and config.get(key) != summary.get(key):
             says = f"says {key} {config[key]!r}" if key in config else f"has no {key} (cut short?)"
             return f"{config_file} is damaged: it {says}, summary.json {summary[key]!r}; {_fix(run_dir)}"
