@@ -240,6 +240,7 @@ def test_on_device_with_mixed_sizes_is_refused_in_one_line(tmp_path):
 
 
 # ---- end to end ---------------------------------------------------------------------------------------------
+@pytest.mark.slow  # a trained sweep and its report (11 s); the folder's reading is tested above in make test
 def test_a_folder_trains_and_reports(tmp_path, capsys):
     root = write_folder(tmp_path / "d")
     before = listing(root)

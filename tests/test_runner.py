@@ -180,6 +180,7 @@ def test_every_subcommand_answers_help_with_usage(cmd, tmp_path, capsys, monkeyp
     assert not any(tmp_path.iterdir())  # nothing run, nothing written
 
 
+@pytest.mark.slow  # a Hydra subprocess with portable workers (32 s)
 def test_hydra_multirun_entry_point_writes_the_same_tree_and_fails_with_a_failed_job(tmp_path):
     """The cluster path (Hydra multirun; SLURM swaps only the launcher) writes one run per job; a job whose run
     fails (here the last: its run directory holds a garbage summary.json) makes the command exit non-zero with the

@@ -270,6 +270,7 @@ def _compile_for_hopper(cases: list[str], layouts: list[str], emitted: bool, dty
     return done.stdout
 
 
+@pytest.mark.slow  # ptxas for sm_90 on this CPU (17 s); its every-layout sibling is slow too
 def test_kernels_compile_for_hopper():
     # every family's kernels (PolyNorm's and SLAF's six too), per channel NCHW in fp32, to sm_90 machine code; and the
     # copy of rational's that Inductor emits, the kernel with every function it calls, compiles as well

@@ -51,7 +51,10 @@ def _check(got, want, tol):
         assert err < tol, f"{label}: relative error {err:.2e}"
 
 
-@pytest.mark.parametrize("layout", list(SHAPES))
+# the wide map (a grid of many programs per channel: ~3.5 s a case under the interpreter) in make test-slow
+@pytest.mark.parametrize(
+    "layout", [pytest.param(k, marks=pytest.mark.slow) if k == "nchw_wide_map" else k for k in SHAPES]
+)
 @pytest.mark.parametrize("per_channel", [False, True], ids=["shared", "per_channel"])
 @pytest.mark.parametrize("name,kwargs", FAMILIES, ids=FAMILY_IDS)
 def test_matches_float64(name, kwargs, per_channel, layout, monkeypatch):

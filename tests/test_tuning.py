@@ -183,6 +183,7 @@ def test_selection_takes_the_best_validation_score_never_a_failed_trial():
     assert chosen["relu"]["scores"][1] is None and math.isclose(chosen["relu"]["score"], 95.0)
 
 
+@pytest.mark.slow  # 16 trials and their retrains (14 s); the design's parts are tested above in make test
 def test_a_tiny_design_runs_end_to_end_and_reports_the_equal_budget_verdict(tmp_path, capsys):
     root = tmp_path / "runs"
     argv = shrunk("act=relu,gelu", "tune=optim.lr:log[1e-3,5e-3]", "trials=3", "seeds=2", f"results_dir={root}")
