@@ -105,6 +105,7 @@ def val_top1(run_dir: Path) -> list[float]:
 
 
 # ---- every tracker, a two-seed sweep: two runs, one group, each closed -----------------------------------------
+@pytest.mark.slow  # two trained runs into both trackers (5 s)
 @needs_mlflow
 @needs_wandb
 def test_two_seeds_are_two_tracker_runs_of_one_group_read_back_offline(offline):

@@ -49,6 +49,7 @@ def test_no_difference_is_found_in_at_most_5_percent_of_suites(test):
     assert rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 100)
 
 
+@pytest.mark.slow  # 9 s of pools
 def test_nemenyi_decides_a_pair_by_the_pool_and_wilcoxon_does_not():
     """a0 beats a1 by a little on every one of 12 recipes. Alone with a middling third activation, Nemenyi's mean
     ranks put them far apart; add activations that win and lose elsewhere and the same pair's ranks move: its

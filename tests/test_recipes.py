@@ -282,7 +282,9 @@ def test_recipe_builds_model_data_optimizer_schedule(recipe, roots):
     "recipe, extra",
     [
         ("cifar10_vgg4", []),  # CIFAR-10 pickle batches
-        ("tinyimagenet_vit_s8", ["data.num_workers=0", "data.augment.repeated_aug=1"]),  # JPEG tree + val_annotations
+        pytest.param(  # JPEG tree + val_annotations; a ViT-S/8 epoch (7 s): make test-slow
+            "tinyimagenet_vit_s8", ["data.num_workers=0", "data.augment.repeated_aug=1"], marks=pytest.mark.slow
+        ),
         ("imagenet_resnet50", ["data.img_size=32", "batch_size=4"]),  # ImageFolder train/ val/
     ],
 )

@@ -151,6 +151,7 @@ def test_a_continued_mlflow_run_does_not_log_a_step_it_holds(tmp_path, env):
     assert not fresh._continued
 
 
+@pytest.mark.slow  # a crashed and resumed trained run (6 s)
 @needs_mlflow
 def test_a_run_crashed_mid_epoch_and_resumed_holds_each_mlflow_step_once(tmp_path, env, monkeypatch):
     """The sweep for real: 25 steps an epoch, the loss logged every 10; a crash at step 40 (as kill -9 would) after
