@@ -312,3 +312,10 @@ needs_mlflow = pytest.mark.skipif(
 needs_wandb = pytest.mark.skipif(
     not installed("wandb"), reason="the wandb extra is not installed: pip install 'visionbench[wandb]'"
 )
+
+
+def cut_at_line(path: Path, into: int = 0) -> None:
+    """The file cut after half its lines (and `into` bytes of the next): what a copy stopped part way leaves."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    half = len(lines) // 2
+    path.write_bytes(b"".join(lines[:half]) + lines[half][:into])

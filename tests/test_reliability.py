@@ -28,7 +28,7 @@ from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import run_sweep
 
 from .fixtures import write_cifar10, write_tiny_imagenet
-from .helpers import HOOK, ROOT, copy_tree, seed_dir, shrunk, spawn, summary, wait_for, write_recipe
+from .helpers import HOOK, ROOT, copy_tree, cut_at_line, seed_dir, shrunk, spawn, summary, wait_for, write_recipe
 
 
 # ---- helpers -------------------------------------------------------------------------------
@@ -500,13 +500,6 @@ def _truncate(path: Path, keep: float = 0.5) -> None:
     path.write_bytes(data[: int(len(data) * keep)])
 
 
-def _cut_at_line(path: Path, into: int = 0) -> None:
-    """The file cut after half its lines (and `into` bytes of the next): what a copy stopped part way leaves."""
-    lines = path.read_bytes().splitlines(keepends=True)
-    half = len(lines) // 2
-    path.write_bytes(b"".join(lines[:half]) + lines[half][:into])
-
-
 def _cut_inside_row(path: Path, row: int = 1, into: int = 12) -> None:
     """`head -c` to `into` bytes inside row `row` (1 = the first epoch's): a shortened value, fields missing."""
     lines = path.read_bytes().splitlines(keepends=True)
@@ -537,12 +530,12 @@ CORRUPTIONS = {  # name: (damage, words of the one-line message, what the messag
     "config_truncated": (lambda d: _truncate(d / "config.yaml"), ["config.yaml is", "delete the run directory"], "."),
     # the half-way cut above lands on a line boundary or inside a line by the temporary path's length: both, always
     "config_cut_at_a_line": (
-        lambda d: _cut_at_line(d / "config.yaml"),
+        lambda d: cut_at_line(d / "config.yaml"),
         ["config.yaml is damaged", "delete the run directory"],
         ".",
     ),
     "config_cut_in_a_line": (
-        lambda d: _cut_at_line(d / "config.yaml", into=3),
+        lambda d: cut_at_line(d / "config.yaml", into=3),
         ["config.yaml is", "delete the run directory"],
         ".",
     ),

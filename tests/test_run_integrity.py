@@ -16,7 +16,7 @@ from visionbench.results import layout, record
 from visionbench.sweep.preflight import load_config
 from visionbench.sweep.sweep import run_sweep
 
-from .helpers import copy_tree, shrunk
+from .helpers import copy_tree, cut_at_line, shrunk
 
 # lr 0.002: both runs learn in the shrink's 2 epochs (at the default lr relu stalls, and a stalled run is left out of
 # the table anyway)
@@ -28,13 +28,6 @@ def learned(trained_tree):
     return trained_tree(*ARGS)
 
 
-def _cut(path, into: int = 0) -> None:
-    """Cut after half the lines (and `into` bytes of the next): what a copy stopped part way leaves."""
-    lines = path.read_bytes().splitlines(keepends=True)
-    half = len(lines) // 2
-    path.write_bytes(b"".join(lines[:half]) + lines[half][:into])
-
-
 def _edit(path, key: str, value: str) -> None:
     """Replace the top-level `key:`'s value (a hand edit)."""
     text, n = re.subn(rf"(?m)^{key}: .*$", f"{key}: {value}", path.read_text())
@@ -43,8 +36,8 @@ def _edit(path, key: str, value: str) -> None:
 
 
 DAMAGE = {
-    "cut_at_a_line": (lambda f: _cut(f), "config.yaml is damaged: summary.json records this run's settings"),
-    "cut_in_a_line": (lambda f: _cut(f, into=3), "config.yaml is"),
+    "cut_at_a_line": (lambda f: cut_at_line(f), "config.yaml is damaged: summary.json records this run's settings"),
+    "cut_in_a_line": (lambda f: cut_at_line(f, into=3), "config.yaml is"),
     "last_line_cut": (
         lambda f: f.write_bytes(b"".join(f.read_bytes().splitlines(keepends=True)[:-1])),
         "config.yaml is damaged: it has no threads (cut short?), summary.json 1",

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
 from ..activations import LearnableActivation
 from ..results.io import RunStateError, atomic_path, atomic_write_text, read_csv_rows, write_csv_rows
@@ -302,6 +303,4 @@ class RunProgressBar(TQDMProgressBar):
         return bar
 
     def init_validation_tqdm(self):
-        from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
-
         return Tqdm(disable=True)
